@@ -1,0 +1,502 @@
+// Package engine defines the storage and delivery seam of Switchyard: the
+// partitioned append-only log every publish lands in, its live tail, and the
+// consumer groups that read it with at-least-once delivery.
+//
+// The package holds only the interface, its value types and sentinel errors.
+// Implementations live in subpackages (engine/memengine for the embedded
+// in-memory engine, engine/jsengine for NATS JetStream) and must all pass the
+// shared conformance suite in engine/enginetest before they count.
+//
+// # What an implementation owes
+//
+//   - Appending a record and announcing it to observers is atomic per
+//     partition: observers see every record of a partition exactly once, in
+//     offset order, and never a record that Read cannot return (unless it was
+//     trimmed in between).
+//   - Offsets of a partition start at 0, grow by one per record and never go
+//     backwards or repeat within one Epoch.
+//   - A key maps to the same partition on every process and machine
+//     (see KeyPartition).
+//   - A group's committed offset only moves past records that were acked,
+//     dead-lettered, filtered out or trimmed by retention; it never moves
+//     backwards except by an explicit Seek.
+//
+// # Concurrency
+//
+// Every Engine method is safe for concurrent use by multiple goroutines.
+// Observer and Consumer callbacks are made from goroutines owned by the
+// engine; they must return quickly and must not call back into the engine
+// while holding their own locks that an engine call could wait on.
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Implementations wrap them with %w; callers test with
+// errors.Is. Only the router maps them onto protocol codes and HTTP statuses.
+var (
+	// ErrUnknownTopic: the topic does not exist (and the engine is strict,
+	// for Append).
+	ErrUnknownTopic = errors.New("engine: unknown topic")
+	// ErrTopicExists: CreateTopic for a name that is taken.
+	ErrTopicExists = errors.New("engine: topic exists")
+	// ErrInvalidConfig: a topic configuration or request value is out of range.
+	ErrInvalidConfig = errors.New("engine: invalid configuration")
+	// ErrBackpressure: a block-policy topic stayed full for its block timeout.
+	ErrBackpressure = errors.New("engine: backpressure")
+	// ErrUnknownPartition: a partition number outside the topic.
+	ErrUnknownPartition = errors.New("engine: unknown partition")
+	// ErrGroupConflict: a group joined with a pattern or filter other than
+	// the one it is fixed to.
+	ErrGroupConflict = errors.New("engine: group conflict")
+	// ErrUnknownGroup: the group does not exist.
+	ErrUnknownGroup = errors.New("engine: unknown group")
+	// ErrUnknownMember: the member is not (or no longer) in the group.
+	ErrUnknownMember = errors.New("engine: unknown member")
+	// ErrNotInFlight: an ack or nack for a record that is not currently
+	// delivered to the group (already acked, never delivered, or handed on).
+	ErrNotInFlight = errors.New("engine: record not in flight")
+	// ErrClosed: the engine is closed.
+	ErrClosed = errors.New("engine: closed")
+	// ErrUnavailable: the backing store cannot be reached right now; the
+	// call may succeed later.
+	ErrUnavailable = errors.New("engine: unavailable")
+)
+
+// FullPolicy says what a partition does when it holds MaxMessages records.
+type FullPolicy string
+
+const (
+	// DropOldest trims the oldest record to make room, counting it. Groups
+	// that had not consumed it are fast-forwarded and told (Consumer.Skipped).
+	DropOldest FullPolicy = "drop_oldest"
+	// Block makes Append wait up to the topic's BlockTimeout for the slowest
+	// group to commit past the oldest record, then fail with ErrBackpressure.
+	// A partition that no group reads is trimmed as with DropOldest: plain
+	// subscribers never hold a topic back.
+	Block FullPolicy = "block"
+)
+
+// PartitionerKind chooses how Append picks a partition.
+type PartitionerKind string
+
+const (
+	// KeyHash (the default) sends a keyed record to KeyPartition(key, n) and
+	// spreads keyless records round-robin.
+	KeyHash PartitionerKind = "key_hash"
+	// RoundRobin ignores keys and cycles through partitions.
+	RoundRobin PartitionerKind = "round_robin"
+	// Sticky hashes keyed records like KeyHash and fills one partition with
+	// StickyBatch keyless records before moving to the next.
+	Sticky PartitionerKind = "sticky"
+)
+
+// StickyBatch is how many keyless records the Sticky partitioner puts in one
+// partition before it moves on: large enough that consumers see runs, small
+// enough that a quiet topic still spreads.
+const StickyBatch = 64
+
+// TopicConfig is a topic's configuration. The zero value of each field means
+// "the engine's default" (see Defaults).
+type TopicConfig struct {
+	Name string
+	// Partitions is the partition count; fixed once the topic exists.
+	Partitions int
+	// MaxMessages bounds each partition's retained records; 0: default.
+	MaxMessages int64
+	// MaxAge trims records older than this; 0: default (which may be none).
+	MaxAge time.Duration
+	// OnFull applies when a partition holds MaxMessages records.
+	OnFull FullPolicy
+	// BlockTimeout bounds how long Append waits under the Block policy.
+	BlockTimeout time.Duration
+	// Partitioner picks partitions for Append.
+	Partitioner PartitionerKind
+}
+
+// Defaults are the values an engine uses for fields a TopicConfig leaves at
+// zero, and for topics created by a first publish.
+var Defaults = TopicConfig{
+	Partitions: 1,
+	// 100k records per partition keeps a busy topic replayable for minutes
+	// while bounding an in-memory partition to tens of MiB at typical sizes.
+	MaxMessages: 100_000,
+	MaxAge:      0,
+	// Drop-oldest never stalls publishers of an auto-created topic; topics
+	// that need producers held back are created explicitly with Block.
+	OnFull:       DropOldest,
+	BlockTimeout: time.Second,
+	Partitioner:  KeyHash,
+}
+
+// WithDefaults returns c with every zero field taken from d.
+func (c TopicConfig) WithDefaults(d TopicConfig) TopicConfig {
+	if c.Partitions == 0 {
+		c.Partitions = d.Partitions
+	}
+	if c.MaxMessages == 0 {
+		c.MaxMessages = d.MaxMessages
+	}
+	if c.MaxAge == 0 {
+		c.MaxAge = d.MaxAge
+	}
+	if c.OnFull == "" {
+		c.OnFull = d.OnFull
+	}
+	if c.BlockTimeout == 0 {
+		c.BlockTimeout = d.BlockTimeout
+	}
+	if c.Partitioner == "" {
+		c.Partitioner = d.Partitioner
+	}
+	return c
+}
+
+// Validate reports ErrInvalidConfig for values out of range. It does not
+// check the name's syntax; the router does that with the trie package.
+func (c TopicConfig) Validate() error {
+	switch {
+	case c.Partitions < 1 || c.Partitions > MaxPartitions:
+		return errors.Join(ErrInvalidConfig, errors.New("partitions must be 1 to 1024"))
+	case c.MaxMessages < 0:
+		return errors.Join(ErrInvalidConfig, errors.New("max_messages must not be negative"))
+	case c.MaxAge < 0:
+		return errors.Join(ErrInvalidConfig, errors.New("max_age must not be negative"))
+	case c.BlockTimeout < 0:
+		return errors.Join(ErrInvalidConfig, errors.New("block timeout must not be negative"))
+	}
+	switch c.OnFull {
+	case DropOldest, Block:
+	default:
+		return errors.Join(ErrInvalidConfig, errors.New(`on_full must be "block" or "drop_oldest"`))
+	}
+	switch c.Partitioner {
+	case KeyHash, RoundRobin, Sticky:
+	default:
+		return errors.Join(ErrInvalidConfig, errors.New(`partitioner must be "key_hash", "round_robin" or "sticky"`))
+	}
+	return nil
+}
+
+// MaxPartitions bounds a topic's partition count.
+const MaxPartitions = 1024
+
+// PartitionInfo describes one partition of a topic.
+type PartitionInfo struct {
+	Partition int
+	// Earliest is the offset of the oldest retained record (== Next when
+	// the partition is empty).
+	Earliest int64
+	// Next is the offset the next append will get.
+	Next int64
+	// Bytes is the retained payload size (data, key and headers).
+	Bytes int64
+	// Dropped counts records trimmed by the full policy or by age.
+	Dropped int64
+}
+
+// TopicInfo is a topic's configuration (defaults applied) and state.
+type TopicInfo struct {
+	Config  TopicConfig
+	Created time.Time
+	Parts   []PartitionInfo
+}
+
+// Message is what a publisher appends.
+type Message struct {
+	Topic string
+	// Key, when not empty, picks the partition (see PartitionerKind).
+	Key     string
+	Headers map[string]string
+	// Data is the payload, stored and returned as given (the gateway keeps
+	// JSON text here). The engine does not retain the caller's slice.
+	Data []byte
+	// MsgID, when set, makes the append idempotent within the dedupe window.
+	MsgID string
+	// Priority 0 (lowest) to 3 (highest); delivery queues prefer higher.
+	Priority uint8
+}
+
+// Record is a stored message. Records handed out by an engine are shared and
+// must be treated as read-only.
+type Record struct {
+	Topic     string
+	Partition int
+	Offset    int64
+	Key       string
+	Headers   map[string]string
+	Data      []byte
+	Time      time.Time // append time
+	Priority  uint8
+}
+
+// Appended is Append's result.
+type Appended struct {
+	Partition int
+	Offset    int64
+	Time      time.Time
+	// Duplicate is true when MsgID was seen within the dedupe window; the
+	// position is the first append's.
+	Duplicate bool
+}
+
+// Position names one record.
+type Position struct {
+	Topic     string
+	Partition int
+	Offset    int64
+}
+
+// StartKind says where reading or a new group starts.
+type StartKind int
+
+const (
+	// StartDefault: the caller's default (earliest for a new group).
+	StartDefault StartKind = iota
+	StartEarliest
+	StartLatest
+	// StartTime: the first record appended at or after Start.Time.
+	StartTime
+	// StartOffset: Start.Offset (clamped to what is retained).
+	StartOffset
+)
+
+// Start is a starting point.
+type Start struct {
+	Kind   StartKind
+	Time   time.Time
+	Offset int64
+}
+
+// Observer receives the live tail: every append on every topic, including
+// appends made through other gateway nodes sharing the same store.
+type Observer interface {
+	// Appended is called once per record, in offset order per partition.
+	// It must not block; r is shared and read-only.
+	Appended(r *Record)
+	// TopicDeleted is called after a topic is deleted; no further records
+	// of it (until it is created again) will follow.
+	TopicDeleted(topic string)
+}
+
+// Delivery is one record handed to a group member.
+type Delivery struct {
+	Group   string
+	Record  *Record
+	Attempt int // 1 on the first delivery
+}
+
+// Consumer receives a group member's deliveries.
+type Consumer interface {
+	// Deliver hands over a record leased to this member until it is acked,
+	// nacked, or the ack timeout passes. It must not block.
+	Deliver(d Delivery)
+	// Skipped reports offsets [from, to) of a partition assigned to this
+	// member that retention trimmed before the group consumed them.
+	Skipped(group, topic string, partition int, from, to int64)
+}
+
+// JoinRequest asks to join (and, for a new group, create) a consumer group.
+type JoinRequest struct {
+	Group   string
+	Pattern string
+	// Filter, when not empty, fixes the group to records whose headers hold
+	// every pair; records it rejects are committed without delivery.
+	Filter map[string]string
+	// From applies only when the group is new; default earliest.
+	From Start
+	// Member names the member; empty means the engine makes an ID.
+	Member string
+}
+
+// GroupPolicy holds the delivery rules an engine applies to every group.
+// The zero value of each field means the default in DefaultGroupPolicy.
+type GroupPolicy struct {
+	AckTimeout   time.Duration
+	MaxAttempts  int
+	BackoffMin   time.Duration
+	BackoffMax   time.Duration
+	MaxInFlight  int // per (group, topic, partition)
+	DedupeWindow time.Duration
+	// DeadLetterLimit bounds the queue_full dead letters kept; the oldest
+	// go first.
+	DeadLetterLimit int
+}
+
+// DefaultGroupPolicy follows the protocol's server defaults.
+var DefaultGroupPolicy = GroupPolicy{
+	AckTimeout:  30 * time.Second,
+	MaxAttempts: 5,
+	BackoffMin:  200 * time.Millisecond,
+	BackoffMax:  10 * time.Second,
+	// One in flight keeps strict offset order even across retries.
+	MaxInFlight:  1,
+	DedupeWindow: 2 * time.Minute,
+	// Enough to inspect a burst of overflow without letting a slow
+	// consumer grow memory without bound.
+	DeadLetterLimit: 10_000,
+}
+
+// WithDefaults returns p with every zero field taken from d.
+func (p GroupPolicy) WithDefaults(d GroupPolicy) GroupPolicy {
+	if p.AckTimeout == 0 {
+		p.AckTimeout = d.AckTimeout
+	}
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = d.MaxAttempts
+	}
+	if p.BackoffMin == 0 {
+		p.BackoffMin = d.BackoffMin
+	}
+	if p.BackoffMax == 0 {
+		p.BackoffMax = d.BackoffMax
+	}
+	if p.MaxInFlight == 0 {
+		p.MaxInFlight = d.MaxInFlight
+	}
+	if p.DedupeWindow == 0 {
+		p.DedupeWindow = d.DedupeWindow
+	}
+	if p.DeadLetterLimit == 0 {
+		p.DeadLetterLimit = d.DeadLetterLimit
+	}
+	return p
+}
+
+// Backoff returns the wait before delivery attempt number attempt+1 after
+// attempt failed: BackoffMin doubling per attempt, capped at BackoffMax.
+func (p GroupPolicy) Backoff(attempt int) time.Duration {
+	d := p.BackoffMin
+	for i := 1; i < attempt && d < p.BackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, p.BackoffMax)
+}
+
+// MemberInfo describes one group member.
+type MemberInfo struct {
+	ID         string
+	Partitions []Position // Offset unused: the assigned (topic, partition)s
+}
+
+// GroupPartition is a group's state on one partition.
+type GroupPartition struct {
+	Topic     string
+	Partition int
+	Member    string // "" when unassigned
+	Committed int64  // next offset the group needs
+	Next      int64  // the partition's next offset
+	Lag       int64  // Next - Committed
+	InFlight  int
+	Skipped   int64 // records trimmed before the group consumed them
+}
+
+// GroupInfo describes a consumer group.
+type GroupInfo struct {
+	Name       string
+	Pattern    string
+	Filter     map[string]string
+	Members    []MemberInfo
+	Partitions []GroupPartition
+}
+
+// DeadLetter reasons.
+const (
+	ReasonMaxAttempts = "max_attempts"
+	ReasonQueueFull   = "queue_full"
+)
+
+// DeadLetter is a record a group gave up on, or one a plain subscription's
+// queue dropped.
+type DeadLetter struct {
+	ID         string
+	Reason     string
+	Group      string // max_attempts
+	Subscriber string // queue_full
+	Record     Record
+	Attempts   int
+	Error      string
+	Time       time.Time
+}
+
+// DeadLetterFilter selects dead letters; empty fields match all.
+type DeadLetterFilter struct {
+	Group  string
+	Reason string
+	Limit  int // 0: all
+}
+
+// Engine is the log and group store behind a gateway.
+type Engine interface {
+	// Epoch identifies this log's history: it changes whenever offsets
+	// could have restarted (a new memory engine, a recreated stream).
+	Epoch() string
+
+	CreateTopic(ctx context.Context, cfg TopicConfig) (TopicInfo, error)
+	// DeleteTopic removes a topic and its records, stops its groups'
+	// deliveries on it and tells observers.
+	DeleteTopic(ctx context.Context, name string) error
+	Topic(ctx context.Context, name string) (TopicInfo, error)
+	Topics(ctx context.Context) ([]TopicInfo, error)
+
+	// Append stores m and announces it to observers before returning.
+	// An unknown topic is created with the defaults unless the engine is
+	// strict (ErrUnknownTopic).
+	Append(ctx context.Context, m Message) (Appended, error)
+	// Read returns up to limit records of a partition from offset from
+	// (clamped up to the earliest retained) and the offset after the last
+	// one returned (or the clamped from when none).
+	Read(ctx context.Context, topic string, partition int, from int64, limit int) ([]*Record, int64, error)
+	// Resolve turns a Start into an offset of a partition.
+	Resolve(ctx context.Context, topic string, partition int, s Start) (int64, error)
+	// Watch registers an observer of the live tail until stop is called.
+	Watch(o Observer) (stop func())
+
+	// Join adds a member to a group (creating the group) and starts
+	// delivering to c; it returns the member ID.
+	Join(ctx context.Context, req JoinRequest, c Consumer) (string, error)
+	// Leave removes a member; its unacked records go back at once.
+	Leave(ctx context.Context, group, member string) error
+	Ack(ctx context.Context, group string, p Position) error
+	// Nack starts the record's redelivery backoff at once; after the last
+	// attempt it is dead-lettered with reason as its error.
+	Nack(ctx context.Context, group string, p Position, reason string) error
+	// Seek moves a group's position on one partition (or every partition of
+	// the topic when partition < 0); in-flight records are dropped.
+	Seek(ctx context.Context, group, topic string, partition int, to Start) error
+	Groups(ctx context.Context) ([]GroupInfo, error)
+	Group(ctx context.Context, name string) (GroupInfo, error)
+
+	// AddDeadLetter records a dead letter the caller produced (queue_full).
+	AddDeadLetter(ctx context.Context, dl DeadLetter) error
+	DeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error)
+	// Redrive appends the chosen dead letters (all of the group's when ids
+	// is empty) to their topics again and removes them; it returns how many.
+	Redrive(ctx context.Context, group string, ids []string) (int, error)
+
+	// Close stops appends, hands back in-flight deliveries and releases
+	// resources, waiting at most until ctx is done.
+	Close(ctx context.Context) error
+}
+
+// Clock is the time source engines use, injectable for tests.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine after d.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a stoppable AfterFunc timer.
+type Timer interface {
+	Stop() bool
+}
+
+// SystemClock is the real clock.
+type SystemClock struct{}
+
+func (SystemClock) Now() time.Time { return time.Now() }
+
+func (SystemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
