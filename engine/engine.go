@@ -25,8 +25,10 @@
 //
 // Every Engine method is safe for concurrent use by multiple goroutines.
 // Observer and Consumer callbacks are made from goroutines owned by the
-// engine; they must return quickly and must not call back into the engine
-// while holding their own locks that an engine call could wait on.
+// engine or synchronously from inside an engine call (an in-memory engine
+// announces a record inside Append and delivers inside Append, Ack or Join,
+// with its locks held). They must return quickly, must not block and must
+// not call back into the engine: hand the work to your own goroutine.
 package engine
 
 import (

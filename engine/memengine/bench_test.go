@@ -1,0 +1,119 @@
+package memengine_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/enginetest"
+)
+
+var payload = []byte(`{"user":42,"action":"click","page":"/home"}`)
+
+// BenchmarkAppend appends from p producers to a topic of n partitions with
+// no groups and no observers: the log's own cost.
+func BenchmarkAppend(b *testing.B) {
+	for _, parts := range []int{1, 8} {
+		for _, producers := range []int{1, 8} {
+			b.Run(fmt.Sprintf("partitions=%d/producers=%d", parts, producers), func(b *testing.B) {
+				e := newEngine(b, enginetest.Config{})
+				ctx := context.Background()
+				if _, err := e.CreateTopic(ctx, engine.TopicConfig{Name: "bench", Partitions: parts, MaxMessages: 1 << 16}); err != nil {
+					b.Fatal(err)
+				}
+				m := engine.Message{Topic: "bench", Data: payload}
+				b.ReportAllocs()
+				b.SetBytes(int64(len(payload)))
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				per := b.N / producers
+				for w := range producers {
+					n := per
+					if w == 0 {
+						n += b.N % producers
+					}
+					wg.Go(func() {
+						for range n {
+							if _, err := e.Append(ctx, m); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+			})
+		}
+	}
+}
+
+// BenchmarkAppendObserved adds one cheap observer, as the router has.
+func BenchmarkAppendObserved(b *testing.B) {
+	e := newEngine(b, enginetest.Config{})
+	ctx := context.Background()
+	var seen int64
+	stop := e.Watch(observerFunc(func(*engine.Record) { seen++ }))
+	defer stop()
+	m := engine.Message{Topic: "bench", Data: payload}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := e.Append(ctx, m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+type observerFunc func(*engine.Record)
+
+func (f observerFunc) Appended(r *engine.Record) { f(r) }
+func (observerFunc) TopicDeleted(string)         {}
+
+func BenchmarkRead(b *testing.B) {
+	e := newEngine(b, enginetest.Config{})
+	ctx := context.Background()
+	for range 10_000 {
+		if _, err := e.Append(ctx, engine.Message{Topic: "bench", Data: payload}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	var from int64
+	for b.Loop() {
+		recs, next, err := e.Read(ctx, "bench", 0, from, 100)
+		if err != nil || len(recs) != 100 {
+			b.Fatalf("Read: %d records, %v", len(recs), err)
+		}
+		from = next % 9_900
+	}
+}
+
+// ackQueue is a consumer that hands deliveries to the benchmark goroutine,
+// which acks them: the shape a real group member has.
+type ackQueue chan engine.Delivery
+
+func (q ackQueue) Deliver(d engine.Delivery)               { q <- d }
+func (ackQueue) Skipped(string, string, int, int64, int64) {}
+
+// BenchmarkGroupDelivery measures append, delivery and ack of one record
+// through a one-member group on one partition.
+func BenchmarkGroupDelivery(b *testing.B) {
+	e := newEngine(b, enginetest.Config{})
+	ctx := context.Background()
+	q := make(ackQueue, 1) // MaxInFlight 1: at most one delivery outstanding
+	if _, err := e.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "bench"}, q); err != nil {
+		b.Fatal(err)
+	}
+	m := engine.Message{Topic: "bench", Data: payload}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := e.Append(ctx, m); err != nil {
+			b.Fatal(err)
+		}
+		d := <-q
+		if err := e.Ack(ctx, d.Group, engine.Position{Topic: d.Record.Topic, Partition: d.Record.Partition, Offset: d.Record.Offset}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,196 @@
+package memengine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// Options configures an Engine. The zero value is ready to use: each field's
+// zero value means the default stated on it.
+type Options struct {
+	// Clock is the time source for append times, age retention, dedupe
+	// windows, ack timeouts, backoff and block timeouts.
+	// Default: engine.SystemClock{}.
+	Clock engine.Clock
+	// NewID makes the Epoch, generated member IDs and dead-letter IDs.
+	// It must be safe for concurrent use. Default: 16 random bytes in hex.
+	NewID func() string
+	// Defaults apply to fields a TopicConfig leaves at zero and to topics
+	// created by a first Append. Default: engine.Defaults (each zero field
+	// is taken from it).
+	Defaults engine.TopicConfig
+	// Strict makes Append to an unknown topic fail with
+	// engine.ErrUnknownTopic instead of creating it. Default: false.
+	Strict bool
+	// Policy holds the group delivery rules and the dedupe window.
+	// Default: engine.DefaultGroupPolicy (each zero field is taken from it).
+	Policy engine.GroupPolicy
+}
+
+// Engine is the in-memory engine. It is safe for concurrent use by multiple
+// goroutines; see the package documentation for the callback rules and the
+// lock order.
+type Engine struct {
+	clock    engine.Clock
+	newID    func() string
+	defaults engine.TopicConfig
+	strict   bool
+	policy   engine.GroupPolicy
+	epoch    string
+
+	closed  atomic.Bool   // set once by Close; checked lock-free by Append
+	closeCh chan struct{} // closed by Close: wakes blocked appenders
+
+	lifeMu     sync.Mutex // guards following
+	lifeClosed bool
+	callbacks  sync.WaitGroup // timer callbacks running engine code
+
+	gmu    sync.Mutex // guards following, and partition.readers
+	groups map[string]*group
+
+	topicsMu sync.Mutex // serialises creating and deleting topics
+	topics   sync.Map   // string -> *topic; lookups take no lock
+
+	obsMu     sync.Mutex                   // serialises Watch and its stop
+	observers atomic.Pointer[[]*obsHandle] // copy-on-write list read by Append
+
+	dlMu        sync.Mutex // guards following
+	deadLetters []*engine.DeadLetter
+	queueFull   int // how many of deadLetters have ReasonQueueFull
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// New returns an empty engine with a fresh Epoch. It starts no goroutine.
+func New(opts Options) *Engine {
+	e := &Engine{
+		clock:    opts.Clock,
+		newID:    opts.NewID,
+		defaults: opts.Defaults.WithDefaults(engine.Defaults),
+		strict:   opts.Strict,
+		policy:   opts.Policy.WithDefaults(engine.DefaultGroupPolicy),
+		closeCh:  make(chan struct{}),
+		groups:   make(map[string]*group),
+	}
+	if e.clock == nil {
+		e.clock = engine.SystemClock{}
+	}
+	if e.newID == nil {
+		e.newID = randomID
+	}
+	e.epoch = e.newID()
+	return e
+}
+
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
+
+// Epoch returns the ID made when the engine was created: every Engine
+// starts its offsets from zero.
+func (e *Engine) Epoch() string { return e.epoch }
+
+// afterFunc runs f after d on the engine's clock, unless the engine has
+// been closed by then. Close waits for callbacks that are already running.
+func (e *Engine) afterFunc(d time.Duration, f func()) engine.Timer {
+	return e.clock.AfterFunc(d, func() {
+		e.lifeMu.Lock()
+		if e.lifeClosed {
+			e.lifeMu.Unlock()
+			return
+		}
+		e.callbacks.Add(1)
+		e.lifeMu.Unlock()
+		defer e.callbacks.Done()
+		f()
+	})
+}
+
+type obsHandle struct{ o engine.Observer }
+
+// Watch registers o for the live tail until stop is called; stop may be
+// called more than once. Appended is called synchronously inside Append with
+// the partition locked (see the package documentation).
+func (e *Engine) Watch(o engine.Observer) (stop func()) {
+	h := &obsHandle{o: o}
+	e.obsMu.Lock()
+	var list []*obsHandle
+	if cur := e.observers.Load(); cur != nil {
+		list = slices.Clone(*cur)
+	}
+	list = append(list, h)
+	e.observers.Store(&list)
+	e.obsMu.Unlock()
+	return func() {
+		e.obsMu.Lock()
+		defer e.obsMu.Unlock()
+		cur := e.observers.Load()
+		if cur == nil {
+			return
+		}
+		i := slices.Index(*cur, h)
+		if i < 0 {
+			return
+		}
+		list := slices.Delete(slices.Clone(*cur), i, i+1)
+		e.observers.Store(&list)
+	}
+}
+
+func (e *Engine) observerList() []*obsHandle {
+	if cur := e.observers.Load(); cur != nil {
+		return *cur
+	}
+	return nil
+}
+
+// Close stops appends (they fail with engine.ErrClosed, including appends
+// blocked on a full partition), stops every timer and drops all group
+// members without redelivery; records stay readable. It waits for timer
+// callbacks already running, or until ctx is done (returning ctx's error).
+// Calling Close again returns nil.
+func (e *Engine) Close(ctx context.Context) error {
+	e.lifeMu.Lock()
+	if e.lifeClosed {
+		e.lifeMu.Unlock()
+		return nil
+	}
+	e.lifeClosed = true
+	e.closed.Store(true)
+	close(e.closeCh)
+	e.lifeMu.Unlock()
+
+	e.gmu.Lock()
+	for _, g := range e.groups {
+		for _, gp := range g.parts {
+			gp.dropWindow()
+			gp.member = nil
+		}
+		clear(g.members)
+	}
+	e.gmu.Unlock()
+
+	done := make(chan struct{})
+	go func() { // exits when the running callbacks return
+		e.callbacks.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func closedErr() error { return fmt.Errorf("memengine: %w", engine.ErrClosed) }
