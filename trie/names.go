@@ -93,6 +93,8 @@ func validSegment(seg string, first, last, pattern bool) string {
 		switch {
 		case segmentByte(c):
 		case c == '$' && first && j == 0 && len(seg) > 1:
+		case c == '$' && first && j == 0:
+			return `"$" must be followed by a name`
 		case c == '$':
 			return `"$" is allowed only as the first character of the first segment`
 		case c == '*' || c == '#':
