@@ -1,0 +1,951 @@
+// The Switchyard dashboard: live gateway statistics from the $sys topics,
+// consumer groups, dead letters, a topic browser and a try-it panel.
+//
+// Everything inserted into the page goes through textContent or DOM
+// properties, never parsed as HTML, because topic names, keys, headers and
+// payloads are user data.
+
+import { connect } from "./switchyard.js";
+
+const params = new URLSearchParams(location.search);
+const TOKEN = params.get("token") || "";
+const ADMIN_KEY = params.get("admin_key") || "";
+const WS_URL = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/v1/ws";
+const CHART_WINDOW_MS = 3 * 60 * 1000;
+const TRY_LOG_MAX = 200;
+const PAGE = 50;
+
+/** @type {import("./switchyard.js").Client | null} */
+let client = null;
+
+// ---- small DOM and formatting helpers --------------------------------------
+
+const $ = (id) => document.getElementById(id);
+
+/**
+ * Creates an element. props are assigned as properties (className, title,
+ * type, checked, ...) except "dataset"; children are nodes or strings, and
+ * strings become text nodes.
+ */
+function h(tag, props, ...children) {
+  const el = document.createElement(tag);
+  if (props) {
+    for (const [k, v] of Object.entries(props)) {
+      if (v === undefined || v === null) continue;
+      if (k === "dataset") Object.assign(el.dataset, v);
+      else if (k === "style") Object.assign(el.style, v);
+      else el[k] = v;
+    }
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : String(c));
+  }
+  return el;
+}
+
+function setText(id, text) {
+  const el = $(id);
+  if (el && el.textContent !== text) el.textContent = text;
+}
+
+function setStatus(id, text, kind = "") {
+  const el = $(id);
+  el.textContent = text || "";
+  el.className = "status" + (kind ? " " + kind : "");
+}
+
+const intFmt = new Intl.NumberFormat();
+function fmtInt(n) {
+  return typeof n === "number" && isFinite(n) ? intFmt.format(Math.round(n)) : "–";
+}
+
+/** A rate as plain digits (no grouping) so that tests can parse it. */
+function fmtRate(v) {
+  if (typeof v !== "number" || !isFinite(v)) return "0";
+  if (Math.abs(v) >= 100) return String(Math.round(v));
+  return String(Math.round(v * 10) / 10);
+}
+
+/** A rate for people: 1.2k, 3.4M. */
+function fmtShort(v) {
+  const a = Math.abs(v);
+  if (a >= 1e9) return (v / 1e9).toFixed(a >= 1e10 ? 0 : 1) + "G";
+  if (a >= 1e6) return (v / 1e6).toFixed(a >= 1e7 ? 0 : 1) + "M";
+  if (a >= 1e3) return (v / 1e3).toFixed(a >= 1e4 ? 0 : 1) + "k";
+  if (a >= 10 || v === 0) return String(Math.round(v));
+  return v.toFixed(1);
+}
+
+function fmtBytes(v) {
+  if (typeof v !== "number" || !isFinite(v)) return "–";
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let i = 0;
+  while (v >= 1000 && i < units.length - 1) {
+    v /= 1000;
+    i++;
+  }
+  return (i === 0 ? String(Math.round(v)) : v.toFixed(v >= 100 ? 0 : 1)) + " " + units[i] + "/s";
+}
+
+function fmtDuration(s) {
+  if (typeof s !== "number" || !isFinite(s)) return "–";
+  s = Math.floor(s);
+  const d = Math.floor(s / 86400);
+  const hh = Math.floor((s % 86400) / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const sec = s % 60;
+  if (d) return `${d}d ${hh}h`;
+  if (hh) return `${hh}h ${m}m`;
+  if (m) return `${m}m ${sec}s`;
+  return `${sec}s`;
+}
+
+function fmtTime(t) {
+  const d = new Date(t);
+  if (isNaN(d)) return String(t ?? "");
+  return d.toLocaleTimeString(undefined, { hour12: false }) + "." + String(d.getMilliseconds()).padStart(3, "0");
+}
+
+function fmtDateTime(t) {
+  const d = new Date(t);
+  if (isNaN(d)) return String(t ?? "");
+  return d.toLocaleString(undefined, { hour12: false });
+}
+
+function json(v) {
+  try {
+    const s = JSON.stringify(v);
+    return s === undefined ? String(v) : s;
+  } catch {
+    return String(v);
+  }
+}
+
+/** A table cell whose long JSON content expands on click. */
+function dataCell(value) {
+  const text = json(value);
+  const td = h("td", { className: "mono clip", title: text.length > 80 ? "click to expand" : "" }, text);
+  td.addEventListener("click", () => {
+    const open = td.classList.toggle("wrap");
+    td.classList.toggle("clip", !open);
+    td.textContent = open ? JSON.stringify(value, null, 2) : text;
+  });
+  return td;
+}
+
+function fillBody(table, rows, emptyId) {
+  const tbody = $(table).tBodies[0];
+  tbody.replaceChildren(...rows);
+  if (emptyId) $(emptyId).hidden = rows.length > 0;
+}
+
+// ---- HTTP API ----------------------------------------------------------------
+
+/** Calls the gateway's HTTP API; rejects with an Error carrying .code and .status. */
+async function api(path, { method = "GET", body } = {}) {
+  const headers = { Accept: "application/json" };
+  if (ADMIN_KEY) headers.Authorization = "Bearer " + ADMIN_KEY;
+  else if (TOKEN) headers.Authorization = "Bearer " + TOKEN;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  let data = null;
+  const text = await res.text();
+  if (text) {
+    try {
+      data = JSON.parse(text);
+    } catch {
+      data = null;
+    }
+  }
+  if (!res.ok) {
+    const err = new Error((data && data.message) || `${res.status} ${res.statusText}`);
+    err.code = (data && data.code) || "http_" + res.status;
+    err.status = res.status;
+    throw err;
+  }
+  return data;
+}
+
+function apiError(err) {
+  if (err.status === 401 || err.status === 403) {
+    return `${err.message} (${err.code}). Add ?admin_key=… to the page URL.`;
+  }
+  return `${err.message}${err.code ? ` (${err.code})` : ""}`;
+}
+
+// ---- rate charts -------------------------------------------------------------
+
+/**
+ * A rolling line chart on a canvas: HiDPI-aware (draws at devicePixelRatio),
+ * redrawn when its box is resized, when the color scheme changes and once a
+ * second so that it scrolls even when no data arrives.
+ */
+class RateChart {
+  constructor(canvas, series) {
+    this.canvas = canvas;
+    this.series = series;
+    /** @type {Array<{t: number, v: number}>} server time (ms) and value */
+    this.points = [];
+    this.skew = 0; // local clock minus server clock
+    this.hoverX = null;
+    this.colors = null;
+    new ResizeObserver(() => this.draw()).observe(canvas);
+    canvas.addEventListener("mousemove", (e) => {
+      this.hoverX = e.offsetX;
+      this.draw();
+    });
+    canvas.addEventListener("mouseleave", () => {
+      this.hoverX = null;
+      this.draw();
+    });
+  }
+
+  push(t, v) {
+    if (!isFinite(t)) t = Date.now();
+    const last = this.points[this.points.length - 1];
+    if (last && t <= last.t) {
+      if (t === last.t) last.v = v;
+      return; // a replayed or out-of-order sample
+    }
+    this.points.push({ t, v });
+    this.skew = Date.now() - t;
+    const cutoff = t - CHART_WINDOW_MS - 5000;
+    while (this.points.length && this.points[0].t < cutoff) this.points.shift();
+    this.draw();
+  }
+
+  readColors() {
+    const cs = getComputedStyle(document.documentElement);
+    const get = (n) => cs.getPropertyValue(n).trim();
+    this.colors = {
+      line: get("--chart-" + this.series) || "#3b6fd8",
+      grid: get("--chart-grid") || "#e9ecf0",
+      text: get("--chart-text") || "#8a93a2",
+      font: "11px " + getComputedStyle(document.body).fontFamily,
+    };
+  }
+
+  draw() {
+    const c = this.canvas;
+    const w = c.clientWidth;
+    const hgt = c.clientHeight;
+    if (!w || !hgt) return;
+    const dpr = window.devicePixelRatio || 1;
+    const pw = Math.round(w * dpr);
+    const ph = Math.round(hgt * dpr);
+    if (c.width !== pw || c.height !== ph) {
+      c.width = pw;
+      c.height = ph;
+    }
+    if (!this.colors) this.readColors();
+    const col = this.colors;
+    const ctx = c.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, w, hgt);
+
+    const left = 34;
+    const right = 4;
+    const top = 6;
+    const bottom = 16;
+    const cw = w - left - right;
+    const ch = hgt - top - bottom;
+    const now = Date.now() - this.skew;
+    const t0 = now - CHART_WINDOW_MS;
+    const visible = this.points.filter((p) => p.t >= t0 - 2000);
+    const max = niceCeil(Math.max(1, ...visible.map((p) => p.v)) * 1.1);
+    const x = (t) => left + ((t - t0) / CHART_WINDOW_MS) * cw;
+    const y = (v) => top + ch - (v / max) * ch;
+
+    // Grid and labels.
+    ctx.font = col.font;
+    ctx.lineWidth = 1;
+    ctx.strokeStyle = col.grid;
+    ctx.fillStyle = col.text;
+    ctx.textAlign = "right";
+    ctx.textBaseline = "middle";
+    for (const v of [0, max / 2, max]) {
+      const yy = Math.round(y(v)) + 0.5;
+      ctx.beginPath();
+      ctx.moveTo(left, yy);
+      ctx.lineTo(w - right, yy);
+      ctx.stroke();
+      ctx.fillText(fmtShort(v), left - 6, yy);
+    }
+    ctx.textBaseline = "alphabetic";
+    ctx.textAlign = "center";
+    for (let m = 0; m <= CHART_WINDOW_MS / 60000; m++) {
+      const xx = x(now - m * 60000);
+      ctx.textAlign = m === 0 ? "right" : "center";
+      ctx.fillText(m === 0 ? "now" : `-${m}m`, xx, hgt - 3);
+    }
+
+    if (visible.length === 0) return;
+
+    // Clip to the plot area; split the line where samples are missing.
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(left, 0, cw, hgt - bottom);
+    ctx.clip();
+    const runs = [];
+    let run = [];
+    for (const p of visible) {
+      if (run.length && p.t - run[run.length - 1].t > 3500) {
+        runs.push(run);
+        run = [];
+      }
+      run.push(p);
+    }
+    runs.push(run);
+    ctx.lineJoin = "round";
+    for (const r of runs) {
+      ctx.beginPath();
+      r.forEach((p, i) => (i ? ctx.lineTo(x(p.t), y(p.v)) : ctx.moveTo(x(p.t), y(p.v))));
+      ctx.strokeStyle = col.line;
+      ctx.lineWidth = 1.6;
+      ctx.stroke();
+      ctx.lineTo(x(r[r.length - 1].t), y(0));
+      ctx.lineTo(x(r[0].t), y(0));
+      ctx.closePath();
+      ctx.globalAlpha = 0.12;
+      ctx.fillStyle = col.line;
+      ctx.fill();
+      ctx.globalAlpha = 1;
+    }
+    ctx.restore();
+
+    // Hover readout: the sample nearest the pointer.
+    if (this.hoverX !== null && this.hoverX >= left) {
+      let best = null;
+      for (const p of visible) {
+        if (!best || Math.abs(x(p.t) - this.hoverX) < Math.abs(x(best.t) - this.hoverX)) best = p;
+      }
+      if (best) {
+        const bx = x(best.t);
+        const by = y(best.v);
+        ctx.strokeStyle = col.text;
+        ctx.lineWidth = 1;
+        ctx.beginPath();
+        ctx.moveTo(Math.round(bx) + 0.5, top);
+        ctx.lineTo(Math.round(bx) + 0.5, top + ch);
+        ctx.stroke();
+        ctx.fillStyle = col.line;
+        ctx.beginPath();
+        ctx.arc(bx, by, 3, 0, Math.PI * 2);
+        ctx.fill();
+        const label = `${fmtRate(best.v)}/s · ${fmtTime(best.t)}`;
+        ctx.font = col.font;
+        const tw = ctx.measureText(label).width;
+        const lx = Math.min(Math.max(bx + 8, left), w - right - tw);
+        ctx.fillStyle = col.text;
+        ctx.textAlign = "left";
+        ctx.fillText(label, lx, top + 10);
+      }
+    }
+  }
+}
+
+/** The smallest 1, 2 or 5 times a power of ten that is at least v. */
+function niceCeil(v) {
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 5, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}
+
+const charts = {};
+for (const s of ["publishes", "deliveries", "drops"]) charts[s] = new RateChart($("chart-" + s), s);
+const redrawAll = () => Object.values(charts).forEach((c) => c.draw());
+setInterval(redrawAll, 1000);
+window.addEventListener("resize", redrawAll);
+matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => {
+  Object.values(charts).forEach((c) => (c.colors = null));
+  redrawAll();
+});
+
+// ---- $sys.stats --------------------------------------------------------------
+
+let lastDeadLetters = null;
+
+function onStats(d) {
+  if (!d || typeof d !== "object") return;
+  setText("stat-uptime", fmtDuration(d.uptime_s));
+  setText("stat-connections", fmtInt(d.connections));
+  setText("stat-subs-plain", fmtInt(d.subscriptions?.plain));
+  setText("stat-subs-group", fmtInt(d.subscriptions?.group));
+  const r = d.rates || {};
+  setText("stat-bytes-in", "in " + fmtBytes(r.bytes_in));
+  setText("stat-bytes-out", "out " + fmtBytes(r.bytes_out));
+  const t = Date.parse(d.time);
+  for (const s of ["publishes", "deliveries", "drops"]) {
+    const v = Number(r[s]) || 0;
+    const el = $("rate-" + s);
+    el.textContent = fmtRate(v);
+    el.dataset.value = String(v);
+    charts[s].push(t, v);
+  }
+  $("rate-drops").classList.toggle("nonzero", (Number(r.drops) || 0) > 0);
+  const tot = d.totals || {};
+  setText("total-publishes", fmtInt(tot.publishes));
+  setText("total-deliveries", fmtInt(tot.deliveries));
+  setText("total-drops", fmtInt(tot.drops));
+  setText("total-gaps", fmtInt(tot.gaps));
+  setText("total-dead-letters", fmtInt(tot.dead_letters));
+  if (typeof tot.dead_letters === "number") {
+    if (lastDeadLetters !== null && tot.dead_letters !== lastDeadLetters) loadDeadLetters();
+    lastDeadLetters = tot.dead_letters;
+  }
+
+  const top = Array.isArray(d.top_topics) ? d.top_topics : [];
+  const topMax = Math.max(1e-9, ...top.map((x) => Number(x.publishes_per_s) || 0));
+  fillBody(
+    "top-topics",
+    top.map((x) =>
+      h(
+        "tr",
+        null,
+        h("td", { className: "mono" }, x.topic),
+        h("td", { className: "num" }, fmtRate(Number(x.publishes_per_s) || 0)),
+        h("td", null, bar((Number(x.publishes_per_s) || 0) / topMax)),
+      ),
+    ),
+    "top-topics-empty",
+  );
+
+  const slow = Array.isArray(d.slow_consumers) ? d.slow_consumers : [];
+  fillBody(
+    "slow-consumers",
+    slow.map((x) =>
+      h("tr", null, h("td", { className: "mono" }, x.session), h("td", { className: "num" }, fmtInt(x.queued)), h("td", { className: "num" }, fmtInt(x.dropped))),
+    ),
+    "slow-consumers-empty",
+  );
+}
+
+function bar(fraction, extra = "") {
+  const f = Math.max(0, Math.min(1, fraction || 0));
+  return h("div", { className: "bar " + extra }, h("span", { style: { width: (f * 100).toFixed(1) + "%" } }));
+}
+
+// ---- topics ------------------------------------------------------------------
+
+/** @type {Map<string, object>} */
+const topics = new Map();
+
+function onTopics(d) {
+  const list = Array.isArray(d) ? d : d && Array.isArray(d.topics) ? d.topics : null;
+  if (!list) return;
+  topics.clear();
+  for (const t of list) if (t && typeof t.name === "string") topics.set(t.name, t);
+  const names = Array.from(topics.keys()).sort();
+  fillBody(
+    "topics",
+    names.map((n) => {
+      const t = topics.get(n);
+      const retained = (t.offsets || []).reduce((a, o) => a + Math.max(0, (o.next || 0) - (o.earliest || 0)), 0);
+      const ret = t.retention || {};
+      // Segments never break inside; the line may wrap between them.
+      const policy = [ret.max_messages ? fmtShort(ret.max_messages) + " msgs" : "", ret.max_age || "", t.on_full || ""]
+        .filter(Boolean)
+        .flatMap((x, i) => [i ? " · " : "", h("span", { className: "nowrap" }, x)]);
+      const tr = h(
+        "tr",
+        { className: "link", title: "browse this topic's log" },
+        h("td", { className: "mono" }, n),
+        h("td", { className: "num" }, fmtInt(t.partitions)),
+        h("td", { className: "num" }, fmtInt(retained)),
+        h("td", null, policy.length ? policy : "default"),
+      );
+      tr.addEventListener("click", () => {
+        $("tb-topic").value = n;
+        syncPartitionPicker();
+        browse("newest");
+        $("h-browser").closest("section").scrollIntoView({ behavior: "smooth", block: "start" });
+      });
+      return tr;
+    }),
+    "topics-empty",
+  );
+  syncTopicPicker(names);
+}
+
+// ---- groups ------------------------------------------------------------------
+
+/** Groups the user collapsed, kept across refreshes. */
+const collapsedGroups = new Set();
+
+function onGroups(d) {
+  const list = Array.isArray(d) ? d : d && Array.isArray(d.groups) ? d.groups : null;
+  if (!list) return;
+  const box = $("groups");
+  const els = list
+    .slice()
+    .sort((a, b) => String(a.name).localeCompare(String(b.name)))
+    .map((g) => {
+      const parts = Array.isArray(g.partitions) ? g.partitions : [];
+      const members = Array.isArray(g.members) ? g.members : [];
+      const totalLag = parts.reduce((a, p) => a + (Number(p.lag) || 0), 0);
+      const inFlight = parts.reduce((a, p) => a + (Number(p.in_flight) || 0), 0);
+      const maxLag = Math.max(1, ...parts.map((p) => Number(p.lag) || 0));
+      const det = h(
+        "details",
+        { className: "group", open: !collapsedGroups.has(g.name) },
+        h(
+          "summary",
+          null,
+          h("span", { className: "name mono" }, g.name),
+          h("span", { className: "meta" }, "pattern ", h("span", { className: "mono" }, g.pattern ?? "")),
+          h("span", { className: "meta" }, `${members.length} member${members.length === 1 ? "" : "s"} · ${parts.length} partition${parts.length === 1 ? "" : "s"} · ${fmtInt(inFlight)} in flight`),
+          h("span", { className: "lag-total" }, "lag ", h("strong", null, fmtInt(totalLag))),
+        ),
+        members.length
+          ? h(
+              "div",
+              { className: "members" },
+              members.map((m, i) => [
+                i ? " · " : "",
+                h("span", { className: "mono" }, m.id),
+                ` (${(m.partitions || []).length})`,
+              ]),
+            )
+          : null,
+        parts.length
+          ? h(
+              "table",
+              { className: "data" },
+              h(
+                "thead",
+                null,
+                h(
+                  "tr",
+                  null,
+                  h("th", null, "Topic"),
+                  h("th", { className: "num" }, "Part"),
+                  h("th", null, "Member"),
+                  h("th", { className: "num" }, "Committed"),
+                  h("th", { className: "num" }, "Next"),
+                  h("th", { className: "num" }, "In flight"),
+                  h("th", { className: "num" }, "Lag"),
+                  h("th", { className: "bar-col" }),
+                ),
+              ),
+              h(
+                "tbody",
+                null,
+                parts
+                  .slice()
+                  .sort((a, b) => String(a.topic).localeCompare(String(b.topic)) || a.partition - b.partition)
+                  .map((p) =>
+                    h(
+                      "tr",
+                      null,
+                      h("td", { className: "mono" }, p.topic),
+                      h("td", { className: "num" }, p.partition),
+                      h("td", { className: "mono" }, p.member || "–"),
+                      h("td", { className: "num" }, fmtInt(p.committed)),
+                      h("td", { className: "num" }, fmtInt(p.next)),
+                      h("td", { className: "num" }, fmtInt(p.in_flight)),
+                      h("td", { className: "num" }, fmtInt(p.lag)),
+                      h("td", null, bar((Number(p.lag) || 0) / maxLag, "lag" + ((Number(p.lag) || 0) === 0 ? " zero" : ""))),
+                    ),
+                  ),
+              ),
+            )
+          : null,
+      );
+      det.addEventListener("toggle", () => {
+        if (det.open) collapsedGroups.delete(g.name);
+        else collapsedGroups.add(g.name);
+      });
+      return det;
+    });
+  box.replaceChildren(...els);
+  $("groups-empty").hidden = els.length > 0;
+  setText("groups-status", "updated " + new Date().toLocaleTimeString(undefined, { hour12: false }));
+  syncDeadLetterGroups(list.map((g) => g.name));
+}
+
+// ---- dead letters ------------------------------------------------------------
+
+/** Selected dead-letter ids (as strings) and each one's group. */
+const selected = new Map();
+/** @type {Map<string, object>} */
+let deadLetters = new Map();
+let dlLoading = false;
+
+function syncDeadLetterGroups(names) {
+  const sel = $("dl-group");
+  const have = new Set(Array.from(sel.options, (o) => o.value));
+  for (const n of names.slice().sort()) {
+    if (!have.has(n)) sel.append(h("option", { value: n }, n));
+  }
+}
+
+async function loadDeadLetters() {
+  if (dlLoading) return;
+  dlLoading = true;
+  const group = $("dl-group").value;
+  try {
+    const d = await api("/v1/deadletters" + (group ? "?group=" + encodeURIComponent(group) : ""));
+    renderDeadLetters(Array.isArray(d?.deadletters) ? d.deadletters : []);
+    if ($("dl-status").classList.contains("error")) setStatus("dl-status", "");
+  } catch (err) {
+    setStatus("dl-status", "Could not load dead letters: " + apiError(err), "error");
+  } finally {
+    dlLoading = false;
+  }
+}
+
+function renderDeadLetters(list) {
+  deadLetters = new Map(list.map((x) => [String(x.id), x]));
+  for (const id of Array.from(selected.keys())) if (!deadLetters.has(id)) selected.delete(id);
+  syncDeadLetterGroups(list.map((x) => x.group).filter(Boolean));
+  fillBody(
+    "deadletters",
+    list.map((x) => {
+      const id = String(x.id);
+      const cb = h("input", { type: "checkbox", checked: selected.has(id), ariaLabel: "select dead letter " + id });
+      cb.addEventListener("change", () => {
+        if (cb.checked) selected.set(id, x);
+        else selected.delete(id);
+        updateRedrive();
+      });
+      return h(
+        "tr",
+        { dataset: { id } },
+        h("td", { className: "check" }, cb),
+        h("td", null, x.reason ?? ""),
+        h("td", { className: "mono" }, x.group ?? (x.subscriber ? "sub " + x.subscriber : "")),
+        h("td", { className: "mono" }, x.topic ?? ""),
+        h("td", { className: "num" }, x.partition ?? ""),
+        h("td", { className: "num" }, x.offset ?? ""),
+        h("td", { className: "num" }, x.attempts ?? ""),
+        h("td", { className: "clip", title: x.error || "" }, x.error ?? ""),
+        h("td", null, fmtDateTime(x.time)),
+        dataCell(x.data),
+      );
+    }),
+    "deadletters-empty",
+  );
+  updateRedrive();
+}
+
+function updateRedrive() {
+  const n = selected.size;
+  $("dl-redrive").disabled = n === 0;
+  $("dl-redrive").textContent = n ? `Redrive ${n}` : "Redrive selected";
+  const all = $("dl-select-all");
+  all.checked = n > 0 && n === deadLetters.size;
+  all.indeterminate = n > 0 && n < deadLetters.size;
+}
+
+$("dl-select-all").addEventListener("change", (e) => {
+  selected.clear();
+  if (e.target.checked) for (const [id, x] of deadLetters) selected.set(id, x);
+  for (const cb of $("deadletters").tBodies[0].querySelectorAll("input[type=checkbox]")) cb.checked = e.target.checked;
+  updateRedrive();
+});
+$("dl-refresh").addEventListener("click", loadDeadLetters);
+$("dl-group").addEventListener("change", () => {
+  selected.clear();
+  loadDeadLetters();
+});
+$("dl-redrive").addEventListener("click", async () => {
+  // One request per group: the redrive endpoint takes a group and its ids.
+  const byGroup = new Map();
+  for (const x of selected.values()) {
+    const g = x.group || "";
+    if (!byGroup.has(g)) byGroup.set(g, []);
+    byGroup.get(g).push(x.id);
+  }
+  $("dl-redrive").disabled = true;
+  const done = [];
+  const failed = [];
+  for (const [group, ids] of byGroup) {
+    const body = group ? { group, ids } : { ids };
+    try {
+      await api("/v1/deadletters/redrive", { method: "POST", body });
+      done.push(ids.length);
+    } catch (err) {
+      failed.push(`${group || "(no group)"}: ${apiError(err)}`);
+    }
+  }
+  const n = done.reduce((a, b) => a + b, 0);
+  if (failed.length) setStatus("dl-status", `Redrove ${n}; failed ${failed.join("; ")}`, "error");
+  else setStatus("dl-status", `Redrove ${n} dead letter${n === 1 ? "" : "s"}.`, "ok");
+  selected.clear();
+  await loadDeadLetters();
+});
+
+// ---- topic browser -----------------------------------------------------------
+
+const browser = { topic: "", partition: 0, from: null, next: null };
+
+function syncTopicPicker(names) {
+  const sel = $("tb-topic");
+  const cur = sel.value;
+  const visible = names.filter((n) => !n.startsWith("$"));
+  const want = [...visible, ...names.filter((n) => n.startsWith("$"))];
+  const have = Array.from(sel.options, (o) => o.value);
+  if (have.join("\n") !== want.join("\n")) {
+    sel.replaceChildren(...want.map((n) => h("option", { value: n }, n)));
+    if (want.includes(cur)) sel.value = cur;
+  }
+  syncPartitionPicker();
+}
+
+function syncPartitionPicker() {
+  const t = topics.get($("tb-topic").value);
+  const sel = $("tb-partition");
+  const n = t ? Number(t.partitions) || 1 : 0;
+  if (sel.options.length !== n) {
+    const cur = sel.value;
+    sel.replaceChildren(...Array.from({ length: n }, (_, i) => h("option", { value: String(i) }, String(i))));
+    if (cur !== "" && Number(cur) < n) sel.value = cur;
+  }
+}
+
+/** Offsets [earliest, next) of the selected partition, fetched fresh. */
+async function partitionBounds(topic, partition) {
+  let t = topics.get(topic);
+  try {
+    t = await api("/v1/topics/" + encodeURIComponent(topic));
+    if (t && t.name) topics.set(t.name, t);
+  } catch {
+    /* fall back to the last $sys.topics snapshot */
+  }
+  const o = (t?.offsets || []).find((x) => x.partition === partition) || { earliest: 0, next: 0 };
+  return { earliest: Number(o.earliest) || 0, next: Number(o.next) || 0 };
+}
+
+/**
+ * Loads one page of the log. where: a number (start offset), "oldest",
+ * "newest", "older" or "newer".
+ */
+async function browse(where) {
+  const topic = $("tb-topic").value;
+  const partition = Number($("tb-partition").value) || 0;
+  if (!topic) {
+    setStatus("tb-status", "Pick a topic.");
+    return;
+  }
+  setStatus("tb-status", "Loading…");
+  try {
+    const b = await partitionBounds(topic, partition);
+    let from;
+    if (typeof where === "number") from = where;
+    else if (where === "oldest") from = b.earliest;
+    else if (where === "older") from = Math.max(b.earliest, (browser.from ?? b.next) - PAGE);
+    else if (where === "newer") from = browser.next ?? b.earliest;
+    else from = Math.max(b.earliest, b.next - PAGE);
+    from = Math.max(0, from);
+    const q = new URLSearchParams({ partition: String(partition), from: String(from), limit: String(PAGE) });
+    const d = await api(`/v1/topics/${encodeURIComponent(topic)}/messages?${q}`);
+    const msgs = Array.isArray(d?.messages) ? d.messages : [];
+    Object.assign(browser, { topic, partition, from: msgs.length ? msgs[0].offset : from, next: typeof d?.next === "number" ? d.next : from + msgs.length });
+    $("tb-from").value = String(browser.from);
+    fillBody(
+      "tb-messages",
+      msgs.map((m) =>
+        h(
+          "tr",
+          null,
+          h("td", { className: "num" }, m.offset),
+          h("td", null, fmtDateTime(m.time)),
+          h("td", { className: "mono" }, m.key ?? ""),
+          h("td", { className: "mono clip" }, m.headers ? json(m.headers) : ""),
+          dataCell(m.data),
+        ),
+      ),
+    );
+    const last = msgs.length ? msgs[msgs.length - 1].offset : null;
+    setText(
+      "tb-range",
+      (msgs.length ? `offsets ${fmtInt(msgs[0].offset)}–${fmtInt(last)}` : "no records here") + ` · retained ${fmtInt(b.earliest)}–${fmtInt(Math.max(b.earliest, b.next - 1))}`,
+    );
+    $("tb-prev").disabled = browser.from <= b.earliest;
+    $("tb-first").disabled = browser.from <= b.earliest;
+    $("tb-next").disabled = browser.next >= b.next;
+    $("tb-last").disabled = browser.next >= b.next;
+    setStatus("tb-status", "");
+  } catch (err) {
+    setStatus("tb-status", "Could not read the log: " + apiError(err), "error");
+  }
+}
+
+$("tb-topic").addEventListener("change", () => {
+  syncPartitionPicker();
+  browse("newest");
+});
+$("tb-partition").addEventListener("change", () => browse("newest"));
+$("tb-load").addEventListener("click", () => {
+  const v = $("tb-from").value.trim();
+  browse(v === "" ? "newest" : Math.max(0, Math.floor(Number(v)) || 0));
+});
+$("tb-first").addEventListener("click", () => browse("oldest"));
+$("tb-prev").addEventListener("click", () => browse("older"));
+$("tb-next").addEventListener("click", () => browse("newer"));
+$("tb-last").addEventListener("click", () => browse("newest"));
+
+// ---- try it ------------------------------------------------------------------
+
+/** @type {import("./switchyard.js").Subscription | null} */
+let trySub = null;
+
+function tryLog(kind, where, text, time) {
+  const log = $("try-log");
+  const li = h(
+    "li",
+    { className: kind },
+    h("span", { className: "t" }, fmtTime(time || Date.now())),
+    where ? h("span", { className: "where" }, where) : null,
+    h("span", { className: "d" }, text),
+  );
+  log.prepend(li);
+  while (log.children.length > TRY_LOG_MAX) log.lastElementChild.remove();
+}
+
+$("try-sub-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const pattern = $("try-pattern").value.trim();
+  if (!pattern) {
+    setStatus("try-sub-status", "Enter a pattern.", "error");
+    return;
+  }
+  if (!client) {
+    setStatus("try-sub-status", "Not connected yet.", "error");
+    return;
+  }
+  if (trySub) {
+    const old = trySub;
+    trySub = null;
+    await old.unsubscribe().catch(() => {});
+  }
+  setStatus("try-sub-status", `Subscribing to ${pattern}…`);
+  try {
+    trySub = await client.subscribe(pattern, (m) => {
+      const where = `${m.topic} ${m.partition}/${m.offset}` + (m.key !== undefined ? ` key=${m.key}` : "");
+      tryLog("msg", where, json(m.data), m.time);
+    });
+    setStatus("try-sub-status", `Subscribed to ${pattern}.`, "ok");
+    tryLog("note", "", `subscribed to ${pattern}`);
+    $("try-unsubscribe").disabled = false;
+  } catch (err) {
+    setStatus("try-sub-status", `${err.message} (${err.code})`, "error");
+  }
+});
+
+$("try-unsubscribe").addEventListener("click", async () => {
+  if (!trySub) return;
+  const old = trySub;
+  trySub = null;
+  $("try-unsubscribe").disabled = true;
+  await old.unsubscribe().catch(() => {});
+  setStatus("try-sub-status", `Stopped ${old.pattern}.`);
+  tryLog("note", "", `unsubscribed from ${old.pattern}`);
+});
+
+$("try-clear").addEventListener("click", () => $("try-log").replaceChildren());
+
+$("try-pub-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const topic = $("try-topic").value.trim();
+  const key = $("try-key").value;
+  let data;
+  try {
+    const raw = $("try-data").value.trim();
+    data = raw === "" ? null : JSON.parse(raw);
+  } catch (err) {
+    setStatus("try-result", "Data is not valid JSON: " + err.message, "error");
+    return;
+  }
+  if (!topic) {
+    setStatus("try-result", "Enter a topic.", "error");
+    return;
+  }
+  if (!client) {
+    setStatus("try-result", "Not connected yet.", "error");
+    return;
+  }
+  $("try-publish").disabled = true;
+  try {
+    const r = await client.publish(topic, data, key ? { key } : {});
+    setStatus("try-result", `Published to ${r.topic} partition ${r.partition} offset ${r.offset}${r.duplicate ? " (duplicate)" : ""}.`, "ok");
+  } catch (err) {
+    setStatus("try-result", `${err.message} (${err.code})`, "error");
+  } finally {
+    $("try-publish").disabled = false;
+  }
+});
+
+// ---- connection --------------------------------------------------------------
+
+function showState(state) {
+  const el = $("conn-state");
+  el.dataset.state = state;
+  el.textContent = state;
+}
+
+async function subscribeSystem(c) {
+  const subs = [
+    ["$sys.stats", (m) => onStats(m.data)],
+    ["$sys.topics", (m) => onTopics(m.data)],
+    ["$sys.groups", (m) => onGroups(m.data)],
+  ];
+  for (const [pattern, fn] of subs) {
+    try {
+      await c.subscribe(pattern, fn);
+    } catch (err) {
+      setText("groups-status", `cannot subscribe to ${pattern}: ${err.message}`);
+    }
+  }
+}
+
+async function loadSnapshots() {
+  try {
+    onTopics(await api("/v1/topics"));
+  } catch {
+    /* $sys.topics fills in within 5 s */
+  }
+  try {
+    onGroups(await api("/v1/groups"));
+  } catch {
+    /* $sys.groups fills in within 5 s */
+  }
+  await loadDeadLetters();
+  if ($("tb-topic").value) browse("newest");
+}
+
+async function start() {
+  let attempt = 0;
+  for (;;) {
+    showState(attempt ? "reconnecting" : "connecting");
+    try {
+      const c = await connect(WS_URL, { token: TOKEN || undefined });
+      client = c;
+      break;
+    } catch {
+      // The gateway may not be up yet: keep trying, backing off to 10 s.
+      const delay = Math.min(10000, 250 * 2 ** attempt) * (0.5 + Math.random() / 2);
+      attempt++;
+      showState("closed");
+      await new Promise((r) => setTimeout(r, delay));
+    }
+  }
+  showState(client.state);
+  client.on("state", showState);
+  client.on("open", (w) => setText("session-id", "session " + (w.session ?? "")));
+  setText("session-id", "session " + (client.session ?? ""));
+  client.on("gap", (g, sub) => {
+    if (sub && sub === trySub) tryLog("gap", `${g.topic} ${g.partition}`, `gap: offsets ${g.from}–${g.to - 1} not delivered (${g.reason})`);
+  });
+  client.on("reset", (e) => {
+    if (e.subscription === trySub) tryLog("gap", "", `could not resume ${e.pattern} after reconnecting; some records may be missing`);
+  });
+  client.on("error", (err) => {
+    if (err.subscription && err.subscription === trySub) setStatus("try-sub-status", `${err.message} (${err.code})`, "error");
+  });
+  await subscribeSystem(client);
+  await loadSnapshots();
+}
+
+start();

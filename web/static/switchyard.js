@@ -1,0 +1,908 @@
+// switchyard.js: the Switchyard JavaScript client.
+//
+// A dependency-free ES module for browsers (and Node, with an injected
+// WebSocket implementation) that speaks the Switchyard v1 WebSocket protocol:
+// subscribe to topic patterns, publish, ack and nack consumer-group
+// deliveries, and survive reconnects without losing what is still in the log.
+//
+//     import { connect } from "/switchyard.js";
+//
+//     const client = await connect("wss://gateway.example/v1/ws", { token });
+//     const sub = await client.subscribe("orders.#", (msg) => {
+//       console.log(msg.topic, msg.offset, msg.data);
+//     });
+//     await client.publish("orders.created", { id: 42 }, { key: "customer-7" });
+//     client.on("gap", (gap) => console.warn("missed", gap.from, "to", gap.to));
+//
+// Delivery guarantees provided by this library on top of the protocol:
+//
+//  - Reconnect. When the socket drops, the client reconnects with exponential
+//    backoff and jitter, then resubscribes. A plain subscription resumes with
+//    `from: {epoch, positions}` built from the last record it delivered on
+//    every (topic, partition), so records still retained by the log are not
+//    lost. When the server cannot resume (`recovered: false`) the client emits
+//    a `reset` event. Group subscriptions simply rejoin their group.
+//  - Duplicates. A plain subscription never hands the same (topic, partition,
+//    offset) to its handler twice within one log epoch. A group subscription
+//    remembers a bounded set of recently handled records; a redelivery of one
+//    that was already acked is acked again and not handed to the handler.
+//
+// Concurrency: JavaScript is single-threaded; a Client may be used from any
+// callback. Handlers run synchronously from the socket's message event, in
+// the order the server sent the frames.
+
+/** Default options; every option of {@link connect} falls back to these. */
+export const DEFAULTS = Object.freeze({
+  /** First reconnect delay, before jitter. */
+  minDelayMs: 250,
+  /** Largest reconnect delay, before jitter. */
+  maxDelayMs: 10000,
+  /** How long a request (and the wait for `welcome`) may take. */
+  requestTimeoutMs: 10000,
+  /** How many handled group records are remembered for duplicate detection. */
+  recentGroupRecords: 4096,
+});
+
+/** WebSocket readyState values, spelled out so injected implementations need not define them. */
+const OPEN = 1;
+
+/**
+ * An error reported by the server or by the client library. `code` is one of
+ * the protocol's error codes (`bad_request`, `invalid_pattern`, `forbidden`,
+ * ...) or one of the client's own:
+ *
+ *  - `timeout`: no reply within `requestTimeoutMs`;
+ *  - `disconnected`: the connection dropped after the request was sent, so
+ *    its outcome is unknown (a publish with `msg_id` can be retried safely);
+ *  - `closed`: the client was closed;
+ *  - `connect_failed`: the first connection attempt failed;
+ *  - `already_subscribed`: this client already has a subscription with the
+ *    same pattern and group;
+ *  - `not_a_group_message`: `ack`/`nack` of a message without `group`;
+ *  - `handler_failed`: a message handler threw (reported through `error`).
+ */
+export class SwitchyardError extends Error {
+  /**
+   * @param {string} code machine-readable error code
+   * @param {string} message human-readable description
+   * @param {object} [details] extra fields copied onto the error
+   */
+  constructor(code, message, details) {
+    super(message || code);
+    this.name = "SwitchyardError";
+    /** @type {string} */
+    this.code = code;
+    if (details) Object.assign(this, details);
+  }
+}
+
+/**
+ * Splits one server text frame into its JSON objects. The server may batch
+ * several objects into a frame, separated by "\n"; blank lines are skipped.
+ * A line that is not valid JSON is returned as an Error in its place so that
+ * one bad line does not hide the others.
+ *
+ * @param {string} text the frame's payload
+ * @returns {Array<object|Error>}
+ */
+export function splitFrame(text) {
+  const out = [];
+  for (const line of String(text).split("\n")) {
+    const s = line.trim();
+    if (s === "") continue;
+    try {
+      out.push(JSON.parse(s));
+    } catch (err) {
+      out.push(new SwitchyardError("bad_frame", "server sent invalid JSON: " + err.message, { line: s }));
+    }
+  }
+  return out;
+}
+
+/**
+ * The delay before reconnect attempt number `attempt` (0-based): exponential
+ * backoff from `minMs` doubling up to `maxMs`, with "equal jitter": the result
+ * lies uniformly in [d/2, d] where d is the capped exponential delay, so
+ * clients that lost the same server spread out without ever retrying at once.
+ *
+ * @param {number} attempt 0 for the first retry
+ * @param {number} minMs delay of the first retry before jitter
+ * @param {number} maxMs cap before jitter
+ * @param {() => number} [random] source of [0,1) numbers, for tests
+ * @returns {number} milliseconds
+ */
+export function backoffDelay(attempt, minMs, maxMs, random = Math.random) {
+  const exp = Math.min(maxMs, minMs * Math.pow(2, Math.min(attempt, 30)));
+  return Math.round(exp / 2 + (exp / 2) * random());
+}
+
+/**
+ * A bounded map that forgets its oldest entries first. The client uses it to
+ * remember recently handled group records.
+ */
+export class RecentSet {
+  /** @param {number} limit how many entries to keep (at least 1) */
+  constructor(limit) {
+    this.limit = Math.max(1, limit | 0);
+    /** @type {Map<string, any>} */
+    this.map = new Map();
+  }
+  /** @param {string} k @returns {boolean} */
+  has(k) {
+    return this.map.has(k);
+  }
+  /** @param {string} k @returns {any} the stored value, or undefined */
+  get(k) {
+    return this.map.get(k);
+  }
+  /** Stores k (moving it to the newest position) and evicts the oldest entries over the limit. */
+  set(k, v = true) {
+    this.map.delete(k);
+    this.map.set(k, v);
+    while (this.map.size > this.limit) this.map.delete(this.map.keys().next().value);
+  }
+  /** @param {string} k */
+  delete(k) {
+    this.map.delete(k);
+  }
+  /** @returns {number} */
+  get size() {
+    return this.map.size;
+  }
+}
+
+/**
+ * Builds the WebSocket URL: resolves a relative URL against the page (when
+ * there is one), maps http(s) to ws(s) and adds `token` as a query parameter.
+ *
+ * @param {string} url absolute ws://, wss://, http:// or https:// URL, or a path
+ * @param {string} [token] auth token (JWT), omitted when empty
+ * @returns {string}
+ */
+export function buildURL(url, token) {
+  const base = typeof globalThis.location !== "undefined" ? globalThis.location.href : undefined;
+  const u = base ? new URL(url, base) : new URL(url);
+  if (u.protocol === "http:") u.protocol = "ws:";
+  if (u.protocol === "https:") u.protocol = "wss:";
+  if (token) u.searchParams.set("token", token);
+  return u.toString();
+}
+
+/** @param {string} topic @param {number} partition */
+function tpKey(topic, partition) {
+  return topic + "\u0000" + partition;
+}
+
+/** @param {string} pattern @param {string} [group] */
+function subKey(pattern, group) {
+  return group ? pattern + "\u0000" + group : pattern;
+}
+
+/**
+ * Connects to a Switchyard gateway. The returned promise resolves once the
+ * server's `welcome` arrives, and rejects (code `connect_failed` or
+ * `timeout`) if the first attempt fails; later drops are handled by automatic
+ * reconnects.
+ *
+ * @param {string} url the gateway's WebSocket endpoint, e.g. `wss://host/v1/ws`
+ * @param {object} [options]
+ * @param {string | (() => string | Promise<string>)} [options.token]
+ *   auth token sent as `?token=`; a function is called before every attempt,
+ *   so it can hand out a fresh JWT
+ * @param {false | {minDelayMs?: number, maxDelayMs?: number}} [options.reconnect]
+ *   backoff settings (defaults 250 ms and 10 s); `false` disables reconnecting
+ * @param {number} [options.requestTimeoutMs=10000] timeout for every request
+ *   and for the `welcome` frame
+ * @param {number} [options.recentGroupRecords=4096] size of the duplicate
+ *   filter for group deliveries
+ * @param {typeof WebSocket} [options.WebSocket] WebSocket constructor to use
+ *   instead of `globalThis.WebSocket` (for Node, tests or proxies)
+ * @returns {Promise<Client>}
+ */
+export function connect(url, options = {}) {
+  const client = new Client(url, options);
+  return client._start().then(() => client);
+}
+
+/**
+ * A subscription to a pattern, optionally as a member of a consumer group.
+ * Created by {@link Client#subscribe}.
+ */
+export class Subscription {
+  /** @package */
+  constructor(client, pattern, handler, opts) {
+    /** @private */
+    this._client = client;
+    /** The subscribed pattern. @type {string} */
+    this.pattern = pattern;
+    /** The consumer group, or undefined for a plain subscription. @type {string|undefined} */
+    this.group = opts.group || undefined;
+    /** @private */
+    this._handler = handler;
+    /** @private */
+    this._opts = opts;
+    /**
+     * `pending` until the first `subscribed` reply, then `active`; `closed`
+     * after unsubscribe or when a resubscribe failed.
+     * @type {"pending"|"active"|"closed"}
+     */
+    this.state = "pending";
+    /**
+     * From the last `subscribed` reply that carried it: whether a resume from
+     * positions succeeded. Undefined when no positions were sent.
+     * @type {boolean|undefined}
+     */
+    this.recovered = undefined;
+    /** Duplicate deliveries dropped so far. */
+    this.duplicates = 0;
+    /** Records handed to the handler so far. */
+    this.delivered = 0;
+    /**
+     * Plain subscriptions: last delivered offset per (topic, partition), and
+     * the log epoch those offsets belong to.
+     * @private @type {Map<string, {topic: string, partition: number, offset: number}>}
+     */
+    this._last = new Map();
+    /** @private @type {string|undefined} */
+    this._epoch = undefined;
+    /** Group subscriptions: recently handled records, value "handling" or "acked". @private */
+    this._recent = this.group ? new RecentSet(client._opts.recentGroupRecords) : null;
+
+    const from = opts.from;
+    if (!this.group && from && typeof from === "object" && Array.isArray(from.positions)) {
+      // The caller has already seen these: seed the duplicate filter with them.
+      this._epoch = from.epoch;
+      for (const p of from.positions) {
+        this._last.set(tpKey(p.topic, p.partition), { topic: p.topic, partition: p.partition, offset: p.offset });
+      }
+    }
+    /** @private */
+    this._ready = null;
+    /** @private */
+    this._readyPromise = new Promise((resolve, reject) => {
+      this._ready = { resolve, reject };
+    });
+  }
+
+  /**
+   * The last delivered position on every (topic, partition) this plain
+   * subscription has seen, in the form `from.positions` expects.
+   * @returns {Array<{topic: string, partition: number, offset: number}>}
+   */
+  positions() {
+    return Array.from(this._last.values(), (p) => ({ ...p }));
+  }
+
+  /**
+   * Ends the subscription. Resolves when the server confirms, or at once
+   * when the client is not connected (the server forgot it with the session).
+   * No message is handed to the handler after this is called.
+   * @returns {Promise<void>}
+   */
+  unsubscribe() {
+    return this._client._unsubscribe(this);
+  }
+
+  /** The `subscribe` frame for the current connection. @private */
+  _frame() {
+    const f = { op: "subscribe", pattern: this.pattern };
+    if (this.group) f.group = this.group;
+    const o = this._opts;
+    if (o.on_full !== undefined) f.on_full = o.on_full;
+    if (o.filter !== undefined) f.filter = o.filter;
+    if (!this.group && this._last.size > 0) {
+      f.from = { epoch: this._epoch, positions: this.positions() };
+    } else if (o.from !== undefined) {
+      f.from = o.from;
+    }
+    return f;
+  }
+}
+
+/**
+ * A connection to a Switchyard gateway that reconnects by itself. Create it
+ * with {@link connect}.
+ *
+ * Events (see {@link Client#on}):
+ *  - `open` (welcome): every time a connection is established, including
+ *    after a reconnect; the argument is the `welcome` frame.
+ *  - `close` ({code, reason, willReconnect}): the socket closed.
+ *  - `reconnect` ({attempt, delayMs}): a reconnect attempt is scheduled.
+ *  - `gap` (gapFrame, subscription): the server reports offsets
+ *    `[from, to)` of a partition that this subscription did not receive.
+ *  - `reset` ({subscription, pattern, group, epoch}): a resubscribe could not
+ *    resume from the saved positions (`recovered: false`); delivery restarts
+ *    at the earliest retained record and records in between may be missing.
+ *  - `error` (SwitchyardError): a server error not tied to a request, a
+ *    failed resubscribe (the error has `.subscription`), a handler that
+ *    threw, or an unreadable frame.
+ *  - `state` (state): the connection state changed.
+ */
+export class Client {
+  /** @package Use {@link connect}. */
+  constructor(url, options = {}) {
+    const rc = options.reconnect;
+    /** @private */
+    this._url = url;
+    /** @private */
+    this._opts = {
+      token: options.token,
+      reconnect: rc !== false,
+      minDelayMs: (rc && rc.minDelayMs) || DEFAULTS.minDelayMs,
+      maxDelayMs: (rc && rc.maxDelayMs) || DEFAULTS.maxDelayMs,
+      requestTimeoutMs: options.requestTimeoutMs || DEFAULTS.requestTimeoutMs,
+      recentGroupRecords: options.recentGroupRecords || DEFAULTS.recentGroupRecords,
+      WebSocket: options.WebSocket || globalThis.WebSocket,
+    };
+    if (typeof this._opts.WebSocket !== "function") {
+      throw new SwitchyardError("bad_request", "no WebSocket implementation: pass options.WebSocket");
+    }
+    /**
+     * `connecting` (first attempt), `open`, `reconnecting` or `closed`.
+     * @type {"connecting"|"open"|"reconnecting"|"closed"}
+     */
+    this.state = "connecting";
+    /** Session id from the last `welcome`. @type {string|undefined} */
+    this.session = undefined;
+    /** Log epoch from the last `welcome`. @type {string|undefined} */
+    this.epoch = undefined;
+    /** Limits from the last `welcome`. @type {object|undefined} */
+    this.limits = undefined;
+    /** Counters, for display and tests. */
+    this.stats = { reconnects: 0, duplicates: 0, gaps: 0 };
+
+    /** @private */ this._ws = null;
+    /** @private */ this._nextId = 1;
+    /** @private @type {Map<number, object>} */ this._pending = new Map();
+    /** @private @type {Map<string, Subscription>} */ this._subs = new Map();
+    /** @private @type {Map<string, Set<Function>>} */ this._listeners = new Map();
+    /** @private */ this._attempt = 0;
+    /** @private */ this._retryTimer = null;
+    /** @private */ this._welcomeTimer = null;
+    /** @private */ this._first = null;
+  }
+
+  /**
+   * Registers a listener for an event (see the class description).
+   * @param {"open"|"close"|"reconnect"|"gap"|"reset"|"error"|"state"} event
+   * @param {Function} fn
+   * @returns {() => void} a function that removes the listener
+   */
+  on(event, fn) {
+    let set = this._listeners.get(event);
+    if (!set) this._listeners.set(event, (set = new Set()));
+    set.add(fn);
+    return () => this.off(event, fn);
+  }
+
+  /**
+   * Removes a listener added with {@link Client#on}.
+   * @param {string} event
+   * @param {Function} fn
+   */
+  off(event, fn) {
+    const set = this._listeners.get(event);
+    if (set) set.delete(fn);
+  }
+
+  /**
+   * Subscribes to a pattern. Resolves with the Subscription once the server
+   * replies `subscribed`; rejects with a SwitchyardError (`.code` set, e.g.
+   * `invalid_pattern`, `forbidden`, `group_conflict`) when it refuses.
+   * While disconnected, the request waits for the next connection.
+   *
+   * The handler is called as `handler(message, subscription)` with the
+   * `message` frame: `{topic, partition, offset, key?, headers?, data, time,
+   * pattern, group?, attempt?}`. For a group subscription the handler must
+   * eventually call {@link Client#ack} or {@link Client#nack} unless
+   * `autoAck` is set.
+   *
+   * @param {string} pattern e.g. `orders.*.eu` or `orders.#`
+   * @param {(msg: object, sub: Subscription) => any} handler
+   * @param {object} [opts]
+   * @param {string} [opts.group] join this consumer group
+   * @param {"latest"|"earliest"|{time: string}|{epoch: string, positions: Array<{topic: string, partition: number, offset: number}>}} [opts.from]
+   *   where delivery starts (server default: `latest` for plain, `earliest` for a new group)
+   * @param {"drop_old"|"drop_new"|"disconnect"} [opts.on_full] plain only: what a full outbound queue does
+   * @param {{headers: Object<string, string>}} [opts.filter] deliver only records with these headers
+   * @param {boolean} [opts.autoAck=false] group only: ack when the handler
+   *   returns (or its promise resolves), nack with the error when it throws
+   *   (or its promise rejects)
+   * @returns {Promise<Subscription>}
+   */
+  subscribe(pattern, handler, opts = {}) {
+    if (this.state === "closed") return Promise.reject(this._closedError());
+    if (typeof handler !== "function") {
+      return Promise.reject(new SwitchyardError("bad_request", "subscribe needs a handler function"));
+    }
+    const key = subKey(pattern, opts.group);
+    if (this._subs.has(key)) {
+      return Promise.reject(
+        new SwitchyardError("already_subscribed", `already subscribed to ${pattern}` + (opts.group ? ` in group ${opts.group}` : "")),
+      );
+    }
+    const sub = new Subscription(this, pattern, handler, opts);
+    this._subs.set(key, sub);
+    if (this.state === "open") this._sendSubscribe(sub);
+    else this._armPendingSubscribe(sub);
+    return sub._readyPromise;
+  }
+
+  /**
+   * Publishes one record. Resolves with the `published` reply
+   * `{topic, partition, offset, duplicate?}`; rejects with a SwitchyardError
+   * (`forbidden`, `backpressure`, `rate_limited`, `message_too_large`, ...).
+   * While disconnected, the request waits for the next connection (up to the
+   * request timeout). If the connection drops after it was sent the promise
+   * rejects with `disconnected`: retrying with the same `msg_id` is safe.
+   *
+   * @param {string} topic
+   * @param {any} data any JSON value
+   * @param {object} [opts]
+   * @param {string} [opts.key] partitioning key
+   * @param {Object<string, string>} [opts.headers]
+   * @param {string} [opts.msg_id] idempotency key: a repeat within the dedupe window is stored once
+   * @param {0|1|2|3} [opts.priority] default 1
+   * @returns {Promise<{topic: string, partition: number, offset: number, duplicate?: boolean}>}
+   */
+  publish(topic, data, opts = {}) {
+    const f = { op: "publish", topic, data: data === undefined ? null : data };
+    for (const k of ["key", "headers", "msg_id", "priority"]) {
+      if (opts[k] !== undefined) f[k] = opts[k];
+    }
+    return this._request(f);
+  }
+
+  /**
+   * Acknowledges a consumer-group delivery: the group's committed offset may
+   * move past it. Resolves on `acked`.
+   * @param {{group: string, topic: string, partition: number, offset: number}} msg the delivered message
+   * @returns {Promise<object>}
+   */
+  ack(msg) {
+    if (!msg || !msg.group) return Promise.reject(new SwitchyardError("not_a_group_message", "ack needs a message with group"));
+    const sub = this._subs.get(subKey(msg.pattern, msg.group));
+    if (sub && sub._recent) sub._recent.set(tpKey(msg.topic, msg.partition) + "\u0000" + msg.offset, "acked");
+    return this._request({ op: "ack", group: msg.group, topic: msg.topic, partition: msg.partition, offset: msg.offset });
+  }
+
+  /**
+   * Rejects a consumer-group delivery: the server redelivers it after a
+   * backoff, or dead-letters it after the maximum attempts. Resolves on
+   * `nacked`.
+   * @param {{group: string, topic: string, partition: number, offset: number}} msg the delivered message
+   * @param {string|Error} [error] why, stored with the dead letter
+   * @returns {Promise<object>}
+   */
+  nack(msg, error) {
+    if (!msg || !msg.group) return Promise.reject(new SwitchyardError("not_a_group_message", "nack needs a message with group"));
+    const sub = this._subs.get(subKey(msg.pattern, msg.group));
+    // A nacked record comes back and must then reach the handler again.
+    if (sub && sub._recent) sub._recent.delete(tpKey(msg.topic, msg.partition) + "\u0000" + msg.offset);
+    const f = { op: "nack", group: msg.group, topic: msg.topic, partition: msg.partition, offset: msg.offset };
+    if (error !== undefined && error !== null) f.error = error instanceof Error ? error.message : String(error);
+    return this._request(f);
+  }
+
+  /** All current subscriptions. @returns {Subscription[]} */
+  subscriptions() {
+    return Array.from(this._subs.values());
+  }
+
+  /**
+   * Closes the connection for good: no reconnect, every pending request
+   * rejects with code `closed`.
+   */
+  close() {
+    this._shutdown(this._closedError(), { code: 1000, reason: "client closed", willReconnect: false });
+  }
+
+  // ---- internals ----------------------------------------------------------
+
+  /** Ends everything: rejects what waits with err and emits close with ev. @private */
+  _shutdown(err, ev) {
+    if (this.state === "closed") return;
+    this._setState("closed");
+    clearTimeout(this._retryTimer);
+    clearTimeout(this._welcomeTimer);
+    for (const [id, p] of this._pending) {
+      clearTimeout(p.timer);
+      this._pending.delete(id);
+      p.reject(err);
+    }
+    for (const sub of this._subs.values()) {
+      if (sub.state === "pending") sub._ready.reject(err);
+      sub.state = "closed";
+    }
+    this._subs.clear();
+    if (this._first) {
+      this._first.reject(err);
+      this._first = null;
+    }
+    const ws = this._ws;
+    this._ws = null;
+    if (ws) {
+      try {
+        ws.close(1000, "client closed");
+      } catch {
+        /* already closing */
+      }
+    }
+    this._emit("close", ev);
+  }
+
+  /** @private */
+  _closedError() {
+    return new SwitchyardError("closed", "client closed");
+  }
+
+  /** @private */
+  _emit(event, ...args) {
+    const set = this._listeners.get(event);
+    if (!set) return;
+    for (const fn of Array.from(set)) {
+      try {
+        fn(...args);
+      } catch (err) {
+        if (event !== "error") this._emit("error", new SwitchyardError("handler_failed", `${event} listener threw: ${err && err.message}`, { cause: err }));
+      }
+    }
+  }
+
+  /** @private */
+  _setState(s) {
+    if (this.state === s) return;
+    this.state = s;
+    this._emit("state", s);
+  }
+
+  /** First connection; resolves on welcome. @private */
+  _start() {
+    return new Promise((resolve, reject) => {
+      this._first = { resolve, reject };
+      this._dial();
+    });
+  }
+
+  /** Opens a socket. @private */
+  async _dial() {
+    let token = this._opts.token;
+    if (typeof token === "function") {
+      try {
+        token = await token();
+      } catch (err) {
+        this._onSocketGone(null, { code: 4000, reason: "token: " + (err && err.message) });
+        return;
+      }
+    }
+    if (this.state === "closed") return;
+    let ws;
+    try {
+      ws = new this._opts.WebSocket(buildURL(this._url, token));
+    } catch (err) {
+      this._onSocketGone(null, { code: 1006, reason: String((err && err.message) || err) });
+      return;
+    }
+    this._ws = ws;
+    this._welcomeTimer = setTimeout(() => {
+      if (this._ws !== ws) return;
+      try {
+        ws.close(4000, "no welcome");
+      } catch {
+        /* ignore */
+      }
+      this._onSocketGone(ws, { code: 4000, reason: "timed out waiting for welcome" });
+    }, this._opts.requestTimeoutMs);
+    ws.onmessage = (ev) => {
+      if (this._ws !== ws) return;
+      if (typeof ev.data !== "string") return; // the protocol uses text frames only
+      for (const frame of splitFrame(ev.data)) {
+        if (frame instanceof Error) this._emit("error", frame);
+        else this._onFrame(frame);
+      }
+    };
+    ws.onclose = (ev) => this._onSocketGone(ws, ev || {});
+    ws.onerror = () => {
+      /* a close event follows; nothing to do here */
+    };
+  }
+
+  /** @private */
+  _onFrame(f) {
+    switch (f.op) {
+      case "welcome":
+        return this._onWelcome(f);
+      case "message":
+        return this._onMessage(f);
+      case "gap":
+        return this._onGap(f);
+      case "error":
+        if (f.id !== undefined && this._pending.has(f.id)) {
+          return this._settle(f.id, new SwitchyardError(f.code, f.message, { frame: f }), null);
+        }
+        return this._emit("error", new SwitchyardError(f.code, f.message, { frame: f }));
+      default:
+        if (f.id !== undefined && this._pending.has(f.id)) return this._settle(f.id, null, f);
+      // Anything else is a frame from a newer server; ignore it.
+    }
+  }
+
+  /** @private */
+  _onWelcome(w) {
+    clearTimeout(this._welcomeTimer);
+    const reconnected = this.state === "reconnecting";
+    this.session = w.session;
+    this.epoch = w.epoch;
+    this.limits = w.limits;
+    this._attempt = 0;
+    this._setState("open");
+    if (reconnected) this.stats.reconnects++;
+
+    // Resubscribe every subscription first, then send what waited.
+    for (const sub of this._subs.values()) this._sendSubscribe(sub);
+    for (const [id, p] of this._pending) {
+      if (!p.sent && p.frame) {
+        p.sent = true;
+        this._send({ ...p.frame, id });
+      }
+    }
+    this._emit("open", w);
+    if (this._first) {
+      this._first.resolve();
+      this._first = null;
+    }
+  }
+
+  /** @private */
+  _onMessage(m) {
+    const sub = this._subs.get(subKey(m.pattern, m.group));
+    if (!sub || sub.state === "closed") return; // unsubscribed meanwhile
+    if (sub.group) {
+      const k = tpKey(m.topic, m.partition) + "\u0000" + m.offset;
+      const seen = sub._recent.get(k);
+      if (seen !== undefined) {
+        sub.duplicates++;
+        this.stats.duplicates++;
+        // Already acked: the ack was lost or late; ack again. Still being
+        // handled: the handler's own ack will settle it.
+        if (seen === "acked") this._send({ op: "ack", group: m.group, topic: m.topic, partition: m.partition, offset: m.offset });
+        return;
+      }
+      sub._recent.set(k, "handling");
+    } else if (typeof m.offset === "number") {
+      const k = tpKey(m.topic, m.partition);
+      const last = sub._last.get(k);
+      if (last && m.offset <= last.offset) {
+        sub.duplicates++;
+        this.stats.duplicates++;
+        return;
+      }
+      if (sub._epoch === undefined) sub._epoch = this.epoch;
+      sub._last.set(k, { topic: m.topic, partition: m.partition, offset: m.offset });
+    }
+    sub.delivered++;
+    let result;
+    try {
+      result = sub._handler(m, sub);
+    } catch (err) {
+      this._handlerFailed(sub, m, err);
+      return;
+    }
+    if (sub.group && sub._opts.autoAck) {
+      Promise.resolve(result).then(
+        () => this.ack(m).catch((err) => this._emit("error", err)),
+        (err) => this._handlerFailed(sub, m, err),
+      );
+    }
+  }
+
+  /** @private */
+  _handlerFailed(sub, m, err) {
+    this._emit(
+      "error",
+      new SwitchyardError("handler_failed", `handler for ${sub.pattern} threw: ${err && err.message}`, {
+        cause: err,
+        subscription: sub,
+        frame: m,
+      }),
+    );
+    if (sub.group && sub._opts.autoAck) this.nack(m, err).catch((e) => this._emit("error", e));
+  }
+
+  /** @private */
+  _onGap(g) {
+    const sub = this._subs.get(subKey(g.pattern, g.group));
+    this.stats.gaps++;
+    this._emit("gap", g, sub);
+  }
+
+  /** Sends (or re-sends) a subscribe and tracks its reply. @private */
+  _sendSubscribe(sub) {
+    const id = this._nextId++;
+    const frame = sub._frame();
+    const sentPositions = !!(frame.from && frame.from.positions);
+    if (!sub.group && sub._epoch !== undefined && this.epoch !== undefined && sub._epoch !== this.epoch) {
+      // A new log epoch restarts offsets: forget what the old one delivered.
+      // The frame still carries the old positions, so the server answers
+      // recovered:false and starts at the earliest retained record.
+      sub._last.clear();
+      sub._epoch = this.epoch;
+    }
+    const timer = setTimeout(() => {
+      if (!this._pending.has(id)) return;
+      this._pending.delete(id);
+      if (sub.state === "pending") {
+        this._dropSub(sub);
+        sub._ready.reject(new SwitchyardError("timeout", `no reply to subscribe ${sub.pattern} within ${this._opts.requestTimeoutMs} ms`));
+        // The server may still have taken it; tell it we no longer want it.
+        const f = { op: "unsubscribe", pattern: sub.pattern };
+        if (sub.group) f.group = sub.group;
+        this._send(f);
+      } else {
+        this._emit("error", new SwitchyardError("timeout", `no reply to resubscribe ${sub.pattern}`, { subscription: sub }));
+      }
+    }, this._opts.requestTimeoutMs);
+    this._pending.set(id, {
+      kind: "subscribe",
+      sent: true,
+      timer,
+      resolve: (reply) => {
+        if (sub.state === "closed") return;
+        const wasPending = sub.state === "pending";
+        sub.state = "active";
+        if (reply.recovered !== undefined) sub.recovered = reply.recovered;
+        if (sentPositions && reply.recovered === false) {
+          this._emit("reset", { subscription: sub, pattern: sub.pattern, group: sub.group, epoch: this.epoch });
+        }
+        if (wasPending) sub._ready.resolve(sub);
+      },
+      reject: (err) => {
+        if (sub.state === "closed") return;
+        const wasPending = sub.state === "pending";
+        this._dropSub(sub);
+        err.subscription = sub;
+        // A refused first subscribe rejects its promise; a refused
+        // resubscribe after a reconnect can only be reported as an event.
+        if (wasPending) sub._ready.reject(err);
+        else this._emit("error", err);
+      },
+    });
+    this._send({ ...frame, id });
+  }
+
+  /**
+   * A subscribe made while disconnected: it is sent on the next welcome, but
+   * its caller still gets a timeout. @private
+   */
+  _armPendingSubscribe(sub) {
+    const t = setTimeout(() => {
+      if (sub.state !== "pending" || this.state === "open") return;
+      this._dropSub(sub);
+      sub._ready.reject(new SwitchyardError("timeout", `not connected within ${this._opts.requestTimeoutMs} ms to subscribe ${sub.pattern}`));
+    }, this._opts.requestTimeoutMs);
+    sub._readyPromise.then(
+      () => clearTimeout(t),
+      () => clearTimeout(t),
+    );
+  }
+
+  /** @private */
+  _dropSub(sub) {
+    sub.state = "closed";
+    const key = subKey(sub.pattern, sub.group);
+    if (this._subs.get(key) === sub) this._subs.delete(key);
+  }
+
+  /** @private */
+  _unsubscribe(sub) {
+    if (sub.state === "closed") return Promise.resolve();
+    const wasPending = sub.state === "pending";
+    this._dropSub(sub);
+    if (wasPending) sub._ready.reject(new SwitchyardError("closed", "unsubscribed before the server confirmed"));
+    if (this.state !== "open") return Promise.resolve();
+    const f = { op: "unsubscribe", pattern: sub.pattern };
+    if (sub.group) f.group = sub.group;
+    return this._request(f, { queue: false }).then(
+      () => undefined,
+      (err) => {
+        // The session forgot it already (e.g. a reconnect raced the request).
+        if (err.code === "not_subscribed" || err.code === "disconnected") return undefined;
+        throw err;
+      },
+    );
+  }
+
+  /**
+   * Sends a request with an id and resolves with the reply frame. When not
+   * connected, the request waits for the next connection unless
+   * opts.queue is false. @private
+   */
+  _request(frame, { queue = true } = {}) {
+    if (this.state === "closed") return Promise.reject(this._closedError());
+    const id = this._nextId++;
+    return new Promise((resolve, reject) => {
+      const open = this.state === "open";
+      if (!open && !queue) {
+        resolve(undefined);
+        return;
+      }
+      const timer = setTimeout(() => {
+        if (!this._pending.has(id)) return;
+        this._pending.delete(id);
+        reject(new SwitchyardError("timeout", `no reply to ${frame.op} within ${this._opts.requestTimeoutMs} ms`));
+      }, this._opts.requestTimeoutMs);
+      this._pending.set(id, { kind: frame.op, frame, sent: open, timer, resolve, reject });
+      if (open) this._send({ ...frame, id });
+    });
+  }
+
+  /** @private */
+  _settle(id, err, reply) {
+    const p = this._pending.get(id);
+    if (!p) return;
+    this._pending.delete(id);
+    clearTimeout(p.timer);
+    if (err) p.reject(err);
+    else {
+      const { op: _op, id: _id, ...rest } = reply;
+      p.resolve(p.kind === "subscribe" ? reply : rest);
+    }
+  }
+
+  /** @private */
+  _send(obj) {
+    const ws = this._ws;
+    if (!ws || ws.readyState !== OPEN) return false;
+    ws.send(JSON.stringify(obj));
+    return true;
+  }
+
+  /** The current socket closed (or never opened). @private */
+  _onSocketGone(ws, ev) {
+    if (ws !== null && this._ws !== ws) return; // an old socket
+    clearTimeout(this._welcomeTimer);
+    this._ws = null;
+    if (ws) {
+      ws.onmessage = ws.onclose = ws.onerror = null;
+    }
+    if (this.state === "closed") return;
+    const code = ev.code === undefined ? 1006 : ev.code;
+    const reason = ev.reason || "";
+
+    // Requests already on the wire have an unknown outcome now.
+    const lost = new SwitchyardError("disconnected", "connection lost before the reply" + (reason ? `: ${reason}` : ""), { closeCode: code });
+    for (const [id, p] of this._pending) {
+      if (!p.sent) continue;
+      this._pending.delete(id);
+      clearTimeout(p.timer);
+      if (p.kind !== "subscribe") p.reject(lost); // subscriptions are resent on the next welcome
+    }
+    for (const sub of this._subs.values()) {
+      if (sub.state === "pending") this._armPendingSubscribe(sub);
+    }
+
+    if (this._first) {
+      // The first attempt failed: report it instead of retrying in the dark.
+      const err = new SwitchyardError("connect_failed", `could not connect to ${this._url} (close ${code}${reason ? ": " + reason : ""})`, { closeCode: code });
+      this._shutdown(err, { code, reason, willReconnect: false });
+      return;
+    }
+    // A policy close (1008) with a fixed token will fail the same way again.
+    const hopeless = code === 1008 && typeof this._opts.token !== "function";
+    const willReconnect = this._opts.reconnect && !hopeless;
+    if (!willReconnect) {
+      const err = new SwitchyardError(code === 1008 ? "unauthorized" : "closed", `connection closed (${code}${reason ? ": " + reason : ""})`, { closeCode: code });
+      this._emit("error", err);
+      this._shutdown(err, { code, reason, willReconnect: false });
+      return;
+    }
+    this._emit("close", { code, reason, willReconnect });
+    this._setState("reconnecting");
+    const delayMs = backoffDelay(this._attempt, this._opts.minDelayMs, this._opts.maxDelayMs);
+    this._attempt++;
+    this._emit("reconnect", { attempt: this._attempt, delayMs });
+    this._retryTimer = setTimeout(() => {
+      if (this.state === "reconnecting") this._dial();
+    }, delayMs);
+  }
+}
