@@ -1,0 +1,304 @@
+// Command gateway runs a Switchyard WebSocket pub/sub gateway.
+//
+// Every setting is a flag, an environment variable (SWITCHYARD_ plus the
+// flag name in upper case with '-' as '_') and a key of the optional YAML
+// config file (--config), in that order of precedence. Run with -h for the
+// list.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/memengine"
+	"github.com/switchyard/switchyard/router"
+	"github.com/switchyard/switchyard/session"
+	"github.com/switchyard/switchyard/web"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "gateway:", err)
+		os.Exit(1)
+	}
+}
+
+// config is every setting of the gateway.
+type config struct {
+	Addr     string
+	Engine   string
+	NATSURL  string
+	LogLevel string
+	LogJSON  bool
+
+	Strict            bool
+	Partitions        int
+	RetentionMessages int64
+	RetentionAge      time.Duration
+	OnFull            string
+	BlockTimeout      time.Duration
+
+	AckTimeout   time.Duration
+	MaxAttempts  int
+	BackoffMin   time.Duration
+	BackoffMax   time.Duration
+	MaxInFlight  int
+	DedupeWindow time.Duration
+
+	QueueMessages    int
+	MaxFrameBytes    int64
+	MaxMessageBytes  int
+	MaxSubscriptions int
+	PublishRate      float64
+	AllowedOrigins   string
+	PingInterval     time.Duration
+	StatsInterval    time.Duration
+	ShutdownTimeout  time.Duration
+}
+
+func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.SetOutput(out)
+	d := engine.Defaults
+	p := engine.DefaultGroupPolicy
+	fs.String("config", "", "YAML file of settings (keys are the flag names)")
+	fs.StringVar(&cfg.Addr, "addr", ":8080", "listen address for WebSocket, HTTP API, metrics and dashboard")
+	fs.StringVar(&cfg.Engine, "engine", "memory", `log engine: "memory" (embedded) or "nats" (JetStream)`)
+	fs.StringVar(&cfg.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL(s) for --engine nats")
+	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&cfg.LogJSON, "log-json", false, "log JSON lines instead of text")
+	fs.BoolVar(&cfg.Strict, "strict", false, "refuse publishes to topics that were not created (unknown_topic)")
+	fs.IntVar(&cfg.Partitions, "partitions", d.Partitions, "partitions of auto-created topics")
+	fs.Int64Var(&cfg.RetentionMessages, "retention-messages", d.MaxMessages, "default records kept per partition")
+	fs.DurationVar(&cfg.RetentionAge, "retention-age", d.MaxAge, "default maximum record age (0: no limit)")
+	fs.StringVar(&cfg.OnFull, "on-full", string(d.OnFull), `default topic full policy: "drop_oldest" or "block"`)
+	fs.DurationVar(&cfg.BlockTimeout, "block-timeout", d.BlockTimeout, "how long a publish to a full block-policy topic waits")
+	fs.DurationVar(&cfg.AckTimeout, "ack-timeout", p.AckTimeout, "group delivery lease before redelivery")
+	fs.IntVar(&cfg.MaxAttempts, "max-attempts", p.MaxAttempts, "group delivery attempts before a dead letter")
+	fs.DurationVar(&cfg.BackoffMin, "backoff-min", p.BackoffMin, "first redelivery backoff (doubles per attempt)")
+	fs.DurationVar(&cfg.BackoffMax, "backoff-max", p.BackoffMax, "redelivery backoff cap")
+	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", p.MaxInFlight, "unacked records per group, topic and partition")
+	fs.DurationVar(&cfg.DedupeWindow, "dedupe-window", p.DedupeWindow, "msg_id deduplication window")
+	fs.IntVar(&cfg.QueueMessages, "queue-messages", 1024, "outbound queue bound per session, in message frames")
+	fs.Int64Var(&cfg.MaxFrameBytes, "max-frame-bytes", 1<<20, "largest inbound WebSocket frame (close 1009 past it)")
+	fs.IntVar(&cfg.MaxMessageBytes, "max-message-bytes", 1<<20, "largest publish data")
+	fs.IntVar(&cfg.MaxSubscriptions, "max-subscriptions", 1000, "subscriptions per session")
+	fs.Float64Var(&cfg.PublishRate, "publish-rate", 0, "publishes per second per session (0: unlimited)")
+	fs.StringVar(&cfg.AllowedOrigins, "allowed-origins", "", "comma-separated extra browser origins allowed to connect (host patterns)")
+	fs.DurationVar(&cfg.PingInterval, "ping-interval", 25*time.Second, "WebSocket keepalive ping period")
+	fs.DurationVar(&cfg.StatsInterval, "stats-interval", time.Second, "$sys.stats period (negative: no system topics)")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on graceful shutdown")
+	return fs
+}
+
+// loadConfig applies defaults, then the YAML file, then the environment,
+// then the command line.
+func loadConfig(args []string, getenv func(string) string, out io.Writer) (config, error) {
+	var cfg config
+	fs := newFlagSet(&cfg, out)
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	explicit := map[string]string{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = f.Value.String() })
+
+	path := explicit["config"]
+	if path == "" {
+		path = getenv("SWITCHYARD_CONFIG")
+	}
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, fmt.Errorf("config: %w", err)
+		}
+		var kv map[string]any
+		if err := yaml.Unmarshal(data, &kv); err != nil {
+			return cfg, fmt.Errorf("config %s: %w", path, err)
+		}
+		keys := make([]string, 0, len(kv))
+		for k := range kv {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if k == "config" || fs.Lookup(k) == nil {
+				return cfg, fmt.Errorf("config %s: unknown setting %q", path, k)
+			}
+			if err := fs.Set(k, fmt.Sprint(kv[k])); err != nil {
+				return cfg, fmt.Errorf("config %s: %s: %w", path, k, err)
+			}
+		}
+	}
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name == "config" || envErr != nil {
+			return
+		}
+		name := "SWITCHYARD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(name); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				envErr = fmt.Errorf("%s: %w", name, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return cfg, envErr
+	}
+	for k, v := range explicit {
+		if err := fs.Set(k, v); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
+func newLogger(cfg config, out io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return nil, fmt.Errorf("log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogJSON {
+		return slog.New(slog.NewJSONHandler(out, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(out, opts)), nil
+}
+
+func newEngine(cfg config, log *slog.Logger) (engine.Engine, error) {
+	defaults := engine.TopicConfig{
+		Partitions:   cfg.Partitions,
+		MaxMessages:  cfg.RetentionMessages,
+		MaxAge:       cfg.RetentionAge,
+		OnFull:       engine.FullPolicy(cfg.OnFull),
+		BlockTimeout: cfg.BlockTimeout,
+	}.WithDefaults(engine.Defaults)
+	if err := defaults.Validate(); err != nil {
+		return nil, fmt.Errorf("topic defaults: %w", err)
+	}
+	policy := engine.GroupPolicy{
+		AckTimeout:   cfg.AckTimeout,
+		MaxAttempts:  cfg.MaxAttempts,
+		BackoffMin:   cfg.BackoffMin,
+		BackoffMax:   cfg.BackoffMax,
+		MaxInFlight:  cfg.MaxInFlight,
+		DedupeWindow: cfg.DedupeWindow,
+	}.WithDefaults(engine.DefaultGroupPolicy)
+	switch cfg.Engine {
+	case "memory":
+		return memengine.New(memengine.Options{Defaults: defaults, Strict: cfg.Strict, Policy: policy}), nil
+	case "nats":
+		return newNATSEngine(cfg, defaults, policy, log)
+	}
+	return nil, fmt.Errorf(`engine must be "memory" or "nats", not %q`, cfg.Engine)
+}
+
+// run starts the gateway and blocks until ctx is done, then shuts down
+// gracefully. listening, when not nil, is told the bound address.
+func run(ctx context.Context, args []string, getenv func(string) string, out io.Writer, listening func(addr string)) error {
+	cfg, err := loadConfig(args, getenv, out)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg, out)
+	if err != nil {
+		return err
+	}
+	eng, err := newEngine(cfg, log)
+	if err != nil {
+		return err
+	}
+	var origins []string
+	for _, o := range strings.Split(cfg.AllowedOrigins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			origins = append(origins, o)
+		}
+	}
+	rt, err := router.New(router.Options{
+		Engine: eng,
+		Logger: log,
+		Static: web.FS(),
+		Session: session.Options{
+			QueueMessages: cfg.QueueMessages,
+			ReadLimit:     cfg.MaxFrameBytes,
+			PingInterval:  cfg.PingInterval,
+		},
+		MaxSubscriptions: cfg.MaxSubscriptions,
+		MaxMessageBytes:  cfg.MaxMessageBytes,
+		PublishRate:      cfg.PublishRate,
+		StatsInterval:    cfg.StatsInterval,
+		OriginPatterns:   origins,
+		ShutdownGrace:    cfg.ShutdownTimeout / 2,
+	})
+	if err != nil {
+		_ = eng.Close(context.Background())
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		_ = rt.Shutdown(context.Background())
+		_ = eng.Close(context.Background())
+		return err
+	}
+	srv := &http.Server{
+		Handler:           rt,
+		ReadHeaderTimeout: 10 * time.Second, // clients that never finish a handshake
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("switchyard gateway listening", "addr", ln.Addr().String(), "engine", cfg.Engine, "epoch", eng.Epoch())
+	if listening != nil {
+		listening(ln.Addr().String())
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		_ = rt.Shutdown(context.Background())
+		_ = eng.Close(context.Background())
+		return err
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	// Stop taking new connections and HTTP requests while sessions flush.
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- srv.Shutdown(sctx) }()
+	rerr := rt.Shutdown(sctx)
+	herr := <-httpDone
+	<-serveErr
+	eerr := eng.Close(sctx)
+	log.Info("stopped")
+	return errors.Join(rerr, ignoreClosed(herr), eerr)
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,178 @@
+// Package jsengine is the NATS JetStream implementation of engine.Engine:
+// the log, its live tail and the consumer groups live in NATS, so several
+// gateway nodes sharing one Prefix serve one set of topics and groups.
+// It passes the shared conformance suite in engine/enginetest with every
+// feature, including an injected clock.
+//
+// # Mapping onto JetStream
+//
+// Records. One stream, <prefix>_rec, holds every record of every topic on
+// subject <prefix>.rec.<topic>.<inc>.<partition>. Topic names are valid
+// subject tokens as they are (their characters are [A-Za-z0-9_:-], '.'
+// separates segments, '$' may start the first); the partition is the last
+// token and inc the one before it, so parsing from the end is unambiguous.
+// inc is the topic bucket revision that created the topic: a deleted and
+// recreated topic gets fresh subjects, so stale appends by a node that has
+// not yet heard of the delete can never leak into the new incarnation.
+// One stream rather than one per topic or partition because streams are
+// heavy in NATS (a Raft group each when replicated, files, consumers,
+// limits bookkeeping): a gateway with thousands of auto-created topics
+// would otherwise create thousands of streams. The price is that stream
+// limits cannot be per topic; see Retention.
+//
+// Offsets. Each record carries its partition offset in a header (Sy-Off)
+// and is published with Nats-Expected-Last-Subject-Sequence set to the
+// subject's last sequence as this node knows it. The server accepts it only
+// if no other node appended to the partition meanwhile; otherwise the
+// publish fails, the node reloads the subject's last message and retries.
+// That assigns offsets 0, 1, 2, ... without holes or repeats, across any
+// number of nodes, without a central lock or counter; on one node, appends
+// to a partition are serialised locally so they never conflict with each
+// other. Offsets are stable: they are stored in the records themselves.
+//
+// Reading. Read and group catch-up use direct gets of the record stream
+// filtered by the partition's subject (one round trip per record), after a
+// binary search over stream sequences for the first wanted offset (offsets
+// grow with sequences within a subject). The tail keeps the last 512
+// records of every partition in memory, so reads and deliveries near the
+// head cost no round trip. Reading a long backlog is therefore slower than
+// a consumer-based scan would be; it keeps Read stateless on the server.
+//
+// Live tail. Each engine runs one ordered consumer over <prefix>.rec.>,
+// starting after the last record stored when it was created. It sees every
+// record stored by any node, in stream order (so in offset order per
+// partition), only once stored (a core subscription would also see
+// publishes that the expected-sequence check then rejects), and resumes
+// from where it stopped after a reconnect. It feeds observers and the
+// node's groups; no goroutine per subscriber, no polling. Append returns
+// after this node's tail has announced the record (or after five seconds,
+// if the tail lags: the record is stored either way). Topic deletion is
+// announced to every node by the topic bucket's watcher.
+//
+// Epoch. The node that creates the record stream stores a random epoch in
+// the stream's metadata; every node reads it from there. A recreated
+// stream (and so a restarted offset space) has a new epoch. On a server
+// without stream metadata (before NATS 2.10) the epoch is derived from the
+// stream's creation time and name.
+//
+// Topic configurations live in the <prefix>_topics bucket, keyed by the
+// base64url of the name (KV keys cannot hold ':' or '$'); creating one is an
+// atomic KV create, so two nodes cannot both create a name.
+//
+// # Retention
+//
+// JetStream limits apply to a whole stream, so per-partition MaxMessages
+// and MaxAge are enforced by the engine with subject-filtered purges:
+//
+//   - Count: after an append that makes a partition hold more than
+//     MaxMessages, the appending node purges the subject keeping the newest
+//     MaxMessages. drop_oldest is counted: Dropped equals Earliest, since a
+//     topic's offsets start at 0 and records leave only by retention.
+//   - Age: lazily, on Append, Read, Topic and Resolve (as the in-memory
+//     engine does), using the append time from the engine's clock stored in
+//     each record (Sy-Time), so a fake clock drives it. When every record
+//     has expired, a trim marker (a record-less message holding the last
+//     offset) replaces them, so the next offset survives an empty partition.
+//   - Block: an append to a full partition waits while a group reading it
+//     has not committed past the oldest record, up to BlockTimeout on the
+//     engine's clock, then fails with engine.ErrBackpressure. Group
+//     positions of every node reach the others through the group bucket, so
+//     a block on one node is released by an ack on another.
+//
+// # Idempotent publish
+//
+// A MsgID is claimed in the <prefix>_dedupe bucket (bucket TTL: the dedupe
+// window) with an atomic create holding the claim time on the engine's
+// clock; when the append is done the claim records its position, which
+// repeats within the window return with Duplicate set. Concurrent repeats
+// on one node wait for the first in-process; on another node they poll the
+// claim briefly. The publish itself carries Nats-Msg-Id (claim key and
+// revision), and the record stream's Duplicates window is the policy's
+// DedupeWindow, so a publish retried after a lost ack is stored once. The
+// stream's own dedupe alone could not serve: it runs on the server's clock
+// and reports only a sequence, not the first record's position across a
+// window that a fake clock controls.
+//
+// # Consumer groups
+//
+// Shared state, in the <prefix>_groups bucket: each group's definition
+// (pattern, filter, start), created atomically by the first Join on any
+// node, and per (group, topic incarnation, partition) a position: the
+// committed offset, records skipped by retention, and the holder, the node
+// currently delivering that partition. KV positions rather than durable
+// JetStream consumers because the engine's semantics are per partition
+// (one member at a time, offset order, MaxInFlight, skips, seeks by offset
+// or time) while a durable consumer spans a filter and cannot be moved
+// between members or seeked without deleting it; positions in a bucket are
+// cheap, visible to every node, and updated with compare-and-set.
+//
+// Membership, in the <prefix>_live bucket whose keys expire after
+// MemberTTL: each node's key and each member's key (naming its node),
+// refreshed by a heartbeat every MemberTTL/3. Every node watches it and
+// computes the same assignment from it: partitions sorted by (topic,
+// partition) round-robin over members sorted by ID. A node delivers only
+// the partitions assigned to its own members.
+//
+// Handover. To deliver a partition a node claims it: a compare-and-set of
+// the position naming itself as holder, allowed only when the stored holder
+// is nobody, itself, or a node whose key has expired. A node whose member
+// no longer owns a partition stops delivering new records on it and, once
+// nothing of it is in flight, releases it (holder cleared); only then can
+// the new owner's node claim it. Within one node the in-memory engine's
+// rule applies (the new member waits until the old one's leases end). A
+// node that Closes releases everything at once and deletes its keys; a
+// node that dies is taken over when its key expires. Leases not acked by
+// then are redelivered by the next holder from the committed offset.
+// Acks, nacks and ack timeouts are handled by the holding node (an Ack or
+// Nack sent to another node fails with engine.ErrNotInFlight); committed
+// offsets are written by a background committer, so Group on another node
+// shows them a moment later. Seek works from any node: the holder adopts
+// a position written by someone else.
+//
+// Dead letters live in the <prefix>_dl stream (<prefix>.dl.ma for
+// max_attempts, kept until redriven; <prefix>.dl.qf for queue_full,
+// trimmed to DeadLetterLimit). Listing reads the stream; Redrive deletes a
+// letter before appending it again (restoring it if the append fails), so
+// two nodes redriving at once append it once.
+//
+// # Availability
+//
+// Calls that cannot reach NATS fail with an error wrapping
+// engine.ErrUnavailable. An engine that dials its own connection sets
+// MaxReconnects(-1); the ordered tail consumer and the bucket watchers
+// recover by themselves after a reconnect, and heartbeats resume. On a
+// server older than 2.11 expired live keys leave no marker, so the
+// heartbeat also lists the live bucket to notice dead nodes and members.
+//
+// # Concurrency
+//
+// An Engine is safe for concurrent use by multiple goroutines. New starts
+// these goroutines, and Close stops them and waits for them: the tail
+// (run by nats.go's consumer), one watcher loop per bucket (topics,
+// groups, live), the committer (writes positions, claims and releases)
+// and the heartbeat; short-lived retry timers; and Clock timer callbacks
+// (ack timeouts, backoffs, block timeouts).
+//
+// Observer.Appended is called from the tail goroutine, TopicDeleted from the
+// topic watcher. Consumer.Deliver and Consumer.Skipped are called with the
+// group lock held, from the tail, a watcher, the committer, a timer, or
+// inside Join, Leave, Ack, Nack and Seek. None of them may block or call
+// back into the Engine.
+//
+// # Lock order
+//
+// Locks are taken only in this order (a lock may be skipped, never taken
+// out of order):
+//
+//  1. partition.amu: one partition's appends and trims on this node (held
+//     across NATS round trips, released while an append blocks).
+//  2. Engine.gmu: every group, the live registry, the dirty set, and each
+//     partition's group cursors.
+//  3. Engine.tmu: the topic map (never held while taking another lock).
+//  4. partition.smu: one partition's shared view, cache and block floor.
+//
+// Leaf locks: Engine.lifeMu, Engine.obsMu, Engine.tailMu and Engine.dmu.
+// Group code does NATS round trips under gmu only to fetch records missing
+// from the cache and to store dead letters; positions are written by the
+// committer without it.
+package jsengine

@@ -1,0 +1,605 @@
+package jsengine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// Options configures an Engine. Each field's zero value means the default
+// stated on it.
+type Options struct {
+	// URL is the NATS server to dial when Conn is nil. The engine owns that
+	// connection: it reconnects forever (MaxReconnects -1) and Close closes
+	// it. Default: nats.DefaultURL (nats://127.0.0.1:4222).
+	URL string
+	// Conn is a connection the caller owns; when set, URL is ignored and
+	// Close leaves it open. It should reconnect by itself (MaxReconnects
+	// -1), or the engine stays unavailable after the first outage.
+	Conn *nats.Conn
+	// Prefix namespaces everything the engine creates in NATS: the streams
+	// <Prefix>_rec and <Prefix>_dl, the buckets <Prefix>_topics,
+	// <Prefix>_groups, <Prefix>_live and <Prefix>_dedupe, and the subjects
+	// <Prefix>.rec.> and <Prefix>.dl.>. Gateway nodes that share a Prefix
+	// share one log; tests use a unique Prefix to isolate themselves.
+	// Letters, digits, '_' and '-' only. Default: "switchyard".
+	Prefix string
+	// Defaults apply to fields a TopicConfig leaves at zero and to topics
+	// created by a first Append. Default: engine.Defaults (each zero field
+	// is taken from it).
+	Defaults engine.TopicConfig
+	// Strict makes Append to an unknown topic fail with
+	// engine.ErrUnknownTopic instead of creating it. Default: false.
+	Strict bool
+	// Policy holds the group delivery rules and the dedupe window.
+	// Default: engine.DefaultGroupPolicy (each zero field is taken from it).
+	// The first node to create the streams fixes the stream's server-side
+	// duplicates window to its Policy.DedupeWindow.
+	Policy engine.GroupPolicy
+	// Clock is the time source for append times, age retention, the dedupe
+	// window, ack timeouts, backoff and block timeouts. Member liveness
+	// (MemberTTL) always runs on real time: the NATS server expires it.
+	// Default: engine.SystemClock{}.
+	Clock engine.Clock
+	// NewID makes generated member IDs and dead-letter IDs. It must be
+	// safe for concurrent use. Default: 16 random bytes in hex.
+	NewID func() string
+	// Logger receives background errors (failed commits, lost watches).
+	// Default: slog.Default().
+	Logger *slog.Logger
+	// MemberTTL is how long a node's group members stay registered after
+	// the node stops heartbeating (it heartbeats every MemberTTL/3): the
+	// longest a crashed node's partitions wait before moving on. A node
+	// that Closes hands them over at once. Default: 10 s, long enough to
+	// ride out a NATS reconnect without a rebalance storm.
+	MemberTTL time.Duration
+}
+
+// DefaultPrefix is the Prefix used when Options.Prefix is empty.
+const DefaultPrefix = "switchyard"
+
+// defaultMemberTTL: see Options.MemberTTL.
+const defaultMemberTTL = 10 * time.Second
+
+var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// Engine is the JetStream engine. It is safe for concurrent use by multiple
+// goroutines; see the package documentation for the callback rules, the
+// goroutines it runs and the lock order.
+type Engine struct {
+	nc     *nats.Conn
+	ownNC  bool
+	js     jetstream.JetStream
+	prefix string
+	node   string // this engine's node ID: random, a safe subject token
+
+	clock    engine.Clock
+	newID    func() string
+	defaults engine.TopicConfig
+	strict   bool
+	policy   engine.GroupPolicy
+	log      *slog.Logger
+	ttl      time.Duration
+	epoch    string
+
+	rec     jetstream.Stream // <prefix>_rec: every record of every topic
+	dl      jetstream.Stream // <prefix>_dl: dead letters
+	topicKV jetstream.KeyValue
+	groupKV jetstream.KeyValue
+	liveKV  jetstream.KeyValue
+	dedupKV jetstream.KeyValue
+	// liveMarkers: the server marks expired live keys (NATS 2.11+), so the
+	// live watcher sees dead nodes without listing the bucket.
+	liveMarkers bool
+
+	closed  atomic.Bool
+	closeCh chan struct{} // closed by Close
+	wg      sync.WaitGroup
+
+	lifeMu     sync.Mutex // guards following
+	lifeClosed bool
+	callbacks  sync.WaitGroup // timer callbacks running engine code
+
+	tmu    sync.RWMutex // guards following
+	topics map[string]*topic
+	// deleted remembers the KV revision of each topic name's last delete
+	// seen, so a late create event for an older incarnation is ignored.
+	deleted map[string]uint64
+
+	gmu    sync.Mutex // guards following, partition.gparts/floor state and every group
+	groups map[string]*group
+	reg    map[string]map[string]string // group -> member -> node (the live registry)
+	nodes  map[string]bool              // live nodes
+	dirty  map[*gpart]struct{}          // commits to write
+	kick   chan struct{}                // capacity 1: wakes the committer
+
+	obsMu     sync.Mutex
+	observers atomic.Pointer[[]*obsHandle]
+
+	tailMu   sync.Mutex // guards following
+	tailSeq  uint64     // last stream sequence the tail has announced
+	tailWake chan struct{}
+	tailWait int
+	tailCC   jetstream.ConsumeContext
+
+	watchers []jetstream.KeyWatcher
+
+	dmu   sync.Mutex // guards following
+	dedup map[string]*dedupCall
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// New connects (unless opts.Conn is set), creates or opens the streams and
+// buckets under opts.Prefix, loads the topics, groups and live members, and
+// starts the engine's goroutines: the live tail, three bucket watchers, the
+// commit writer and the heartbeat. Close stops them and waits. It fails
+// with an error wrapping engine.ErrUnavailable when NATS cannot be reached.
+func New(ctx context.Context, opts Options) (*Engine, error) {
+	e := &Engine{
+		prefix:   opts.Prefix,
+		clock:    opts.Clock,
+		newID:    opts.NewID,
+		defaults: opts.Defaults.WithDefaults(engine.Defaults),
+		strict:   opts.Strict,
+		policy:   opts.Policy.WithDefaults(engine.DefaultGroupPolicy),
+		log:      opts.Logger,
+		ttl:      opts.MemberTTL,
+		closeCh:  make(chan struct{}),
+		topics:   make(map[string]*topic),
+		deleted:  make(map[string]uint64),
+		groups:   make(map[string]*group),
+		reg:      make(map[string]map[string]string),
+		nodes:    make(map[string]bool),
+		dirty:    make(map[*gpart]struct{}),
+		kick:     make(chan struct{}, 1),
+		tailWake: make(chan struct{}),
+		dedup:    make(map[string]*dedupCall),
+		node:     randomID()[:16],
+	}
+	if e.prefix == "" {
+		e.prefix = DefaultPrefix
+	}
+	if !prefixRE.MatchString(e.prefix) {
+		return nil, fmt.Errorf("jsengine: prefix %q: %w", e.prefix, engine.ErrInvalidConfig)
+	}
+	if e.clock == nil {
+		e.clock = engine.SystemClock{}
+	}
+	if e.newID == nil {
+		e.newID = randomID
+	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	if e.ttl <= 0 {
+		e.ttl = defaultMemberTTL
+	}
+	e.ttl = max(e.ttl, time.Second) // the server's marker TTL resolution
+	if err := e.defaults.Validate(); err != nil {
+		return nil, fmt.Errorf("jsengine: defaults: %w", err)
+	}
+	e.nc = opts.Conn
+	if e.nc == nil {
+		url := opts.URL
+		if url == "" {
+			url = nats.DefaultURL
+		}
+		nc, err := nats.Connect(url, nats.Name("switchyard-gateway"), nats.MaxReconnects(-1))
+		if err != nil {
+			return nil, unavailable("connect", err)
+		}
+		e.nc, e.ownNC = nc, true
+	}
+	if err := e.setup(ctx); err != nil {
+		e.closed.Store(true)
+		close(e.closeCh)
+		e.shutdown()
+		e.wg.Wait()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Engine) setup(ctx context.Context) error {
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		return unavailable("jetstream", err)
+	}
+	e.js = js
+	epoch := randomID()
+	e.rec, err = e.openStream(ctx, jetstream.StreamConfig{
+		Name:        e.prefix + "_rec",
+		Subjects:    []string{e.prefix + ".rec.>"},
+		Storage:     jetstream.FileStorage,
+		Duplicates:  e.policy.DedupeWindow,
+		AllowDirect: true,
+		Metadata:    map[string]string{"switchyard_epoch": epoch},
+	})
+	if err != nil {
+		return err
+	}
+	e.epoch = e.rec.CachedInfo().Config.Metadata["switchyard_epoch"]
+	if e.epoch == "" { // a stream made by someone else: tie the epoch to its creation
+		ci := e.rec.CachedInfo()
+		e.epoch = strconv.FormatInt(ci.Created.UnixNano(), 36) + "-" + ci.Config.Name
+	}
+	e.dl, err = e.openStream(ctx, jetstream.StreamConfig{
+		Name:        e.prefix + "_dl",
+		Subjects:    []string{e.prefix + ".dl.>"},
+		Storage:     jetstream.FileStorage,
+		AllowDirect: true,
+	})
+	if err != nil {
+		return err
+	}
+	if e.topicKV, err = e.openKV(ctx, jetstream.KeyValueConfig{Bucket: e.prefix + "_topics"}); err != nil {
+		return err
+	}
+	if e.groupKV, err = e.openKV(ctx, jetstream.KeyValueConfig{Bucket: e.prefix + "_groups"}); err != nil {
+		return err
+	}
+	liveCfg := jetstream.KeyValueConfig{Bucket: e.prefix + "_live", TTL: e.ttl, LimitMarkerTTL: e.ttl}
+	e.liveMarkers = true
+	if e.liveKV, err = e.openKV(ctx, liveCfg); errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
+		// Before NATS 2.11 expired keys vanish silently: the heartbeat
+		// lists the bucket to notice them (see reconcileLive).
+		liveCfg.LimitMarkerTTL, e.liveMarkers = 0, false
+		e.liveKV, err = e.openKV(ctx, liveCfg)
+	}
+	if err != nil {
+		return err
+	}
+	if e.dedupKV, err = e.openKV(ctx, jetstream.KeyValueConfig{Bucket: e.prefix + "_dedupe", TTL: e.policy.DedupeWindow}); err != nil {
+		return err
+	}
+	if _, err := e.liveKV.Put(ctx, "n."+e.node, []byte("1")); err != nil {
+		return unavailable("register node", err)
+	}
+	e.nodes[e.node] = true
+
+	// Watchers: each delivers the current values, then a nil marker, then
+	// updates. Wait for all three markers so New returns with full state.
+	ready := make(chan struct{}, 3)
+	for _, w := range []struct {
+		kv jetstream.KeyValue
+		fn func(jetstream.KeyValueEntry, bool)
+	}{{e.topicKV, e.topicEvent}, {e.groupKV, e.groupEvent}, {e.liveKV, e.liveEvent}} {
+		kw, err := w.kv.WatchAll(context.WithoutCancel(ctx)) // stopped by Close
+		if err != nil {
+			return unavailable("watch", err)
+		}
+		e.watchers = append(e.watchers, kw)
+		e.wg.Add(1)
+		go e.watchLoop(kw, w.fn, ready) // exits when Close stops the watcher
+	}
+	for range 3 {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return unavailable("initial watch", ctx.Err())
+		}
+	}
+
+	// The live tail starts after the last record stored now.
+	info, err := e.rec.Info(ctx)
+	if err != nil {
+		return unavailable("stream info", err)
+	}
+	e.tailSeq = info.State.LastSeq
+	cons, err := e.rec.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{e.prefix + ".rec.>"},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    info.State.LastSeq + 1,
+	})
+	if err != nil {
+		return unavailable("tail", err)
+	}
+	cc, err := cons.Consume(e.tailMsg, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if !e.closed.Load() {
+			e.log.Debug("jsengine: tail", "err", err)
+		}
+	}))
+	if err != nil {
+		return unavailable("tail", err)
+	}
+	e.tailCC = cc
+
+	e.wg.Add(2)
+	go e.committer() // exits when closeCh is closed
+	go e.heartbeat() // exits when closeCh is closed
+	return nil
+}
+
+func (e *Engine) openStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := e.js.CreateStream(ctx, cfg)
+	if err == nil {
+		return s, nil
+	}
+	if s, err2 := e.js.Stream(ctx, cfg.Name); err2 == nil {
+		return s, nil
+	}
+	return nil, unavailable("stream "+cfg.Name, err)
+}
+
+func (e *Engine) openKV(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := e.js.CreateKeyValue(ctx, cfg)
+	if err == nil {
+		return kv, nil
+	}
+	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
+		return nil, err
+	}
+	if kv, err2 := e.js.KeyValue(ctx, cfg.Bucket); err2 == nil {
+		return kv, nil
+	}
+	return nil, unavailable("bucket "+cfg.Bucket, err)
+}
+
+// watchLoop feeds one bucket's changes to fn, with initial true until the
+// watcher's end-of-initial-values marker, which it reports on ready.
+func (e *Engine) watchLoop(kw jetstream.KeyWatcher, fn func(jetstream.KeyValueEntry, bool), ready chan<- struct{}) {
+	defer e.wg.Done()
+	initial := true
+	for {
+		select {
+		case <-e.closeCh:
+			return
+		case ent, ok := <-kw.Updates():
+			if !ok {
+				return
+			}
+			if ent == nil {
+				if initial {
+					initial = false
+					ready <- struct{}{}
+				}
+				continue
+			}
+			fn(ent, initial)
+		}
+	}
+}
+
+// heartbeat keeps this node and its members registered in the live bucket.
+func (e *Engine) heartbeat() {
+	defer e.wg.Done()
+	t := time.NewTicker(e.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.closeCh:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), e.ttl/3)
+		if _, err := e.liveKV.Put(ctx, "n."+e.node, []byte("1")); err != nil {
+			e.log.Warn("jsengine: heartbeat", "err", err)
+		}
+		e.gmu.Lock()
+		var keys []string
+		for _, g := range e.groups {
+			for id := range g.local {
+				keys = append(keys, memberKey(g.name, id))
+			}
+		}
+		e.gmu.Unlock()
+		for _, k := range keys {
+			if _, err := e.liveKV.Put(ctx, k, []byte(e.node)); err != nil {
+				e.log.Warn("jsengine: heartbeat", "err", err)
+				break
+			}
+		}
+		if !e.liveMarkers {
+			e.reconcileLive(ctx)
+		}
+		cancel()
+	}
+}
+
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
+
+// enc makes any string a safe KV key token.
+func enc(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+
+func dec(s string) string {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// Epoch returns the ID stored in the record stream's metadata when the
+// stream was created: it changes exactly when the stream (and with it every
+// offset) is recreated.
+func (e *Engine) Epoch() string { return e.epoch }
+
+// afterFunc runs f after d on the engine's clock, unless the engine has
+// been closed by then. Close waits for callbacks that are already running.
+func (e *Engine) afterFunc(d time.Duration, f func()) engine.Timer {
+	return e.clock.AfterFunc(d, func() {
+		e.lifeMu.Lock()
+		if e.lifeClosed {
+			e.lifeMu.Unlock()
+			return
+		}
+		e.callbacks.Add(1)
+		e.lifeMu.Unlock()
+		defer e.callbacks.Done()
+		f()
+	})
+}
+
+type obsHandle struct{ o engine.Observer }
+
+// Watch registers o for the live tail until stop is called; stop may be
+// called more than once. Appended is called from the engine's tail
+// goroutine for every record stored by any node sharing the Prefix, in
+// offset order per partition; TopicDeleted from the topic watcher.
+func (e *Engine) Watch(o engine.Observer) (stop func()) {
+	h := &obsHandle{o: o}
+	e.obsMu.Lock()
+	var list []*obsHandle
+	if cur := e.observers.Load(); cur != nil {
+		list = slices.Clone(*cur)
+	}
+	list = append(list, h)
+	e.observers.Store(&list)
+	e.obsMu.Unlock()
+	return func() {
+		e.obsMu.Lock()
+		defer e.obsMu.Unlock()
+		cur := e.observers.Load()
+		if cur == nil {
+			return
+		}
+		i := slices.Index(*cur, h)
+		if i < 0 {
+			return
+		}
+		list := slices.Delete(slices.Clone(*cur), i, i+1)
+		e.observers.Store(&list)
+	}
+}
+
+func (e *Engine) observerList() []*obsHandle {
+	if cur := e.observers.Load(); cur != nil {
+		return *cur
+	}
+	return nil
+}
+
+// Close stops appends (they fail with engine.ErrClosed, including appends
+// blocked on a full partition), stops every timer, hands this node's
+// partitions back (records in flight are redelivered by the next owner)
+// and removes its members from the registry so other nodes take over at
+// once, then stops the tail and the watchers and waits for every goroutine
+// the engine started, or until ctx is done (returning ctx's error). Records
+// stay in NATS. Calling Close again returns nil.
+func (e *Engine) Close(ctx context.Context) error {
+	e.lifeMu.Lock()
+	if e.lifeClosed {
+		e.lifeMu.Unlock()
+		return nil
+	}
+	e.lifeClosed = true
+	e.closed.Store(true)
+	close(e.closeCh)
+	e.lifeMu.Unlock()
+
+	// Hand back: drop windows, then write the releases and unregister.
+	type release struct {
+		key string
+		val []byte
+		rev uint64
+	}
+	var rels []release
+	var memberKeys []string
+	e.gmu.Lock()
+	for _, g := range e.groups {
+		for id := range g.local {
+			memberKeys = append(memberKeys, memberKey(g.name, id))
+		}
+		clear(g.local)
+		for _, gp := range g.parts {
+			if gp.holding {
+				gp.dropWindow()
+				gp.holding = false
+				v := commitVal{Off: gp.committed, Skipped: gp.skipped, By: e.node}
+				rels = append(rels, release{gp.key, v.marshal(), gp.storedRev})
+			}
+			gp.member = nil
+		}
+	}
+	e.gmu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	for _, r := range rels {
+		if _, err := e.groupKV.Update(wctx, r.key, r.val, r.rev); err != nil {
+			e.log.Debug("jsengine: release on close", "key", r.key, "err", err)
+		}
+	}
+	for _, k := range memberKeys {
+		_ = e.liveKV.Delete(wctx, k)
+	}
+	_ = e.liveKV.Delete(wctx, "n."+e.node)
+	cancel()
+
+	e.shutdown()
+
+	done := make(chan struct{})
+	go func() { // exits when the engine's goroutines and callbacks return
+		e.wg.Wait()
+		e.callbacks.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// shutdown stops the tail and the watchers and closes an owned connection.
+func (e *Engine) shutdown() {
+	if e.tailCC != nil {
+		e.tailCC.Stop()
+		<-e.tailCC.Closed()
+	}
+	for _, w := range e.watchers {
+		_ = w.Stop()
+	}
+	if e.ownNC {
+		e.nc.Close()
+	}
+}
+
+func closedErr() error { return fmt.Errorf("jsengine: %w", engine.ErrClosed) }
+
+// unavailable wraps an error talking to NATS: connection-level failures
+// also wrap engine.ErrUnavailable, so callers may retry.
+func unavailable(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	switch {
+	case errors.Is(err, nats.ErrNoServers), errors.Is(err, nats.ErrConnectionClosed),
+		errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected),
+		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, jetstream.ErrJetStreamNotEnabled),
+		errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("jsengine: %s: %w: %w", op, engine.ErrUnavailable, err)
+	}
+	return fmt.Errorf("jsengine: %s: %w", op, err)
+}
+
+// isWrongLast reports a failed optimistic-concurrency check: a publish's
+// expected last subject sequence or a KV revision did not match.
+func isWrongLast(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return errors.Is(err, jetstream.ErrKeyExists)
+}

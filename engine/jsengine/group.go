@@ -1,0 +1,1117 @@
+package jsengine
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/trie"
+)
+
+// groupDef is a group's fixed definition in the group bucket.
+type groupDef struct {
+	Pattern string            `json:"pattern"`
+	Filter  map[string]string `json:"filter,omitempty"`
+	From    engine.Start      `json:"from"`
+}
+
+// commitVal is a group's position on one partition in the group bucket.
+// Holder is the node delivering the partition ("" when none); By is the
+// node that wrote the value.
+type commitVal struct {
+	Off     int64  `json:"off"`
+	Skipped int64  `json:"skipped,omitempty"`
+	Holder  string `json:"holder,omitempty"`
+	By      string `json:"by,omitempty"`
+}
+
+func (v commitVal) marshal() []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+func defKey(g string) string       { return "d." + enc(g) }
+func memberKey(g, m string) string { return "m." + enc(g) + "." + enc(m) }
+func commitKey(g string, t *topic, p int) string {
+	return fmt.Sprintf("c.%s.%s.%d.%d", enc(g), enc(t.name), t.inc, p)
+}
+
+// group is a consumer group as this node sees it. Every field, and
+// everything reachable from it, is guarded by Engine.gmu.
+type group struct {
+	name  string
+	def   groupDef
+	local map[string]*member // members connected to this node
+	parts map[partKey]*gpart
+	order []*gpart // parts sorted by (topic, partition); rebuilt by rebalance
+}
+
+func (g *group) matches(topic string) bool { return trie.Matches(g.def.Pattern, topic) }
+
+type partKey struct {
+	topic     string
+	partition int
+}
+
+type member struct {
+	id string
+	c  engine.Consumer
+}
+
+// gpart is a group's cursor on one partition. Every node has one for each
+// partition a group reads; only the node holding it (holding) delivers.
+type gpart struct {
+	g       *group
+	t       *topic
+	p       *partition
+	key     string
+	start   engine.Start // where a cursor with no stored position starts
+	owner   string       // assigned member ID, "" when the group has none
+	member  *member      // the owner when it is on this node
+	removed bool
+
+	stored    commitVal // last value seen in the bucket
+	storedRev uint64
+	loaded    bool
+	acquiring bool // a claim is queued for the committer
+
+	holding   bool // this node delivers the partition
+	committed int64
+	next      int64
+	window    []*flight
+	skipped   int64
+	ahead     []*engine.Record // records fetched from NATS past the cache
+}
+
+type flightState uint8
+
+const (
+	stateReady flightState = iota
+	stateInFlight
+	stateBackoff
+	stateDone
+)
+
+type flight struct {
+	rec     *engine.Record
+	state   flightState
+	attempt int
+	to      *member
+	timer   engine.Timer
+	gen     uint64
+	lastErr string
+}
+
+func (f *flight) stopTimer() {
+	if f.timer != nil {
+		f.timer.Stop()
+		f.timer = nil
+	}
+	f.gen++
+}
+
+func (gp *gpart) dropWindow() {
+	for _, f := range gp.window {
+		f.stopTimer()
+	}
+	gp.window = nil
+	gp.next = gp.committed
+	gp.ahead = nil
+}
+
+func (gp *gpart) fastForward(earliest int64) {
+	k := earliest - gp.committed
+	if k >= int64(len(gp.window)) {
+		gp.committed = earliest
+		gp.dropWindow()
+		gp.next = max(gp.next, earliest)
+		return
+	}
+	for _, f := range gp.window[:k] {
+		f.stopTimer()
+	}
+	gp.window = gp.window[k:]
+	gp.committed = earliest
+}
+
+func (gp *gpart) flightAt(offset int64) *flight {
+	if !gp.holding || offset < gp.committed || offset >= gp.next {
+		return nil
+	}
+	return gp.window[offset-gp.committed]
+}
+
+// position is where the group stands: this node's cursor while it holds
+// the partition, else the bucket's.
+func (gp *gpart) position() int64 {
+	if gp.holding {
+		return gp.committed
+	}
+	if gp.loaded {
+		return gp.stored.Off
+	}
+	e, _ := gp.p.view()
+	return e
+}
+
+func accepts(filter map[string]string, r *engine.Record) bool {
+	for k, v := range filter {
+		if hv, ok := r.Headers[k]; !ok || hv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// ensureGroup returns the local group, creating it from def. Caller holds gmu.
+func (e *Engine) ensureGroup(name string, def groupDef) *group {
+	if g := e.groups[name]; g != nil {
+		return g
+	}
+	g := &group{name: name, def: def, local: make(map[string]*member), parts: make(map[partKey]*gpart)}
+	e.groups[name] = g
+	e.tmu.RLock()
+	ts := slices.Collect(maps.Values(e.topics))
+	e.tmu.RUnlock()
+	for _, t := range ts {
+		if g.matches(t.name) {
+			e.addTopicToGroup(g, t)
+		}
+	}
+	e.rebalance(g)
+	return g
+}
+
+// addTopicToGroup gives g a cursor on every partition of t. A cursor with
+// no stored position starts at the earliest record (or by time for a time
+// start): the node that creates a group stores positions for the topics
+// that exist then, so later topics are read from their beginning.
+func (e *Engine) addTopicToGroup(g *group, t *topic) {
+	if t.deleted.Load() {
+		return
+	}
+	start := engine.Start{Kind: engine.StartEarliest}
+	if g.def.From.Kind == engine.StartTime {
+		start = g.def.From
+	}
+	for _, p := range t.parts {
+		key := partKey{t.name, p.index}
+		if old := g.parts[key]; old != nil {
+			if old.t == t {
+				continue
+			}
+			e.removeTopicFromGroup(g, old.t)
+		}
+		gp := &gpart{g: g, t: t, p: p, key: commitKey(g.name, t, p.index), start: start}
+		g.parts[key] = gp
+		p.gparts = append(p.gparts, gp)
+		e.updateFloor(p)
+	}
+}
+
+func (e *Engine) removeTopicFromGroup(g *group, t *topic) bool {
+	removed := false
+	for _, p := range t.parts {
+		key := partKey{t.name, p.index}
+		gp := g.parts[key]
+		if gp == nil || gp.t != t {
+			continue
+		}
+		gp.dropWindow()
+		gp.removed = true
+		gp.holding = false
+		delete(g.parts, key)
+		delete(e.dirty, gp)
+		p.gparts = slices.DeleteFunc(p.gparts, func(x *gpart) bool { return x == gp })
+		e.updateFloor(p)
+		removed = true
+	}
+	return removed
+}
+
+// updateFloor publishes the lowest position of p's groups to the block
+// policy, waking blocked appenders when there may be room. Caller holds gmu.
+func (e *Engine) updateFloor(p *partition) {
+	floor := int64(math.MaxInt64)
+	for _, gp := range p.gparts {
+		floor = min(floor, gp.position())
+	}
+	p.smu.Lock()
+	wake := len(p.gparts) < p.readers || floor > p.floor
+	p.readers, p.floor = len(p.gparts), floor
+	if wake && p.waiters > 0 {
+		close(p.space)
+		p.space = make(chan struct{})
+	}
+	p.smu.Unlock()
+}
+
+// rebalance assigns g's partitions, sorted by (topic, partition),
+// round-robin over the registered members sorted by ID: every node computes
+// the same assignment from the same registry, and delivers only what falls
+// to its own members. Caller holds gmu.
+func (e *Engine) rebalance(g *group) {
+	g.order = slices.AppendSeq(g.order[:0], maps.Values(g.parts))
+	slices.SortFunc(g.order, func(a, b *gpart) int {
+		return cmp.Or(strings.Compare(a.t.name, b.t.name), cmp.Compare(a.p.index, b.p.index))
+	})
+	ids := slices.Sorted(maps.Keys(e.reg[g.name]))
+	for i, gp := range g.order {
+		gp.owner, gp.member = "", nil
+		if len(ids) > 0 {
+			gp.owner = ids[i%len(ids)]
+			gp.member = g.local[gp.owner]
+		}
+	}
+	for _, gp := range g.order {
+		e.pump(gp)
+	}
+}
+
+func (e *Engine) markDirty(gp *gpart) {
+	e.dirty[gp] = struct{}{}
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// recordAt returns the record at off for gp, from the tail's cache or
+// from NATS. Caller holds gmu.
+func (e *Engine) recordAt(gp *gpart, off int64) *engine.Record {
+	if r := gp.p.cachedAt(off); r != nil {
+		return r
+	}
+	if n := len(gp.ahead); n > 0 && off >= gp.ahead[0].Offset && off < gp.ahead[0].Offset+int64(n) {
+		return gp.ahead[off-gp.ahead[0].Offset]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	recs, err := e.fetch(ctx, gp.p, off, 64, 0)
+	if err != nil || len(recs) == 0 {
+		return nil
+	}
+	if recs[0].Offset != off { // trimmed by retention (perhaps on another node)
+		p := gp.p
+		p.smu.Lock()
+		p.earliest = max(p.earliest, recs[0].Offset)
+		p.smu.Unlock()
+		return nil
+	}
+	gp.ahead = recs
+	return recs[0]
+}
+
+// pump brings gp up to date: a node whose member owns the partition claims
+// it; the holder fast-forwards past trimmed records (telling the member),
+// delivers up to MaxInFlight outstanding, advances the committed offset and
+// releases the partition once it no longer owns it and nothing is in
+// flight. Caller holds gmu.
+func (e *Engine) pump(gp *gpart) {
+	if gp.removed || e.closed.Load() {
+		return
+	}
+	if !gp.holding {
+		if gp.member != nil && !gp.acquiring {
+			gp.acquiring = true
+			e.markDirty(gp)
+		}
+		return
+	}
+	g := gp.g
+	before := gp.committed
+	earliest, next := gp.p.view()
+	skipFrom, skipTo := gp.committed, gp.committed
+	if gp.committed < earliest {
+		skipTo = earliest
+		gp.skipped += earliest - gp.committed
+		gp.fastForward(earliest)
+	}
+	m := gp.member
+	draining := false
+	outstanding, inFlight := 0, 0
+	for _, f := range gp.window {
+		switch {
+		case f.state == stateDone:
+			continue
+		case f.state == stateInFlight:
+			inFlight++
+			if f.to != m {
+				draining = true
+			}
+		}
+		outstanding++
+	}
+	if m != nil && !draining {
+		for outstanding < e.policy.MaxInFlight && gp.next < next {
+			r := e.recordAt(gp, gp.next)
+			if r == nil {
+				break
+			}
+			gp.next++
+			f := &flight{rec: r}
+			if !accepts(g.def.Filter, r) {
+				f.state = stateDone
+			} else {
+				outstanding++
+			}
+			gp.window = append(gp.window, f)
+		}
+	}
+	if skipTo > skipFrom && m != nil {
+		m.c.Skipped(g.name, gp.t.name, gp.p.index, skipFrom, skipTo)
+	}
+	if m != nil && !draining {
+		for _, f := range gp.window {
+			if f.state == stateReady {
+				e.deliver(gp, f, m)
+			}
+		}
+	}
+	for len(gp.window) > 0 && gp.window[0].state == stateDone {
+		gp.window[0] = nil
+		gp.window = gp.window[1:]
+		gp.committed++
+	}
+	if gp.committed != before {
+		e.updateFloor(gp.p)
+		e.markDirty(gp)
+	}
+	if trimmed, _ := gp.p.view(); gp.committed < trimmed {
+		defer e.pump(gp) // recordAt found records trimmed meanwhile
+	}
+	if m == nil && inFlight == 0 {
+		// Owned elsewhere (or by nobody): hand the partition back.
+		gp.dropWindow()
+		gp.holding = false
+		e.markDirty(gp)
+		e.updateFloor(gp.p)
+	}
+}
+
+func (e *Engine) deliver(gp *gpart, f *flight, m *member) {
+	f.stopTimer()
+	f.attempt++
+	f.state = stateInFlight
+	f.to = m
+	gen := f.gen
+	f.timer = e.afterFunc(e.policy.AckTimeout, func() {
+		e.gmu.Lock()
+		defer e.gmu.Unlock()
+		if gp.removed || f.gen != gen || f.state != stateInFlight || e.closed.Load() {
+			return
+		}
+		e.fail(gp, f, "ack timeout", true)
+		e.pump(gp)
+	})
+	m.c.Deliver(engine.Delivery{Group: gp.g.name, Record: f.rec, Attempt: f.attempt})
+}
+
+// fail ends a delivery attempt: after the last attempt the record is
+// dead-lettered; otherwise it is redelivered after the backoff, or at once
+// when backoff is false. The caller pumps afterwards. Caller holds gmu.
+func (e *Engine) fail(gp *gpart, f *flight, reason string, backoff bool) {
+	f.stopTimer()
+	f.lastErr = reason
+	f.to = nil
+	if f.attempt >= e.policy.MaxAttempts {
+		f.state = stateDone
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := e.storeDeadLetter(ctx, &engine.DeadLetter{
+			ID:       e.newID(),
+			Reason:   engine.ReasonMaxAttempts,
+			Group:    gp.g.name,
+			Record:   *f.rec,
+			Attempts: f.attempt,
+			Error:    reason,
+			Time:     e.clock.Now(),
+		})
+		if err != nil {
+			e.log.Error("jsengine: dead letter lost", "group", gp.g.name, "topic", f.rec.Topic, "offset", f.rec.Offset, "err", err)
+		}
+		return
+	}
+	if !backoff {
+		f.state = stateReady
+		return
+	}
+	f.state = stateBackoff
+	gen := f.gen
+	f.timer = e.afterFunc(e.policy.Backoff(f.attempt), func() {
+		e.gmu.Lock()
+		defer e.gmu.Unlock()
+		if gp.removed || f.gen != gen || f.state != stateBackoff || e.closed.Load() {
+			return
+		}
+		f.timer = nil
+		f.state = stateReady
+		e.pump(gp)
+	})
+}
+
+// applyStored takes in a position written to the bucket. A value another
+// node wrote while this node holds the partition is either a Seek (holder
+// still this node: adopt the offset) or a takeover (drop the window).
+// Caller holds gmu.
+func (e *Engine) applyStored(gp *gpart, v commitVal, rev uint64) {
+	if rev <= gp.storedRev {
+		return
+	}
+	gp.stored, gp.storedRev, gp.loaded = v, rev, true
+	if v.By != e.node && gp.holding {
+		gp.dropWindow()
+		if v.Holder == e.node {
+			gp.committed, gp.next, gp.skipped = v.Off, v.Off, v.Skipped
+		} else {
+			gp.holding = false
+		}
+	}
+	e.updateFloor(gp.p)
+	e.pump(gp)
+}
+
+// committer writes positions, claims and releases to the group bucket, so
+// that no bucket round trip happens under gmu. It exits when the engine
+// closes.
+func (e *Engine) committer() {
+	defer e.wg.Done()
+	for {
+		select {
+		case <-e.closeCh:
+			return
+		case <-e.kick:
+		}
+		e.gmu.Lock()
+		gps := slices.Collect(maps.Keys(e.dirty))
+		clear(e.dirty)
+		e.gmu.Unlock()
+		for _, gp := range gps {
+			if e.closed.Load() {
+				return
+			}
+			e.sync(gp)
+		}
+	}
+}
+
+// sync writes gp's wanted state with a compare-and-set on the last
+// revision seen; a conflict reloads the value and tries again.
+func (e *Engine) sync(gp *gpart) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for range 10 {
+		e.gmu.Lock()
+		if gp.removed {
+			e.gmu.Unlock()
+			return
+		}
+		var want commitVal
+		rev, loaded := gp.storedRev, gp.loaded
+		claim := false
+		switch {
+		case gp.holding:
+			want = commitVal{Off: gp.committed, Skipped: gp.skipped, Holder: e.node, By: e.node}
+		case gp.acquiring:
+			if gp.member == nil {
+				gp.acquiring = false
+				e.gmu.Unlock()
+				return
+			}
+			if loaded && gp.stored.Holder != "" && gp.stored.Holder != e.node && e.nodes[gp.stored.Holder] {
+				gp.acquiring = false // wait for the holder to release or die
+				e.gmu.Unlock()
+				return
+			}
+			claim = true
+			want = commitVal{Off: gp.stored.Off, Skipped: gp.stored.Skipped, Holder: e.node, By: e.node}
+		default:
+			if !loaded || gp.stored.Holder != e.node {
+				e.gmu.Unlock()
+				return // nothing of ours to release
+			}
+			want = commitVal{Off: gp.committed, Skipped: gp.skipped, By: e.node}
+		}
+		if loaded && !claim && gp.stored == want {
+			e.gmu.Unlock()
+			return
+		}
+		start := gp.start
+		e.gmu.Unlock()
+
+		var newRev uint64
+		var err error
+		if !loaded {
+			var ent jetstream.KeyValueEntry
+			ent, err = e.groupKV.Get(ctx, gp.key)
+			if err == nil {
+				e.groupEntry(gp, ent)
+				continue
+			}
+			if !errors.Is(err, jetstream.ErrKeyNotFound) {
+				e.log.Warn("jsengine: load position", "key", gp.key, "err", err)
+				e.retryLater(gp)
+				return
+			}
+			if !claim {
+				continue
+			}
+			var off int64
+			if off, err = e.resolve(ctx, gp.p, start); err != nil {
+				e.retryLater(gp)
+				return
+			}
+			want.Off = off
+			newRev, err = e.groupKV.Create(ctx, gp.key, want.marshal())
+		} else {
+			newRev, err = e.groupKV.Update(ctx, gp.key, want.marshal(), rev)
+		}
+		if isWrongLast(err) {
+			if ent, err := e.groupKV.Get(ctx, gp.key); err == nil {
+				e.groupEntry(gp, ent)
+			} else {
+				e.gmu.Lock()
+				gp.loaded, gp.storedRev = false, 0
+				e.gmu.Unlock()
+			}
+			continue
+		}
+		if err != nil {
+			e.log.Warn("jsengine: write position", "key", gp.key, "err", err)
+			e.retryLater(gp)
+			return
+		}
+		e.gmu.Lock()
+		if newRev > gp.storedRev {
+			gp.stored, gp.storedRev, gp.loaded = want, newRev, true
+		}
+		if claim && !gp.removed {
+			gp.acquiring = false
+			if !gp.holding {
+				gp.committed, gp.next, gp.skipped = want.Off, want.Off, want.Skipped
+				gp.window, gp.ahead = nil, nil
+				if gp.member != nil {
+					gp.holding = true
+					e.updateFloor(gp.p)
+				} else {
+					e.markDirty(gp) // the owner moved on meanwhile: release
+				}
+			}
+			e.pump(gp)
+		}
+		e.gmu.Unlock()
+		return
+	}
+	e.retryLater(gp)
+}
+
+func (e *Engine) retryLater(gp *gpart) {
+	e.afterReal(200*time.Millisecond, func() {
+		e.gmu.Lock()
+		if !gp.removed {
+			e.markDirty(gp)
+		}
+		e.gmu.Unlock()
+	})
+}
+
+// afterReal runs f after d of real time unless the engine closes first.
+func (e *Engine) afterReal(d time.Duration, f func()) {
+	e.lifeMu.Lock()
+	defer e.lifeMu.Unlock()
+	if e.lifeClosed {
+		return
+	}
+	e.wg.Add(1)
+	go func() { // exits after d or when the engine closes
+		defer e.wg.Done()
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			f()
+		case <-e.closeCh:
+		}
+	}()
+}
+
+func (e *Engine) groupEntry(gp *gpart, ent jetstream.KeyValueEntry) {
+	var v commitVal
+	if json.Unmarshal(ent.Value(), &v) != nil {
+		return
+	}
+	e.gmu.Lock()
+	e.applyStored(gp, v, ent.Revision())
+	e.gmu.Unlock()
+}
+
+// groupEvent applies a change of the group bucket, from any node.
+func (e *Engine) groupEvent(ent jetstream.KeyValueEntry, initial bool) {
+	if ent.Operation() != jetstream.KeyValuePut {
+		return
+	}
+	parts := strings.Split(ent.Key(), ".")
+	switch {
+	case parts[0] == "d" && len(parts) == 2:
+		var def groupDef
+		if json.Unmarshal(ent.Value(), &def) != nil {
+			return
+		}
+		e.gmu.Lock()
+		e.ensureGroup(dec(parts[1]), def)
+		e.gmu.Unlock()
+	case parts[0] == "c" && len(parts) == 5:
+		var v commitVal
+		if json.Unmarshal(ent.Value(), &v) != nil {
+			return
+		}
+		inc, _ := strconv.ParseUint(parts[3], 10, 64)
+		p, _ := strconv.Atoi(parts[4])
+		e.gmu.Lock()
+		defer e.gmu.Unlock()
+		g := e.groups[dec(parts[1])]
+		if g == nil {
+			return
+		}
+		gp := g.parts[partKey{dec(parts[2]), p}]
+		if gp == nil || gp.t.inc != inc {
+			return
+		}
+		e.applyStored(gp, v, ent.Revision())
+	}
+}
+
+// liveEvent applies a change of the live bucket: nodes and members coming
+// and going (by Close, Leave or an expired heartbeat).
+func (e *Engine) liveEvent(ent jetstream.KeyValueEntry, initial bool) {
+	var val []byte
+	put := ent.Operation() == jetstream.KeyValuePut
+	if put {
+		val = ent.Value()
+	}
+	e.gmu.Lock()
+	defer e.gmu.Unlock()
+	e.liveChange(ent.Key(), put, val)
+}
+
+// reconcileLive lists the live bucket and treats keys that are gone as
+// deleted: on servers without limit markers, expiry is silent.
+func (e *Engine) reconcileLive(ctx context.Context) {
+	lister, err := e.liveKV.ListKeys(ctx)
+	if err != nil {
+		return
+	}
+	present := make(map[string]bool)
+	for k := range lister.Keys() {
+		present[k] = true
+	}
+	e.gmu.Lock()
+	defer e.gmu.Unlock()
+	for node := range e.nodes {
+		if k := "n." + node; node != e.node && !present[k] {
+			e.liveChange(k, false, nil)
+		}
+	}
+	for g, reg := range e.reg {
+		for id := range reg {
+			if k := memberKey(g, id); !present[k] {
+				e.liveChange(k, false, nil)
+			}
+		}
+	}
+}
+
+// liveChange applies a put or delete of a live bucket key. Caller holds gmu.
+func (e *Engine) liveChange(key string, put bool, val []byte) {
+	parts := strings.Split(key, ".")
+	switch {
+	case parts[0] == "n" && len(parts) == 2:
+		node := parts[1]
+		if put {
+			e.nodes[node] = true
+			return
+		}
+		if node == e.node {
+			return
+		}
+		delete(e.nodes, node)
+		// Partitions it held can be claimed now.
+		for _, g := range e.groups {
+			for _, gp := range g.order {
+				if gp.loaded && gp.stored.Holder == node {
+					e.pump(gp)
+				}
+			}
+		}
+	case parts[0] == "m" && len(parts) == 3:
+		gname, id := dec(parts[1]), dec(parts[2])
+		reg := e.reg[gname]
+		if put {
+			node := string(val)
+			if reg == nil {
+				reg = make(map[string]string)
+				e.reg[gname] = reg
+			}
+			if reg[id] == node {
+				return
+			}
+			reg[id] = node
+		} else {
+			if _, ok := reg[id]; !ok {
+				return
+			}
+			if g := e.groups[gname]; g != nil && g.local[id] != nil {
+				return // ours: expired during an outage; the heartbeat puts it back
+			}
+			delete(reg, id)
+		}
+		if g := e.groups[gname]; g != nil {
+			e.rebalance(g)
+		}
+	}
+}
+
+func groupErr(name string) error {
+	return fmt.Errorf("jsengine: group %q: %w", name, engine.ErrUnknownGroup)
+}
+
+// Join adds a member to a group, creating the group on first join (on any
+// node) fixed to req's Pattern and Filter, registers the member for every
+// node to see, and rebalances. Consumer callbacks are made with the group
+// lock held: c must not call the engine from them.
+func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Consumer) (string, error) {
+	if e.closed.Load() {
+		return "", closedErr()
+	}
+	switch {
+	case req.Group == "":
+		return "", fmt.Errorf("jsengine: empty group name: %w", engine.ErrInvalidConfig)
+	case c == nil:
+		return "", fmt.Errorf("jsengine: nil consumer: %w", engine.ErrInvalidConfig)
+	}
+	if err := trie.ValidatePattern(req.Pattern); err != nil {
+		return "", fmt.Errorf("jsengine: %w: %w", engine.ErrInvalidConfig, err)
+	}
+	def := groupDef{Pattern: req.Pattern, Filter: maps.Clone(req.Filter), From: req.From}
+	if len(def.Filter) == 0 {
+		def.Filter = nil
+	}
+	created := false
+	for range 3 {
+		ent, err := e.groupKV.Get(ctx, defKey(req.Group))
+		if err == nil {
+			def = groupDef{}
+			if err := json.Unmarshal(ent.Value(), &def); err != nil {
+				return "", fmt.Errorf("jsengine: group %q: bad definition: %w", req.Group, err)
+			}
+			break
+		}
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return "", unavailable("join", err)
+		}
+		b, _ := json.Marshal(def)
+		_, err = e.groupKV.Create(ctx, defKey(req.Group), b)
+		if err == nil {
+			created = true
+			break
+		}
+		if !isWrongLast(err) {
+			return "", unavailable("join", err)
+		}
+	}
+	if def.Pattern != req.Pattern || !maps.Equal(def.Filter, req.Filter) {
+		return "", fmt.Errorf("jsengine: group %q is fixed to pattern %q and filter %v: %w",
+			req.Group, def.Pattern, def.Filter, engine.ErrGroupConflict)
+	}
+	if created {
+		// Positions for the topics that exist now start where the join asked.
+		e.tmu.RLock()
+		ts := slices.Collect(maps.Values(e.topics))
+		e.tmu.RUnlock()
+		for _, t := range ts {
+			if !trie.Matches(def.Pattern, t.name) {
+				continue
+			}
+			for _, p := range t.parts {
+				off, err := e.resolve(ctx, p, def.From)
+				if err != nil {
+					return "", err
+				}
+				_, err = e.groupKV.Create(ctx, commitKey(req.Group, t, p.index), commitVal{Off: off, By: e.node}.marshal())
+				if err != nil && !isWrongLast(err) {
+					return "", unavailable("join", err)
+				}
+			}
+		}
+	}
+	id := req.Member
+	if id == "" {
+		id = e.newID()
+	}
+	e.gmu.Lock()
+	if e.closed.Load() {
+		e.gmu.Unlock()
+		return "", closedErr()
+	}
+	g := e.ensureGroup(req.Group, def)
+	if node, ok := e.reg[g.name][id]; g.local[id] != nil || ok && node != e.node && e.nodes[node] {
+		e.gmu.Unlock()
+		return "", fmt.Errorf("jsengine: group %q already has member %q: %w", g.name, id, engine.ErrInvalidConfig)
+	}
+	g.local[id] = &member{id: id, c: c}
+	if e.reg[g.name] == nil {
+		e.reg[g.name] = make(map[string]string)
+	}
+	e.reg[g.name][id] = e.node
+	e.rebalance(g)
+	e.gmu.Unlock()
+	if _, err := e.liveKV.Put(ctx, memberKey(g.name, id), []byte(e.node)); err != nil {
+		e.log.Warn("jsengine: register member", "group", g.name, "member", id, "err", err)
+	}
+	return id, nil
+}
+
+// Leave removes a member of this node and rebalances. Records it held go
+// back at once: redelivered without backoff to the partition's next member,
+// or dead-lettered when that was their last attempt.
+func (e *Engine) Leave(ctx context.Context, groupName, memberID string) error {
+	e.gmu.Lock()
+	g := e.groups[groupName]
+	if g == nil {
+		e.gmu.Unlock()
+		return groupErr(groupName)
+	}
+	m := g.local[memberID]
+	if m == nil {
+		e.gmu.Unlock()
+		return fmt.Errorf("jsengine: group %q member %q (on this node): %w", groupName, memberID, engine.ErrUnknownMember)
+	}
+	delete(g.local, memberID)
+	delete(e.reg[groupName], memberID)
+	for _, gp := range g.order {
+		for _, f := range gp.window {
+			if f.state == stateInFlight && f.to == m {
+				e.fail(gp, f, "member left", false)
+			}
+		}
+	}
+	e.rebalance(g)
+	e.gmu.Unlock()
+	if err := e.liveKV.Delete(ctx, memberKey(groupName, memberID)); err != nil {
+		return unavailable("leave", err)
+	}
+	return nil
+}
+
+func (e *Engine) inFlight(groupName string, pos engine.Position) (*gpart, *flight, error) {
+	g := e.groups[groupName]
+	if g == nil {
+		return nil, nil, groupErr(groupName)
+	}
+	if gp := g.parts[partKey{pos.Topic, pos.Partition}]; gp != nil {
+		if f := gp.flightAt(pos.Offset); f != nil && f.state == stateInFlight {
+			return gp, f, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("jsengine: group %q %s/%d@%d: %w",
+		groupName, pos.Topic, pos.Partition, pos.Offset, engine.ErrNotInFlight)
+}
+
+// Ack completes a delivery made by this node; the committed offset moves
+// past every contiguous completed record and is written to the group
+// bucket in the background.
+func (e *Engine) Ack(ctx context.Context, groupName string, pos engine.Position) error {
+	e.gmu.Lock()
+	defer e.gmu.Unlock()
+	gp, f, err := e.inFlight(groupName, pos)
+	if err != nil {
+		return err
+	}
+	f.stopTimer()
+	f.state = stateDone
+	f.to = nil
+	e.pump(gp)
+	return nil
+}
+
+// Nack fails a delivery made by this node: it is redelivered after the
+// policy's backoff for this attempt, or dead-lettered with reason as its
+// error after the last.
+func (e *Engine) Nack(ctx context.Context, groupName string, pos engine.Position, reason string) error {
+	e.gmu.Lock()
+	defer e.gmu.Unlock()
+	gp, f, err := e.inFlight(groupName, pos)
+	if err != nil {
+		return err
+	}
+	e.fail(gp, f, reason, true)
+	e.pump(gp)
+	return nil
+}
+
+// Seek moves the group's position on one partition, or on every partition
+// of the topic when partition < 0, dropping in-flight records. It works
+// from any node: the position is written to the group bucket and the
+// holding node adopts it.
+func (e *Engine) Seek(ctx context.Context, groupName, topicName string, partition int, to engine.Start) error {
+	e.gmu.Lock()
+	g := e.groups[groupName]
+	e.gmu.Unlock()
+	if g == nil {
+		return groupErr(groupName)
+	}
+	t, err := e.lookup(ctx, topicName)
+	if err != nil {
+		return err
+	}
+	if partition >= len(t.parts) {
+		return fmt.Errorf("jsengine: topic %q partition %d: %w", topicName, partition, engine.ErrUnknownPartition)
+	}
+	var gps []*gpart
+	e.gmu.Lock()
+	for _, p := range t.parts {
+		if partition >= 0 && p.index != partition {
+			continue
+		}
+		gp := g.parts[partKey{t.name, p.index}]
+		if gp == nil || gp.t != t {
+			e.gmu.Unlock()
+			return fmt.Errorf("jsengine: group %q (pattern %q) does not read topic %q: %w",
+				g.name, g.def.Pattern, t.name, engine.ErrUnknownTopic)
+		}
+		gps = append(gps, gp)
+	}
+	e.gmu.Unlock()
+	for _, gp := range gps {
+		off, err := e.resolve(ctx, gp.p, to)
+		if err != nil {
+			return err
+		}
+		if err := e.seekOne(ctx, gp, off); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *Engine) seekOne(ctx context.Context, gp *gpart, off int64) error {
+	for range 10 {
+		e.gmu.Lock()
+		if gp.holding {
+			gp.dropWindow()
+			gp.committed, gp.next = off, off
+			e.updateFloor(gp.p)
+			e.markDirty(gp)
+			e.pump(gp)
+			e.gmu.Unlock()
+			return nil
+		}
+		v, rev, loaded := gp.stored, gp.storedRev, gp.loaded
+		e.gmu.Unlock()
+		v.Off, v.By = off, e.node
+		var err error
+		if loaded {
+			_, err = e.groupKV.Update(ctx, gp.key, v.marshal(), rev)
+		} else {
+			_, err = e.groupKV.Create(ctx, gp.key, v.marshal())
+		}
+		if err == nil {
+			return nil
+		}
+		if !isWrongLast(err) {
+			return unavailable("seek", err)
+		}
+		if ent, err := e.groupKV.Get(ctx, gp.key); err == nil {
+			e.groupEntry(gp, ent)
+		}
+	}
+	return fmt.Errorf("jsengine: seek %s: too much contention: %w", gp.key, engine.ErrUnavailable)
+}
+
+// Groups returns every group, sorted by name.
+func (e *Engine) Groups(ctx context.Context) ([]engine.GroupInfo, error) {
+	e.gmu.Lock()
+	names := slices.Sorted(maps.Keys(e.groups))
+	e.gmu.Unlock()
+	out := make([]engine.GroupInfo, 0, len(names))
+	for _, n := range names {
+		info, err := e.Group(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// Group describes one group: members (of every node) sorted by ID with
+// their partitions, and per partition the member, committed offset, lag,
+// records leased by this node (InFlight; other nodes' leases are not
+// counted) and records skipped by retention.
+func (e *Engine) Group(ctx context.Context, name string) (engine.GroupInfo, error) {
+	e.gmu.Lock()
+	g := e.groups[name]
+	if g == nil {
+		e.gmu.Unlock()
+		return engine.GroupInfo{}, groupErr(name)
+	}
+	var unknown []*partition
+	for _, gp := range g.order {
+		if !gp.p.loaded.Load() {
+			unknown = append(unknown, gp.p)
+		}
+	}
+	e.gmu.Unlock()
+	for _, p := range unknown {
+		if _, _, err := e.snapshot(ctx, p); err != nil {
+			return engine.GroupInfo{}, err
+		}
+	}
+	e.gmu.Lock()
+	defer e.gmu.Unlock()
+	info := engine.GroupInfo{Name: g.name, Pattern: g.def.Pattern, Filter: maps.Clone(g.def.Filter)}
+	byMember := make(map[string]int)
+	for _, id := range slices.Sorted(maps.Keys(e.reg[g.name])) {
+		byMember[id] = len(info.Members)
+		info.Members = append(info.Members, engine.MemberInfo{ID: id})
+	}
+	for _, gp := range g.order {
+		_, next := gp.p.view()
+		inflight := 0
+		for _, f := range gp.window {
+			if f.state == stateInFlight {
+				inflight++
+			}
+		}
+		committed, skipped := gp.position(), gp.skipped
+		if !gp.holding && gp.loaded {
+			skipped = gp.stored.Skipped
+		}
+		if gp.owner != "" {
+			mi := &info.Members[byMember[gp.owner]]
+			mi.Partitions = append(mi.Partitions, engine.Position{Topic: gp.t.name, Partition: gp.p.index})
+		}
+		info.Partitions = append(info.Partitions, engine.GroupPartition{
+			Topic:     gp.t.name,
+			Partition: gp.p.index,
+			Member:    gp.owner,
+			Committed: committed,
+			Next:      next,
+			Lag:       max(next-committed, 0),
+			InFlight:  inflight,
+			Skipped:   skipped,
+		})
+	}
+	return info, nil
+}

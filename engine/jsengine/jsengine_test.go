@@ -1,0 +1,500 @@
+package jsengine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/enginetest"
+	"github.com/switchyard/switchyard/engine/jsengine"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// natsURL returns the server to test against: SWITCHYARD_NATS_URL when set
+// and reachable, otherwise an embedded JetStream server for this test.
+func natsURL(t testing.TB) string {
+	t.Helper()
+	if u := os.Getenv("SWITCHYARD_NATS_URL"); u != "" {
+		if pu, err := url.Parse(u); err == nil {
+			if c, err := net.DialTimeout("tcp", pu.Host, time.Second); err == nil {
+				c.Close()
+				return u
+			}
+		}
+		t.Logf("SWITCHYARD_NATS_URL=%s is not reachable; using an embedded server", u)
+	}
+	ns, err := server.NewServer(&server.Options{
+		Host:      "127.0.0.1",
+		Port:      -1,
+		JetStream: true,
+		StoreDir:  t.TempDir(),
+		NoLog:     os.Getenv("SYTEST_LOG") == "",
+		NoSigs:    true,
+	})
+	if err != nil {
+		t.Fatalf("embedded nats-server: %v", err)
+	}
+	if os.Getenv("SYTEST_LOG") != "" {
+		ns.ConfigureLogger()
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatalf("embedded nats-server not ready")
+	}
+	t.Cleanup(func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
+	// The server removes an account's stream directory when its last
+	// stream is deleted, racing with the next test's create; one stream
+	// that lives as long as the server avoids that.
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "anchor", Subjects: []string{"anchor"}}); err != nil {
+		t.Fatal(err)
+	}
+	return ns.ClientURL()
+}
+
+var prefixSeq struct {
+	sync.Mutex
+	n int
+}
+
+// uniquePrefix returns a Prefix no other test run uses, and removes what
+// engines created under it when the test ends.
+func uniquePrefix(t testing.TB, url string) string {
+	t.Helper()
+	prefixSeq.Lock()
+	prefixSeq.n++
+	n := prefixSeq.n
+	prefixSeq.Unlock()
+	prefix := fmt.Sprintf("sytest_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1_000_000, n)
+	t.Cleanup(func() { deletePrefix(t, url, prefix) })
+	return prefix
+}
+
+func deletePrefix(t testing.TB, url, prefix string) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+		return
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	names := js.StreamNames(ctx)
+	var del []string
+	for n := range names.Name() {
+		if strings.HasPrefix(n, prefix+"_") || strings.HasPrefix(n, "KV_"+prefix+"_") {
+			del = append(del, n)
+		}
+	}
+	for _, n := range del {
+		if err := js.DeleteStream(ctx, n); err != nil {
+			t.Logf("cleanup %s: %v", n, err)
+		}
+	}
+}
+
+type nodeOpts struct {
+	url, prefix string
+	c           enginetest.Config
+	ttl         time.Duration
+}
+
+func newNode(t testing.TB, o nodeOpts) *jsengine.Engine {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e, err := jsengine.New(ctx, jsengine.Options{
+		URL: o.url, Prefix: o.prefix,
+		Clock: o.c.Clock, Defaults: o.c.Defaults, Strict: o.c.Strict, Policy: o.c.Policy,
+		MemberTTL: o.ttl,
+	})
+	if err != nil {
+		t.Fatalf("jsengine.New: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := e.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return e
+}
+
+func TestConformance(t *testing.T) {
+	url := natsURL(t)
+	enginetest.Run(t, enginetest.Features{FakeClock: true, Timeout: 10 * time.Second}, func(t *testing.T, c enginetest.Config) engine.Engine {
+		return newNode(t, nodeOpts{url: url, prefix: uniquePrefix(t, url), c: c})
+	})
+}
+
+// tailObs records what an observer sees; safe for concurrent use.
+type tailObs struct {
+	mu      sync.Mutex
+	recs    []*engine.Record
+	deleted []string
+}
+
+func (o *tailObs) Appended(r *engine.Record) {
+	o.mu.Lock()
+	o.recs = append(o.recs, r)
+	o.mu.Unlock()
+}
+
+func (o *tailObs) TopicDeleted(topic string) {
+	o.mu.Lock()
+	o.deleted = append(o.deleted, topic)
+	o.mu.Unlock()
+}
+
+func (o *tailObs) snapshot() ([]*engine.Record, []string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]*engine.Record(nil), o.recs...), append([]string(nil), o.deleted...)
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestTwoNodesTail: appends racing on two nodes get gap-free offsets, and
+// every node's observers see every append exactly once, in offset order.
+func TestTwoNodesTail(t *testing.T) {
+	url := natsURL(t)
+	prefix := uniquePrefix(t, url)
+	a := newNode(t, nodeOpts{url: url, prefix: prefix})
+	b := newNode(t, nodeOpts{url: url, prefix: prefix})
+	if a.Epoch() == "" || a.Epoch() != b.Epoch() {
+		t.Errorf("epochs %q and %q: want one non-empty epoch per stream", a.Epoch(), b.Epoch())
+	}
+	ctx := context.Background()
+	const topic, parts, each = "tail.two", 2, 60
+	if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: topic, Partitions: parts, Partitioner: engine.RoundRobin}); err != nil {
+		t.Fatal(err)
+	}
+	obsA, obsB := &tailObs{}, &tailObs{}
+	defer a.Watch(obsA)()
+	defer b.Watch(obsB)()
+	var wg sync.WaitGroup
+	for _, e := range []*jsengine.Engine{a, b} {
+		wg.Go(func() {
+			for i := range each {
+				if _, err := e.Append(ctx, engine.Message{Topic: topic, Data: fmt.Appendf(nil, "%d", i)}); err != nil {
+					t.Errorf("Append: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for name, o := range map[string]*tailObs{"a": obsA, "b": obsB} {
+		waitUntil(t, "node "+name+" to observe every append", func() bool {
+			recs, _ := o.snapshot()
+			return len(recs) >= 2*each
+		})
+		recs, _ := o.snapshot()
+		if len(recs) != 2*each {
+			t.Fatalf("node %s observed %d records, want %d", name, len(recs), 2*each)
+		}
+		next := make([]int64, parts)
+		for _, r := range recs {
+			if r.Offset != next[r.Partition] {
+				t.Fatalf("node %s: %s/%d@%d where offset %d was due", name, r.Topic, r.Partition, r.Offset, next[r.Partition])
+			}
+			next[r.Partition]++
+		}
+	}
+	if err := b.DeleteTopic(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	for name, o := range map[string]*tailObs{"a": obsA, "b": obsB} {
+		waitUntil(t, "node "+name+" to hear of the delete", func() bool {
+			_, del := o.snapshot()
+			return len(del) == 1 && del[0] == topic
+		})
+	}
+}
+
+// collector gathers group deliveries from consumers on several nodes; each
+// consumer acks through its own node from its own goroutine.
+type collector struct {
+	t    *testing.T
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	mu     sync.Mutex
+	got    map[engine.Position][]string // deliveries per record, by member
+	acked  map[engine.Position]string
+	holdBy string // member that stops acking ("" none)
+}
+
+func newCollector(t *testing.T) *collector {
+	c := &collector{t: t, done: make(chan struct{}), got: map[engine.Position][]string{}, acked: map[engine.Position]string{}}
+	t.Cleanup(func() {
+		close(c.done)
+		c.wg.Wait()
+	})
+	return c
+}
+
+type groupConsumer struct {
+	c      *collector
+	member string
+	q      chan engine.Delivery
+}
+
+func (gc *groupConsumer) Deliver(d engine.Delivery) {
+	select {
+	case gc.q <- d:
+	case <-gc.c.done:
+	}
+}
+
+func (*groupConsumer) Skipped(string, string, int, int64, int64) {}
+
+// consumer returns a Consumer for member on e; it acks what it gets
+// unless the collector holds that member.
+func (c *collector) consumer(e *jsengine.Engine, member string) engine.Consumer {
+	gc := &groupConsumer{c: c, member: member, q: make(chan engine.Delivery, 4096)}
+	c.wg.Go(func() {
+		for {
+			select {
+			case <-c.done:
+				return
+			case d := <-gc.q:
+				pos := engine.Position{Topic: d.Record.Topic, Partition: d.Record.Partition, Offset: d.Record.Offset}
+				c.mu.Lock()
+				c.got[pos] = append(c.got[pos], member)
+				hold := c.holdBy == member
+				c.mu.Unlock()
+				if hold {
+					continue
+				}
+				if err := e.Ack(context.Background(), d.Group, pos); err != nil {
+					c.t.Errorf("%s: Ack %v: %v", member, pos, err)
+					continue
+				}
+				c.mu.Lock()
+				c.acked[pos] = member
+				c.mu.Unlock()
+			}
+		}
+	})
+	return gc
+}
+
+func (c *collector) ackedCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.acked)
+}
+
+func waitMembers(t *testing.T, group string, want []string, nodes ...*jsengine.Engine) {
+	t.Helper()
+	for i, e := range nodes {
+		waitUntil(t, fmt.Sprintf("node %d to see members %v", i, want), func() bool {
+			info, err := e.Group(context.Background(), group)
+			if err != nil || len(info.Members) != len(want) {
+				return false
+			}
+			for j, m := range info.Members {
+				if m.ID != want[j] {
+					return false
+				}
+			}
+			for _, p := range info.Partitions {
+				if p.Member == "" {
+					return false
+				}
+			}
+			return true
+		})
+	}
+}
+
+// TestTwoNodesGroupShares: members of one group on two nodes share the
+// partitions; every record goes to exactly one member.
+func TestTwoNodesGroupShares(t *testing.T) {
+	url := natsURL(t)
+	prefix := uniquePrefix(t, url)
+	a := newNode(t, nodeOpts{url: url, prefix: prefix})
+	b := newNode(t, nodeOpts{url: url, prefix: prefix})
+	ctx := context.Background()
+	const topic, group, parts, n = "share.two", "workers", 4, 80
+	if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: topic, Partitions: parts, Partitioner: engine.RoundRobin}); err != nil {
+		t.Fatal(err)
+	}
+	c := newCollector(t)
+	if _, err := a.Join(ctx, engine.JoinRequest{Group: group, Pattern: topic, Member: "m1"}, c.consumer(a, "m1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Join(ctx, engine.JoinRequest{Group: group, Pattern: topic, Member: "m2"}, c.consumer(b, "m2")); err != nil {
+		t.Fatal(err)
+	}
+	waitMembers(t, group, []string{"m1", "m2"}, a, b)
+	for i := range n {
+		e := a
+		if i%2 == 1 {
+			e = b
+		}
+		if _, err := e.Append(ctx, engine.Message{Topic: topic, Data: fmt.Appendf(nil, "%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "every record acked", func() bool { return c.ackedCount() == n })
+	c.mu.Lock()
+	owner := map[int]string{}
+	used := map[string]int{}
+	for pos, ms := range c.got {
+		if len(ms) != 1 {
+			t.Errorf("%v delivered %d times (%v), want once", pos, len(ms), ms)
+		}
+		if o, ok := owner[pos.Partition]; ok && o != ms[0] {
+			t.Errorf("partition %d went to both %s and %s", pos.Partition, o, ms[0])
+		}
+		owner[pos.Partition] = ms[0]
+		used[ms[0]]++
+	}
+	c.mu.Unlock()
+	if used["m1"] == 0 || used["m2"] == 0 {
+		t.Errorf("work split %v, want both members used", used)
+	}
+	// Positions reach the other node through the group bucket.
+	for i, e := range []*jsengine.Engine{a, b} {
+		waitUntil(t, fmt.Sprintf("node %d to see every partition committed", i), func() bool {
+			info, err := e.Group(ctx, group)
+			if err != nil {
+				return false
+			}
+			for _, p := range info.Partitions {
+				if p.Committed != n/parts || p.Lag != 0 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+}
+
+// TestNodeCloseHandsOver: when a node closes, its partitions move to the
+// other node's member, and records it held unacked are delivered again.
+func TestNodeCloseHandsOver(t *testing.T) {
+	url := natsURL(t)
+	prefix := uniquePrefix(t, url)
+	a := newNode(t, nodeOpts{url: url, prefix: prefix})
+	b := newNode(t, nodeOpts{url: url, prefix: prefix})
+	ctx := context.Background()
+	const topic, group, parts = "handover", "workers", 2
+	if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: topic, Partitions: parts, Partitioner: engine.RoundRobin}); err != nil {
+		t.Fatal(err)
+	}
+	c := newCollector(t)
+	if _, err := a.Join(ctx, engine.JoinRequest{Group: group, Pattern: topic, Member: "m1"}, c.consumer(a, "m1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Join(ctx, engine.JoinRequest{Group: group, Pattern: topic, Member: "m2"}, c.consumer(b, "m2")); err != nil {
+		t.Fatal(err)
+	}
+	waitMembers(t, group, []string{"m1", "m2"}, a, b)
+	c.mu.Lock()
+	c.holdBy = "m1" // m1 takes its first record and never acks it
+	c.mu.Unlock()
+	for i := range 10 {
+		if _, err := b.Append(ctx, engine.Message{Topic: topic, Data: fmt.Appendf(nil, "%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "m1 to hold a record and m2 to ack its partition", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		held := 0
+		for _, ms := range c.got {
+			if ms[0] == "m1" {
+				held++
+			}
+		}
+		return held == 1 && len(c.acked) == 5
+	})
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := a.Close(cctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	waitMembers(t, group, []string{"m2"}, b)
+	for i := range 10 {
+		if _, err := b.Append(ctx, engine.Message{Topic: topic, Data: fmt.Appendf(nil, "late %d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "m2 to ack every record", func() bool { return c.ackedCount() == 20 })
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for pos, m := range c.acked {
+		if m != "m2" {
+			t.Errorf("%v acked by %s, want m2 (m1 never acks)", pos, m)
+		}
+	}
+	info, err := b.Group(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range info.Partitions {
+		if p.Member != "m2" || p.Committed != 10 || p.Lag != 0 {
+			t.Errorf("partition %+v: want m2, committed 10, no lag", p)
+		}
+	}
+}
+
+func TestUnavailable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = jsengine.New(ctx, jsengine.Options{URL: "nats://" + addr})
+	if !errors.Is(err, engine.ErrUnavailable) {
+		t.Errorf("New without a server: %v, want ErrUnavailable", err)
+	}
+	_, err = jsengine.New(ctx, jsengine.Options{URL: "nats://" + addr, Prefix: "bad.prefix"})
+	if !errors.Is(err, engine.ErrInvalidConfig) {
+		t.Errorf("New with a dotted prefix: %v, want ErrInvalidConfig", err)
+	}
+}

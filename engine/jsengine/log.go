@@ -1,0 +1,1163 @@
+package jsengine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// Record headers. Payload bytes are the NATS message data.
+const (
+	hOff  = "Sy-Off"  // the record's offset (a marker's: the last offset used)
+	hTime = "Sy-Time" // append time from the engine's clock, Unix nanoseconds
+	hCum  = "Sy-Cum"  // retained-size bookkeeping: bytes appended to the partition so far
+	hMeta = "Sy-Meta" // JSON {k, h, p}: key, headers, priority (absent when all empty)
+	hMark = "Sy-Mark" // "1" on a trim marker, which holds a partition's next offset
+)
+
+// cacheSize is how many recent records of a partition the tail keeps in
+// memory for Read and group delivery; older ones are fetched from NATS.
+const cacheSize = 512
+
+type topicVal struct {
+	Config  engine.TopicConfig `json:"config"`
+	Created time.Time          `json:"created"`
+}
+
+// topic is one incarnation of a topic: inc is the topic bucket revision that
+// created it, and part of every subject of its records.
+type topic struct {
+	name        string
+	cfg         engine.TopicConfig
+	created     time.Time
+	inc         uint64
+	parts       []*partition
+	partitioner *engine.Partitioner
+	deleted     atomic.Bool
+}
+
+// partition is this node's view of one partition.
+type partition struct {
+	t       *topic
+	index   int
+	subject string
+	loaded  atomic.Bool // the state was read from NATS at least once
+
+	amu sync.Mutex // serialises this node's appends and trims of the partition; guards following
+	// The writer's state: the subject's last message, as of the last load
+	// or append. Another node's append makes it stale; the next publish
+	// then fails its expected-sequence check and reloads.
+	known     bool
+	lastSeq   uint64
+	lastMark  bool
+	nextW     int64
+	earliestW int64
+	cum       int64
+	baseCum   int64     // cum before earliestW (valid after a load)
+	firstTime time.Time // time of the record at earliestW; zero: unknown
+	lastTime  time.Time
+
+	smu      sync.Mutex // guards following: the view the tail and appends keep
+	next     int64
+	earliest int64
+	cache    []cached // contiguous ascending offsets
+	// Block policy, written by group code under Engine.gmu then smu.
+	readers int
+	floor   int64
+	waiters int
+	space   chan struct{}
+
+	gparts []*gpart // group cursors on this partition; guarded by Engine.gmu
+}
+
+type cached struct {
+	rec *engine.Record
+	seq uint64
+}
+
+type recMeta struct {
+	K string            `json:"k,omitempty"`
+	H map[string]string `json:"h,omitempty"`
+	P uint8             `json:"p,omitempty"`
+}
+
+func recordBytes(r *engine.Record) int64 {
+	b := len(r.Data) + len(r.Key)
+	for k, v := range r.Headers {
+		b += len(k) + len(v)
+	}
+	return int64(b)
+}
+
+func (e *Engine) newTopic(name string, v topicVal, inc uint64) *topic {
+	t := &topic{
+		name:        name,
+		cfg:         v.Config,
+		created:     v.Created,
+		inc:         inc,
+		parts:       make([]*partition, v.Config.Partitions),
+		partitioner: engine.NewPartitioner(v.Config.Partitioner),
+	}
+	for i := range t.parts {
+		t.parts[i] = &partition{
+			t: t, index: i, space: make(chan struct{}),
+			subject: fmt.Sprintf("%s.rec.%s.%d.%d", e.prefix, name, inc, i),
+		}
+	}
+	return t
+}
+
+// parsed is a stored message decoded: a record or a trim marker.
+type parsed struct {
+	rec  *engine.Record
+	seq  uint64
+	off  int64
+	cum  int64
+	mark bool
+	time time.Time
+}
+
+func parseMsg(t *topic, partition int, seq uint64, h nats.Header, data []byte) (parsed, error) {
+	off, err := strconv.ParseInt(h.Get(hOff), 10, 64)
+	if err != nil {
+		return parsed{}, fmt.Errorf("jsengine: message %d has no offset", seq)
+	}
+	ns, _ := strconv.ParseInt(h.Get(hTime), 10, 64)
+	cum, _ := strconv.ParseInt(h.Get(hCum), 10, 64)
+	p := parsed{seq: seq, off: off, cum: cum, time: time.Unix(0, ns).UTC(), mark: h.Get(hMark) == "1"}
+	if p.mark {
+		return p, nil
+	}
+	r := &engine.Record{Topic: t.name, Partition: partition, Offset: off, Data: data, Time: p.time}
+	if m := h.Get(hMeta); m != "" {
+		var meta recMeta
+		if err := json.Unmarshal([]byte(m), &meta); err == nil {
+			r.Key, r.Headers, r.Priority = meta.K, meta.H, meta.P
+		}
+	}
+	if r.Data == nil {
+		r.Data = []byte{}
+	}
+	p.rec = r
+	return p, nil
+}
+
+// getMsg returns the first message of p's subject at or after seq.
+func (e *Engine) getMsg(ctx context.Context, p *partition, seq uint64) (parsed, bool, error) {
+	m, err := e.rec.GetMsg(ctx, max(seq, 1), jetstream.WithGetMsgSubject(p.subject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return parsed{}, false, nil
+	}
+	if err != nil {
+		return parsed{}, false, unavailable("get", err)
+	}
+	pm, err := parseMsg(p.t, p.index, m.Sequence, m.Header, m.Data)
+	return pm, err == nil, err
+}
+
+// loadState reads the subject's last and first messages. Caller holds amu.
+func (e *Engine) loadState(ctx context.Context, p *partition) error {
+	last, err := e.rec.GetLastMsgForSubject(ctx, p.subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		p.known, p.lastSeq, p.lastMark, p.nextW, p.earliestW, p.cum, p.baseCum = true, 0, false, 0, 0, 0, 0
+		p.firstTime, p.lastTime = time.Time{}, time.Time{}
+		p.loaded.Store(true)
+		e.updateView(p)
+		return nil
+	}
+	if err != nil {
+		return unavailable("load partition", err)
+	}
+	lp, err := parseMsg(p.t, p.index, last.Sequence, last.Header, last.Data)
+	if err != nil {
+		return err
+	}
+	p.lastSeq, p.lastMark, p.nextW, p.cum, p.lastTime = lp.seq, lp.mark, lp.off+1, lp.cum, lp.time
+	p.earliestW, p.baseCum, p.firstTime = p.nextW, p.cum, time.Time{}
+	if !lp.mark {
+		first, ok, err := e.getMsg(ctx, p, 1)
+		for err == nil && ok && first.mark {
+			first, ok, err = e.getMsg(ctx, p, first.seq+1)
+		}
+		if err != nil {
+			return err
+		}
+		if ok {
+			p.earliestW, p.baseCum, p.firstTime = first.off, first.cum-recordBytes(first.rec), first.time
+		}
+	}
+	p.known = true
+	p.loaded.Store(true)
+	e.updateView(p)
+	return nil
+}
+
+// updateView publishes the writer's state to the shared view.
+func (e *Engine) updateView(p *partition) {
+	p.smu.Lock()
+	p.next = max(p.next, p.nextW)
+	p.earliest = max(p.earliest, p.earliestW)
+	if len(p.cache) > 0 && p.cache[0].rec.Offset < p.earliest {
+		i := min(int(p.earliest-p.cache[0].rec.Offset), len(p.cache))
+		p.cache = slices.Delete(p.cache, 0, i)
+	}
+	p.smu.Unlock()
+}
+
+func header(off int64, at time.Time, cum int64) nats.Header {
+	h := nats.Header{}
+	h.Set(hOff, strconv.FormatInt(off, 10))
+	h.Set(hTime, strconv.FormatInt(at.UnixNano(), 10))
+	h.Set(hCum, strconv.FormatInt(cum, 10))
+	return h
+}
+
+// trimAge removes records older than the topic's MaxAge at now, leaving a
+// marker when none remain so the next offset survives. Caller holds amu and
+// the state is known.
+func (e *Engine) trimAge(ctx context.Context, p *partition, now time.Time) error {
+	maxAge := p.t.cfg.MaxAge
+	if maxAge <= 0 || p.earliestW >= p.nextW {
+		return nil
+	}
+	cutoff := now.Add(-maxAge)
+	if !p.firstTime.IsZero() && !p.firstTime.Before(cutoff) {
+		return nil
+	}
+	for range 5 {
+		m, ok, err := e.getMsg(ctx, p, 1)
+		for err == nil && ok && (m.mark || m.time.Before(cutoff)) {
+			m, ok, err = e.getMsg(ctx, p, m.seq+1)
+		}
+		if err != nil {
+			return err
+		}
+		if ok { // m is the first record to keep
+			if err := e.rec.Purge(ctx, jetstream.WithPurgeSubject(p.subject), jetstream.WithPurgeSequence(m.seq)); err != nil {
+				return unavailable("trim", err)
+			}
+			p.earliestW, p.firstTime, p.baseCum = m.off, m.time, m.cum-recordBytes(m.rec)
+			e.updateView(p)
+			return nil
+		}
+		// Every record expired: store a marker holding the next offset.
+		msg := &nats.Msg{Subject: p.subject, Header: header(p.nextW-1, now, p.cum)}
+		msg.Header.Set(hMark, "1")
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(p.lastSeq, 10))
+		ack, err := e.js.PublishMsg(ctx, msg)
+		if isWrongLast(err) {
+			if err := e.loadState(ctx, p); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return unavailable("trim", err)
+		}
+		if err := e.rec.Purge(ctx, jetstream.WithPurgeSubject(p.subject), jetstream.WithPurgeSequence(ack.Sequence)); err != nil {
+			return unavailable("trim", err)
+		}
+		p.lastSeq, p.lastMark, p.earliestW, p.firstTime, p.baseCum = ack.Sequence, true, p.nextW, time.Time{}, p.cum
+		e.updateView(p)
+		return nil
+	}
+	return nil
+}
+
+func (e *Engine) topicErr(name string) error {
+	return fmt.Errorf("jsengine: topic %q: %w", name, engine.ErrUnknownTopic)
+}
+
+func (e *Engine) local(name string) *topic {
+	e.tmu.RLock()
+	defer e.tmu.RUnlock()
+	return e.topics[name]
+}
+
+// lookup returns the topic, asking the bucket when this node has not heard
+// of it yet.
+func (e *Engine) lookup(ctx context.Context, name string) (*topic, error) {
+	if t := e.local(name); t != nil {
+		return t, nil
+	}
+	ent, err := e.topicKV.Get(ctx, enc(name))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, e.topicErr(name)
+	}
+	if err != nil {
+		return nil, unavailable("topic", err)
+	}
+	var v topicVal
+	if err := json.Unmarshal(ent.Value(), &v); err != nil {
+		return nil, fmt.Errorf("jsengine: topic %q: bad config: %w", name, err)
+	}
+	t, _ := e.install(name, v, ent.Revision())
+	if t == nil {
+		return nil, e.topicErr(name)
+	}
+	return t, nil
+}
+
+// install makes (name, inc) the local incarnation unless a newer one or a
+// later delete is known, replacing an older one. It returns the current
+// incarnation and whether it was added.
+func (e *Engine) install(name string, v topicVal, inc uint64) (*topic, bool) {
+	e.tmu.Lock()
+	cur := e.topics[name]
+	if (cur != nil && cur.inc >= inc) || e.deleted[name] >= inc {
+		e.tmu.Unlock()
+		return cur, false
+	}
+	t := e.newTopic(name, v, inc)
+	e.topics[name] = t
+	e.tmu.Unlock()
+	if cur != nil {
+		e.dropTopic(cur)
+	}
+	e.gmu.Lock()
+	for _, g := range e.groups {
+		if g.matches(name) {
+			e.addTopicToGroup(g, t)
+			e.rebalance(g)
+		}
+	}
+	e.gmu.Unlock()
+	return t, true
+}
+
+// dropTopic forgets an incarnation locally: appends to it fail and groups
+// stop reading it.
+func (e *Engine) dropTopic(t *topic) {
+	if t.deleted.Swap(true) {
+		return
+	}
+	e.tmu.Lock()
+	if e.topics[t.name] == t {
+		delete(e.topics, t.name)
+	}
+	e.tmu.Unlock()
+	for _, p := range t.parts {
+		p.smu.Lock()
+		close(p.space) // wake blocked appenders; they see deleted
+		p.space = make(chan struct{})
+		p.smu.Unlock()
+	}
+	e.gmu.Lock()
+	for _, g := range e.groups {
+		if e.removeTopicFromGroup(g, t) {
+			e.rebalance(g)
+		}
+	}
+	e.gmu.Unlock()
+}
+
+// topicEvent applies a change of the topic bucket, from any node.
+func (e *Engine) topicEvent(ent jetstream.KeyValueEntry, initial bool) {
+	name := dec(ent.Key())
+	switch ent.Operation() {
+	case jetstream.KeyValuePut:
+		var v topicVal
+		if err := json.Unmarshal(ent.Value(), &v); err != nil {
+			e.log.Warn("jsengine: bad topic config", "topic", name, "err", err)
+			return
+		}
+		e.install(name, v, ent.Revision())
+	default: // delete, or purge
+		e.tmu.Lock()
+		e.deleted[name] = max(e.deleted[name], ent.Revision())
+		cur := e.topics[name]
+		e.tmu.Unlock()
+		if cur != nil && cur.inc < ent.Revision() {
+			e.dropTopic(cur)
+		}
+		if !initial {
+			for _, h := range e.observerList() {
+				h.o.TopicDeleted(name)
+			}
+		}
+	}
+}
+
+// CreateTopic creates a topic with cfg, zero fields taken from the engine's
+// defaults. It fails with engine.ErrInvalidConfig or engine.ErrTopicExists
+// (also when another node created the name first).
+func (e *Engine) CreateTopic(ctx context.Context, cfg engine.TopicConfig) (engine.TopicInfo, error) {
+	if e.closed.Load() {
+		return engine.TopicInfo{}, closedErr()
+	}
+	cfg = cfg.WithDefaults(e.defaults)
+	if cfg.Name == "" {
+		return engine.TopicInfo{}, fmt.Errorf("jsengine: empty topic name: %w", engine.ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return engine.TopicInfo{}, fmt.Errorf("jsengine: topic %q: %w", cfg.Name, err)
+	}
+	t, created, err := e.create(ctx, cfg)
+	if err != nil {
+		return engine.TopicInfo{}, err
+	}
+	if !created {
+		return engine.TopicInfo{}, fmt.Errorf("jsengine: topic %q: %w", cfg.Name, engine.ErrTopicExists)
+	}
+	info := engine.TopicInfo{Config: t.cfg, Created: t.created, Parts: make([]engine.PartitionInfo, len(t.parts))}
+	for i := range info.Parts {
+		info.Parts[i].Partition = i
+	}
+	return info, nil
+}
+
+// create stores cfg in the topic bucket unless the name is taken, returning
+// the topic under that name and whether it is new.
+func (e *Engine) create(ctx context.Context, cfg engine.TopicConfig) (*topic, bool, error) {
+	v := topicVal{Config: cfg, Created: e.clock.Now().UTC()}
+	b, _ := json.Marshal(v)
+	rev, err := e.topicKV.Create(ctx, enc(cfg.Name), b)
+	if isWrongLast(err) {
+		t, err := e.lookup(ctx, cfg.Name)
+		return t, false, err
+	}
+	if err != nil {
+		return nil, false, unavailable("create topic", err)
+	}
+	t, _ := e.install(cfg.Name, v, rev)
+	if t == nil || t.inc != rev {
+		return t, false, nil
+	}
+	return t, true, nil
+}
+
+// DeleteTopic removes a topic and its records on every node: its groups
+// stop reading it and every node's observers are told (from the topic
+// watcher, so shortly after DeleteTopic returns). Appends blocked on it
+// fail.
+func (e *Engine) DeleteTopic(ctx context.Context, name string) error {
+	t, err := e.lookup(ctx, name)
+	if err != nil {
+		return err
+	}
+	err = e.topicKV.Delete(ctx, enc(name), jetstream.LastRevision(t.inc))
+	if isWrongLast(err) {
+		// Deleted or recreated meanwhile: drop what we knew and report it gone.
+		e.dropTopic(t)
+		return e.topicErr(name)
+	}
+	if err != nil {
+		return unavailable("delete topic", err)
+	}
+	e.dropTopic(t)
+	if err := e.rec.Purge(ctx, jetstream.WithPurgeSubject(fmt.Sprintf("%s.rec.%s.%d.*", e.prefix, name, t.inc))); err != nil {
+		e.log.Warn("jsengine: purge deleted topic", "topic", name, "err", err)
+	}
+	// Its groups' committed offsets go too.
+	if lister, err := e.groupKV.ListKeysFiltered(ctx, fmt.Sprintf("c.*.%s.%d.*", enc(name), t.inc)); err == nil {
+		for k := range lister.Keys() {
+			_ = e.groupKV.Purge(ctx, k)
+		}
+	}
+	return nil
+}
+
+func (e *Engine) partitionOf(ctx context.Context, name string, partition int) (*topic, *partition, error) {
+	t, err := e.lookup(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if partition < 0 || partition >= len(t.parts) {
+		return nil, nil, fmt.Errorf("jsengine: topic %q partition %d: %w", name, partition, engine.ErrUnknownPartition)
+	}
+	return t, t.parts[partition], nil
+}
+
+// snapshot loads a partition's state from NATS and applies age retention.
+func (e *Engine) snapshot(ctx context.Context, p *partition) (engine.PartitionInfo, uint64, error) {
+	p.amu.Lock()
+	earliestBefore, _ := p.view()
+	err := e.loadState(ctx, p)
+	if err == nil {
+		err = e.trimAge(ctx, p, e.clock.Now())
+	}
+	pi := engine.PartitionInfo{
+		Partition: p.index, Earliest: p.earliestW, Next: p.nextW,
+		Bytes: p.cum - p.baseCum, Dropped: p.earliestW,
+	}
+	seq := p.lastSeq
+	p.amu.Unlock()
+	if err != nil {
+		return engine.PartitionInfo{}, 0, err
+	}
+	if earliest, _ := p.view(); earliest != earliestBefore {
+		e.pumpPartition(p)
+	}
+	return pi, seq, nil
+}
+
+// pumpPartition lets p's groups catch up after retention moved its
+// earliest offset.
+func (e *Engine) pumpPartition(p *partition) {
+	e.gmu.Lock()
+	defer e.gmu.Unlock()
+	for _, gp := range p.gparts {
+		e.pump(gp)
+	}
+}
+
+// Topic returns a topic's configuration and partition state, read from
+// NATS. Dropped equals Earliest: records leave a partition only by
+// retention, and a topic's offsets start at 0.
+func (e *Engine) Topic(ctx context.Context, name string) (engine.TopicInfo, error) {
+	t, err := e.lookup(ctx, name)
+	if err != nil {
+		return engine.TopicInfo{}, err
+	}
+	return e.topicInfo(ctx, t)
+}
+
+func (e *Engine) topicInfo(ctx context.Context, t *topic) (engine.TopicInfo, error) {
+	info := engine.TopicInfo{Config: t.cfg, Created: t.created, Parts: make([]engine.PartitionInfo, len(t.parts))}
+	for i, p := range t.parts {
+		pi, _, err := e.snapshot(ctx, p)
+		if err != nil {
+			return engine.TopicInfo{}, err
+		}
+		info.Parts[i] = pi
+	}
+	return info, nil
+}
+
+// Topics returns every topic, sorted by name.
+func (e *Engine) Topics(ctx context.Context) ([]engine.TopicInfo, error) {
+	e.tmu.RLock()
+	ts := slices.Collect(maps.Values(e.topics))
+	e.tmu.RUnlock()
+	slices.SortFunc(ts, func(a, b *topic) int { return strings.Compare(a.name, b.name) })
+	out := make([]engine.TopicInfo, 0, len(ts))
+	for _, t := range ts {
+		info, err := e.topicInfo(ctx, t)
+		if err != nil {
+			if errors.Is(err, engine.ErrUnavailable) {
+				return nil, err
+			}
+			continue
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// errTopicGone: the topic was deleted between lookup and append.
+var errTopicGone = fmt.Errorf("jsengine: topic deleted during append: %w", engine.ErrUnknownTopic)
+
+// Append stores m and returns once this node's observers have seen it. An
+// unknown topic is created with the defaults unless the engine is strict.
+// With a MsgID, a repeat within the dedupe window (on the engine's clock)
+// returns the first append's position with Duplicate set. Under the Block
+// policy it waits (see engine.Block) and fails with an error wrapping
+// engine.ErrBackpressure, ctx's error, or engine.ErrClosed.
+func (e *Engine) Append(ctx context.Context, m engine.Message) (engine.Appended, error) {
+	var err error
+	for range 3 {
+		if e.closed.Load() {
+			return engine.Appended{}, closedErr()
+		}
+		var t *topic
+		t, err = e.lookup(ctx, m.Topic)
+		if errors.Is(err, engine.ErrUnknownTopic) && !e.strict {
+			cfg := e.defaults
+			cfg.Name = m.Topic
+			t, _, err = e.create(ctx, cfg)
+		}
+		if err != nil {
+			return engine.Appended{}, err
+		}
+		if t == nil {
+			continue
+		}
+		var a engine.Appended
+		if m.MsgID == "" {
+			a, err = e.appendTo(ctx, t, &m, "")
+		} else {
+			a, err = e.appendOnce(ctx, t, &m)
+		}
+		if err != errTopicGone {
+			return a, err
+		}
+	}
+	return engine.Appended{}, err
+}
+
+// appendTo stores m in one of t's partitions: the offset is the subject's
+// last offset plus one, published with the subject's last sequence as the
+// expected one, so two nodes racing for an offset cannot both get it (the
+// loser reloads and retries). msgID, when set, is the Nats-Msg-Id, which
+// makes a retried publish of the same claim idempotent in the server.
+func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message, msgID string) (engine.Appended, error) {
+	p := t.parts[t.partitioner.Partition(m.Key, len(t.parts))]
+	var meta []byte
+	if m.Key != "" || len(m.Headers) > 0 || m.Priority != 0 {
+		meta, _ = json.Marshal(recMeta{K: m.Key, H: m.Headers, P: m.Priority})
+	}
+	size := recordBytes(&engine.Record{Key: m.Key, Headers: m.Headers, Data: m.Data})
+	maxMsgs := t.cfg.MaxMessages
+	var bw *blockWait
+
+	p.amu.Lock()
+	earliestBefore := p.earliestW
+	var res engine.Appended
+	var seq uint64
+	for attempt := 0; ; attempt++ {
+		if t.deleted.Load() {
+			p.amu.Unlock()
+			bw.stop()
+			return engine.Appended{}, errTopicGone
+		}
+		if e.closed.Load() {
+			p.amu.Unlock()
+			bw.stop()
+			return engine.Appended{}, closedErr()
+		}
+		if attempt > 100 {
+			p.amu.Unlock()
+			bw.stop()
+			return engine.Appended{}, fmt.Errorf("jsengine: topic %q partition %d: too much contention: %w", t.name, p.index, engine.ErrUnavailable)
+		}
+		if !p.known {
+			if err := e.loadState(ctx, p); err != nil {
+				p.amu.Unlock()
+				bw.stop()
+				return engine.Appended{}, err
+			}
+		}
+		now := e.clock.Now()
+		if now.Before(p.lastTime) {
+			now = p.lastTime // keep times ordered for Resolve's search
+		}
+		if err := e.trimAge(ctx, p, now); err != nil {
+			p.amu.Unlock()
+			bw.stop()
+			return engine.Appended{}, err
+		}
+		if maxMsgs > 0 && p.nextW-p.earliestW >= maxMsgs && t.cfg.OnFull == engine.Block {
+			// Check and start waiting under one smu hold, so a commit in
+			// between cannot be missed.
+			p.smu.Lock()
+			needed := p.readers > 0 && p.floor <= p.earliestW
+			space := p.space
+			if needed {
+				p.waiters++
+			}
+			p.smu.Unlock()
+			if needed {
+				if bw == nil {
+					bw = e.newBlockWait(t.cfg.BlockTimeout)
+				}
+				if err := e.waitForSpace(ctx, t, p, bw, space); err != nil {
+					bw.stop()
+					return engine.Appended{}, err
+				}
+				p.known = false // others may have appended meanwhile
+				continue
+			}
+		}
+		off := p.nextW
+		msg := &nats.Msg{Subject: p.subject, Data: m.Data, Header: header(off, now, p.cum+size)}
+		if meta != nil {
+			msg.Header.Set(hMeta, string(meta))
+		}
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(p.lastSeq, 10))
+		if msgID != "" {
+			msg.Header.Set(jetstream.MsgIDHeader, msgID)
+		}
+		ack, err := e.js.PublishMsg(ctx, msg)
+		if isWrongLast(err) {
+			p.known = false
+			if msgID != "" { // our own earlier try may have landed
+				if last, err := e.rec.GetLastMsgForSubject(ctx, p.subject); err == nil && last.Header.Get(jetstream.MsgIDHeader) == msgID {
+					if pm, err := parseMsg(t, p.index, last.Sequence, last.Header, last.Data); err == nil {
+						res, seq = engine.Appended{Partition: p.index, Offset: pm.off, Time: pm.time}, last.Sequence
+						break
+					}
+				}
+			}
+			continue
+		}
+		if err != nil {
+			p.amu.Unlock()
+			bw.stop()
+			return engine.Appended{}, unavailable("append", err)
+		}
+		prevMark := p.lastMark
+		wasEmpty := p.earliestW >= p.nextW
+		p.lastSeq, p.lastMark, p.nextW, p.cum, p.lastTime = ack.Sequence, false, off+1, p.cum+size, now
+		if wasEmpty {
+			p.earliestW, p.firstTime, p.baseCum = off, now, p.cum-size
+		}
+		switch {
+		case prevMark:
+			if err := e.rec.Purge(ctx, jetstream.WithPurgeSubject(p.subject), jetstream.WithPurgeSequence(ack.Sequence)); err != nil {
+				e.log.Warn("jsengine: drop marker", "subject", p.subject, "err", err)
+			}
+		case maxMsgs > 0 && p.nextW-p.earliestW > maxMsgs:
+			if err := e.rec.Purge(ctx, jetstream.WithPurgeSubject(p.subject), jetstream.WithPurgeKeep(uint64(maxMsgs))); err != nil {
+				e.log.Warn("jsengine: trim", "subject", p.subject, "err", err)
+			} else {
+				p.earliestW, p.firstTime = p.nextW-maxMsgs, time.Time{}
+			}
+		}
+		e.updateView(p)
+		res, seq = engine.Appended{Partition: p.index, Offset: off, Time: now}, ack.Sequence
+		break
+	}
+	trimmed := p.earliestW != earliestBefore
+	p.amu.Unlock()
+	bw.stop()
+	if trimmed {
+		e.pumpPartition(p)
+	}
+	e.waitTail(ctx, seq)
+	return res, nil
+}
+
+// waitTail waits until the tail has announced stream sequence seq, so that
+// Append returns after this node's observers and groups have the record.
+// It gives up (the record is stored either way) when ctx is done, the
+// engine closes, or the tail falls five seconds behind.
+func (e *Engine) waitTail(ctx context.Context, seq uint64) {
+	var timeout <-chan time.Time
+	for {
+		e.tailMu.Lock()
+		if e.tailSeq >= seq {
+			e.tailMu.Unlock()
+			return
+		}
+		e.tailWait++
+		ch := e.tailWake
+		e.tailMu.Unlock()
+		if timeout == nil {
+			t := time.NewTimer(5 * time.Second)
+			defer t.Stop()
+			timeout = t.C
+		}
+		var stop bool
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			stop = true
+		case <-e.closeCh:
+			stop = true
+		case <-timeout:
+			stop = true
+		}
+		e.tailMu.Lock()
+		e.tailWait--
+		e.tailMu.Unlock()
+		if stop {
+			return
+		}
+	}
+}
+
+// blockWait is one Append's block timeout: timeout is closed when it passes.
+type blockWait struct {
+	timeout chan struct{}
+	timer   engine.Timer
+}
+
+func (e *Engine) newBlockWait(d time.Duration) *blockWait {
+	ch := make(chan struct{})
+	return &blockWait{timeout: ch, timer: e.afterFunc(d, func() { close(ch) })}
+}
+
+func (bw *blockWait) stop() {
+	if bw != nil {
+		bw.timer.Stop()
+	}
+}
+
+// waitForSpace waits, with amu released, until space is closed (the
+// partition's floor may have risen), the block timeout passes, ctx is done
+// or the engine closes. Caller holds amu and has counted itself in
+// p.waiters; amu is held again on a nil return, released otherwise.
+func (e *Engine) waitForSpace(ctx context.Context, t *topic, p *partition, bw *blockWait, space chan struct{}) error {
+	p.amu.Unlock()
+	var err error
+	select {
+	case <-space:
+	case <-bw.timeout:
+		err = fmt.Errorf("jsengine: topic %q partition %d full for %v: %w",
+			t.name, p.index, t.cfg.BlockTimeout, engine.ErrBackpressure)
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-e.closeCh:
+		err = closedErr()
+	}
+	p.smu.Lock()
+	p.waiters--
+	p.smu.Unlock()
+	if err == nil {
+		p.amu.Lock()
+	}
+	return err
+}
+
+// dedupCall is an in-progress idempotent append on this node; repeats of
+// the same MsgID wait for it instead of asking NATS.
+type dedupCall struct {
+	done chan struct{}
+	res  engine.Appended
+	err  error
+}
+
+// dedupVal is a MsgID's claim in the dedupe bucket. Done is false while
+// the first append is in progress.
+type dedupVal struct {
+	At        time.Time `json:"at"`
+	Done      bool      `json:"done"`
+	Partition int       `json:"p"`
+	Offset    int64     `json:"o"`
+	Time      time.Time `json:"t"`
+}
+
+// appendOnce appends m unless its MsgID was appended to t within the dedupe
+// window. The claim lives in the dedupe bucket (created atomically, so two
+// nodes cannot both claim a MsgID) with the engine clock's time, and
+// remembers the first append's position.
+func (e *Engine) appendOnce(ctx context.Context, t *topic, m *engine.Message) (engine.Appended, error) {
+	key := fmt.Sprintf("%d.%s.%s", t.inc, enc(t.name), enc(m.MsgID))
+	e.dmu.Lock()
+	if c := e.dedup[key]; c != nil {
+		e.dmu.Unlock()
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return engine.Appended{}, ctx.Err()
+		}
+		if c.err == nil {
+			a := c.res
+			a.Duplicate = true
+			return a, nil
+		}
+	} else {
+		c := &dedupCall{done: make(chan struct{})}
+		e.dedup[key] = c
+		e.dmu.Unlock()
+		c.res, c.err = e.appendClaimed(ctx, t, m, key)
+		e.dmu.Lock()
+		delete(e.dedup, key)
+		e.dmu.Unlock()
+		close(c.done)
+		return c.res, c.err
+	}
+	return e.appendClaimed(ctx, t, m, key)
+}
+
+func (e *Engine) appendClaimed(ctx context.Context, t *topic, m *engine.Message, key string) (engine.Appended, error) {
+	window := e.policy.DedupeWindow
+	for try := 0; ; try++ {
+		if try > 200 {
+			return engine.Appended{}, fmt.Errorf("jsengine: msg_id %q stays claimed: %w", m.MsgID, engine.ErrUnavailable)
+		}
+		now := e.clock.Now()
+		claim, _ := json.Marshal(dedupVal{At: now})
+		var rev uint64
+		ent, err := e.dedupKV.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			rev, err = e.dedupKV.Create(ctx, key, claim)
+		case err != nil:
+		default:
+			var v dedupVal
+			_ = json.Unmarshal(ent.Value(), &v)
+			if now.Sub(v.At) < window {
+				if v.Done {
+					return engine.Appended{Partition: v.Partition, Offset: v.Offset, Time: v.Time, Duplicate: true}, nil
+				}
+				// Another node is appending it: wait a little.
+				if real := time.Since(ent.Created()); real < 10*time.Second {
+					select {
+					case <-time.After(5 * time.Millisecond):
+					case <-ctx.Done():
+						return engine.Appended{}, ctx.Err()
+					}
+					continue
+				}
+			}
+			rev, err = e.dedupKV.Update(ctx, key, claim, ent.Revision())
+		}
+		if isWrongLast(err) {
+			continue
+		}
+		if err != nil {
+			return engine.Appended{}, unavailable("dedupe", err)
+		}
+		a, err := e.appendTo(ctx, t, m, fmt.Sprintf("%s.%d", key, rev))
+		if err != nil {
+			_ = e.dedupKV.Delete(context.WithoutCancel(ctx), key, jetstream.LastRevision(rev))
+			return a, err
+		}
+		done, _ := json.Marshal(dedupVal{At: now, Done: true, Partition: a.Partition, Offset: a.Offset, Time: a.Time})
+		if _, err := e.dedupKV.Update(context.WithoutCancel(ctx), key, done, rev); err != nil {
+			e.log.Warn("jsengine: dedupe record", "err", err)
+		}
+		return a, nil
+	}
+}
+
+// Read returns up to limit records from offset from (clamped up to the
+// earliest retained) and the offset after the last one returned. Recent
+// records come from the tail's cache; older ones from NATS, one direct get
+// per record after a binary search for the first.
+func (e *Engine) Read(ctx context.Context, topicName string, partition int, from int64, limit int) ([]*engine.Record, int64, error) {
+	_, p, err := e.partitionOf(ctx, topicName, partition)
+	if err != nil {
+		return nil, 0, err
+	}
+	pi, lastSeq, err := e.snapshot(ctx, p)
+	if err != nil {
+		return nil, 0, err
+	}
+	from = min(max(from, pi.Earliest), pi.Next)
+	n := int(min(int64(max(limit, 0)), pi.Next-from))
+	if n == 0 {
+		return []*engine.Record{}, from, nil
+	}
+	recs, err := e.fetch(ctx, p, from, n, lastSeq)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(recs) > 0 {
+		from = recs[0].Offset
+	}
+	return recs, from + int64(len(recs)), nil
+}
+
+// fetch returns up to n records of p from offset from.
+func (e *Engine) fetch(ctx context.Context, p *partition, from int64, n int, lastSeq uint64) ([]*engine.Record, error) {
+	recs := make([]*engine.Record, 0, n)
+	var seq uint64
+	p.smu.Lock()
+	if len(p.cache) > 0 {
+		base := p.cache[0].rec.Offset
+		if from >= base && from < base+int64(len(p.cache)) {
+			for i := int(from - base); i < len(p.cache) && len(recs) < n; i++ {
+				recs = append(recs, p.cache[i].rec)
+				seq = p.cache[i].seq + 1
+			}
+		}
+	}
+	p.smu.Unlock()
+	if len(recs) == 0 {
+		s, err := e.seekSeq(ctx, p, lastSeq, func(m parsed) bool { return m.off >= from })
+		if err != nil {
+			return nil, err
+		}
+		seq = s
+	}
+	for len(recs) < n && seq > 0 {
+		m, ok, err := e.getMsg(ctx, p, seq)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			break
+		}
+		seq = m.seq + 1
+		if m.mark || m.off < from {
+			continue
+		}
+		recs = append(recs, m.rec)
+	}
+	return recs, nil
+}
+
+// seekSeq returns the smallest sequence s at which the first message of p's
+// subject at or after s satisfies pred (monotone along the subject), by
+// binary search over [first, last]; 0 when none does.
+func (e *Engine) seekSeq(ctx context.Context, p *partition, last uint64, pred func(parsed) bool) (uint64, error) {
+	first, ok, err := e.getMsg(ctx, p, 1)
+	if err != nil || !ok {
+		return 0, err
+	}
+	if last == 0 {
+		last = ^uint64(0) >> 1
+	}
+	lo, hi := first.seq, last+1
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		m, ok, err := e.getMsg(ctx, p, mid)
+		if err != nil {
+			return 0, err
+		}
+		if !ok || pred(m) {
+			hi = mid
+		} else {
+			lo = m.seq + 1
+		}
+	}
+	if lo > last {
+		return 0, nil
+	}
+	return lo, nil
+}
+
+// Resolve turns s into an offset of a partition: earliest retained, latest
+// (the next offset), the first record at or after a time (the next offset
+// when there is none), or an offset clamped to [earliest, next].
+func (e *Engine) Resolve(ctx context.Context, topicName string, partition int, s engine.Start) (int64, error) {
+	_, p, err := e.partitionOf(ctx, topicName, partition)
+	if err != nil {
+		return 0, err
+	}
+	return e.resolve(ctx, p, s)
+}
+
+func (e *Engine) resolve(ctx context.Context, p *partition, s engine.Start) (int64, error) {
+	pi, lastSeq, err := e.snapshot(ctx, p)
+	if err != nil {
+		return 0, err
+	}
+	switch s.Kind {
+	case engine.StartLatest:
+		return pi.Next, nil
+	case engine.StartOffset:
+		return min(max(s.Offset, pi.Earliest), pi.Next), nil
+	case engine.StartTime:
+		if pi.Earliest == pi.Next {
+			return pi.Next, nil
+		}
+		seq, err := e.seekSeq(ctx, p, lastSeq, func(m parsed) bool { return m.mark || !m.time.Before(s.Time) })
+		if err != nil || seq == 0 {
+			return pi.Next, err
+		}
+		m, ok, err := e.getMsg(ctx, p, seq)
+		if err != nil || !ok || m.mark {
+			return pi.Next, err
+		}
+		return max(m.off, pi.Earliest), nil
+	default:
+		return pi.Earliest, nil
+	}
+}
+
+// tailMsg handles one stored message from the live tail (the engine's
+// ordered consumer over every record subject): it updates the partition's
+// view and cache, calls observers and feeds the partition's groups.
+func (e *Engine) tailMsg(msg jetstream.Msg) {
+	md, err := msg.Metadata()
+	if err != nil {
+		return
+	}
+	seq := md.Sequence.Stream
+	defer e.advanceTail(seq)
+	e.tailMu.Lock()
+	stale := seq <= e.tailSeq
+	e.tailMu.Unlock()
+	if stale {
+		return
+	}
+	// <prefix>.rec.<topic tokens>.<inc>.<partition>
+	subj := strings.TrimPrefix(msg.Subject(), e.prefix+".rec.")
+	i := strings.LastIndexByte(subj, '.')
+	if i < 0 {
+		return
+	}
+	part, err := strconv.Atoi(subj[i+1:])
+	if err != nil {
+		return
+	}
+	subj = subj[:i]
+	i = strings.LastIndexByte(subj, '.')
+	if i < 0 {
+		return
+	}
+	inc, err := strconv.ParseUint(subj[i+1:], 10, 64)
+	if err != nil {
+		return
+	}
+	name := subj[:i]
+	t := e.local(name)
+	if t == nil || t.inc < inc {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		t, _ = e.lookup(ctx, name)
+		cancel()
+	}
+	if t == nil || t.inc != inc || part >= len(t.parts) || t.deleted.Load() {
+		return
+	}
+	p := t.parts[part]
+	pm, err := parseMsg(t, part, seq, msg.Headers(), msg.Data())
+	if err != nil {
+		return
+	}
+	p.smu.Lock()
+	p.next = max(p.next, pm.off+1)
+	if pm.mark {
+		p.earliest = max(p.earliest, pm.off+1)
+		p.cache = p.cache[:0]
+		p.smu.Unlock()
+		return
+	}
+	if n := len(p.cache); n > 0 && p.cache[n-1].rec.Offset+1 != pm.off {
+		p.cache = p.cache[:0]
+	}
+	if len(p.cache) >= cacheSize {
+		p.cache = slices.Delete(p.cache, 0, len(p.cache)-cacheSize+1)
+	}
+	p.cache = append(p.cache, cached{rec: pm.rec, seq: seq})
+	p.smu.Unlock()
+
+	for _, h := range e.observerList() {
+		h.o.Appended(pm.rec)
+	}
+	e.gmu.Lock()
+	for _, gp := range p.gparts {
+		e.pump(gp)
+	}
+	e.gmu.Unlock()
+}
+
+func (e *Engine) advanceTail(seq uint64) {
+	e.tailMu.Lock()
+	if seq > e.tailSeq {
+		e.tailSeq = seq
+	}
+	if e.tailWait > 0 {
+		close(e.tailWake)
+		e.tailWake = make(chan struct{})
+	}
+	e.tailMu.Unlock()
+}
+
+// cachedAt returns the record at offset off from p's cache, or nil.
+func (p *partition) cachedAt(off int64) *engine.Record {
+	p.smu.Lock()
+	defer p.smu.Unlock()
+	if len(p.cache) == 0 {
+		return nil
+	}
+	i := off - p.cache[0].rec.Offset
+	if i < 0 || i >= int64(len(p.cache)) {
+		return nil
+	}
+	return p.cache[i].rec
+}
+
+// view returns the partition's earliest and next offsets as this node
+// last saw them.
+func (p *partition) view() (earliest, next int64) {
+	p.smu.Lock()
+	defer p.smu.Unlock()
+	return p.earliest, p.next
+}

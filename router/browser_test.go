@@ -1,0 +1,269 @@
+package router_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/memengine"
+	"github.com/switchyard/switchyard/router"
+	"github.com/switchyard/switchyard/web"
+)
+
+// cutListener lets a test drop every open connection and refuse new ones,
+// as a network outage would.
+type cutListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	down  bool
+}
+
+func (l *cutListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		l.mu.Lock()
+		if l.down {
+			l.mu.Unlock()
+			c.Close()
+			continue
+		}
+		l.conns = append(l.conns, c)
+		l.mu.Unlock()
+		return c, nil
+	}
+}
+
+func (l *cutListener) cut(down bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.down = down
+	if down {
+		for _, c := range l.conns {
+			c.Close()
+		}
+		l.conns = nil
+	}
+}
+
+// browser starts headless chromium, or skips when it is absent (unless
+// SWITCHYARD_REQUIRE_BROWSER is set, as in CI).
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path := os.Getenv("SWITCHYARD_CHROMIUM")
+	if path == "" {
+		path = "/usr/bin/chromium"
+	}
+	if _, err := exec.LookPath(path); err != nil {
+		if os.Getenv("SWITCHYARD_REQUIRE_BROWSER") != "" {
+			t.Fatalf("chromium required but not found at %s", path)
+		}
+		t.Skipf("no chromium at %s", path)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.WindowSize(1440, 1000),
+	}
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, tcancel := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(func() {
+		tcancel()
+		cancel()
+		acancel()
+	})
+	// Start the browser now so that a failure is reported here.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	return ctx
+}
+
+func newWebGateway(t *testing.T, stats time.Duration) (*httptest.Server, *cutListener, engine.Engine) {
+	t.Helper()
+	eng := memengine.New(memengine.Options{})
+	rt, err := router.New(router.Options{Engine: eng, Registry: prometheus.NewRegistry(), Static: web.FS(), StatsInterval: stats})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &cutListener{Listener: ln}
+	srv := httptest.NewUnstartedServer(rt)
+	srv.Listener = cl
+	srv.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		_ = rt.Shutdown(ctx)
+		srv.Close()
+		_ = eng.Close(ctx)
+	})
+	return srv, cl, eng
+}
+
+// evalUntil evaluates expr until it returns true or the deadline passes.
+func evalUntil(t *testing.T, ctx context.Context, expr string, what string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func TestBrowserDashboardShowsLiveRates(t *testing.T) {
+	ctx := browser(t)
+	srv, _, _ := newWebGateway(t, 200*time.Millisecond)
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/")); err != nil {
+		t.Fatal(err)
+	}
+	evalUntil(t, ctx, `document.getElementById("conn-state").dataset.state === "open"`, "dashboard connected")
+	// Publish steadily until the dashboard shows a publish rate.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		client := srv.Client()
+		for i := 0; i < 20000; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			resp, err := client.Post(srv.URL+"/v1/publish", "application/json",
+				stringsReader(fmt.Sprintf(`{"topic":"shop.orders.eu","key":"k%d","data":{"n":%d}}`, i%7, i)))
+			if err != nil {
+				return
+			}
+			resp.Body.Close()
+			time.Sleep(2 * time.Millisecond) // a steady, visible rate
+		}
+	}()
+	evalUntil(t, ctx, `Number(document.getElementById("rate-publishes").textContent) > 0`, "a live publish rate")
+	evalUntil(t, ctx, `document.getElementById("top-topics").textContent.includes("shop.orders.eu")`, "top topics")
+	if out := os.Getenv("SWITCHYARD_SCREENSHOT"); out != "" {
+		time.Sleep(3 * time.Second) // let the charts fill
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(out, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	<-done
+}
+
+func TestBrowserClientRecoversAfterOutage(t *testing.T) {
+	ctx := browser(t)
+	srv, cut, eng := newWebGateway(t, -1)
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/example.html")); err != nil {
+		t.Fatal(err)
+	}
+	setup := `(async () => {
+		const { connect } = await import("/switchyard.js");
+		window.got = [];
+		window.events = [];
+		const c = await connect("ws://" + location.host + "/v1/ws", { reconnect: { minDelayMs: 50, maxDelayMs: 200 } });
+		c.on("reconnect", () => events.push("reconnect"));
+		c.on("open", () => events.push("open"));
+		c.on("reset", () => events.push("reset"));
+		await c.subscribe("outage.*", (m) => got.push(m.topic + "/" + m.offset + "/" + m.data.n));
+		window.sy = c;
+		return true;
+	})()`
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](setup, chromedp.EvalAwaitPromise)); err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	publish := func(n int) {
+		t.Helper()
+		resp, err := srv.Client().Post(srv.URL+"/v1/publish", "application/json",
+			stringsReader(fmt.Sprintf(`{"topic":"outage.a","data":{"n":%d}}`, n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("publish %d: %d", n, resp.StatusCode)
+		}
+	}
+	for i := range 5 {
+		publish(i)
+	}
+	evalUntil(t, ctx, `got.length >= 5`, "the first five messages")
+	// Outage: drop the browser's connection and refuse its reconnects
+	// while more is appended to the log, then let it back in.
+	cut.cut(true)
+	evalUntil(t, ctx, `events.includes("reconnect")`, "the client noticing the outage")
+	for i := 5; i < 10; i++ {
+		if _, err := eng.Append(context.Background(), engine.Message{Topic: "outage.a", Data: []byte(fmt.Sprintf(`{"n":%d}`, i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cut.cut(false)
+	evalUntil(t, ctx, `got.length >= 10`, "messages published during the outage")
+	raw, err := chromedp.Run(ctx, chromedp.Evaluate[[]byte](`JSON.stringify({got, events})`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Got    []string `json:"got"`
+		Events []string `json:"events"`
+	}
+	if err := json.Unmarshal([]byte(s), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Got) != 10 {
+		t.Fatalf("got %d messages, want 10 exactly once: %v", len(res.Got), res.Got)
+	}
+	for i, g := range res.Got {
+		if want := "outage.a/" + strconv.Itoa(i) + "/" + strconv.Itoa(i); g != want {
+			t.Fatalf("message %d = %q, want %q (in order, once)", i, g, want)
+		}
+	}
+	for _, e := range res.Events {
+		if e == "reset" {
+			t.Fatalf("resume was not recovered: %v", res.Events)
+		}
+	}
+}

@@ -1,0 +1,504 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"maps"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/labstack/echo/v4"
+	"golang.org/x/time/rate"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/session"
+	"github.com/switchyard/switchyard/trie"
+)
+
+// conn is one WebSocket session's protocol state.
+type conn struct {
+	rt      *Router
+	sess    *session.Session
+	id      string
+	limiter *rate.Limiter // nil: unlimited
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // catch-up goroutines
+
+	mu     sync.Mutex // guards the fields below
+	subs   map[subKey]*subscription
+	byID   map[uint64]*subscription
+	nextID uint64
+	closed bool
+}
+
+type subKey struct{ pattern, group string }
+
+func (rt *Router) serveWS(c echo.Context) error {
+	if rt.closing.Load() {
+		return perr(codeShuttingDown, "server is shutting down")
+	}
+	cn := &conn{rt: rt, id: newID(), subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription)}
+	if rt.opts.PublishRate > 0 {
+		cn.limiter = rate.NewLimiter(rate.Limit(rt.opts.PublishRate), rt.opts.PublishBurst)
+	}
+	sopts := rt.opts.Session
+	sopts.EncodeGap = cn.encodeGap
+	sopts.OnDrop = cn.onDrop
+	sess, err := session.Accept(c.Response(), c.Request(), &websocket.AcceptOptions{
+		OriginPatterns: rt.opts.OriginPatterns,
+	}, cn.id, sopts)
+	if err != nil {
+		// Accept has written the HTTP error response.
+		rt.log.Debug("websocket accept failed", "err", err)
+		return nil
+	}
+	cn.sess = sess
+	if !rt.addConn(cn) {
+		sess.Close(websocket.StatusGoingAway, "server shutting down")
+		return nil
+	}
+	defer rt.removeConn(cn)
+	rt.m.connections.Inc()
+	rt.m.connectsTotal.Inc()
+	defer rt.m.connections.Dec()
+	cn.ctx, cn.cancel = context.WithCancel(rt.ctx)
+	defer cn.cancel()
+
+	cn.sess.Send(session.Item{Frame: encodeReply("welcome", nil, map[string]any{
+		"session": cn.id,
+		"epoch":   rt.eng.Epoch(),
+		"limits": map[string]any{
+			"max_frame_bytes":   sopts.ReadLimit,
+			"max_message_bytes": rt.opts.MaxMessageBytes,
+			"max_subscriptions": rt.opts.MaxSubscriptions,
+			"queue_messages":    sopts.QueueMessages,
+			"publish_rate":      rt.opts.PublishRate,
+		},
+	})})
+	err = sess.Run(cn.ctx, cn)
+	rt.log.Debug("session ended", "session", cn.id, "err", err)
+	cn.teardown()
+	return nil
+}
+
+// teardown removes every subscription of a finished session.
+func (cn *conn) teardown() {
+	cn.cancel()
+	cn.mu.Lock()
+	cn.closed = true
+	subs := make([]*subscription, 0, len(cn.subs))
+	for _, s := range cn.subs {
+		subs = append(subs, s)
+	}
+	clear(cn.subs)
+	cn.mu.Unlock()
+	for _, s := range subs {
+		cn.rt.dropSub(s)
+	}
+	cn.wg.Wait()
+}
+
+// HandleFrame implements session.Handler: one client op.
+func (cn *conn) HandleFrame(_ *session.Session, data []byte) {
+	cn.rt.m.bytesIn.Add(float64(len(data)))
+	req, pe := decodeRequest(data)
+	if pe == nil {
+		pe = cn.dispatch(req)
+	}
+	if pe != nil {
+		cn.rt.m.rejected.WithLabelValues(pe.code).Inc()
+		cn.sess.Send(session.Item{Frame: encodeError(req.ID, pe.code, pe.msg)})
+	}
+}
+
+func (cn *conn) dispatch(req *request) *protoError {
+	switch req.Op {
+	case "publish":
+		return cn.publish(req)
+	case "subscribe":
+		return cn.subscribe(req)
+	case "unsubscribe":
+		return cn.unsubscribe(req)
+	case "ack", "nack":
+		return cn.ack(req)
+	}
+	return perr(codeBadRequest, "unknown op %q", req.Op)
+}
+
+func toProto(err error) *protoError {
+	var pe *protoError
+	if errors.As(err, &pe) {
+		return pe
+	}
+	code, msg, _ := classify(err)
+	return &protoError{code: code, msg: msg}
+}
+
+func (cn *conn) publish(req *request) *protoError {
+	if cn.limiter != nil && !cn.limiter.Allow() {
+		cn.rt.m.publishes.WithLabelValues("ws", codeRateLimited).Inc()
+		return perr(codeRateLimited, "publish rate limit of %g/s exceeded", cn.rt.opts.PublishRate)
+	}
+	msg, pe := parsePublish(req, cn.rt.opts.MaxMessageBytes)
+	if pe != nil {
+		return pe
+	}
+	a, err := cn.rt.append(cn.ctx, msg, "ws")
+	if err != nil {
+		return toProto(err)
+	}
+	cn.sess.Send(session.Item{Frame: encodePublished(req.ID, msg.Topic, a)})
+	return nil
+}
+
+// append is the one path from a publish (WebSocket, HTTP, redrive) to the log.
+func (rt *Router) append(ctx context.Context, msg engine.Message, transport string) (engine.Appended, error) {
+	if rt.closing.Load() {
+		rt.m.publishes.WithLabelValues(transport, codeShuttingDown).Inc()
+		return engine.Appended{}, perr(codeShuttingDown, "server is shutting down")
+	}
+	start := time.Now()
+	a, err := rt.eng.Append(ctx, msg)
+	rt.m.appendLatency.Observe(time.Since(start).Seconds())
+	switch {
+	case err != nil:
+		code, _, _ := classify(err)
+		if code == codeBackpressure {
+			rt.m.backpressure.Inc()
+		}
+		rt.m.publishes.WithLabelValues(transport, code).Inc()
+	case a.Duplicate:
+		rt.m.publishes.WithLabelValues(transport, "duplicate").Inc()
+	default:
+		rt.m.publishes.WithLabelValues(transport, "ok").Inc()
+		rt.stats.publishes.Add(1)
+		rt.stats.countTopic(msg.Topic)
+	}
+	return a, err
+}
+
+func validGroup(g string) *protoError {
+	if g == "" || len(g) > trie.MaxNameBytes {
+		return perr(codeBadRequest, "group must be 1 to 255 characters")
+	}
+	for i := 0; i < len(g); i++ {
+		c := g[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == ':' || c == '.') {
+			return perr(codeBadRequest, "group may hold only A-Z a-z 0-9 _ - : .")
+		}
+	}
+	return nil
+}
+
+func (cn *conn) subscribe(req *request) *protoError {
+	if req.Pattern == nil {
+		return perr(codeBadRequest, `missing field "pattern"`)
+	}
+	pattern := *req.Pattern
+	if err := trie.ValidatePattern(pattern); err != nil {
+		return perr(codeInvalidPattern, "%s", err.Error())
+	}
+	group := ""
+	if req.Group != nil {
+		group = *req.Group
+		if pe := validGroup(group); pe != nil {
+			return pe
+		}
+	}
+	from, pe := parseFrom(req.From)
+	if pe != nil {
+		return pe
+	}
+	policy := session.DropOld
+	if req.OnFull != nil {
+		if group != "" {
+			return perr(codeBadRequest, "on_full applies to plain subscriptions only")
+		}
+		switch *req.OnFull {
+		case "drop_old":
+		case "drop_new":
+			policy = session.DropNew
+		case "disconnect":
+			policy = session.Disconnect
+		default:
+			return perr(codeBadRequest, `on_full must be "drop_old", "drop_new" or "disconnect"`)
+		}
+	}
+	var filter map[string]string
+	if req.Filter != nil && len(req.Filter.Headers) > 0 {
+		filter = maps.Clone(req.Filter.Headers)
+	}
+	if group != "" && from.positions {
+		return perr(codeBadRequest, "a group resumes from its committed offsets; from.positions applies to plain subscriptions")
+	}
+
+	key := subKey{pattern, group}
+	cn.mu.Lock()
+	if cn.closed {
+		cn.mu.Unlock()
+		return perr(codeShuttingDown, "session is closing")
+	}
+	if _, ok := cn.subs[key]; ok {
+		cn.mu.Unlock()
+		return perr(codeBadRequest, "already subscribed to %q", pattern)
+	}
+	if len(cn.subs) >= cn.rt.opts.MaxSubscriptions {
+		cn.mu.Unlock()
+		return perr(codeTooManySubs, "a session may hold at most %d subscriptions", cn.rt.opts.MaxSubscriptions)
+	}
+	cn.nextID++
+	s := &subscription{c: cn, id: cn.nextID, pattern: pattern, group: group, policy: policy, filter: filter}
+	cn.subs[key] = s
+	cn.byID[s.id] = s
+	cn.mu.Unlock()
+
+	reply := map[string]any{"pattern": pattern}
+	if group != "" {
+		reply["group"] = group
+		if pe := cn.joinGroup(s, from); pe != nil {
+			cn.forget(s)
+			return pe
+		}
+		cn.rt.m.subscriptions.WithLabelValues("group").Inc()
+		cn.rt.stats.groupSubs.Add(1)
+		cn.sess.Send(session.Item{Frame: encodeReply("subscribed", req.ID, reply)})
+		s.release()
+		return nil
+	}
+
+	cn.rt.m.subscriptions.WithLabelValues("plain").Inc()
+	cn.rt.stats.plainSubs.Add(1)
+	if !from.positions && (from.start.Kind == engine.StartDefault || from.start.Kind == engine.StartLatest) {
+		s.isLive.Store(true)
+		if err := cn.rt.subs.Add(pattern, s); err != nil {
+			cn.forget(s)
+			return toProto(err)
+		}
+		cn.sess.Send(session.Item{Frame: encodeReply("subscribed", req.ID, reply)})
+		return nil
+	}
+	// Replay: register first (live records queue up in s.pending), then
+	// read the log up to its end, then switch to live.
+	s.catchingUp = true
+	if err := cn.rt.subs.Add(pattern, s); err != nil {
+		cn.forget(s)
+		return toProto(err)
+	}
+	plan, recovered, err := cn.rt.replayPlan(cn.ctx, s, from)
+	if err != nil {
+		cn.forget(s)
+		cn.rt.dropSub(s)
+		return toProto(err)
+	}
+	if from.positions {
+		reply["recovered"] = recovered
+	}
+	cn.sess.Send(session.Item{Frame: encodeReply("subscribed", req.ID, reply)})
+	cn.wg.Add(1)
+	go func() {
+		defer cn.wg.Done()
+		s.catchUp(cn.ctx, plan)
+	}()
+	return nil
+}
+
+// forget removes s from the session's maps (not from the trie or engine).
+func (cn *conn) forget(s *subscription) {
+	cn.mu.Lock()
+	if cn.subs[subKey{s.pattern, s.group}] == s {
+		delete(cn.subs, subKey{s.pattern, s.group})
+	}
+	cn.mu.Unlock()
+}
+
+func (cn *conn) joinGroup(s *subscription, from fromSpec) *protoError {
+	s.mu.Lock()
+	s.holding = true // deliveries wait until "subscribed" is queued
+	s.mu.Unlock()
+	member, err := cn.rt.eng.Join(cn.ctx, engine.JoinRequest{
+		Group:   s.group,
+		Pattern: s.pattern,
+		Filter:  s.filter,
+		From:    from.start,
+		Member:  cn.id + "-" + itoa(int64(s.id)),
+	}, s)
+	if err != nil {
+		return toProto(err)
+	}
+	s.member = member
+	return nil
+}
+
+func (cn *conn) unsubscribe(req *request) *protoError {
+	if req.Pattern == nil {
+		return perr(codeBadRequest, `missing field "pattern"`)
+	}
+	group := ""
+	if req.Group != nil {
+		group = *req.Group
+	}
+	key := subKey{*req.Pattern, group}
+	cn.mu.Lock()
+	s, ok := cn.subs[key]
+	if ok {
+		delete(cn.subs, key)
+	}
+	cn.mu.Unlock()
+	if !ok {
+		return perr(codeNotSubscribed, "not subscribed to %q", *req.Pattern)
+	}
+	cn.rt.dropSub(s)
+	cn.sess.Send(session.Item{Frame: encodeReply("unsubscribed", req.ID, map[string]any{"pattern": s.pattern})})
+	return nil
+}
+
+// dropSub ends a subscription: out of the trie or out of its group.
+func (rt *Router) dropSub(s *subscription) {
+	s.mu.Lock()
+	already := s.ended
+	s.ended = true
+	s.pending = nil
+	s.mu.Unlock()
+	if already {
+		return
+	}
+	if s.group == "" {
+		rt.subs.Remove(s.pattern, s)
+		rt.m.subscriptions.WithLabelValues("plain").Dec()
+		rt.stats.plainSubs.Add(-1)
+		return
+	}
+	rt.m.subscriptions.WithLabelValues("group").Dec()
+	rt.stats.groupSubs.Add(-1)
+	if s.member != "" {
+		// Leave with a fresh context: the session's may be canceled, and
+		// the member's records must go back.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := rt.eng.Leave(ctx, s.group, s.member); err != nil && !errors.Is(err, engine.ErrClosed) {
+			rt.log.Warn("leaving group failed", "group", s.group, "member", s.member, "err", err)
+		}
+	}
+}
+
+func (cn *conn) ack(req *request) *protoError {
+	switch {
+	case req.Group == nil:
+		return perr(codeBadRequest, `missing field "group"`)
+	case req.Topic == nil:
+		return perr(codeBadRequest, `missing field "topic"`)
+	case req.Partition == nil:
+		return perr(codeBadRequest, `missing field "partition"`)
+	case req.Offset == nil:
+		return perr(codeBadRequest, `missing field "offset"`)
+	}
+	cn.mu.Lock()
+	subscribed := false
+	for k := range cn.subs {
+		if k.group == *req.Group {
+			subscribed = true
+			break
+		}
+	}
+	cn.mu.Unlock()
+	if !subscribed {
+		return perr(codeNotSubscribed, "this session is not a member of group %q", *req.Group)
+	}
+	pos := engine.Position{Topic: *req.Topic, Partition: *req.Partition, Offset: *req.Offset}
+	var err error
+	op := "acked"
+	if req.Op == "ack" {
+		err = cn.rt.eng.Ack(cn.ctx, *req.Group, pos)
+	} else {
+		op = "nacked"
+		reason := ""
+		if req.Error != nil {
+			reason = *req.Error
+		}
+		err = cn.rt.eng.Nack(cn.ctx, *req.Group, pos, reason)
+	}
+	if len(req.ID) == 0 {
+		// Without an id there is no reply; a late ack for a record that
+		// was already handed on is harmless under at-least-once.
+		if err != nil && !errors.Is(err, engine.ErrNotInFlight) {
+			return toProto(err)
+		}
+		return nil
+	}
+	if err != nil {
+		return toProto(err)
+	}
+	cn.sess.Send(session.Item{Frame: encodeReply(op, req.ID, nil)})
+	return nil
+}
+
+// encodeGap implements session.Options.EncodeGap for queue_full gaps.
+func (cn *conn) encodeGap(dst []byte, st session.Stream, from, to int64) []byte {
+	cn.mu.Lock()
+	s := cn.byID[st.Sub]
+	cn.mu.Unlock()
+	pattern, group := "", ""
+	if s != nil {
+		pattern, group = s.pattern, s.group
+	}
+	cn.rt.m.gaps.WithLabelValues("queue_full").Inc()
+	cn.rt.stats.gaps.Add(1)
+	return encodeGap(dst, pattern, group, st.Topic, st.Partition, from, to, "queue_full")
+}
+
+// onDrop implements session.Options.OnDrop.
+func (cn *conn) onDrop(it *session.Item) {
+	cn.rt.stats.drops.Add(1)
+	var policy string
+	switch it.Policy {
+	case session.DropNew:
+		policy = "drop_new"
+	case session.Disconnect:
+		policy = "disconnect"
+	default:
+		policy = "drop_old"
+	}
+	cn.rt.m.drops.WithLabelValues(policy).Inc()
+}
+
+func itoa(n int64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+// errorHandler renders every HTTP error as {"code","message"}.
+func (rt *Router) errorHandler(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var he *echo.HTTPError
+	code, msg, status := "", "", 0
+	if errors.As(err, &he) {
+		status = he.Code
+		switch status {
+		case http.StatusNotFound:
+			code, msg = codeNotFound, "no such endpoint"
+		case http.StatusMethodNotAllowed:
+			code, msg = codeMethodNotAllowed, "method not allowed"
+		case http.StatusRequestEntityTooLarge:
+			code, msg = codeTooLarge, "request body too large"
+		case http.StatusUnauthorized:
+			code, msg = codeUnauthorized, "unauthorized"
+		default:
+			code, msg = codeBadRequest, http.StatusText(status)
+		}
+	} else {
+		code, msg, status = classify(err)
+		if code == codeInternal {
+			rt.log.Error("request failed", "path", c.Path(), "err", err)
+		}
+	}
+	if code == codeBackpressure {
+		c.Response().Header().Set("Retry-After", "1")
+	}
+	_ = c.JSON(status, map[string]string{"code": code, "message": msg})
+}

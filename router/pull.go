@@ -1,0 +1,196 @@
+package router
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/trie"
+)
+
+// pullIdle is how long a pull member lives without a poll before it leaves
+// its group (handing its unacked records back).
+const pullIdle = time.Minute
+
+// pullMember is a group member driven by HTTP polls instead of a session.
+// The engine leases each delivery for the ack timeout as for push members.
+type pullMember struct {
+	group, pattern, member string
+	wake                   chan struct{} // capacity 1: "something arrived"
+
+	mu       sync.Mutex // guards the fields below
+	buf      []engine.Delivery
+	lastPoll time.Time
+	left     bool
+}
+
+// Deliver implements engine.Consumer.
+func (p *pullMember) Deliver(d engine.Delivery) {
+	p.mu.Lock()
+	p.buf = append(p.buf, d)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Skipped implements engine.Consumer; a poller learns of trimmed records
+// from the group's skipped count in GET /v1/groups/{group}.
+func (p *pullMember) Skipped(string, string, int, int64, int64) {}
+
+func (p *pullMember) take(n int) []engine.Delivery {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n = min(n, len(p.buf))
+	out := append([]engine.Delivery(nil), p.buf[:n]...)
+	p.buf = append(p.buf[:0], p.buf[n:]...)
+	return out
+}
+
+func (rt *Router) pullMemberFor(ctx context.Context, group, pattern string) (*pullMember, error) {
+	rt.mu.Lock()
+	pm := rt.pulls[group]
+	rt.mu.Unlock()
+	if pm != nil {
+		if pm.pattern != pattern {
+			return nil, perr(codeGroupConflict, "group %q is fixed to pattern %q", group, pm.pattern)
+		}
+		return pm, nil
+	}
+	pm = &pullMember{group: group, pattern: pattern, member: "pull-" + newID(), wake: make(chan struct{}, 1), lastPoll: time.Now()}
+	if _, err := rt.eng.Join(ctx, engine.JoinRequest{Group: group, Pattern: pattern, Member: pm.member}, pm); err != nil {
+		return nil, err
+	}
+	rt.mu.Lock()
+	if other := rt.pulls[group]; other != nil || rt.closing.Load() {
+		// Lost a race with another poll (or shutdown): keep one member.
+		rt.mu.Unlock()
+		_ = rt.eng.Leave(context.Background(), group, pm.member)
+		if other == nil {
+			return nil, perr(codeShuttingDown, "server is shutting down")
+		}
+		return other, nil
+	}
+	rt.pulls[group] = pm
+	rt.mu.Unlock()
+	return pm, nil
+}
+
+func (rt *Router) httpPoll(c echo.Context) error {
+	var req struct {
+		Pattern *string `json:"pattern"`
+		Max     int     `json:"max"`
+		WaitMS  int     `json:"wait_ms"`
+	}
+	if err := rt.bind(c, &req); err != nil {
+		return err
+	}
+	group := c.Param("group")
+	if pe := validGroup(group); pe != nil {
+		return pe
+	}
+	if req.Pattern == nil {
+		return perr(codeBadRequest, `missing field "pattern"`)
+	}
+	if err := trie.ValidatePattern(*req.Pattern); err != nil {
+		return perr(codeInvalidPattern, "%s", err.Error())
+	}
+	if req.Max == 0 {
+		req.Max = 10
+	}
+	if req.Max < 1 || req.Max > 1000 || req.WaitMS < 0 || req.WaitMS > 30000 {
+		return perr(codeBadRequest, "max must be 1 to 1000 and wait_ms 0 to 30000")
+	}
+	if rt.closing.Load() {
+		return perr(codeShuttingDown, "server is shutting down")
+	}
+	pm, err := rt.pullMemberFor(rt.ctx, group, *req.Pattern)
+	if err != nil {
+		return err
+	}
+	pm.mu.Lock()
+	pm.lastPoll = time.Now()
+	pm.mu.Unlock()
+	got := pm.take(req.Max)
+	if len(got) == 0 && req.WaitMS > 0 {
+		t := time.NewTimer(time.Duration(req.WaitMS) * time.Millisecond)
+		defer t.Stop()
+	wait:
+		for len(got) == 0 {
+			select {
+			case <-pm.wake:
+				got = pm.take(req.Max)
+			case <-t.C:
+				break wait
+			case <-c.Request().Context().Done():
+				break wait
+			case <-rt.stopBG:
+				break wait
+			}
+		}
+	}
+	out := make([]recordJSON, 0, len(got))
+	for _, d := range got {
+		r := recordView(d.Record)
+		r.Group, r.Attempt = d.Group, d.Attempt
+		out = append(out, r)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"records": out})
+}
+
+func (rt *Router) httpAck(c echo.Context) error {
+	var req struct {
+		Topic     *string `json:"topic"`
+		Partition *int    `json:"partition"`
+		Offset    *int64  `json:"offset"`
+		Error     string  `json:"error"`
+	}
+	if err := rt.bind(c, &req); err != nil {
+		return err
+	}
+	if req.Topic == nil || req.Partition == nil || req.Offset == nil {
+		return perr(codeBadRequest, `"topic", "partition" and "offset" are required`)
+	}
+	pos := engine.Position{Topic: *req.Topic, Partition: *req.Partition, Offset: *req.Offset}
+	group := c.Param("group")
+	var err error
+	if strings.HasSuffix(c.Path(), "/nack") {
+		err = rt.eng.Nack(c.Request().Context(), group, pos, req.Error)
+	} else {
+		err = rt.eng.Ack(c.Request().Context(), group, pos)
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"topic": pos.Topic, "partition": pos.Partition, "offset": pos.Offset})
+}
+
+// expirePulls makes pull members that stopped polling leave their groups.
+func (rt *Router) expirePulls(now time.Time, all bool) {
+	var gone []*pullMember
+	rt.mu.Lock()
+	for g, pm := range rt.pulls {
+		pm.mu.Lock()
+		idle := now.Sub(pm.lastPoll) > pullIdle
+		if all || idle {
+			pm.left = true
+			gone = append(gone, pm)
+			delete(rt.pulls, g)
+		}
+		pm.mu.Unlock()
+	}
+	rt.mu.Unlock()
+	for _, pm := range gone {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = rt.eng.Leave(ctx, pm.group, pm.member)
+		cancel()
+	}
+}
+
+func (rt *Router) stopPulls() { rt.expirePulls(time.Now(), true) }

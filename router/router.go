@@ -1,0 +1,308 @@
+// Package router wires Switchyard together: it accepts WebSocket sessions,
+// decodes and answers the client ops of the wire protocol, appends publishes
+// to the engine's log, fans the log's live tail out through the topic trie to
+// matching sessions, drives consumer groups, and serves the HTTP API,
+// metrics and the dashboard.
+//
+// # Fan-out
+//
+// The engine announces every append (from this node or any other node sharing
+// its store) to the Router, which is an engine.Observer. The Router matches
+// the topic once against the trie of plain subscriptions and, per matching
+// pattern, encodes the message frame once; every session subscribed with that
+// pattern gets the same bytes in its outbound queue. Consumer-group
+// deliveries come from the engine per member and are encoded per delivery.
+//
+// # Concurrency
+//
+// A Router is safe for concurrent use by multiple goroutines. Each WebSocket
+// session has one reader goroutine (the HTTP handler's), which runs the
+// client's ops in order, and one writer goroutine owned by the session. A
+// replaying subscription runs one catch-up goroutine until it is live.
+// Shutdown waits for all of them.
+//
+// Lock order (a lock may be taken while holding the ones before it, never
+// the other way round):
+//
+//  1. engine-internal locks (the engine calls Appended and Deliver with
+//     them held)
+//  2. subscription.mu
+//  3. session queue locks (inside session.Send)
+//
+// conn.mu and Router.mu are leaf locks: nothing else is taken while they
+// are held, and the router never calls into the engine while holding any
+// router lock.
+package router
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/session"
+	"github.com/switchyard/switchyard/trie"
+)
+
+// Options configure a Router. The zero value of each field is its documented
+// default, except Engine, which is required.
+type Options struct {
+	// Engine is the log and group store. Required. The Router does not
+	// close it.
+	Engine engine.Engine
+	// Logger receives structured logs; default: discard.
+	Logger *slog.Logger
+	// Registry receives the gateway's metrics and serves /metrics; default:
+	// a new registry of the Router's own.
+	Registry *prometheus.Registry
+	// Static holds the dashboard, served at /; nil serves no dashboard.
+	Static fs.FS
+	// Session configures every WebSocket session (queue bound, read limit,
+	// keepalive); EncodeGap and OnDrop are set by the Router.
+	Session session.Options
+	// MaxSubscriptions bounds one session's subscriptions; default 1000.
+	MaxSubscriptions int
+	// MaxMessageBytes bounds a publish's data; default 1 MiB, the default
+	// frame limit, so anything a frame can carry can be published.
+	MaxMessageBytes int
+	// PublishRate limits each session's publishes per second (token bucket
+	// with PublishBurst); 0: unlimited.
+	PublishRate  float64
+	PublishBurst int
+	// MaxBodyBytes bounds an HTTP request body; default 2 MiB.
+	MaxBodyBytes int64
+	// StatsInterval is the period of $sys.stats; $sys.topics and $sys.groups
+	// follow every fifth tick. Default 1s; negative disables system topics.
+	StatsInterval time.Duration
+	// OriginPatterns are the browser origins allowed to open WebSockets
+	// besides the gateway's own host (see websocket.AcceptOptions); default
+	// none, so cross-origin pages are refused.
+	OriginPatterns []string
+	// ShutdownGrace bounds how long Shutdown waits for sessions to flush;
+	// default 5s.
+	ShutdownGrace time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	if o.MaxSubscriptions == 0 {
+		o.MaxSubscriptions = 1000
+	}
+	if o.MaxMessageBytes == 0 {
+		o.MaxMessageBytes = 1 << 20
+	}
+	if o.PublishBurst == 0 {
+		o.PublishBurst = max(1, int(o.PublishRate))
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = 2 << 20
+	}
+	if o.StatsInterval == 0 {
+		o.StatsInterval = time.Second
+	}
+	if o.ShutdownGrace == 0 {
+		o.ShutdownGrace = 5 * time.Second
+	}
+	if o.Session.QueueMessages == 0 {
+		o.Session.QueueMessages = 1024
+	}
+	if o.Session.ReadLimit == 0 {
+		o.Session.ReadLimit = 1 << 20
+	}
+	return o
+}
+
+// Router is the gateway. Create it with New; serve it as an http.Handler;
+// stop it with Shutdown.
+type Router struct {
+	opts    Options
+	eng     engine.Engine
+	log     *slog.Logger
+	echo    *echo.Echo
+	subs    *trie.Trie[*subscription]
+	m       *metrics
+	stats   stats
+	stopTap func()
+
+	ctx    context.Context // canceled by Shutdown once sessions have had their grace
+	cancel context.CancelFunc
+
+	closing atomic.Bool
+	wg      sync.WaitGroup // sessions and background goroutines
+
+	mu    sync.Mutex // guards conns
+	conns map[*conn]struct{}
+	pulls map[string]*pullMember // guarded by mu
+
+	stopBG chan struct{} // closed by Shutdown to stop background loops
+}
+
+// New creates a Router on opts.Engine and starts its background goroutines
+// (system topics, pull-member expiry); Shutdown stops them.
+func New(opts Options) (*Router, error) {
+	if opts.Engine == nil {
+		return nil, errors.New("router: Options.Engine is required")
+	}
+	opts = opts.withDefaults()
+	rt := &Router{
+		opts:   opts,
+		eng:    opts.Engine,
+		log:    opts.Logger,
+		subs:   trie.New[*subscription](),
+		m:      newMetrics(opts.Registry),
+		conns:  make(map[*conn]struct{}),
+		pulls:  make(map[string]*pullMember),
+		stopBG: make(chan struct{}),
+	}
+	rt.ctx, rt.cancel = context.WithCancel(context.Background())
+	rt.echo = rt.routes()
+	rt.stopTap = rt.eng.Watch(rt)
+	rt.startBackground()
+	return rt, nil
+}
+
+// ServeHTTP serves the WebSocket endpoint, the HTTP API, metrics and the
+// dashboard.
+func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rt.echo.ServeHTTP(w, r)
+}
+
+// Ready reports whether the gateway can serve: not shutting down and the
+// engine answering.
+func (rt *Router) Ready(ctx context.Context) error {
+	if rt.closing.Load() {
+		return perr(codeShuttingDown, "shutting down")
+	}
+	_, err := rt.eng.Topics(ctx)
+	return err
+}
+
+// Shutdown stops accepting sessions and requests, closes every session with
+// 1001 after flushing what it has queued, and makes group members leave so
+// their unacked records go back to the log's groups. It waits for every
+// goroutine the Router started, or until ctx is done. It does not close the
+// engine.
+func (rt *Router) Shutdown(ctx context.Context) error {
+	if !rt.closing.CompareAndSwap(false, true) {
+		return nil
+	}
+	close(rt.stopBG)
+	rt.mu.Lock()
+	conns := make([]*conn, 0, len(rt.conns))
+	for c := range rt.conns {
+		conns = append(conns, c)
+	}
+	rt.mu.Unlock()
+	for _, c := range conns {
+		c.sess.Close(websocket.StatusGoingAway, "server shutting down")
+	}
+	done := make(chan struct{})
+	go func() {
+		rt.wg.Wait()
+		close(done)
+	}()
+	grace := time.NewTimer(rt.opts.ShutdownGrace)
+	defer grace.Stop()
+	var err error
+	select {
+	case <-done:
+	case <-grace.C:
+		rt.cancel()
+		<-done
+	case <-ctx.Done():
+		rt.cancel()
+		err = ctx.Err()
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+		}
+	}
+	rt.cancel()
+	rt.stopPulls()
+	rt.stopTap()
+	return err
+}
+
+// Appended implements engine.Observer: live fan-out of one record to every
+// matching plain subscription on this node.
+func (rt *Router) Appended(rec *engine.Record) {
+	var body []byte
+	rt.subs.Match(rec.Topic, func(pattern string, subs []*subscription) {
+		var frame []byte
+		for _, s := range subs {
+			if !s.accepts(rec) {
+				continue
+			}
+			if frame == nil {
+				if body == nil {
+					body = appendRecordBody(make([]byte, 0, 128+len(rec.Data)), rec)
+				}
+				frame = encodeMessage(pattern, body)
+			}
+			s.live(rec, frame)
+		}
+	})
+}
+
+// TopicDeleted implements engine.Observer: every plain subscriber whose
+// pattern matches the topic is told with a gap frame of reason
+// "topic_deleted" per partition it had seen, after which nothing more of the
+// topic arrives until it is created again.
+func (rt *Router) TopicDeleted(topic string) {
+	rt.subs.Match(topic, func(pattern string, subs []*subscription) {
+		for _, s := range subs {
+			s.topicDeleted(topic)
+		}
+	})
+}
+
+func (rt *Router) addConn(c *conn) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.closing.Load() {
+		return false
+	}
+	rt.conns[c] = struct{}{}
+	rt.wg.Add(1)
+	return true
+}
+
+func (rt *Router) removeConn(c *conn) {
+	rt.mu.Lock()
+	delete(rt.conns, c)
+	rt.mu.Unlock()
+	rt.wg.Done()
+}
+
+func (rt *Router) connList() []*conn {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	out := make([]*conn, 0, len(rt.conns))
+	for c := range rt.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+// newID returns a random 64-bit identifier in hex.
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,238 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// System topics the gateway publishes to.
+const (
+	sysStats  = "$sys.stats"
+	sysTopics = "$sys.topics"
+	sysGroups = "$sys.groups"
+)
+
+// maxTrackedTopics bounds the per-topic publish counters behind top_topics.
+const maxTrackedTopics = 10000
+
+// stats are the cheap counters behind $sys.stats.
+type stats struct {
+	publishes  atomic.Int64
+	deliveries atomic.Int64
+	drops      atomic.Int64
+	gaps       atomic.Int64
+	plainSubs  atomic.Int64
+	groupSubs  atomic.Int64
+
+	topics     sync.Map // topic -> *atomic.Int64
+	topicCount atomic.Int64
+}
+
+func (s *stats) countTopic(topic string) {
+	if v, ok := s.topics.Load(topic); ok {
+		v.(*atomic.Int64).Add(1)
+		return
+	}
+	if s.topicCount.Load() >= maxTrackedTopics {
+		return
+	}
+	v, loaded := s.topics.LoadOrStore(topic, new(atomic.Int64))
+	if !loaded {
+		s.topicCount.Add(1)
+	}
+	v.(*atomic.Int64).Add(1)
+}
+
+func (rt *Router) startBackground() {
+	rt.wg.Add(1)
+	go func() {
+		defer rt.wg.Done()
+		rt.background()
+	}()
+}
+
+// background publishes the system topics and expires idle pull members
+// until Shutdown closes stopBG.
+func (rt *Router) background() {
+	interval := rt.opts.StatsInterval
+	if interval < 0 {
+		interval = time.Second
+	}
+	if rt.opts.StatsInterval > 0 {
+		for _, name := range []string{sysStats, sysTopics, sysGroups} {
+			_, err := rt.eng.CreateTopic(rt.ctx, engine.TopicConfig{Name: name, MaxMessages: 600})
+			if err != nil && !errors.Is(err, engine.ErrTopicExists) {
+				rt.log.Warn("creating system topic failed", "topic", name, "err", err)
+			}
+		}
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	started := time.Now()
+	prev := snapshot{at: started}
+	prevTopics := map[string]int64{}
+	for n := 0; ; n++ {
+		select {
+		case <-rt.stopBG:
+			return
+		case now := <-tick.C:
+			rt.expirePulls(now, false)
+			if rt.opts.StatsInterval < 0 {
+				continue
+			}
+			cur := rt.snapshot(now)
+			rt.publishSys(sysStats, rt.statsPayload(cur, prev, prevTopics, started))
+			prev = cur
+			if n%5 == 0 {
+				rt.publishTopicsAndGroups()
+			}
+		}
+	}
+}
+
+type snapshot struct {
+	at                                 time.Time
+	publishes, deliveries, drops, gaps int64
+	bytesIn, bytesOut                  int64
+}
+
+func (rt *Router) snapshot(now time.Time) snapshot {
+	s := snapshot{
+		at:         now,
+		publishes:  rt.stats.publishes.Load(),
+		deliveries: rt.stats.deliveries.Load(),
+		drops:      rt.stats.drops.Load(),
+		gaps:       rt.stats.gaps.Load(),
+	}
+	for _, c := range rt.connList() {
+		st := c.sess.Stats()
+		s.bytesIn += int64(st.BytesIn)
+		s.bytesOut += int64(st.BytesOut)
+	}
+	return s
+}
+
+type topicRate struct {
+	Topic string  `json:"topic"`
+	Rate  float64 `json:"publishes_per_s"`
+}
+
+type slowConsumer struct {
+	Session string `json:"session"`
+	Queued  int    `json:"queued"`
+	Dropped int64  `json:"dropped"`
+}
+
+func (rt *Router) statsPayload(cur, prev snapshot, prevTopics map[string]int64, started time.Time) map[string]any {
+	secs := cur.at.Sub(prev.at).Seconds()
+	if secs <= 0 {
+		secs = 1
+	}
+	rate := func(a, b int64) float64 { return float64(max(0, a-b)) / secs }
+	var top []topicRate
+	rt.stats.topics.Range(func(k, v any) bool {
+		n := v.(*atomic.Int64).Load()
+		name := k.(string)
+		if d := n - prevTopics[name]; d > 0 {
+			top = append(top, topicRate{Topic: name, Rate: float64(d) / secs})
+		}
+		prevTopics[name] = n
+		return true
+	})
+	sort.Slice(top, func(i, j int) bool { return top[i].Rate > top[j].Rate })
+	if len(top) > 10 {
+		top = top[:10]
+	}
+	conns := rt.connList()
+	var slow []slowConsumer
+	for _, c := range conns {
+		st := c.sess.Stats()
+		rt.m.queueDepth.Observe(float64(st.Queued))
+		if st.Queued > 0 || st.Dropped > 0 {
+			slow = append(slow, slowConsumer{Session: c.id, Queued: st.Queued, Dropped: int64(st.Dropped)})
+		}
+	}
+	sort.Slice(slow, func(i, j int) bool {
+		if slow[i].Queued != slow[j].Queued {
+			return slow[i].Queued > slow[j].Queued
+		}
+		return slow[i].Dropped > slow[j].Dropped
+	})
+	if len(slow) > 10 {
+		slow = slow[:10]
+	}
+	if top == nil {
+		top = []topicRate{}
+	}
+	if slow == nil {
+		slow = []slowConsumer{}
+	}
+	return map[string]any{
+		"time":        cur.at.UTC().Format(timeFormat),
+		"uptime_s":    int64(cur.at.Sub(started).Seconds()),
+		"connections": len(conns),
+		"subscriptions": map[string]int64{
+			"plain": rt.stats.plainSubs.Load(),
+			"group": rt.stats.groupSubs.Load(),
+		},
+		"rates": map[string]float64{
+			"publishes":  rate(cur.publishes, prev.publishes),
+			"deliveries": rate(cur.deliveries, prev.deliveries),
+			"drops":      rate(cur.drops, prev.drops),
+			"bytes_in":   rate(cur.bytesIn, prev.bytesIn),
+			"bytes_out":  rate(cur.bytesOut, prev.bytesOut),
+		},
+		"totals": map[string]int64{
+			"publishes":  cur.publishes,
+			"deliveries": cur.deliveries,
+			"drops":      cur.drops,
+			"gaps":       cur.gaps,
+		},
+		"top_topics":     top,
+		"slow_consumers": slow,
+	}
+}
+
+func (rt *Router) publishTopicsAndGroups() {
+	ctx, cancel := context.WithTimeout(rt.ctx, 2*time.Second)
+	defer cancel()
+	if ts, err := rt.eng.Topics(ctx); err == nil {
+		out := make([]topicJSON, 0, len(ts))
+		for _, t := range ts {
+			out = append(out, topicView(t))
+		}
+		rt.publishSys(sysTopics, map[string]any{"topics": out})
+	}
+	if gs, err := rt.eng.Groups(ctx); err == nil {
+		out := make([]groupJSON, 0, len(gs))
+		rt.m.groupLag.Reset()
+		for _, g := range gs {
+			out = append(out, groupView(g))
+			for _, p := range g.Partitions {
+				rt.m.groupLag.WithLabelValues(g.Name, p.Topic, itoa(int64(p.Partition))).Set(float64(p.Lag))
+			}
+		}
+		rt.publishSys(sysGroups, map[string]any{"groups": out})
+	}
+}
+
+func (rt *Router) publishSys(topic string, payload any) {
+	data, err := json.Marshal(payload)
+	if err != nil {
+		rt.log.Error("encoding system payload failed", "topic", topic, "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(rt.ctx, 2*time.Second)
+	defer cancel()
+	if _, err := rt.eng.Append(ctx, engine.Message{Topic: topic, Data: data, Priority: 0}); err != nil &&
+		!errors.Is(err, engine.ErrClosed) && !errors.Is(err, context.Canceled) {
+		rt.log.Warn("publishing system topic failed", "topic", topic, "err", err)
+	}
+}

@@ -1,0 +1,340 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/session"
+	"github.com/switchyard/switchyard/trie"
+)
+
+// maxPending bounds the live records a replaying subscription buffers while
+// it reads the log; past it the buffer is dropped and the records are read
+// from the log instead, so a long replay under heavy traffic costs memory
+// only up to this bound.
+const maxPending = 16384
+
+// replayBatch is how many records a catch-up reads from the log at once.
+const replayBatch = 256
+
+// subscription is one subscribe of one session: a plain subscription (in the
+// trie, fed by Appended) or a group member (fed by the engine's Deliver).
+type subscription struct {
+	c       *conn
+	id      uint64
+	pattern string
+	group   string
+	policy  session.Policy
+	filter  map[string]string
+	member  string
+
+	// isLive is set once a plain subscription delivers straight from the
+	// live tail, so the hot path takes no lock.
+	isLive atomic.Bool
+
+	mu         sync.Mutex // guards the fields below
+	catchingUp bool
+	pending    []*engine.Record // live records that arrived during catch-up
+	overflow   bool             // pending hit maxPending
+	holding    bool             // group deliveries wait for the "subscribed" reply
+	held       []session.Item
+	ended      bool
+}
+
+// accepts applies the subscription's header filter.
+func (s *subscription) accepts(rec *engine.Record) bool {
+	for k, v := range s.filter {
+		if got, ok := rec.Headers[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *subscription) item(rec *engine.Record, frame []byte) session.Item {
+	return session.Item{
+		Frame:    frame,
+		Stream:   session.Stream{Sub: s.id, Topic: rec.Topic, Partition: rec.Partition},
+		Offset:   rec.Offset,
+		Priority: rec.Priority,
+		Policy:   s.policy,
+	}
+}
+
+func (s *subscription) send(rec *engine.Record, frame []byte) {
+	if s.c.sess.Send(s.item(rec, frame)) {
+		s.c.rt.m.deliveriesPlain.Inc()
+		s.c.rt.stats.deliveries.Add(1)
+	}
+}
+
+// live takes one record from the live tail. Calls for one partition never
+// overlap (the engine serializes them), so order is kept.
+func (s *subscription) live(rec *engine.Record, frame []byte) {
+	if s.isLive.Load() {
+		s.send(rec, frame)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.ended:
+	case s.catchingUp:
+		if len(s.pending) < maxPending {
+			s.pending = append(s.pending, rec)
+		} else {
+			s.overflow = true
+		}
+	default:
+		s.send(rec, frame)
+	}
+}
+
+// Deliver implements engine.Consumer for group members.
+func (s *subscription) Deliver(d engine.Delivery) {
+	it := session.Item{
+		Frame:    encodeGroupMessage(s.pattern, d),
+		Stream:   session.Stream{Sub: s.id, Topic: d.Record.Topic, Partition: d.Record.Partition},
+		Offset:   d.Record.Offset,
+		Priority: d.Record.Priority,
+		Policy:   session.Reliable,
+	}
+	if d.Attempt > 1 {
+		s.c.rt.m.redeliveries.Inc()
+	}
+	s.enqueueReliable(it)
+	s.c.rt.m.deliveriesGroup.Inc()
+	s.c.rt.stats.deliveries.Add(1)
+}
+
+// Skipped implements engine.Consumer: retention trimmed records the group
+// had not consumed.
+func (s *subscription) Skipped(group, topic string, partition int, from, to int64) {
+	s.c.rt.m.gaps.WithLabelValues("retention").Inc()
+	s.c.rt.stats.gaps.Add(1)
+	s.enqueueReliable(session.Item{
+		Frame:  encodeGap(nil, s.pattern, group, topic, partition, from, to, "retention"),
+		Stream: session.Stream{Sub: s.id, Topic: topic, Partition: partition},
+		Offset: from,
+		Policy: session.Reliable,
+	})
+}
+
+func (s *subscription) enqueueReliable(it session.Item) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.ended:
+	case s.holding:
+		s.held = append(s.held, it)
+	default:
+		s.c.sess.Send(it)
+	}
+}
+
+// release sends what a group member held back until its reply was queued.
+func (s *subscription) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range s.held {
+		s.c.sess.Send(it)
+	}
+	s.held = nil
+	s.holding = false
+}
+
+// topicDeleted tells a plain subscriber that a matching topic is gone.
+func (s *subscription) topicDeleted(topic string) {
+	s.c.sess.Send(session.Item{Frame: encodeReply("topic_deleted", nil, map[string]any{
+		"pattern": s.pattern,
+		"topic":   topic,
+	})})
+}
+
+// replayPart is one partition a catch-up reads.
+type replayPart struct {
+	topic     string
+	partition int
+	from      int64
+	gapFrom   int64 // when < from: [gapFrom, from) was trimmed before the client saw it
+}
+
+type partKey struct {
+	topic     string
+	partition int
+}
+
+// replayPlan decides where a replaying subscription starts on every
+// partition of every topic its pattern matches. recovered is false when the
+// client's epoch is not ours or one of its positions was already trimmed.
+func (rt *Router) replayPlan(ctx context.Context, s *subscription, from fromSpec) ([]replayPart, bool, error) {
+	topics, err := rt.eng.Topics(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	recovered := true
+	known := map[partKey]int64{}
+	if from.positions {
+		if from.epoch != rt.eng.Epoch() {
+			recovered = false
+		} else {
+			for _, p := range from.pos {
+				known[partKey{p.Topic, p.Partition}] = p.Offset + 1
+			}
+		}
+	}
+	var plan []replayPart
+	seen := map[partKey]bool{}
+	for _, t := range topics {
+		if !trie.Matches(s.pattern, t.Config.Name) {
+			continue
+		}
+		for _, p := range t.Parts {
+			k := partKey{t.Config.Name, p.Partition}
+			seen[k] = true
+			part := replayPart{topic: k.topic, partition: k.partition, from: p.Earliest, gapFrom: p.Earliest}
+			switch {
+			case from.positions:
+				if want, ok := known[k]; ok {
+					switch {
+					case want < p.Earliest:
+						recovered = false
+						part.gapFrom = want
+					case want > p.Next:
+						part.from, part.gapFrom = p.Next, p.Next
+					default:
+						part.from, part.gapFrom = want, want
+					}
+				}
+			case from.start.Kind == engine.StartTime:
+				off, err := rt.eng.Resolve(ctx, k.topic, k.partition, from.start)
+				if err != nil {
+					return nil, false, err
+				}
+				part.from, part.gapFrom = off, off
+			}
+			plan = append(plan, part)
+		}
+	}
+	for k := range known {
+		if !seen[k] && trie.Matches(s.pattern, k.topic) {
+			recovered = false // the client had seen a topic that is gone
+		}
+	}
+	return plan, recovered, nil
+}
+
+// catchUp replays the log for a subscription, then switches it to live with
+// no gap and no duplicate: live records that arrived meanwhile were buffered
+// and are delivered after the log, skipping offsets the log already gave.
+func (s *subscription) catchUp(ctx context.Context, plan []replayPart) {
+	next := make(map[partKey]int64, len(plan))
+	for {
+		for _, p := range plan {
+			if p.gapFrom < p.from {
+				s.replayGap(p.topic, p.partition, p.gapFrom, p.from)
+			}
+			n, err := s.replayPart(ctx, p)
+			if err != nil {
+				if !errors.Is(err, context.Canceled) && !errors.Is(err, errEnded) {
+					s.c.rt.log.Warn("replay failed", "pattern", s.pattern, "topic", p.topic, "err", err)
+				}
+				return
+			}
+			next[partKey{p.topic, p.partition}] = n
+		}
+		s.mu.Lock()
+		if s.ended {
+			s.mu.Unlock()
+			return
+		}
+		if !s.overflow {
+			for _, rec := range s.pending {
+				k := partKey{rec.Topic, rec.Partition}
+				if n, ok := next[k]; ok && rec.Offset < n {
+					continue
+				}
+				if s.accepts(rec) {
+					s.send(rec, encodeMessage(s.pattern, appendRecordBody(nil, rec)))
+				}
+			}
+			s.pending = nil
+			s.catchingUp = false
+			s.isLive.Store(true)
+			s.mu.Unlock()
+			return
+		}
+		// Too much arrived while replaying: read the rest from the log.
+		s.pending = nil
+		s.overflow = false
+		s.mu.Unlock()
+		plan = plan[:0]
+		for k, n := range next {
+			plan = append(plan, replayPart{topic: k.topic, partition: k.partition, from: n, gapFrom: n})
+		}
+		more, _, err := s.c.rt.replayPlan(ctx, s, fromSpec{start: engine.Start{Kind: engine.StartEarliest}})
+		if err != nil {
+			return
+		}
+		for _, p := range more {
+			if _, ok := next[partKey{p.topic, p.partition}]; !ok {
+				plan = append(plan, p)
+			}
+		}
+	}
+}
+
+var errEnded = errors.New("router: subscription ended")
+
+// replayPart sends one partition's records from p.from to the log's end and
+// returns the offset after the last one read.
+func (s *subscription) replayPart(ctx context.Context, p replayPart) (int64, error) {
+	off := p.from
+	for {
+		recs, n, err := s.c.rt.eng.Read(ctx, p.topic, p.partition, off, replayBatch)
+		if errors.Is(err, engine.ErrUnknownTopic) {
+			return off, nil // deleted meanwhile
+		}
+		if err != nil {
+			return off, err
+		}
+		if len(recs) == 0 {
+			return n, nil
+		}
+		if recs[0].Offset > off {
+			s.replayGap(p.topic, p.partition, off, recs[0].Offset)
+		}
+		for _, rec := range recs {
+			if !s.accepts(rec) {
+				continue
+			}
+			it := s.item(rec, encodeMessage(s.pattern, appendRecordBody(nil, rec)))
+			if err := s.c.sess.SendWait(ctx, it); err != nil {
+				return off, err
+			}
+			s.c.rt.m.deliveriesPlain.Inc()
+			s.c.rt.stats.deliveries.Add(1)
+		}
+		s.mu.Lock()
+		ended := s.ended
+		s.mu.Unlock()
+		if ended {
+			return off, errEnded
+		}
+		off = n
+	}
+}
+
+func (s *subscription) replayGap(topic string, partition int, from, to int64) {
+	s.c.rt.m.gaps.WithLabelValues("retention").Inc()
+	s.c.rt.stats.gaps.Add(1)
+	s.c.sess.Send(session.Item{
+		Frame:  encodeGap(nil, s.pattern, "", topic, partition, from, to, "retention"),
+		Stream: session.Stream{Sub: s.id, Topic: topic, Partition: partition},
+		Offset: from,
+		Policy: session.Reliable,
+	})
+}

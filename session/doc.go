@@ -1,0 +1,52 @@
+// Package session runs one Switchyard WebSocket connection: a reader that
+// hands each inbound text frame to a Handler, and a writer that drains a
+// bounded, prioritised outbound queue into batched text frames.
+//
+// # Outbound queue
+//
+// Every outbound object is an Item. Control items (replies and errors, with a
+// zero Stream) go to their own FIFO, which the writer always empties first;
+// they are never dropped. Stream items go to one of four priority lanes, the
+// writer draining higher lanes first. While a stream (subscription, topic,
+// partition) has items queued, its new items join the lane it is already in,
+// so the order within a stream never changes.
+//
+// Message items (a non-zero Stream.Sub and a policy other than Reliable)
+// count toward Options.QueueMessages. When that bound is reached, a lower
+// priority message is evicted first; otherwise the incoming item's Policy
+// decides: DropOld evicts the oldest DropOld message of the lowest lane that
+// is not above the incoming one, DropNew drops the incoming message, and
+// Disconnect closes the session with status 1013. Every dropped message is
+// counted and remembered as a gap of its stream: offsets [from,to) that are
+// written as one gap frame (Options.EncodeGap) before the next message of that
+// stream, or at the end of the writer's current batch when the stream has
+// nothing queued. Contiguous drops merge into one range. For each stream the
+// delivered offsets and the gap ranges together cover exactly the offsets
+// that were sent, without overlap.
+//
+// The writer joins the frames it takes from the queue with '\n' into one
+// text frame of at most Options.MaxBatchBytes (a single larger frame is
+// written alone), so a busy connection costs far fewer writes than messages.
+//
+// # Inbound frames
+//
+// Text frames of valid UTF-8 go to Handler.HandleFrame. A binary frame closes
+// the connection with status 1003, invalid UTF-8 with 1007, and a frame over
+// Options.ReadLimit with 1009.
+//
+// # Concurrency
+//
+// All methods of Session are safe for concurrent use by multiple goroutines,
+// except Run, which is called once. Run runs the reader on the calling
+// goroutine and starts exactly one writer goroutine; while a keepalive ping
+// is in flight (at most one, every Options.PingInterval) a short-lived
+// goroutine waits for its pong. Everything Run starts has exited when Run
+// returns. Send never blocks on the network: it takes the queue's lock only.
+//
+// Queue is safe for concurrent use. Its lock is the only lock held while
+// calling out of the package: Options.OnDrop and Options.EncodeGap run with it
+// held and must neither block nor call back into the Session or Queue. The
+// Session's own lock (close state) is never held while taking the queue's
+// lock, so the lock order is simply: Session.mu, then nothing; Queue.mu, then
+// only what OnDrop and EncodeGap take.
+package session

@@ -1,0 +1,159 @@
+package session
+
+import (
+	"errors"
+	"time"
+)
+
+// Policy says what the outbound queue does with a message item when the
+// queue is full.
+type Policy uint8
+
+const (
+	// DropOld evicts the oldest droppable queued message (the default).
+	DropOld Policy = iota
+	// DropNew drops the incoming message.
+	DropNew
+	// Disconnect closes the session with status 1013 when the queue is full.
+	Disconnect
+	// Reliable items (group deliveries, retention gap frames) are never
+	// dropped and do not count toward QueueMessages; they may exceed the
+	// bound. More than 4×QueueMessages reliable and control items queued at
+	// once close the session with status 1013.
+	Reliable
+)
+
+// String returns the protocol name of the policy.
+func (p Policy) String() string {
+	switch p {
+	case DropOld:
+		return "drop_old"
+	case DropNew:
+		return "drop_new"
+	case Disconnect:
+		return "disconnect"
+	case Reliable:
+		return "reliable"
+	}
+	return "unknown"
+}
+
+// Stream identifies a (subscription, topic, partition): the unit of ordering
+// and gap accounting.
+type Stream struct {
+	Sub       uint64 // subscription ID within the session; 0 = not a stream (control frame)
+	Topic     string
+	Partition int
+}
+
+// Item is one outbound JSON object.
+type Item struct {
+	// Frame is one encoded JSON object without a trailing newline. It may be
+	// shared across sessions and is never modified.
+	Frame []byte
+	// Stream is zero (Sub == 0) for control frames (replies, errors): they are
+	// never dropped and never reordered relative to other control frames.
+	Stream Stream
+	// Offset is the record's offset within its partition. The offsets of one
+	// stream are expected to increase from one Send to the next.
+	Offset int64
+	// Priority is 0..3 (larger values count as 3); across different streams
+	// higher priorities are written first and dropped last.
+	Priority uint8
+	// Policy applies when the queue is full; ignored for control frames.
+	Policy Policy
+}
+
+// isMessage reports whether it counts toward the queue bound.
+func (it *Item) isMessage() bool { return it.Stream.Sub != 0 && it.Policy != Reliable }
+
+// Options configures a Session (and a Queue). The zero value of each field
+// selects its default; EncodeGap is required.
+type Options struct {
+	// QueueMessages bounds the outbound queue in message items. Default 1024:
+	// about a second of a busy subscription, small enough that a stuck client
+	// costs little memory (the frames themselves are shared).
+	QueueMessages int
+	// ReadLimit is the largest inbound frame in bytes; past it the connection
+	// is closed with 1009. Default 1 MiB (1<<20), the protocol's limit.
+	ReadLimit int64
+	// PingInterval is the time between keepalive pings. Default 25s, below
+	// the 30s idle timeout common in proxies.
+	PingInterval time.Duration
+	// PongTimeout is how long a ping waits for its pong before the session
+	// ends. Default 10s.
+	PongTimeout time.Duration
+	// WriteTimeout bounds a single write; one taking longer ends the session.
+	// Default 10s.
+	WriteTimeout time.Duration
+	// FlushTimeout bounds how long Close spends writing queued frames before
+	// it sends the close frame. Default 5s.
+	FlushTimeout time.Duration
+	// MaxBatchBytes is the largest text frame the writer builds by joining
+	// queued frames with '\n'. Default 64 KiB: large enough to amortise the
+	// per-write cost, small enough to keep latency and buffers low.
+	MaxBatchBytes int
+	// EncodeGap appends a gap frame for offsets [from,to) of s to dst and
+	// returns it. Required. It runs on the writer goroutine with the queue's
+	// lock held.
+	EncodeGap func(dst []byte, s Stream, from, to int64) []byte
+	// OnDrop, if set, is called for every message the queue drops, before its
+	// gap is recorded, on the goroutine that called Send and with the queue's
+	// lock held: it must not block, must not keep it, and must not call the
+	// Session or Queue.
+	OnDrop func(it *Item)
+}
+
+// Defaults for Options.
+const (
+	DefaultQueueMessages = 1024
+	DefaultReadLimit     = 1 << 20
+	DefaultPingInterval  = 25 * time.Second
+	DefaultPongTimeout   = 10 * time.Second
+	DefaultWriteTimeout  = 10 * time.Second
+	DefaultFlushTimeout  = 5 * time.Second
+	DefaultMaxBatchBytes = 64 << 10
+)
+
+func (o Options) withDefaults() Options {
+	if o.QueueMessages <= 0 {
+		o.QueueMessages = DefaultQueueMessages
+	}
+	if o.ReadLimit <= 0 {
+		o.ReadLimit = DefaultReadLimit
+	}
+	if o.PingInterval <= 0 {
+		o.PingInterval = DefaultPingInterval
+	}
+	if o.PongTimeout <= 0 {
+		o.PongTimeout = DefaultPongTimeout
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.FlushTimeout <= 0 {
+		o.FlushTimeout = DefaultFlushTimeout
+	}
+	if o.MaxBatchBytes <= 0 {
+		o.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if o.EncodeGap == nil {
+		panic("session: Options.EncodeGap is required")
+	}
+	return o
+}
+
+// Sentinel errors returned by Run (wrapped) for the reasons a session ends.
+var (
+	// ErrSlowConsumer: the queue overflowed under the Disconnect policy, or
+	// too many reliable and control items were queued (close status 1013).
+	ErrSlowConsumer = errors.New("session: slow consumer")
+	// ErrBinaryFrame: the peer sent a binary frame (close status 1003).
+	ErrBinaryFrame = errors.New("session: binary frame")
+	// ErrInvalidUTF8: the peer sent a text frame that is not UTF-8 (1007).
+	ErrInvalidUTF8 = errors.New("session: invalid UTF-8")
+	// ErrWriteTimeout: a write took longer than Options.WriteTimeout.
+	ErrWriteTimeout = errors.New("session: write timeout")
+	// ErrRunTwice: Run was called more than once.
+	ErrRunTwice = errors.New("session: Run called twice")
+)

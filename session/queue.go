@@ -1,0 +1,547 @@
+package session
+
+import "sync"
+
+// numLanes is the number of priority lanes; priorities above numLanes-1
+// count as numLanes-1.
+const numLanes = 4
+
+// Outcome is what Queue.Push did with an item.
+type Outcome uint8
+
+const (
+	// Queued: the item is queued (possibly after evicting another message).
+	Queued Outcome = iota
+	// Dropped: the incoming message was dropped and recorded as a gap.
+	Dropped
+	// Overflow: the item was not queued and the session must close with 1013
+	// (the Disconnect policy on a full queue, or too many reliable and
+	// control items).
+	Overflow
+	// Closed: the queue no longer accepts items.
+	Closed
+)
+
+// String returns a lower-case name for the outcome.
+func (o Outcome) String() string {
+	switch o {
+	case Queued:
+		return "queued"
+	case Dropped:
+		return "dropped"
+	case Overflow:
+		return "overflow"
+	case Closed:
+		return "closed"
+	}
+	return "unknown"
+}
+
+// QueueStats is a snapshot of a Queue's counters.
+type QueueStats struct {
+	Queued  int    // items queued now: control, reliable and message
+	Dropped uint64 // messages dropped since the queue was made
+	Gaps    uint64 // gap frames taken by AppendBatch
+}
+
+// Queue is the bounded, multi-lane outbound queue of a session, with its drop
+// policies and gap bookkeeping (see the package documentation). A Session
+// owns one; it is exported to be tested and reused on its own.
+//
+// Queue is safe for concurrent use by multiple goroutines: any number of
+// producers may Push while one consumer calls AppendBatch.
+type Queue struct {
+	limit     int // bound on message items
+	hardLimit int // bound on control and reliable items
+	encodeGap func(dst []byte, s Stream, from, to int64) []byte
+	onDrop    func(it *Item)
+	ready     chan struct{}
+
+	mu       sync.Mutex // guards following
+	closed   bool
+	control  ring
+	lanes    [numLanes]ring
+	msgs     int // queued message items (bounded by limit)
+	others   int // queued control and reliable items (bounded by hardLimit)
+	streams  map[Stream]*streamState
+	idle     []Stream       // streams that may have gaps and nothing queued
+	free     []*streamState // recycled stream states (with their gap slices)
+	dropped  uint64
+	gapsSent uint64
+	dropping Item // the item handed to OnDrop, kept here so it does not escape
+}
+
+// streamState is the bookkeeping of a stream that has items queued or gaps
+// pending; it is released when it has neither.
+type streamState struct {
+	lane   uint8
+	idle   bool // listed in Queue.idle
+	queued int  // items of the stream in the lanes
+	gaps   []gapRange
+}
+
+// gapRange is a half-open offset range [from,to); a stream's ranges are
+// sorted, disjoint and never adjacent.
+type gapRange struct{ from, to int64 }
+
+// maxFree bounds the recycled stream states a queue keeps.
+const maxFree = 256
+
+// NewQueue returns an empty queue configured by opts: it uses QueueMessages,
+// EncodeGap (required; NewQueue panics without it) and OnDrop.
+func NewQueue(opts Options) *Queue {
+	opts = opts.withDefaults()
+	return &Queue{
+		limit:     opts.QueueMessages,
+		hardLimit: 4 * opts.QueueMessages,
+		encodeGap: opts.EncodeGap,
+		onDrop:    opts.OnDrop,
+		ready:     make(chan struct{}, 1),
+		streams:   make(map[Stream]*streamState),
+	}
+}
+
+// Ready returns a channel that receives a value after Push changed what
+// AppendBatch would return. The consumer waits on it, then calls
+// AppendBatch until it returns no frames.
+func (q *Queue) Ready() <-chan struct{} { return q.ready }
+
+func (q *Queue) signal() {
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// Push queues it, applying the bound and the policies described in the
+// package documentation. It never blocks beyond the queue's lock.
+func (q *Queue) Push(it Item) Outcome {
+	q.mu.Lock()
+	out := q.push(&it)
+	q.mu.Unlock()
+	if out == Queued || out == Dropped {
+		q.signal()
+	}
+	return out
+}
+
+func (q *Queue) push(it *Item) Outcome {
+	if q.closed {
+		return Closed
+	}
+	if it.Stream.Sub == 0 {
+		if q.others >= q.hardLimit {
+			return Overflow
+		}
+		q.others++
+		q.control.push(*it)
+		return Queued
+	}
+	prio := min(int(it.Priority), numLanes-1)
+	lane := q.laneFor(it.Stream, prio)
+	switch {
+	case it.Policy == Reliable:
+		if q.others >= q.hardLimit {
+			return Overflow
+		}
+		q.others++
+	case q.msgs < q.limit:
+		q.msgs++
+	default:
+		// Full: lower priorities go first, then the item's own policy.
+		switch {
+		case q.evict(lane-1, false):
+		case it.Policy == DropOld && q.evict(lane, true):
+		case it.Policy == Disconnect:
+			return Overflow
+		default:
+			q.drop(it)
+			return Dropped
+		}
+		// The eviction may have emptied the item's stream.
+		lane = q.laneFor(it.Stream, prio)
+		q.msgs++
+	}
+	st := q.stream(it.Stream)
+	st.queued++
+	st.lane = uint8(lane)
+	r := &q.lanes[lane]
+	r.push(*it)
+	r.count(it, 1)
+	return Queued
+}
+
+// laneFor returns the lane of a new item of s: the stream's current lane
+// while it has items queued, else its priority.
+func (q *Queue) laneFor(s Stream, prio int) int {
+	if st := q.streams[s]; st != nil && st.queued > 0 {
+		return int(st.lane)
+	}
+	return prio
+}
+
+// evict drops the oldest message of the lowest lane in 0..hi that has one:
+// any DropOld or DropNew message, or only DropOld ones when oldOnly is set.
+// It reports whether it dropped one.
+func (q *Queue) evict(hi int, oldOnly bool) bool {
+	for l := 0; l <= hi; l++ {
+		r := &q.lanes[l]
+		if r.evictable == 0 || oldOnly && r.dropOld == 0 {
+			continue
+		}
+		for i := 0; i < r.n; i++ {
+			s := r.at(i)
+			if s.dead || !s.it.isMessage() || s.it.Policy == Disconnect || oldOnly && s.it.Policy != DropOld {
+				continue
+			}
+			r.count(&s.it, -1)
+			victim := r.remove(i)
+			q.msgs--
+			st := q.streams[victim.Stream]
+			st.queued--
+			q.drop(&victim)
+			return true
+		}
+	}
+	return false
+}
+
+// drop counts it as dropped, tells OnDrop and records its gap.
+func (q *Queue) drop(it *Item) {
+	q.dropped++
+	if q.onDrop != nil {
+		q.dropping = *it
+		q.onDrop(&q.dropping)
+		q.dropping = Item{}
+	}
+	st := q.stream(it.Stream)
+	st.gaps = addGap(st.gaps, it.Offset)
+	if st.queued == 0 {
+		q.markIdle(it.Stream, st)
+	}
+}
+
+func (q *Queue) markIdle(s Stream, st *streamState) {
+	if !st.idle {
+		st.idle = true
+		q.idle = append(q.idle, s)
+	}
+}
+
+// stream returns the state of s, making it if needed.
+func (q *Queue) stream(s Stream) *streamState {
+	st := q.streams[s]
+	if st == nil {
+		if n := len(q.free); n > 0 {
+			st = q.free[n-1]
+			q.free[n-1] = nil
+			q.free = q.free[:n-1]
+		} else {
+			st = new(streamState)
+		}
+		q.streams[s] = st
+	}
+	return st
+}
+
+// release forgets s, whose state has nothing queued and no gaps.
+func (q *Queue) release(s Stream, st *streamState) {
+	delete(q.streams, s)
+	if len(q.free) < maxFree {
+		*st = streamState{gaps: st.gaps[:0]}
+		q.free = append(q.free, st)
+	}
+}
+
+// addGap adds offset off to the sorted ranges gs, merging contiguous ones.
+func addGap(gs []gapRange, off int64) []gapRange {
+	// Drops come mostly in offset order: search from the end.
+	i := len(gs)
+	for i > 0 && gs[i-1].from > off {
+		i--
+	}
+	// gs[:i] start at or before off; gs[i:] start after it.
+	if i > 0 && off < gs[i-1].to {
+		return gs // already recorded
+	}
+	joinPrev := i > 0 && gs[i-1].to == off
+	joinNext := i < len(gs) && gs[i].from == off+1
+	switch {
+	case joinPrev && joinNext:
+		gs[i-1].to = gs[i].to
+		return append(gs[:i], gs[i+1:]...)
+	case joinPrev:
+		gs[i-1].to = off + 1
+	case joinNext:
+		gs[i].from = off
+	default:
+		gs = append(gs, gapRange{})
+		copy(gs[i+1:], gs[i:])
+		gs[i] = gapRange{off, off + 1}
+	}
+	return gs
+}
+
+// AppendBatch takes queued frames and pending gaps and appends them to dst,
+// separated by '\n', while the appended bytes stay within maxBytes (the
+// first frame is taken whatever its size). Control frames come first, then
+// the lanes from the highest, then the gaps of streams with nothing queued.
+// It returns the extended buffer and the number of frames appended; 0 means
+// there is nothing to write.
+func (q *Queue) AppendBatch(dst []byte, maxBytes int) ([]byte, int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	b := batch{buf: dst, start: len(dst), max: maxBytes}
+
+	for q.control.n > 0 {
+		if !b.add(q.control.at(0).it.Frame) {
+			return b.buf, b.n
+		}
+		q.control.popFront()
+		q.others--
+	}
+
+	for l := numLanes - 1; l >= 0; l-- {
+		r := &q.lanes[l]
+		for r.n > 0 {
+			it := &r.at(0).it
+			st := q.streams[it.Stream]
+			// A stream's pending gaps before this offset go first.
+			for len(st.gaps) > 0 && st.gaps[0].from < it.Offset {
+				if !q.addGapFrame(&b, it.Stream, st) {
+					return b.buf, b.n
+				}
+			}
+			if !b.add(it.Frame) {
+				return b.buf, b.n
+			}
+			if it.isMessage() {
+				q.msgs--
+			} else {
+				q.others--
+			}
+			r.count(it, -1)
+			s := it.Stream
+			r.popFront()
+			st.queued--
+			if st.queued == 0 {
+				if len(st.gaps) == 0 {
+					q.release(s, st)
+				} else {
+					q.markIdle(s, st)
+				}
+			}
+		}
+	}
+
+	// Gaps of streams with nothing queued go out as soon as there is room.
+	i := 0
+	for ; i < len(q.idle); i++ {
+		s := q.idle[i]
+		st := q.streams[s]
+		if st == nil || !st.idle {
+			continue // stale entry
+		}
+		if st.queued > 0 {
+			// Its gaps go before its next message, or it is listed again
+			// when it empties.
+			st.idle = false
+			continue
+		}
+		for len(st.gaps) > 0 {
+			if !q.addGapFrame(&b, s, st) {
+				break
+			}
+		}
+		if len(st.gaps) > 0 {
+			break // no room: keep it and the rest for the next batch
+		}
+		st.idle = false
+		q.release(s, st)
+	}
+	rest := copy(q.idle, q.idle[i:])
+	clear(q.idle[rest:])
+	q.idle = q.idle[:rest]
+	return b.buf, b.n
+}
+
+// addGapFrame encodes the first pending gap of st into b if it fits.
+func (q *Queue) addGapFrame(b *batch, s Stream, st *streamState) bool {
+	mark := len(b.buf)
+	if b.n > 0 {
+		b.buf = append(b.buf, '\n')
+	}
+	g := st.gaps[0]
+	b.buf = q.encodeGap(b.buf, s, g.from, g.to)
+	if b.n > 0 && len(b.buf)-b.start > b.max {
+		b.buf = b.buf[:mark]
+		return false
+	}
+	b.n++
+	q.gapsSent++
+	st.gaps = st.gaps[:copy(st.gaps, st.gaps[1:])]
+	return true
+}
+
+// batch is a text frame being built by AppendBatch.
+type batch struct {
+	buf   []byte
+	start int // len(buf) before the batch
+	max   int
+	n     int // frames appended
+}
+
+// add appends frame if it fits, reporting whether it did.
+func (b *batch) add(frame []byte) bool {
+	if b.n > 0 {
+		if len(b.buf)-b.start+1+len(frame) > b.max {
+			return false
+		}
+		b.buf = append(b.buf, '\n')
+	}
+	b.buf = append(b.buf, frame...)
+	b.n++
+	return true
+}
+
+// Len returns the number of items queued: control, reliable and message.
+func (q *Queue) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.msgs + q.others
+}
+
+// Pending reports whether AppendBatch would return frames: items queued or
+// gaps waiting.
+func (q *Queue) Pending() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.msgs+q.others > 0 || len(q.idle) > 0
+}
+
+// Close makes Push refuse further items (Closed); what is queued can still
+// be taken with AppendBatch. Close may be called many times.
+func (q *Queue) Close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.signal()
+}
+
+// Stats returns a snapshot of the queue's counters.
+func (q *Queue) Stats() QueueStats {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return QueueStats{Queued: q.msgs + q.others, Dropped: q.dropped, Gaps: q.gapsSent}
+}
+
+// slot is one ring position; an item evicted from the middle of a ring
+// leaves a dead slot that AppendBatch skips.
+type slot struct {
+	it   Item
+	dead bool
+}
+
+// ring is a growable FIFO of slots whose first and last slots are live
+// whenever it is not empty.
+type ring struct {
+	buf  []slot // len is zero or a power of two
+	head int
+	n    int // slots in use from head, live and dead
+	live int
+	// Live message items by policy, to skip lanes quickly when evicting.
+	evictable int // DropOld and DropNew
+	dropOld   int
+}
+
+func (r *ring) at(i int) *slot { return &r.buf[(r.head+i)&(len(r.buf)-1)] }
+
+func (r *ring) count(it *Item, d int) {
+	if !it.isMessage() {
+		return
+	}
+	switch it.Policy {
+	case DropOld:
+		r.dropOld += d
+		r.evictable += d
+	case DropNew:
+		r.evictable += d
+	}
+}
+
+func (r *ring) push(it Item) {
+	if r.n == len(r.buf) {
+		r.grow()
+	}
+	*r.at(r.n) = slot{it: it}
+	r.n++
+	r.live++
+}
+
+func (r *ring) grow() {
+	buf := make([]slot, max(16, 2*len(r.buf)))
+	for i := 0; i < r.n; i++ {
+		buf[i] = *r.at(i)
+	}
+	r.buf = buf
+	r.head = 0
+}
+
+// popFront removes the first slot, which is live.
+func (r *ring) popFront() {
+	*r.at(0) = slot{}
+	r.head = (r.head + 1) & (len(r.buf) - 1)
+	r.n--
+	r.live--
+	r.trimHead()
+}
+
+func (r *ring) trimHead() {
+	for r.n > 0 && r.at(0).dead {
+		*r.at(0) = slot{}
+		r.head = (r.head + 1) & (len(r.buf) - 1)
+		r.n--
+	}
+}
+
+func (r *ring) trimTail() {
+	for r.n > 0 && r.at(r.n-1).dead {
+		*r.at(r.n - 1) = slot{}
+		r.n--
+	}
+}
+
+// remove takes the live item at i out of the ring and returns it.
+func (r *ring) remove(i int) Item {
+	s := r.at(i)
+	it := s.it
+	*s = slot{dead: true}
+	r.live--
+	switch dead := r.n - r.live; {
+	case i == 0:
+		r.trimHead()
+	case i == r.n-1:
+		r.trimTail()
+	case dead > r.live && dead >= 16:
+		r.compact()
+	}
+	return it
+}
+
+// compact moves the live slots together, keeping their order.
+func (r *ring) compact() {
+	w := 0
+	for i := 0; i < r.n; i++ {
+		s := r.at(i)
+		if s.dead {
+			*s = slot{}
+			continue
+		}
+		if w != i {
+			*r.at(w) = *s
+			*s = slot{}
+		}
+		w++
+	}
+	r.n = w
+}

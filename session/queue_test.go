@@ -1,0 +1,289 @@
+package session
+
+import (
+	"slices"
+	"testing"
+)
+
+// op is one step of a queue scenario: a push with its expected outcome, or
+// a drain (in batches of at most max bytes, default large) with the frames
+// expected.
+type op struct {
+	push   *Item
+	want   Outcome
+	drain  bool
+	max    int
+	frames []string
+}
+
+func push(it Item, want Outcome) op { return op{push: &it, want: want} }
+func drained(frames ...string) op   { return op{drain: true, frames: frames} }
+func drainedBy(max int, frames ...string) op {
+	return op{drain: true, max: max, frames: frames}
+}
+
+func TestQueue(t *testing.T) {
+	const Q, D, O = Queued, Dropped, Overflow
+	tests := []struct {
+		name  string
+		limit int
+		ops   []op
+	}{
+		{"drop_old evicts the oldest", 2, []op{
+			push(msg(1, 0, 0, DropOld), Q),
+			push(msg(1, 1, 0, DropOld), Q),
+			push(msg(1, 2, 0, DropOld), Q),
+			drained("g1:0-1", "m1:1", "m1:2"),
+		}},
+		{"drop_new drops the incoming", 2, []op{
+			push(msg(1, 0, 0, DropNew), Q),
+			push(msg(1, 1, 0, DropNew), Q),
+			push(msg(1, 2, 0, DropNew), D),
+			drained("m1:0", "m1:1", "g1:2-3"),
+		}},
+		{"disconnect overflows", 2, []op{
+			push(msg(1, 0, 0, Disconnect), Q),
+			push(msg(1, 1, 0, Disconnect), Q),
+			push(msg(1, 2, 0, Disconnect), O),
+			drained("m1:0", "m1:1"),
+		}},
+		{"reliable exceeds the bound up to four times", 1, []op{
+			push(msg(1, 0, 0, DropNew), Q),
+			push(msg(2, 0, 0, Reliable), Q),
+			push(msg(2, 1, 0, Reliable), Q),
+			push(msg(2, 2, 0, Reliable), Q),
+			push(msg(2, 3, 0, Reliable), Q),
+			push(msg(2, 4, 0, Reliable), O),
+			push(msg(1, 1, 0, DropNew), D),
+			drained("m1:0", "m2:0", "m2:1", "m2:2", "m2:3", "g1:1-2"),
+		}},
+		{"control is never dropped, overflows past four times", 1, []op{
+			push(msg(1, 0, 0, DropOld), Q),
+			push(ctl("a"), Q),
+			push(ctl("b"), Q),
+			push(ctl("c"), Q),
+			push(ctl("d"), Q),
+			push(ctl("e"), O),
+			drained("c:a", "c:b", "c:c", "c:d", "m1:0"),
+		}},
+		{"higher priority evicts lower first", 3, []op{
+			push(msg(1, 0, 0, DropNew), Q),
+			push(msg(2, 0, 1, DropNew), Q),
+			push(msg(3, 0, 2, DropNew), Q),
+			push(msg(4, 0, 3, DropNew), Q), // evicts 1:0
+			push(msg(5, 0, 3, DropNew), Q), // evicts 2:0
+			push(msg(6, 0, 3, DropNew), Q), // evicts 3:0
+			push(msg(7, 0, 3, DropNew), D), // nothing lower left
+			drained("m4:0", "m5:0", "m6:0", "g1:0-1", "g2:0-1", "g3:0-1", "g7:0-1"),
+		}},
+		{"lower priority drop_old does not evict higher", 2, []op{
+			push(msg(2, 0, 2, DropOld), Q),
+			push(msg(2, 1, 2, DropOld), Q),
+			push(msg(1, 0, 0, DropOld), D),
+			drained("m2:0", "m2:1", "g1:0-1"),
+		}},
+		{"drop_old does not evict drop_new messages", 2, []op{
+			push(msg(1, 0, 1, DropNew), Q),
+			push(msg(1, 1, 1, DropNew), Q),
+			push(msg(2, 0, 1, DropOld), D),
+			drained("m1:0", "m1:1", "g2:0-1"),
+		}},
+		{"disconnect messages are not evicted by priority", 1, []op{
+			push(msg(1, 0, 0, Disconnect), Q),
+			push(msg(2, 0, 3, DropOld), D),
+			drained("m1:0", "g2:0-1"),
+		}},
+		{"drop_old evicts from the middle of a lane", 3, []op{
+			push(msg(1, 0, 0, Disconnect), Q),
+			push(msg(2, 0, 0, DropOld), Q),
+			push(msg(3, 0, 0, DropOld), Q),
+			push(msg(4, 0, 0, DropOld), Q), // evicts 2:0, a tombstone
+			drained("m1:0", "m3:0", "m4:0", "g2:0-1"),
+		}},
+		{"priority order across streams, control first", 8, []op{
+			push(msg(1, 0, 0, DropOld), Q),
+			push(msg(2, 0, 3, DropOld), Q),
+			push(msg(3, 0, 1, DropOld), Q),
+			push(msg(4, 0, 2, DropOld), Q),
+			push(msg(5, 0, 9, DropOld), Q), // above 3 counts as 3
+			push(ctl("x"), Q),
+			push(ctl("y"), Q),
+			drained("c:x", "c:y", "m2:0", "m5:0", "m4:0", "m3:0", "m1:0"),
+		}},
+		{"no reorder within a stream with mixed priorities", 8, []op{
+			push(msg(1, 0, 0, DropOld), Q),
+			push(msg(1, 1, 3, DropOld), Q), // joins lane 0 behind 1:0
+			push(msg(2, 0, 2, DropOld), Q),
+			push(msg(1, 2, 1, DropOld), Q),
+			drained("m2:0", "m1:0", "m1:1", "m1:2"),
+			// Once drained, the stream takes its item's priority again.
+			push(msg(2, 1, 0, DropOld), Q),
+			push(msg(1, 3, 3, DropOld), Q),
+			drained("m1:3", "m2:1"),
+		}},
+		{"contiguous gaps merge", 1, []op{
+			push(msg(1, 0, 0, DropNew), Q),
+			push(msg(1, 1, 0, DropNew), D),
+			push(msg(1, 2, 0, DropNew), D),
+			push(msg(1, 3, 0, DropNew), D),
+			drained("m1:0", "g1:1-4"),
+		}},
+		{"gaps merge across an out of order eviction", 3, []op{
+			push(msg(1, 0, 0, DropNew), Q),
+			push(msg(1, 1, 0, DropNew), Q),
+			push(msg(1, 2, 0, DropNew), Q),
+			push(msg(1, 3, 0, DropNew), D), // gap 3
+			push(msg(2, 0, 1, DropNew), Q), // evicts 1:0
+			push(msg(2, 1, 1, DropNew), Q), // evicts 1:1
+			push(msg(2, 2, 1, DropNew), Q), // evicts 1:2: 0..3 merge
+			drained("m2:0", "m2:1", "m2:2", "g1:0-4"),
+		}},
+		{"gaps of skipped offsets do not merge", 1, []op{
+			push(msg(1, 0, 0, DropNew), Q),
+			push(msg(1, 5, 0, DropNew), D),
+			push(msg(1, 7, 0, DropNew), D),
+			drained("m1:0", "g1:5-6", "g1:7-8"),
+		}},
+		{"gap written before the stream's next message", 1, []op{
+			push(msg(1, 0, 0, DropNew), Q),
+			push(msg(1, 1, 0, DropNew), D),
+			push(msg(1, 2, 0, DropNew), D),
+			drainedBy(4, "m1:0"), // no room for the gap in this batch
+			push(msg(1, 3, 0, DropNew), Q),
+			drainedBy(4, "g1:1-3"),
+			drainedBy(4, "m1:3"),
+		}},
+		{"gap written before the next message in the same batch", 2, []op{
+			push(msg(1, 0, 0, DropOld), Q),
+			push(msg(1, 1, 0, DropOld), Q),
+			push(msg(2, 0, 1, DropOld), Q), // evicts 1:0 from under 1:1
+			drained("m2:0", "g1:0-1", "m1:1"),
+		}},
+		{"gap flushed at batch end when the stream is idle", 1, []op{
+			push(msg(1, 0, 0, DropNew), Q),
+			push(msg(2, 0, 0, DropNew), D),
+			drained("m1:0", "g2:0-1"),
+			drained(),
+		}},
+		{"gap after the stream's queued messages", 2, []op{
+			push(msg(1, 0, 0, DropNew), Q),
+			push(msg(1, 1, 0, DropNew), Q),
+			push(msg(1, 2, 0, DropNew), D),
+			drainedBy(4, "m1:0"),
+			drainedBy(4, "m1:1"),
+			drainedBy(4, "g1:2-3"),
+			drained(),
+		}},
+		{"closed queue refuses and still drains", 2, []op{
+			push(msg(1, 0, 0, DropOld), Q),
+			{push: nil}, // Close
+			push(msg(1, 1, 0, DropOld), Closed),
+			push(ctl("late"), Closed),
+			drained("m1:0"),
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := NewQueue(Options{QueueMessages: tt.limit, EncodeGap: testGap})
+			for i, o := range tt.ops {
+				switch {
+				case o.drain:
+					max := o.max
+					if max == 0 {
+						max = 1 << 20
+					}
+					if o.max > 0 {
+						// One batch only.
+						buf, n := q.AppendBatch(nil, max)
+						var got []string
+						if n > 0 {
+							got = splitFrames(buf)
+						}
+						if !slices.Equal(got, o.frames) {
+							t.Fatalf("op %d: batch = %q, want %q", i, got, o.frames)
+						}
+						continue
+					}
+					if got := drain(q, max); !slices.Equal(got, o.frames) {
+						t.Fatalf("op %d: drained %q, want %q", i, got, o.frames)
+					}
+				case o.push == nil:
+					q.Close()
+				default:
+					if got := q.Push(*o.push); got != o.want {
+						t.Fatalf("op %d: Push(%s) = %v, want %v", i, o.push.Frame, got, o.want)
+					}
+				}
+				checkInvariants(t, q)
+			}
+		})
+	}
+}
+
+func splitFrames(b []byte) []string {
+	var out []string
+	for {
+		i := slices.Index(b, '\n')
+		if i < 0 {
+			return append(out, string(b))
+		}
+		out = append(out, string(b[:i]))
+		b = b[i+1:]
+	}
+}
+
+// checkInvariants verifies the queue's counters against its rings.
+func checkInvariants(t *testing.T, q *Queue) {
+	t.Helper()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.msgs > q.limit {
+		t.Fatalf("msgs %d over limit %d", q.msgs, q.limit)
+	}
+	msgs, others := 0, q.control.live
+	perStream := map[Stream]int{}
+	for l := range q.lanes {
+		r := &q.lanes[l]
+		live, ev, old := 0, 0, 0
+		for i := 0; i < r.n; i++ {
+			s := r.at(i)
+			if s.dead {
+				if i == 0 || i == r.n-1 {
+					t.Fatalf("lane %d: dead slot at end %d of %d", l, i, r.n)
+				}
+				continue
+			}
+			live++
+			perStream[s.it.Stream]++
+			if st := q.streams[s.it.Stream]; st == nil || int(st.lane) != l {
+				t.Fatalf("lane %d: item %s of a stream in another lane", l, s.it.Frame)
+			}
+			if s.it.isMessage() {
+				msgs++
+				switch s.it.Policy {
+				case DropOld:
+					old++
+					ev++
+				case DropNew:
+					ev++
+				}
+			} else {
+				others++
+			}
+		}
+		if live != r.live || ev != r.evictable || old != r.dropOld {
+			t.Fatalf("lane %d: counts live %d/%d evictable %d/%d dropOld %d/%d", l, r.live, live, r.evictable, ev, r.dropOld, old)
+		}
+	}
+	if msgs != q.msgs || others != q.others {
+		t.Fatalf("msgs %d/%d others %d/%d", q.msgs, msgs, q.others, others)
+	}
+	for s, st := range q.streams {
+		if st.queued != perStream[s] {
+			t.Fatalf("stream %v: queued %d, counted %d", s, st.queued, perStream[s])
+		}
+		if st.queued == 0 && len(st.gaps) == 0 {
+			t.Fatalf("stream %v kept with nothing to do", s)
+		}
+	}
+}

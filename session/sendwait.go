@@ -1,0 +1,47 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// SendWait queues a message item like Send, but first waits while the queue
+// already holds QueueMessages items or more, so that a producer that can
+// wait (a replay reading the log) is paced by the client instead of
+// overflowing the queue. It returns ctx's error, or ErrClosed once the
+// session is closing. While waiting it checks the queue at short, growing
+// intervals (1 ms up to 20 ms); a replay does not need a finer signal.
+func (s *Session) SendWait(ctx context.Context, it Item) error {
+	delay := time.Millisecond
+	var t *time.Timer
+	for s.q.Len() >= s.opts.QueueMessages {
+		if t == nil {
+			t = time.NewTimer(delay)
+			defer t.Stop()
+		} else {
+			t.Reset(delay)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.done:
+			return ErrClosed
+		case <-s.closeReq:
+			return ErrClosed
+		case <-t.C:
+		}
+		delay = min(2*delay, 20*time.Millisecond)
+	}
+	if !s.Send(it) {
+		select {
+		case <-s.closeReq:
+			return ErrClosed
+		default:
+		}
+	}
+	return nil
+}
+
+// ErrClosed is returned by SendWait once the session is closing.
+var ErrClosed = errors.New("session: closed")

@@ -1,0 +1,288 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/coder/websocket"
+)
+
+// Handler handles the inbound frames of a session.
+type Handler interface {
+	// HandleFrame is called on the reader goroutine for each valid UTF-8
+	// text frame. data is only valid during the call.
+	HandleFrame(s *Session, data []byte)
+}
+
+// Stats is a snapshot of a session's counters.
+type Stats struct {
+	Queued   int    // items queued now: control, reliable and message
+	Sent     uint64 // JSON objects written: messages, gaps, control frames
+	Writes   uint64 // text frames written to the socket
+	BytesOut uint64 // payload bytes written
+	BytesIn  uint64 // payload bytes of the text frames handled
+	Dropped  uint64 // messages dropped by the queue
+	Gaps     uint64 // gap frames written
+}
+
+// Session is one WebSocket connection of a Switchyard client.
+//
+// All methods are safe for concurrent use by multiple goroutines, except
+// Run, which is called once.
+type Session struct {
+	id   string
+	opts Options
+	conn *websocket.Conn // nil when the socket is injected (tests)
+	sock socket
+	q    *Queue
+
+	running   atomic.Bool
+	closeReq  chan struct{} // closed when a close is requested
+	readEnded chan struct{} // closed when the reader has returned
+	done      chan struct{} // closed when Run returns
+	pingDone  chan error    // a keepalive result, for the writer
+
+	// Owned by the writer goroutine.
+	buf      []byte      // batch buffer, reused
+	watchdog *time.Timer // write timeout, reused
+
+	// wg counts the writer, the keepalive ping and the watchdog callback.
+	wg sync.WaitGroup
+
+	writes, sent, bytesOut, bytesIn atomic.Uint64
+
+	mu          sync.Mutex // guards following
+	closing     bool
+	closeCode   websocket.StatusCode
+	closeReason string
+	closeFlush  bool
+	causeSet    bool
+	cause       error
+}
+
+// Accept upgrades the request with websocket.Accept and acceptOpts and
+// returns a session; nothing runs until Run. On error the response has been
+// written.
+func Accept(w http.ResponseWriter, r *http.Request, acceptOpts *websocket.AcceptOptions, id string, opts Options) (*Session, error) {
+	opts = opts.withDefaults() // check EncodeGap before upgrading
+	c, err := websocket.Accept(w, r, acceptOpts)
+	if err != nil {
+		return nil, fmt.Errorf("session: accept: %w", err)
+	}
+	return New(c, id, opts), nil
+}
+
+// New wraps an already accepted connection (for tests and embedding);
+// nothing runs until Run. New panics if opts.EncodeGap is nil.
+func New(conn *websocket.Conn, id string, opts Options) *Session {
+	s := newSession(id, opts, connSocket(conn))
+	s.conn = conn
+	return s
+}
+
+func newSession(id string, opts Options, sock socket) *Session {
+	opts = opts.withDefaults()
+	s := &Session{
+		id:        id,
+		opts:      opts,
+		sock:      sock,
+		q:         NewQueue(opts),
+		closeReq:  make(chan struct{}),
+		readEnded: make(chan struct{}),
+		done:      make(chan struct{}),
+		pingDone:  make(chan error, 1),
+		buf:       make([]byte, 0, min(opts.MaxBatchBytes, 4<<10)),
+	}
+	s.watchdog = time.AfterFunc(time.Hour, s.onWriteTimeout)
+	s.watchdog.Stop()
+	return s
+}
+
+// ID returns the session's ID.
+func (s *Session) ID() string { return s.id }
+
+// Done returns a channel that is closed when the session has ended (when
+// Run returns).
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Send queues a message or control item without blocking and reports
+// whether it was queued: false when it was dropped, when the session is
+// closing, or when the queue overflowed, which closes the session with 1013.
+func (s *Session) Send(it Item) bool {
+	switch s.q.Push(it) {
+	case Queued:
+		return true
+	case Overflow:
+		s.closeWith(websocket.StatusTryAgainLater, "slow consumer", false, ErrSlowConsumer)
+	}
+	return false
+}
+
+// Close stops accepting items, lets the writer flush what is queued within
+// Options.FlushTimeout and then closes the connection with code and reason
+// (at most 123 bytes are sent). It does not wait; Done is closed when the
+// session has ended. Only the first Close (or internal close) counts.
+func (s *Session) Close(code websocket.StatusCode, reason string) {
+	s.closeWith(code, reason, true, nil)
+}
+
+// closeWith requests a close; cause is what Run will return.
+func (s *Session) closeWith(code websocket.StatusCode, reason string, flush bool, cause error) {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return
+	}
+	s.closing = true
+	s.closeCode, s.closeReason, s.closeFlush = code, truncateReason(reason), flush
+	if !s.causeSet {
+		s.causeSet, s.cause = true, cause
+	}
+	s.mu.Unlock()
+	s.q.Close()
+	close(s.closeReq)
+}
+
+func (s *Session) closeRequested() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
+// setCause records why the session ended unless a reason is known already.
+func (s *Session) setCause(err error) {
+	s.mu.Lock()
+	if !s.causeSet {
+		s.causeSet, s.cause = true, err
+	}
+	s.mu.Unlock()
+}
+
+// truncateReason cuts reason to what a close frame can carry, on a UTF-8
+// boundary.
+func truncateReason(reason string) string {
+	const maxReason = 123
+	if len(reason) <= maxReason {
+		return reason
+	}
+	n := maxReason
+	for n > 0 && !utf8.RuneStart(reason[n]) {
+		n--
+	}
+	return reason[:n]
+}
+
+// Stats returns a snapshot of the session's counters.
+func (s *Session) Stats() Stats {
+	qs := s.q.Stats()
+	return Stats{
+		Queued:   qs.Queued,
+		Sent:     s.sent.Load(),
+		Writes:   s.writes.Load(),
+		BytesOut: s.bytesOut.Load(),
+		BytesIn:  s.bytesIn.Load(),
+		Dropped:  qs.Dropped,
+		Gaps:     qs.Gaps,
+	}
+}
+
+// Run starts the writer goroutine and runs the reader loop on the calling
+// goroutine, handing each text frame to h, until the connection ends. It
+// returns after every goroutine the session started has exited, and then
+// closes Done.
+//
+// When ctx is done the session closes as by Close(StatusGoingAway, ...).
+// Run returns nil when the session ended by Close or by the peer closing
+// with status 1000 or 1001; otherwise the error that ended it, wrapping
+// ErrSlowConsumer, ErrBinaryFrame, ErrInvalidUTF8, ErrWriteTimeout or an
+// error of the websocket package (websocket.ErrMessageTooBig for a frame over
+// ReadLimit, a websocket.CloseError for another close status).
+func (s *Session) Run(ctx context.Context, h Handler) error {
+	if s.running.Swap(true) {
+		return ErrRunTwice
+	}
+	defer close(s.done)
+	s.conn.SetReadLimit(s.opts.ReadLimit)
+	s.wg.Add(1) // for the AfterFunc below
+	stop := context.AfterFunc(ctx, func() {
+		defer s.wg.Done()
+		s.Close(websocket.StatusGoingAway, "going away")
+	})
+
+	s.wg.Add(1)
+	go s.writeLoop()
+	// The reader is unblocked by the writer closing the connection, so its
+	// reads need no deadline (and allocate none).
+	err := s.readLoop(context.WithoutCancel(ctx), h)
+	s.setCause(err)
+	close(s.readEnded)
+	if stop() {
+		s.wg.Done() // the AfterFunc will not run
+	}
+	s.wg.Wait()
+	s.q.Close() // Send refuses items nobody will write
+
+	s.mu.Lock()
+	err = s.cause
+	s.mu.Unlock()
+	switch websocket.CloseStatus(err) {
+	case websocket.StatusNormalClosure, websocket.StatusGoingAway:
+		return nil
+	}
+	return err
+}
+
+// readLoop reads frames until the connection fails or the peer breaks the
+// protocol, in which case it requests the close and returns the reason.
+func (s *Session) readLoop(ctx context.Context, h Handler) error {
+	buf := make([]byte, 0, 4<<10)
+	for {
+		typ, r, err := s.conn.Reader(ctx)
+		if err != nil {
+			return err
+		}
+		if typ != websocket.MessageText {
+			s.closeWith(websocket.StatusUnsupportedData, "binary frames are not supported", false, ErrBinaryFrame)
+			return ErrBinaryFrame
+		}
+		// Past ReadLimit the websocket package sends the 1009 close itself.
+		buf, err = readAll(r, buf)
+		if err != nil {
+			return err
+		}
+		if !utf8.Valid(buf) {
+			s.closeWith(websocket.StatusInvalidFramePayloadData, "invalid UTF-8", false, ErrInvalidUTF8)
+			return ErrInvalidUTF8
+		}
+		s.bytesIn.Add(uint64(len(buf)))
+		h.HandleFrame(s, buf)
+		if cap(buf) > 64<<10 {
+			buf = make([]byte, 0, 4<<10) // do not keep a large frame's buffer
+		}
+	}
+}
+
+// readAll reads r to EOF into buf[:0], growing it as needed.
+func readAll(r io.Reader, buf []byte) ([]byte, error) {
+	buf = buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
