@@ -45,11 +45,12 @@ func main() {
 
 // config is every setting of the gateway.
 type config struct {
-	Addr     string
-	Engine   string
-	NATSURL  string
-	LogLevel string
-	LogJSON  bool
+	Addr       string
+	Engine     string
+	NATSURL    string
+	NATSPrefix string
+	LogLevel   string
+	LogJSON    bool
 
 	Strict            bool
 	Partitions        int
@@ -85,6 +86,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.Addr, "addr", ":8080", "listen address for WebSocket, HTTP API, metrics and dashboard")
 	fs.StringVar(&cfg.Engine, "engine", "memory", `log engine: "memory" (embedded) or "nats" (JetStream)`)
 	fs.StringVar(&cfg.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL(s) for --engine nats")
+	fs.StringVar(&cfg.NATSPrefix, "nats-prefix", "switchyard", "name prefix of the JetStream streams and buckets; nodes with the same prefix share a log")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&cfg.LogJSON, "log-json", false, "log JSON lines instead of text")
 	fs.BoolVar(&cfg.Strict, "strict", false, "refuse publishes to topics that were not created (unknown_topic)")

@@ -1,12 +1,30 @@
 package main
 
 import (
-	"errors"
+	"context"
+	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/jsengine"
 )
 
+// newNATSEngine connects the JetStream engine. Gateway nodes started with the
+// same --nats-url and --nats-prefix share one log and its groups.
 func newNATSEngine(cfg config, defaults engine.TopicConfig, policy engine.GroupPolicy, log *slog.Logger) (engine.Engine, error) {
-	return nil, errors.New("engine nats: not available in this build yet")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	e, err := jsengine.New(ctx, jsengine.Options{
+		URL:      cfg.NATSURL,
+		Prefix:   cfg.NATSPrefix,
+		Defaults: defaults,
+		Strict:   cfg.Strict,
+		Policy:   policy,
+		Logger:   log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine nats (%s): %w", cfg.NATSURL, err)
+	}
+	return e, nil
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/jsengine/natstest"
 )
 
 var payload = []byte(`{"user":42,"action":"click","page":"/home"}`)
@@ -13,8 +14,8 @@ var payload = []byte(`{"user":42,"action":"click","page":"/home"}`)
 // no groups: a publish with its expected-sequence check, plus the wait for
 // this node's tail to announce the record.
 func BenchmarkAppend(b *testing.B) {
-	url := natsURL(b)
-	e := newNode(b, nodeOpts{url: url, prefix: uniquePrefix(b, url)})
+	url := natstest.URL(b)
+	e := newNode(b, nodeOpts{url: url, prefix: natstest.Prefix(b, url)})
 	ctx := context.Background()
 	if _, err := e.CreateTopic(ctx, engine.TopicConfig{Name: "bench", Partitions: 1, MaxMessages: 1 << 20}); err != nil {
 		b.Fatal(err)
@@ -39,8 +40,8 @@ func (ackQueue) Skipped(string, string, int, int64, int64) {}
 // BenchmarkGroupDelivery measures append, delivery and ack of one record
 // through a one-member group on one partition.
 func BenchmarkGroupDelivery(b *testing.B) {
-	url := natsURL(b)
-	e := newNode(b, nodeOpts{url: url, prefix: uniquePrefix(b, url)})
+	url := natstest.URL(b)
+	e := newNode(b, nodeOpts{url: url, prefix: natstest.Prefix(b, url)})
 	ctx := context.Background()
 	q := make(ackQueue, 1)
 	if _, err := e.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "bench"}, q); err != nil {

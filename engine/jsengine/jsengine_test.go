@@ -5,120 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
-	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/enginetest"
 	"github.com/switchyard/switchyard/engine/jsengine"
+	"github.com/switchyard/switchyard/engine/jsengine/natstest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// natsURL returns the server to test against: SWITCHYARD_NATS_URL when set
-// and reachable, otherwise an embedded JetStream server for this test.
-func natsURL(t testing.TB) string {
-	t.Helper()
-	if u := os.Getenv("SWITCHYARD_NATS_URL"); u != "" {
-		if pu, err := url.Parse(u); err == nil {
-			if c, err := net.DialTimeout("tcp", pu.Host, time.Second); err == nil {
-				c.Close()
-				return u
-			}
-		}
-		t.Logf("SWITCHYARD_NATS_URL=%s is not reachable; using an embedded server", u)
-	}
-	ns, err := server.NewServer(&server.Options{
-		Host:      "127.0.0.1",
-		Port:      -1,
-		JetStream: true,
-		StoreDir:  t.TempDir(),
-		NoLog:     os.Getenv("SYTEST_LOG") == "",
-		NoSigs:    true,
-	})
-	if err != nil {
-		t.Fatalf("embedded nats-server: %v", err)
-	}
-	if os.Getenv("SYTEST_LOG") != "" {
-		ns.ConfigureLogger()
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatalf("embedded nats-server not ready")
-	}
-	t.Cleanup(func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
-	// The server removes an account's stream directory when its last
-	// stream is deleted, racing with the next test's create; one stream
-	// that lives as long as the server avoids that.
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "anchor", Subjects: []string{"anchor"}}); err != nil {
-		t.Fatal(err)
-	}
-	return ns.ClientURL()
-}
-
-var prefixSeq struct {
-	sync.Mutex
-	n int
-}
-
-// uniquePrefix returns a Prefix no other test run uses, and removes what
-// engines created under it when the test ends.
-func uniquePrefix(t testing.TB, url string) string {
-	t.Helper()
-	prefixSeq.Lock()
-	prefixSeq.n++
-	n := prefixSeq.n
-	prefixSeq.Unlock()
-	prefix := fmt.Sprintf("sytest_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1_000_000, n)
-	t.Cleanup(func() { deletePrefix(t, url, prefix) })
-	return prefix
-}
-
-func deletePrefix(t testing.TB, url, prefix string) {
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Logf("cleanup: %v", err)
-		return
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	names := js.StreamNames(ctx)
-	var del []string
-	for n := range names.Name() {
-		if strings.HasPrefix(n, prefix+"_") || strings.HasPrefix(n, "KV_"+prefix+"_") {
-			del = append(del, n)
-		}
-	}
-	for _, n := range del {
-		if err := js.DeleteStream(ctx, n); err != nil {
-			t.Logf("cleanup %s: %v", n, err)
-		}
-	}
 }
 
 type nodeOpts struct {
@@ -150,9 +50,9 @@ func newNode(t testing.TB, o nodeOpts) *jsengine.Engine {
 }
 
 func TestConformance(t *testing.T) {
-	url := natsURL(t)
+	url := natstest.URL(t)
 	enginetest.Run(t, enginetest.Features{FakeClock: true, Timeout: 10 * time.Second}, func(t *testing.T, c enginetest.Config) engine.Engine {
-		return newNode(t, nodeOpts{url: url, prefix: uniquePrefix(t, url), c: c})
+		return newNode(t, nodeOpts{url: url, prefix: natstest.Prefix(t, url), c: c})
 	})
 }
 
@@ -195,8 +95,8 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // TestTwoNodesTail: appends racing on two nodes get gap-free offsets, and
 // every node's observers see every append exactly once, in offset order.
 func TestTwoNodesTail(t *testing.T) {
-	url := natsURL(t)
-	prefix := uniquePrefix(t, url)
+	url := natstest.URL(t)
+	prefix := natstest.Prefix(t, url)
 	a := newNode(t, nodeOpts{url: url, prefix: prefix})
 	b := newNode(t, nodeOpts{url: url, prefix: prefix})
 	if a.Epoch() == "" || a.Epoch() != b.Epoch() {
@@ -350,8 +250,8 @@ func waitMembers(t *testing.T, group string, want []string, nodes ...*jsengine.E
 // TestTwoNodesGroupShares: members of one group on two nodes share the
 // partitions; every record goes to exactly one member.
 func TestTwoNodesGroupShares(t *testing.T) {
-	url := natsURL(t)
-	prefix := uniquePrefix(t, url)
+	url := natstest.URL(t)
+	prefix := natstest.Prefix(t, url)
 	a := newNode(t, nodeOpts{url: url, prefix: prefix})
 	b := newNode(t, nodeOpts{url: url, prefix: prefix})
 	ctx := context.Background()
@@ -414,8 +314,8 @@ func TestTwoNodesGroupShares(t *testing.T) {
 // TestNodeCloseHandsOver: when a node closes, its partitions move to the
 // other node's member, and records it held unacked are delivered again.
 func TestNodeCloseHandsOver(t *testing.T) {
-	url := natsURL(t)
-	prefix := uniquePrefix(t, url)
+	url := natstest.URL(t)
+	prefix := natstest.Prefix(t, url)
 	a := newNode(t, nodeOpts{url: url, prefix: prefix})
 	b := newNode(t, nodeOpts{url: url, prefix: prefix})
 	ctx := context.Background()
