@@ -32,6 +32,14 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "--healthcheck" {
+		// For container health checks in images without a shell or curl.
+		if err := healthcheck(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "gateway: healthcheck:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil); err != nil {
@@ -296,6 +304,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	eerr := eng.Close(sctx)
 	log.Info("stopped")
 	return errors.Join(rerr, ignoreClosed(herr), eerr)
+}
+
+// healthcheck GETs url and succeeds on a 200 reply.
+func healthcheck(url string) error {
+	c := &http.Client{Timeout: 3 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return nil
 }
 
 func ignoreClosed(err error) error {
