@@ -178,7 +178,7 @@ func TestBrowserDashboardShowsLiveRates(t *testing.T) {
 	evalUntil(t, ctx, `document.getElementById("top-topics").textContent.includes("shop.orders.eu")`, "top topics")
 	if out := os.Getenv("SWITCHYARD_SCREENSHOT"); out != "" {
 		time.Sleep(3 * time.Second) // let the charts fill
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatal(err)
 		}

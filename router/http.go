@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -224,7 +225,7 @@ func (rt *Router) httpTopics(c echo.Context) error {
 }
 
 func (rt *Router) httpTopic(c echo.Context) error {
-	t, err := rt.eng.Topic(c.Request().Context(), c.Param("name"))
+	t, err := rt.eng.Topic(c.Request().Context(), param(c, "name"))
 	if err != nil {
 		return err
 	}
@@ -232,7 +233,7 @@ func (rt *Router) httpTopic(c echo.Context) error {
 }
 
 func (rt *Router) httpDeleteTopic(c echo.Context) error {
-	name := c.Param("name")
+	name := param(c, "name")
 	if trie.IsSystem(name) {
 		return perr(codeForbidden, "system topics cannot be deleted")
 	}
@@ -288,7 +289,7 @@ func (rt *Router) httpMessages(c echo.Context) error {
 	if limit < 1 || limit > 1000 || partition < 0 || from < 0 {
 		return perr(codeBadRequest, "limit must be 1 to 1000; partition and from must not be negative")
 	}
-	recs, next, err := rt.eng.Read(c.Request().Context(), c.Param("name"), int(partition), from, int(limit))
+	recs, next, err := rt.eng.Read(c.Request().Context(), param(c, "name"), int(partition), from, int(limit))
 	if err != nil {
 		return err
 	}
@@ -360,7 +361,7 @@ func (rt *Router) httpGroups(c echo.Context) error {
 }
 
 func (rt *Router) httpGroup(c echo.Context) error {
-	g, err := rt.eng.Group(c.Request().Context(), c.Param("group"))
+	g, err := rt.eng.Group(c.Request().Context(), param(c, "group"))
 	if err != nil {
 		return err
 	}
@@ -405,7 +406,7 @@ func (rt *Router) httpSeek(c echo.Context) error {
 	default:
 		return perr(codeBadRequest, `missing field "offset" or "time"`)
 	}
-	group := c.Param("group")
+	group := param(c, "group")
 	if err := rt.eng.Seek(c.Request().Context(), group, *req.Topic, partition, to); err != nil {
 		return err
 	}
@@ -476,4 +477,14 @@ func (rt *Router) httpRedrive(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"redriven": n})
+}
+
+// param returns a path parameter with its percent-encoding undone (a
+// browser sends "$sys.stats" as "%24sys.stats").
+func param(c echo.Context, name string) string {
+	v := c.Param(name)
+	if u, err := url.PathUnescape(v); err == nil {
+		return u
+	}
+	return v
 }

@@ -80,6 +80,11 @@ func TestHTTPTopics(t *testing.T) {
 	if len(msgs) != 1 || m["topic"] != "orders" || m["key"] != "k" || num(m, "offset") != 0 || m["time"] == nil {
 		t.Fatalf("message = %v", msgs)
 	}
+	// Escaped names work (browsers escape '$').
+	g.httpDo(t, "POST", "/v1/publish", map[string]any{"topic": "esc:aped", "data": 1})
+	if code, body, _ := g.httpDo(t, "GET", "/v1/topics/esc%3Aaped/messages", nil); code != 200 || len(body["messages"].([]any)) != 1 {
+		t.Errorf("escaped topic name: %d %v", code, body)
+	}
 	for _, path := range []string{"/v1/topics/nope", "/v1/topics/nope/messages"} {
 		if code, body, _ := g.httpDo(t, "GET", path, nil); code != 404 || body["code"] != "unknown_topic" {
 			t.Errorf("GET %s: %d %v", path, code, body)

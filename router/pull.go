@@ -91,7 +91,7 @@ func (rt *Router) httpPoll(c echo.Context) error {
 	if err := rt.bind(c, &req); err != nil {
 		return err
 	}
-	group := c.Param("group")
+	group := param(c, "group")
 	if pe := validGroup(group); pe != nil {
 		return pe
 	}
@@ -158,7 +158,7 @@ func (rt *Router) httpAck(c echo.Context) error {
 		return perr(codeBadRequest, `"topic", "partition" and "offset" are required`)
 	}
 	pos := engine.Position{Topic: *req.Topic, Partition: *req.Partition, Offset: *req.Offset}
-	group := c.Param("group")
+	group := param(c, "group")
 	var err error
 	if strings.HasSuffix(c.Path(), "/nack") {
 		err = rt.eng.Nack(c.Request().Context(), group, pos, req.Error)
