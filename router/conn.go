@@ -48,6 +48,7 @@ func (rt *Router) serveWS(c echo.Context) error {
 	sopts := rt.opts.Session
 	sopts.EncodeGap = cn.encodeGap
 	sopts.OnDrop = cn.onDrop
+	sopts.OnSent = rt.onSent
 	sess, err := session.Accept(c.Response(), c.Request(), &websocket.AcceptOptions{
 		OriginPatterns: rt.opts.OriginPatterns,
 	}, cn.id, sopts)
@@ -80,6 +81,9 @@ func (rt *Router) serveWS(c echo.Context) error {
 		},
 	})})
 	err = sess.Run(cn.ctx, cn)
+	if errors.Is(err, session.ErrSlowConsumer) {
+		rt.m.slowDisconnects.Inc()
+	}
 	rt.log.Debug("session ended", "session", cn.id, "err", err)
 	cn.teardown()
 	return nil
@@ -450,7 +454,10 @@ func (cn *conn) encodeGap(dst []byte, st session.Stream, from, to int64) []byte 
 	return encodeGap(dst, pattern, group, st.Topic, st.Partition, from, to, "queue_full")
 }
 
-// onDrop implements session.Options.OnDrop.
+// onDrop implements session.Options.OnDrop: a plain subscription's queue
+// dropped a message. It is counted and recorded as a queue_full dead letter
+// (asynchronously: this runs under the session's queue lock, on the engine's
+// fan-out path).
 func (cn *conn) onDrop(it *session.Item) {
 	cn.rt.stats.drops.Add(1)
 	var policy string
@@ -463,6 +470,23 @@ func (cn *conn) onDrop(it *session.Item) {
 		policy = "drop_old"
 	}
 	cn.rt.m.drops.WithLabelValues(policy).Inc()
+	rec, ok := it.Ref.(*engine.Record)
+	if !ok {
+		return
+	}
+	pattern := ""
+	cn.mu.Lock()
+	if s := cn.byID[it.Stream.Sub]; s != nil {
+		pattern = s.pattern
+	}
+	cn.mu.Unlock()
+	cn.rt.deadLetter(engine.DeadLetter{
+		Reason:     engine.ReasonQueueFull,
+		Subscriber: cn.id + " " + pattern,
+		Record:     *rec,
+		Error:      "outbound queue full (" + policy + ")",
+		Time:       time.Now(),
+	})
 }
 
 func itoa(n int64) string {

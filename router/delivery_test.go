@@ -44,12 +44,12 @@ func TestSlowConsumerPolicies(t *testing.T) {
 				}
 			}
 			slow.resume()
-			slow.nextOp(t, "welcome")
+			slow.welcome = slow.nextOp(t, "welcome")
 			slow.nextOp(t, "subscribed")
 			got := make([]bool, n)
 			covered := 0
 			last := int64(-1)
-			gaps := 0
+			gaps, lost := 0, 0
 			for covered < n {
 				m := slow.next(t)
 				switch m["op"] {
@@ -81,6 +81,7 @@ func TestSlowConsumerPolicies(t *testing.T) {
 					}
 					last = to - 1
 					gaps++
+					lost += int(to - from)
 				default:
 					t.Fatalf("unexpected %v", m)
 				}
@@ -89,6 +90,27 @@ func TestSlowConsumerPolicies(t *testing.T) {
 				t.Fatal("a client that did not read lost nothing: the test did not fill its queue")
 			}
 			slow.noFrame(t)
+			// Every dropped record is a queue_full dead letter naming the
+			// subscriber, with the record's data.
+			var dls []any
+			deadline := time.Now().Add(waitTimeout)
+			for time.Now().Before(deadline) {
+				_, body, _ := g.httpDo(t, "GET", "/v1/deadletters?reason=queue_full", nil)
+				if dls, _ = body["deadletters"].([]any); len(dls) >= lost {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if len(dls) != lost {
+				t.Fatalf("%d queue_full dead letters, want %d", len(dls), lost)
+			}
+			dl := dls[0].(map[string]any)
+			if dl["reason"] != "queue_full" || dl["topic"] != "feed" || !strings.HasPrefix(dl["subscriber"].(string), slow.welcome["session"].(string)) {
+				t.Fatalf("dead letter = %v", dl)
+			}
+			if d, _ := dl["data"].(map[string]any); d["pad"] != payload {
+				t.Fatalf("dead letter lacks the record's data")
+			}
 		})
 	}
 	t.Run("disconnect", func(t *testing.T) {

@@ -28,6 +28,7 @@ type metrics struct {
 	appendLatency   prometheus.Histogram
 	deliveryLatency prometheus.Histogram
 	slowDisconnects prometheus.Counter
+	deadLettersLost prometheus.Counter
 	groupLag        *prometheus.GaugeVec // group, topic, partition
 }
 
@@ -58,7 +59,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		redeliveries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "redeliveries_total",
 			Help: "Consumer-group deliveries with attempt > 1."}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "dead_letters_total",
-			Help: "Dead letters recorded by this node, by reason."}, []string{"reason"}),
+			Help: "Dead letters recorded by this node, by reason (queue_full: drops of plain subscriptions; max_attempts letters are counted by the engine and listed at /v1/deadletters)."}, []string{"reason"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "rejected_frames_total",
 			Help: "Client requests answered with an error, by error code."}, []string{"code"}),
 		backpressure: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "backpressure_total",
@@ -71,6 +72,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1e-5, 4, 12)}),
 		slowDisconnects: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "slow_consumer_disconnects_total",
 			Help: "Sessions closed with 1013 because their queue was full under the disconnect policy."}),
+		deadLettersLost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "dead_letters_unrecorded_total",
+			Help: "queue_full dead letters that could not be recorded (buffer full or engine error)."}),
 		groupLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "group_lag",
 			Help: "Records a consumer group has not yet committed, per topic partition (refreshed every stats interval)."},
 			[]string{"group", "topic", "partition"}),
@@ -79,7 +82,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.deliveriesGroup = m.deliveries.WithLabelValues("group")
 	reg.MustRegister(m.connections, m.connectsTotal, m.subscriptions, m.publishes, m.deliveries,
 		m.bytesIn, m.bytesOut, m.queueDepth, m.drops, m.gaps, m.redeliveries, m.deadLetters,
-		m.rejected, m.backpressure, m.appendLatency, m.deliveryLatency, m.slowDisconnects, m.groupLag,
+		m.rejected, m.backpressure, m.appendLatency, m.deliveryLatency, m.slowDisconnects, m.deadLettersLost, m.groupLag,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -150,7 +150,8 @@ type Router struct {
 	conns map[*conn]struct{}
 	pulls map[string]*pullMember // guarded by mu
 
-	stopBG chan struct{} // closed by Shutdown to stop background loops
+	stopBG chan struct{}          // closed by Shutdown to stop background loops
+	dlq    chan engine.DeadLetter // queue_full dead letters to record
 }
 
 // New creates a Router on opts.Engine and starts its background goroutines
@@ -169,6 +170,7 @@ func New(opts Options) (*Router, error) {
 		conns:  make(map[*conn]struct{}),
 		pulls:  make(map[string]*pullMember),
 		stopBG: make(chan struct{}),
+		dlq:    make(chan engine.DeadLetter, deadLetterBuffer),
 	}
 	rt.ctx, rt.cancel = context.WithCancel(context.Background())
 	rt.echo = rt.routes()

@@ -19,17 +19,82 @@ const (
 	sysGroups = "$sys.groups"
 )
 
+// deadLetterBuffer bounds the queue_full dead letters waiting to be
+// recorded in the engine; past it they are counted as lost
+// (switchyard_dead_letters_unrecorded_total) rather than slowing fan-out.
+const deadLetterBuffer = 4096
+
+// latencySample: one delivery in this many (by offset) feeds the
+// publish-to-write histogram, keeping its cost off most deliveries.
+const latencySample = 16
+
+// onSent implements session.Options.OnSent: sampled publish-to-write
+// latency of plain deliveries.
+func (rt *Router) onSent(ref any, at time.Time) {
+	if rec, ok := ref.(*engine.Record); ok && rec.Offset%latencySample == 0 {
+		rt.m.deliveryLatency.Observe(at.Sub(rec.Time).Seconds())
+	}
+}
+
+// deadLetter queues a queue_full dead letter for the recorder goroutine.
+func (rt *Router) deadLetter(dl engine.DeadLetter) {
+	select {
+	case rt.dlq <- dl:
+	default:
+		rt.m.deadLettersLost.Inc()
+	}
+}
+
+// recordDeadLetters stores queued dead letters in the engine until
+// Shutdown; what is queued then is stored before it returns.
+func (rt *Router) recordDeadLetters() {
+	store := func(dl engine.DeadLetter) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := rt.eng.AddDeadLetter(ctx, dl); err != nil {
+			rt.m.deadLettersLost.Inc()
+			if !errors.Is(err, engine.ErrClosed) {
+				rt.log.Warn("recording dead letter failed", "err", err)
+			}
+			return
+		}
+		rt.m.deadLetters.WithLabelValues(dl.Reason).Inc()
+		rt.stats.deadLetters.Add(1)
+	}
+	for {
+		select {
+		case dl := <-rt.dlq:
+			store(dl)
+		case <-rt.stopBG:
+			for {
+				select {
+				case dl := <-rt.dlq:
+					store(dl)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// maxLagSeries caps the switchyard_group_lag series, keeping the metric's
+// cardinality bounded however many groups and partitions exist (the full
+// picture is in GET /v1/groups).
+const maxLagSeries = 1000
+
 // maxTrackedTopics bounds the per-topic publish counters behind top_topics.
 const maxTrackedTopics = 10000
 
 // stats are the cheap counters behind $sys.stats.
 type stats struct {
-	publishes  atomic.Int64
-	deliveries atomic.Int64
-	drops      atomic.Int64
-	gaps       atomic.Int64
-	plainSubs  atomic.Int64
-	groupSubs  atomic.Int64
+	publishes   atomic.Int64
+	deliveries  atomic.Int64
+	drops       atomic.Int64
+	gaps        atomic.Int64
+	deadLetters atomic.Int64
+	plainSubs   atomic.Int64
+	groupSubs   atomic.Int64
 
 	topics     sync.Map // topic -> *atomic.Int64
 	topicCount atomic.Int64
@@ -51,7 +116,11 @@ func (s *stats) countTopic(topic string) {
 }
 
 func (rt *Router) startBackground() {
-	rt.wg.Add(1)
+	rt.wg.Add(2)
+	go func() {
+		defer rt.wg.Done()
+		rt.recordDeadLetters()
+	}()
 	go func() {
 		defer rt.wg.Done()
 		rt.background()
@@ -190,10 +259,11 @@ func (rt *Router) statsPayload(cur, prev snapshot, prevTopics map[string]int64, 
 			"bytes_out":  rate(cur.bytesOut, prev.bytesOut),
 		},
 		"totals": map[string]int64{
-			"publishes":  cur.publishes,
-			"deliveries": cur.deliveries,
-			"drops":      cur.drops,
-			"gaps":       cur.gaps,
+			"publishes":    cur.publishes,
+			"deliveries":   cur.deliveries,
+			"drops":        cur.drops,
+			"gaps":         cur.gaps,
+			"dead_letters": rt.stats.deadLetters.Load(),
 		},
 		"top_topics":     top,
 		"slow_consumers": slow,
@@ -213,9 +283,14 @@ func (rt *Router) publishTopicsAndGroups() {
 	if gs, err := rt.eng.Groups(ctx); err == nil {
 		out := make([]groupJSON, 0, len(gs))
 		rt.m.groupLag.Reset()
+		series := 0
 		for _, g := range gs {
 			out = append(out, groupView(g))
 			for _, p := range g.Partitions {
+				if series >= maxLagSeries {
+					break
+				}
+				series++
 				rt.m.groupLag.WithLabelValues(g.Name, p.Topic, itoa(int64(p.Partition))).Set(float64(p.Lag))
 			}
 		}

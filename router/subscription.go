@@ -61,6 +61,7 @@ func (s *subscription) item(rec *engine.Record, frame []byte) session.Item {
 		Offset:   rec.Offset,
 		Priority: rec.Priority,
 		Policy:   s.policy,
+		Ref:      rec,
 	}
 }
 

@@ -62,6 +62,10 @@ type Item struct {
 	Priority uint8
 	// Policy applies when the queue is full; ignored for control frames.
 	Policy Policy
+	// Ref is the caller's own reference to what the frame carries (the
+	// gateway passes the log record). The queue only hands it back: to
+	// OnDrop with the dropped item, and to OnSent once it was written.
+	Ref any
 }
 
 // isMessage reports whether it counts toward the queue bound.
@@ -102,6 +106,10 @@ type Options struct {
 	// lock held: it must not block, must not keep it, and must not call the
 	// Session or Queue.
 	OnDrop func(it *Item)
+	// OnSent, if set, is called on the writer goroutine after each socket
+	// write, once for every item of that write whose Ref is not nil, with
+	// the time the write completed; optional; must not block.
+	OnSent func(ref any, at time.Time)
 }
 
 // Defaults for Options.

@@ -68,7 +68,8 @@ type Queue struct {
 	free     []*streamState // recycled stream states (with their gap slices)
 	dropped  uint64
 	gapsSent uint64
-	dropping Item // the item handed to OnDrop, kept here so it does not escape
+	dropping Item  // the item handed to OnDrop, kept here so it does not escape
+	taken    []any // Refs of the last AppendBatch; owned by the consumer
 }
 
 // streamState is the bookkeeping of a stream that has items queued or gaps
@@ -292,6 +293,8 @@ func (q *Queue) AppendBatch(dst []byte, maxBytes int) ([]byte, int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	b := batch{buf: dst, start: len(dst), max: maxBytes}
+	clear(q.taken)
+	q.taken = q.taken[:0]
 
 	for q.control.n > 0 {
 		if !b.add(q.control.at(0).it.Frame) {
@@ -314,6 +317,9 @@ func (q *Queue) AppendBatch(dst []byte, maxBytes int) ([]byte, int) {
 			}
 			if !b.add(it.Frame) {
 				return b.buf, b.n
+			}
+			if it.Ref != nil {
+				q.taken = append(q.taken, it.Ref)
 			}
 			if it.isMessage() {
 				q.msgs--
@@ -364,6 +370,11 @@ func (q *Queue) AppendBatch(dst []byte, maxBytes int) ([]byte, int) {
 	q.idle = q.idle[:rest]
 	return b.buf, b.n
 }
+
+// Refs returns the non-nil Refs of the items the last AppendBatch took, in
+// order. The slice is valid until the next AppendBatch; only the consumer
+// (the one goroutine calling AppendBatch) may call Refs.
+func (q *Queue) Refs() []any { return q.taken }
 
 // addGapFrame encodes the first pending gap of st into b if it fits.
 func (q *Queue) addGapFrame(b *batch, s Stream, st *streamState) bool {

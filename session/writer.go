@@ -113,6 +113,14 @@ func (s *Session) writeBatch(timeout time.Duration) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	if s.opts.OnSent != nil {
+		if refs := s.q.Refs(); len(refs) > 0 {
+			at := time.Now()
+			for _, r := range refs {
+				s.opts.OnSent(r, at)
+			}
+		}
+	}
 	s.writes.Add(1)
 	s.sent.Add(uint64(n))
 	s.bytesOut.Add(uint64(len(buf)))

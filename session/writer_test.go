@@ -260,3 +260,42 @@ func TestWriterDisconnectPolicy(t *testing.T) {
 		t.Errorf("cause %v", s.cause)
 	}
 }
+
+// TestWriterOnSent checks that every written item with a Ref is reported
+// once, after its write, and that dropped items are reported to OnDrop with
+// their Ref instead.
+func TestWriterOnSent(t *testing.T) {
+	fs := newFakeSocket()
+	var mu sync.Mutex
+	var sent, dropped []any
+	s := newSession("w", Options{
+		QueueMessages: 2,
+		EncodeGap:     testGap,
+		OnSent: func(ref any, at time.Time) {
+			if at.IsZero() {
+				t.Error("zero write time")
+			}
+			mu.Lock()
+			sent = append(sent, ref)
+			mu.Unlock()
+		},
+		OnDrop: func(it *Item) {
+			mu.Lock()
+			dropped = append(dropped, it.Ref)
+			mu.Unlock()
+		},
+	}, fs.socket())
+	for i := range 3 {
+		it := msg(1, int64(i), 0, DropNew)
+		it.Ref = i
+		s.Send(it)
+	}
+	s.Send(Item{Frame: []byte(`{"op":"control"}`)}) // no Ref: not reported
+	s.Close(websocket.StatusNormalClosure, "")
+	<-startWriter(s)
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(sent) != "[0 1]" || fmt.Sprint(dropped) != "[2]" {
+		t.Fatalf("sent %v, dropped %v; want [0 1] and [2]", sent, dropped)
+	}
+}
