@@ -23,6 +23,7 @@ type conn struct {
 	rt      *Router
 	sess    *session.Session
 	id      string
+	who     *principal    // what the session's credential allows
 	limiter *rate.Limiter // nil: unlimited
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -41,7 +42,16 @@ func (rt *Router) serveWS(c echo.Context) error {
 	if rt.closing.Load() {
 		return perr(codeShuttingDown, "server is shutting down")
 	}
-	cn := &conn{rt: rt, id: newID(), subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription)}
+	who, err := rt.authWS(c)
+	if err != nil {
+		return err
+	}
+	release := rt.reserveConn(c)
+	if release == nil {
+		return nil // reserveConn wrote the refusal
+	}
+	defer release()
+	cn := &conn{rt: rt, id: newID(), who: who, subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription)}
 	if rt.opts.PublishRate > 0 {
 		cn.limiter = rate.NewLimiter(rate.Limit(rt.opts.PublishRate), rt.opts.PublishBurst)
 	}
@@ -80,6 +90,15 @@ func (rt *Router) serveWS(c echo.Context) error {
 			"publish_rate":      rt.opts.PublishRate,
 		},
 	})})
+	if !who.expires.IsZero() {
+		// The session ends when its token does; the timer is stopped when
+		// the session ends first.
+		expiry := time.AfterFunc(time.Until(who.expires), func() {
+			rt.lim.sessionsExpired.Inc()
+			sess.Close(websocket.StatusPolicyViolation, "token expired")
+		})
+		defer expiry.Stop()
+	}
 	err = sess.Run(cn.ctx, cn)
 	if errors.Is(err, session.ErrSlowConsumer) {
 		rt.m.slowDisconnects.Inc()
@@ -151,6 +170,9 @@ func (cn *conn) publish(req *request) *protoError {
 	if pe != nil {
 		return pe
 	}
+	if !cn.who.canPublish(msg.Topic) {
+		return cn.rt.forbidden("publish", "not allowed to publish to %q", msg.Topic)
+	}
 	a, err := cn.rt.append(cn.ctx, msg, "ws")
 	if err != nil {
 		return toProto(err)
@@ -164,6 +186,11 @@ func (rt *Router) append(ctx context.Context, msg engine.Message, transport stri
 	if rt.closing.Load() {
 		rt.m.publishes.WithLabelValues(transport, codeShuttingDown).Inc()
 		return engine.Appended{}, perr(codeShuttingDown, "server is shutting down")
+	}
+	if err := rt.checkTopicLimit(ctx, msg.Topic); err != nil {
+		code, _, _ := classify(err)
+		rt.m.publishes.WithLabelValues(transport, code).Inc()
+		return engine.Appended{}, err
 	}
 	start := time.Now()
 	a, err := rt.eng.Append(ctx, msg)
@@ -206,11 +233,17 @@ func (cn *conn) subscribe(req *request) *protoError {
 	if err := trie.ValidatePattern(pattern); err != nil {
 		return perr(codeInvalidPattern, "%s", err.Error())
 	}
+	if !cn.who.canSubscribe(pattern) {
+		return cn.rt.forbidden("subscribe", "not allowed to subscribe to %q", pattern)
+	}
 	group := ""
 	if req.Group != nil {
 		group = *req.Group
 		if pe := validGroup(group); pe != nil {
 			return pe
+		}
+		if !cn.who.canJoin(group) {
+			return cn.rt.forbidden("group", "not allowed to join group %q", group)
 		}
 	}
 	from, pe := parseFrom(req.From)
@@ -399,6 +432,9 @@ func (cn *conn) ack(req *request) *protoError {
 		return perr(codeBadRequest, `missing field "partition"`)
 	case req.Offset == nil:
 		return perr(codeBadRequest, `missing field "offset"`)
+	}
+	if !cn.who.canJoin(*req.Group) {
+		return cn.rt.forbidden("group", "not allowed to use group %q", *req.Group)
 	}
 	cn.mu.Lock()
 	subscribed := false

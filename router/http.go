@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -22,22 +23,25 @@ func (rt *Router) routes() *echo.Echo {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = rt.errorHandler
+	e.IPExtractor = clientIPExtractor(rt.opts.TrustedProxies)
+	e.Use(rt.authAPI)
 
+	admin, group := rt.requireAdmin, rt.requireGroup
 	e.GET("/v1/ws", rt.serveWS)
 	e.POST("/v1/publish", rt.httpPublish)
-	e.POST("/v1/topics", rt.httpCreateTopic)
+	e.POST("/v1/topics", rt.httpCreateTopic, admin)
 	e.GET("/v1/topics", rt.httpTopics)
 	e.GET("/v1/topics/:name", rt.httpTopic)
-	e.DELETE("/v1/topics/:name", rt.httpDeleteTopic)
+	e.DELETE("/v1/topics/:name", rt.httpDeleteTopic, admin)
 	e.GET("/v1/topics/:name/messages", rt.httpMessages)
 	e.GET("/v1/groups", rt.httpGroups)
-	e.GET("/v1/groups/:group", rt.httpGroup)
-	e.POST("/v1/groups/:group/seek", rt.httpSeek)
-	e.POST("/v1/groups/:group/poll", rt.httpPoll)
-	e.POST("/v1/groups/:group/ack", rt.httpAck)
-	e.POST("/v1/groups/:group/nack", rt.httpAck)
-	e.GET("/v1/deadletters", rt.httpDeadLetters)
-	e.POST("/v1/deadletters/redrive", rt.httpRedrive)
+	e.GET("/v1/groups/:group", rt.httpGroup, group)
+	e.POST("/v1/groups/:group/seek", rt.httpSeek, admin)
+	e.POST("/v1/groups/:group/poll", rt.httpPoll, rt.requirePoll)
+	e.POST("/v1/groups/:group/ack", rt.httpAck, group)
+	e.POST("/v1/groups/:group/nack", rt.httpAck, group)
+	e.GET("/v1/deadletters", rt.httpDeadLetters, admin)
+	e.POST("/v1/deadletters/redrive", rt.httpRedrive, admin)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(rt.opts.Registry, promhttp.HandlerOpts{})))
 	e.GET("/healthz", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
@@ -95,6 +99,15 @@ func (rt *Router) httpPublish(c echo.Context) error {
 	if pe != nil {
 		rt.m.rejected.WithLabelValues(pe.code).Inc()
 		return pe
+	}
+	if !rt.principalOf(c).canPublish(msg.Topic) {
+		return rt.forbidden("publish", "not allowed to publish to %q", msg.Topic)
+	}
+	if !rt.limits.allowHTTPPublish(c.RealIP(), time.Now()) {
+		rt.lim.limited.WithLabelValues("http_publish_rate").Inc()
+		rt.m.publishes.WithLabelValues("http", codeRateLimited).Inc()
+		c.Response().Header().Set("Retry-After", "1")
+		return perr(codeRateLimited, "publish rate limit of %g/s per client exceeded", rt.opts.HTTPPublishRate)
 	}
 	a, err := rt.append(c.Request().Context(), msg, "http")
 	if err != nil {
@@ -187,11 +200,18 @@ func (rt *Router) httpCreateTopic(c echo.Context) error {
 	if req.Partitions < 0 {
 		return perr(codeBadRequest, "partitions must be 1 to %d", engine.MaxPartitions)
 	}
+	if req.Partitions > rt.opts.MaxPartitions {
+		rt.lim.limited.WithLabelValues("partitions").Inc()
+		return perr(codeBadRequest, "partitions must be 1 to %d", rt.opts.MaxPartitions)
+	}
 	var err error
 	if cfg.MaxAge, err = parseDuration("retention.max_age", req.Retention.MaxAge); err != nil {
 		return err
 	}
 	if cfg.BlockTimeout, err = parseDuration("block_timeout", req.BlockTimeout); err != nil {
+		return err
+	}
+	if err := rt.roomForTopic(c.Request().Context()); err != nil {
 		return err
 	}
 	info, err := rt.eng.CreateTopic(c.Request().Context(), cfg)
@@ -289,7 +309,16 @@ func (rt *Router) httpMessages(c echo.Context) error {
 	if limit < 1 || limit > 1000 || partition < 0 || from < 0 {
 		return perr(codeBadRequest, "limit must be 1 to 1000; partition and from must not be negative")
 	}
-	recs, next, err := rt.eng.Read(c.Request().Context(), param(c, "name"), int(partition), from, int(limit))
+	name := param(c, "name")
+	if p := rt.principalOf(c); !p.admin {
+		if err := trie.ValidateTopic(name); err != nil {
+			return perr(codeInvalidTopic, "%s", err.Error())
+		}
+		if !p.canSubscribe(name) {
+			return rt.forbidden("subscribe", "not allowed to read %q", name)
+		}
+	}
+	recs, next, err := rt.eng.Read(c.Request().Context(), name, int(partition), from, int(limit))
 	if err != nil {
 		return err
 	}
@@ -477,6 +506,19 @@ func (rt *Router) httpRedrive(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"redriven": n})
+}
+
+// clientIPExtractor returns the TCP peer's address as the client IP, or
+// the X-Forwarded-For address its trusted proxies name.
+func clientIPExtractor(trusted []*net.IPNet) echo.IPExtractor {
+	if len(trusted) == 0 {
+		return echo.ExtractIPDirect()
+	}
+	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
+	for _, n := range trusted {
+		opts = append(opts, echo.TrustIPRange(n))
+	}
+	return echo.ExtractIPFromXFFHeader(opts...)
 }
 
 // param returns a path parameter with its percent-encoding undone (a

@@ -16,6 +16,7 @@ type metrics struct {
 	deliveries      *prometheus.CounterVec // kind: plain|group
 	deliveriesPlain prometheus.Counter
 	deliveriesGroup prometheus.Counter
+	deliveriesLocal prometheus.Counter
 	bytesIn         prometheus.Counter
 	bytesOut        prometheus.Counter
 	queueDepth      prometheus.Histogram
@@ -80,6 +81,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.deliveriesPlain = m.deliveries.WithLabelValues("plain")
 	m.deliveriesGroup = m.deliveries.WithLabelValues("group")
+	m.deliveriesLocal = m.deliveries.WithLabelValues("local")
 	reg.MustRegister(m.connections, m.connectsTotal, m.subscriptions, m.publishes, m.deliveries,
 		m.bytesIn, m.bytesOut, m.queueDepth, m.drops, m.gaps, m.redeliveries, m.deadLetters,
 		m.rejected, m.backpressure, m.appendLatency, m.deliveryLatency, m.slowDisconnects, m.deadLettersLost, m.groupLag,

@@ -109,11 +109,11 @@ func statusOf(code string) int {
 		return http.StatusTooManyRequests
 	case codeTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case codeTopicExists, codeGroupConflict, codeNotInFlight:
+	case codeTopicExists, codeGroupConflict, codeNotInFlight, codeTooManyTopics:
 		return http.StatusConflict
 	case codeTooManySubs:
 		return http.StatusTooManyRequests
-	case codeBackpressure, codeShuttingDown, codeUnavailable:
+	case codeBackpressure, codeShuttingDown, codeUnavailable, codeTooManyConnections:
 		return http.StatusServiceUnavailable
 	case codeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
@@ -151,6 +151,7 @@ type filterSpec struct {
 // frame's id when the frame is an object that carries one.
 func decodeRequest(data []byte) (*request, *protoError) {
 	var req request
+	defer func() { req.ID = compactID(req.ID) }()
 	if err := json.Unmarshal(data, &req); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
@@ -169,6 +170,20 @@ func decodeRequest(data []byte) (*request, *protoError) {
 		return &req, perr(codeBadRequest, `missing field "op"`)
 	}
 	return &req, nil
+}
+
+// compactID removes the whitespace of an id that is echoed back (an array
+// or object id in an error reply), so the reply stays one line: clients
+// split batched frames on newlines.
+func compactID(raw json.RawMessage) json.RawMessage {
+	if !bytes.ContainsAny(raw, " \t\r\n") {
+		return raw
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, raw) != nil {
+		return nil
+	}
+	return buf.Bytes()
 }
 
 func validID(raw json.RawMessage) bool {

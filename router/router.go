@@ -41,6 +41,7 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -92,6 +93,30 @@ type Options struct {
 	// ShutdownGrace bounds how long Shutdown waits for sessions to flush;
 	// default 5s.
 	ShutdownGrace time.Duration
+
+	// Auth configures tokens, the admin key and anonymous access; the zero
+	// value leaves everything open (see AuthOptions).
+	Auth AuthOptions
+	// MaxConnections bounds open WebSocket sessions (503
+	// too_many_connections past it); 0: unlimited.
+	MaxConnections int
+	// MaxConnectionsPerIP bounds open WebSocket sessions per client IP (429
+	// too_many_connections); 0: unlimited.
+	MaxConnectionsPerIP int
+	// MaxTopics bounds the topics (not counting $ topics) that HTTP create
+	// and auto-create on publish may bring about (too_many_topics); 0:
+	// unlimited. Concurrent creates may overshoot it by their number.
+	MaxTopics int
+	// MaxPartitions bounds the partitions of a topic created over HTTP;
+	// default engine.MaxPartitions.
+	MaxPartitions int
+	// HTTPPublishRate limits POST /v1/publish per client IP per second
+	// (token bucket, burst the rate rounded down, at least 1); 0: unlimited.
+	HTTPPublishRate float64
+	// TrustedProxies are the networks whose X-Forwarded-For header names
+	// the client IP (for the per-IP limits); default none: the TCP peer's
+	// address is the client IP.
+	TrustedProxies []*net.IPNet
 }
 
 func (o Options) withDefaults() Options {
@@ -118,6 +143,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ShutdownGrace == 0 {
 		o.ShutdownGrace = 5 * time.Second
+	}
+	if o.MaxPartitions == 0 {
+		o.MaxPartitions = engine.MaxPartitions
 	}
 	if o.Session.QueueMessages == 0 {
 		o.Session.QueueMessages = 1024
@@ -148,10 +176,15 @@ type Router struct {
 
 	mu    sync.Mutex // guards conns
 	conns map[*conn]struct{}
-	pulls map[string]*pullMember // guarded by mu
+	pulls map[string]*pullMember          // guarded by mu
+	local map[*LocalSubscription]struct{} // guarded by mu
 
 	stopBG chan struct{}          // closed by Shutdown to stop background loops
 	dlq    chan engine.DeadLetter // queue_full dead letters to record
+
+	auth   *authenticator
+	limits *limiter
+	lim    *limitMetrics
 }
 
 // New creates a Router on opts.Engine and starts its background goroutines
@@ -161,6 +194,10 @@ func New(opts Options) (*Router, error) {
 		return nil, errors.New("router: Options.Engine is required")
 	}
 	opts = opts.withDefaults()
+	auth, err := newAuthenticator(opts.Auth)
+	if err != nil {
+		return nil, err
+	}
 	rt := &Router{
 		opts:   opts,
 		eng:    opts.Engine,
@@ -169,8 +206,12 @@ func New(opts Options) (*Router, error) {
 		m:      newMetrics(opts.Registry),
 		conns:  make(map[*conn]struct{}),
 		pulls:  make(map[string]*pullMember),
+		local:  make(map[*LocalSubscription]struct{}),
 		stopBG: make(chan struct{}),
 		dlq:    make(chan engine.DeadLetter, deadLetterBuffer),
+		auth:   auth,
+		limits: newLimiter(opts),
+		lim:    newLimitMetrics(opts.Registry),
 	}
 	rt.ctx, rt.cancel = context.WithCancel(context.Background())
 	rt.echo = rt.routes()
@@ -205,6 +246,7 @@ func (rt *Router) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	close(rt.stopBG)
+	rt.stopLocal()
 	rt.mu.Lock()
 	conns := make([]*conn, 0, len(rt.conns))
 	for c := range rt.conns {
@@ -251,6 +293,10 @@ func (rt *Router) Appended(rec *engine.Record) {
 			if !s.accepts(rec) {
 				continue
 			}
+			if s.local != nil {
+				s.local.deliver(rec)
+				continue
+			}
 			if frame == nil {
 				if body == nil {
 					body = appendRecordBody(make([]byte, 0, 128+len(rec.Data)), rec)
@@ -267,9 +313,12 @@ func (rt *Router) Appended(rec *engine.Record) {
 // "topic_deleted" per partition it had seen, after which nothing more of the
 // topic arrives until it is created again.
 func (rt *Router) TopicDeleted(topic string) {
+	rt.limits.forgetTopic(topic)
 	rt.subs.Match(topic, func(pattern string, subs []*subscription) {
 		for _, s := range subs {
-			s.topicDeleted(topic)
+			if s.local == nil {
+				s.topicDeleted(topic)
+			}
 		}
 	})
 }

@@ -30,6 +30,9 @@ type subscription struct {
 	policy  session.Policy
 	filter  map[string]string
 	member  string
+	// local is set for in-process subscribers (see Router.Subscribe); c
+	// is nil then.
+	local *LocalSubscription
 
 	// isLive is set once a plain subscription delivers straight from the
 	// live tail, so the hot path takes no lock.

@@ -6,8 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -226,5 +232,307 @@ func TestClusterFanOutAndGroups(t *testing.T) {
 		if c == 0 {
 			t.Errorf("member on node %d got no work", i)
 		}
+	}
+}
+
+// TestGatewayProcess is a helper, not a test: startProcNode runs the test
+// binary again with SYTEST_GATEWAY_ARGS set, so that one gateway node runs
+// in a child process the test can stop with SIGTERM or kill with SIGKILL.
+// The child prints "listening ADDR" on stdout once it serves.
+func TestGatewayProcess(t *testing.T) {
+	args := os.Getenv("SYTEST_GATEWAY_ARGS")
+	if args == "" {
+		t.Skip("helper process for startProcNode")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, strings.Split(args, "\x1f"), func(string) string { return "" }, os.Stderr,
+		func(addr string) { fmt.Printf("listening %s\n", addr) })
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// procNode is a gateway node in a child process.
+type procNode struct {
+	*node // addr only: dialNode and httpPublish work on it
+	cmd   *exec.Cmd
+	out   syncBuffer // the child's stderr
+	exit  chan error // the child's exit status, once
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// addrWriter takes the child's stdout and reports the address of its first
+// "listening ADDR" line.
+type addrWriter struct {
+	line []byte
+	addr chan string // capacity 1
+}
+
+func (w *addrWriter) Write(p []byte) (int, error) {
+	for _, c := range p {
+		if c != '\n' {
+			w.line = append(w.line, c)
+			continue
+		}
+		if a, ok := strings.CutPrefix(string(w.line), "listening "); ok {
+			select {
+			case w.addr <- a:
+			default:
+			}
+		}
+		w.line = w.line[:0]
+	}
+	return len(p), nil
+}
+
+func startProcNode(t *testing.T, args ...string) *procNode {
+	t.Helper()
+	args = append([]string{"--addr", "127.0.0.1:0", "--log-level", "warn", "--stats-interval", "-1s"}, args...)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestGatewayProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "SYTEST_GATEWAY_ARGS="+strings.Join(args, "\x1f"))
+	aw := &addrWriter{addr: make(chan string, 1)}
+	p := &procNode{node: &node{}, cmd: cmd, exit: make(chan error, 1)}
+	cmd.Stdout = aw
+	cmd.Stderr = &p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exit <- cmd.Wait() }() // exits with the child
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		select {
+		case <-p.exit:
+		case <-time.After(20 * time.Second):
+			t.Error("child gateway did not exit")
+		}
+		if t.Failed() {
+			t.Logf("child gateway stderr:\n%s", p.out.String())
+		}
+	})
+	select {
+	case p.addr = <-aw.addr:
+	case err := <-p.exit:
+		p.exit <- err
+		t.Fatalf("child gateway exited: %v\n%s", err, p.out.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("child gateway did not start\n%s", p.out.String())
+	}
+	return p
+}
+
+// wait returns the child's exit status, failing after d.
+func (p *procNode) wait(t *testing.T, d time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-p.exit:
+		p.exit <- err // for the cleanup
+		return err
+	case <-time.After(d):
+		t.Fatalf("child gateway still running after %v", d)
+		return nil
+	}
+}
+
+// TestClusterNodeLoss stops the node of one consumer-group member while it
+// holds unacked records, once with SIGTERM (graceful: its members leave and
+// its partitions are handed back at once) and once with SIGKILL (nothing
+// handed back: the other nodes take over when its live keys expire after
+// the member TTL, 10 s). Either way the records it held are delivered
+// again to the members on the surviving nodes, no record acked and
+// committed before is delivered again, and the group's committed offsets,
+// read on a survivor, reach the end of every partition.
+func TestClusterNodeLoss(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		sig    os.Signal
+		within time.Duration // bound on redelivery after the loss
+	}{
+		{"sigterm", syscall.SIGTERM, 10 * time.Second},
+		{"sigkill", os.Kill, 40 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) { testNodeLoss(t, tt.sig, tt.within) })
+	}
+}
+
+func testNodeLoss(t *testing.T, sig os.Signal, within time.Duration) {
+	url := natstest.URL(t)
+	prefix := natstest.Prefix(t, url)
+	args := []string{"--engine", "nats", "--nats-url", url, "--nats-prefix", prefix, "--ack-timeout", "60s"}
+	a, b := startNode(t, args...), startNode(t, args...)
+	victim := startProcNode(t, args...)
+
+	const parts, records = 6, 60
+	if code, m, _ := httpJSON(t, "POST", "http://"+a.addr+"/v1/topics", fmt.Sprintf(`{"name":"work","partitions":%d}`, parts)); code != http.StatusCreated {
+		t.Fatalf("create topic: %d %v", code, m)
+	}
+	members := []*wsConn{dialNode(t, a), dialNode(t, b), dialNode(t, victim.node)}
+	const v = 2 // members[v] is on the victim
+	for _, m := range members {
+		m.send(t, map[string]any{"op": "subscribe", "id": 1, "pattern": "work", "group": "kw"})
+		m.expect(t, "subscribed")
+	}
+	pollUntil(t, 30*time.Second, "three members with every partition assigned", func() bool {
+		_, g, _ := httpJSON(t, "GET", "http://"+a.addr+"/v1/groups/kw", "")
+		ms, _ := g["members"].([]any)
+		ps, _ := g["partitions"].([]any)
+		if len(ms) != 3 || len(ps) != parts {
+			return false
+		}
+		for _, p := range ps {
+			if p.(map[string]any)["member"] == "" {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range records {
+		httpPublish(t, a, fmt.Sprintf(`{"topic":"work","key":"k%d","data":%d}`, i, i))
+	}
+	_, info, _ := httpJSON(t, "GET", "http://"+a.addr+"/v1/topics/work", "")
+	size := map[int]int{} // partition -> records
+	for _, o := range info["offsets"].([]any) {
+		o := o.(map[string]any)
+		size[int(o["partition"].(float64))] = int(o["next"].(float64))
+	}
+
+	type pos struct{ part, off int }
+	var (
+		acked     = map[pos]bool{} // confirmed by an "acked" reply
+		ackedN    = map[int]int{}  // per partition
+		held      = map[int]int{}  // partition -> offset the victim holds unacked
+		victimGot = map[int]bool{} // partitions the victim received a record of
+		again     = map[pos]int{}  // deliveries after the loss
+		killed    bool
+	)
+	handle := func(i int, f map[string]any) {
+		switch f["op"] {
+		case "message":
+			p := pos{int(f["partition"].(float64)), int(f["offset"].(float64))}
+			if killed {
+				if i == v {
+					return // the victim's last frames, if any
+				}
+				if acked[p] {
+					t.Errorf("record %v acked before the loss was delivered again (attempt %v)", p, f["attempt"])
+				}
+				again[p]++
+				if off, ok := held[p.part]; ok && off == p.off {
+					t.Logf("held record %v delivered again on node %d, attempt %v", p, i, f["attempt"])
+				}
+			}
+			if i == v && victimGot[p.part] {
+				held[p.part] = p.off // keep it unacked
+				return
+			}
+			if i == v {
+				victimGot[p.part] = true
+			}
+			members[i].send(t, map[string]any{"op": "ack", "id": fmt.Sprintf("%d/%d", p.part, p.off),
+				"group": "kw", "topic": "work", "partition": p.part, "offset": p.off})
+		case "acked":
+			var p pos
+			fmt.Sscanf(f["id"].(string), "%d/%d", &p.part, &p.off)
+			if !acked[p] {
+				acked[p] = true
+				ackedN[p.part]++
+			}
+		case "error":
+			if f["code"] != "not_in_flight" {
+				t.Fatalf("member %d: %v", i, f)
+			}
+		}
+	}
+	// consume hands frames to handle until done returns true; done is
+	// checked after every frame and every 100ms.
+	consume := func(d time.Duration, what string, done func() bool) {
+		t.Helper()
+		deadline := time.After(d)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for !done() {
+			select {
+			case f := <-members[0].frames:
+				handle(0, f)
+			case f := <-members[1].frames:
+				handle(1, f)
+			case f := <-members[2].frames:
+				handle(2, f)
+			case <-tick.C:
+			case <-deadline:
+				t.Fatalf("%s: not within %v (acked %d, held %v, again %v)", what, d, len(acked), held, again)
+			}
+		}
+	}
+
+	// Before the loss: every partition is either acked to its end, or its
+	// member on the victim holds a record unacked after acking one.
+	consume(30*time.Second, "survivors ack all, victim holds", func() bool {
+		for p := range parts {
+			if _, ok := held[p]; !ok && ackedN[p] < size[p] {
+				return false
+			}
+		}
+		return true
+	})
+	if len(held) == 0 {
+		t.Fatal("the victim holds nothing; partitions were not spread")
+	}
+	want := map[string]float64{}
+	for p := range parts {
+		want[fmt.Sprintf("work/%d", p)] = float64(size[p])
+		if off, ok := held[p]; ok {
+			want[fmt.Sprintf("work/%d", p)] = float64(off)
+		}
+	}
+	// Acks are committed by a background writer: wait until the survivors
+	// see them, so that "acked" below means committed.
+	pollUntil(t, 20*time.Second, "acks committed", func() bool {
+		return maps.Equal(committed(t, a, "kw"), want)
+	})
+
+	killed = true
+	lost := time.Now()
+	if err := victim.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	consume(within, "held records redelivered", func() bool {
+		for p, off := range held {
+			if again[pos{p, off}] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("%d held records redelivered on the survivors %v after %v", len(held), time.Since(lost), sig)
+	for p := range parts {
+		want[fmt.Sprintf("work/%d", p)] = float64(size[p])
+	}
+	var got map[string]float64
+	consume(30*time.Second, "committed offsets at the end on a survivor", func() bool {
+		got = committed(t, b, "kw")
+		return maps.Equal(got, want)
+	})
+	t.Logf("committed %v after %v", got, time.Since(lost))
+	err := victim.wait(t, 20*time.Second)
+	if sig == syscall.SIGTERM && err != nil {
+		t.Errorf("victim after SIGTERM: %v, want a clean exit\n%s", err, victim.out.String())
 	}
 }

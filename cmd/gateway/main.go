@@ -83,6 +83,22 @@ type config struct {
 	PingInterval     time.Duration
 	StatsInterval    time.Duration
 	ShutdownTimeout  time.Duration
+	HandshakeTimeout time.Duration
+
+	JWTHMACSecret       string
+	JWTHMACSecretFile   string
+	JWTPublicKey        string
+	AdminKey            string
+	AdminKeyFile        string
+	AllowAnonymous      bool
+	AnonymousSubscribe  string
+	AnonymousPublish    string
+	MaxConnections      int
+	MaxConnectionsPerIP int
+	MaxTopics           int
+	MaxPartitions       int
+	HTTPPublishRate     float64
+	TrustedProxies      string
 }
 
 func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
@@ -118,6 +134,21 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&cfg.PingInterval, "ping-interval", 25*time.Second, "WebSocket keepalive ping period")
 	fs.DurationVar(&cfg.StatsInterval, "stats-interval", time.Second, "$sys.stats period (negative: no system topics)")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on graceful shutdown")
+	fs.DurationVar(&cfg.HandshakeTimeout, "handshake-timeout", 10*time.Second, "time a client has to send its HTTP request headers (and so the WebSocket handshake)")
+	fs.StringVar(&cfg.JWTHMACSecret, "jwt-hmac-secret", "", "HS256 token secret, at least 32 bytes (prefer the environment or --jwt-hmac-secret-file)")
+	fs.StringVar(&cfg.JWTHMACSecretFile, "jwt-hmac-secret-file", "", "file of HS256 token secrets, one per line (several during a rotation)")
+	fs.StringVar(&cfg.JWTPublicKey, "jwt-public-key", "", "comma-separated PEM files of RSA (RS256) or ECDSA (ES256/384/512) token verification keys")
+	fs.StringVar(&cfg.AdminKey, "admin-key", "", "bearer key for the admin calls (topic create/delete, seek, dead letters), at least 16 characters")
+	fs.StringVar(&cfg.AdminKeyFile, "admin-key-file", "", "file holding the admin key")
+	fs.BoolVar(&cfg.AllowAnonymous, "allow-anonymous", false, "with keys configured, let clients without a token in with the anonymous grants")
+	fs.StringVar(&cfg.AnonymousSubscribe, "anonymous-subscribe", "#,$sys.#", "comma-separated patterns anonymous clients may subscribe to (with --allow-anonymous)")
+	fs.StringVar(&cfg.AnonymousPublish, "anonymous-publish", "", "comma-separated patterns anonymous clients may publish to (with --allow-anonymous)")
+	fs.IntVar(&cfg.MaxConnections, "max-connections", 0, "open WebSocket sessions (0: unlimited)")
+	fs.IntVar(&cfg.MaxConnectionsPerIP, "max-connections-per-ip", 0, "open WebSocket sessions per client IP (0: unlimited)")
+	fs.IntVar(&cfg.MaxTopics, "max-topics", 0, "topics that may exist, not counting $ topics (0: unlimited)")
+	fs.IntVar(&cfg.MaxPartitions, "max-partitions", engine.MaxPartitions, "partitions of a topic created over HTTP")
+	fs.Float64Var(&cfg.HTTPPublishRate, "http-publish-rate", 0, "HTTP publishes per second per client IP (0: unlimited)")
+	fs.StringVar(&cfg.TrustedProxies, "trusted-proxies", "", "comma-separated CIDRs of reverse proxies whose X-Forwarded-For names the client IP")
 	return fs
 }
 
@@ -240,11 +271,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if err != nil {
 		return err
 	}
-	var origins []string
-	for _, o := range strings.Split(cfg.AllowedOrigins, ",") {
-		if o = strings.TrimSpace(o); o != "" {
-			origins = append(origins, o)
-		}
+	origins := splitList(cfg.AllowedOrigins)
+	auth, proxies, err := securityOptions(cfg)
+	if err != nil {
+		_ = eng.Close(context.Background())
+		return err
 	}
 	rt, err := router.New(router.Options{
 		Engine: eng,
@@ -261,6 +292,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		StatsInterval:    cfg.StatsInterval,
 		OriginPatterns:   origins,
 		ShutdownGrace:    cfg.ShutdownTimeout / 2,
+
+		Auth:                auth,
+		MaxConnections:      cfg.MaxConnections,
+		MaxConnectionsPerIP: cfg.MaxConnectionsPerIP,
+		MaxTopics:           cfg.MaxTopics,
+		MaxPartitions:       cfg.MaxPartitions,
+		HTTPPublishRate:     cfg.HTTPPublishRate,
+		TrustedProxies:      proxies,
 	})
 	if err != nil {
 		_ = eng.Close(context.Background())
@@ -274,7 +313,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 	srv := &http.Server{
 		Handler:           rt,
-		ReadHeaderTimeout: 10 * time.Second, // clients that never finish a handshake
+		ReadHeaderTimeout: cfg.HandshakeTimeout, // clients that never finish a handshake
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -304,6 +343,78 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	eerr := eng.Close(sctx)
 	log.Info("stopped")
 	return errors.Join(rerr, ignoreClosed(herr), eerr)
+}
+
+// splitList splits a comma-separated setting, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// securityOptions reads the key files and builds the router's
+// authentication options and trusted proxy networks. Errors name the file,
+// never its contents.
+func securityOptions(cfg config) (router.AuthOptions, []*net.IPNet, error) {
+	var a router.AuthOptions
+	if cfg.MaxPartitions < 1 || cfg.MaxPartitions > engine.MaxPartitions {
+		return a, nil, fmt.Errorf("max-partitions must be 1 to %d", engine.MaxPartitions)
+	}
+	if cfg.Partitions > cfg.MaxPartitions {
+		return a, nil, fmt.Errorf("partitions (%d) is above max-partitions (%d)", cfg.Partitions, cfg.MaxPartitions)
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		return a, nil, errors.New("handshake-timeout must be positive")
+	}
+	if cfg.JWTHMACSecret != "" {
+		a.HMACSecrets = append(a.HMACSecrets, []byte(cfg.JWTHMACSecret))
+	}
+	if cfg.JWTHMACSecretFile != "" {
+		data, err := os.ReadFile(cfg.JWTHMACSecretFile)
+		if err != nil {
+			return a, nil, fmt.Errorf("jwt-hmac-secret-file: %w", err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if line = strings.TrimRight(line, "\r"); strings.TrimSpace(line) != "" {
+				a.HMACSecrets = append(a.HMACSecrets, []byte(line))
+			}
+		}
+	}
+	for _, file := range splitList(cfg.JWTPublicKey) {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return a, nil, fmt.Errorf("jwt-public-key: %w", err)
+		}
+		keys, err := router.ParsePublicKeys(data)
+		if err != nil {
+			return a, nil, fmt.Errorf("jwt-public-key %s: %w", file, err)
+		}
+		a.PublicKeys = append(a.PublicKeys, keys...)
+	}
+	a.AdminKey = cfg.AdminKey
+	if cfg.AdminKeyFile != "" {
+		data, err := os.ReadFile(cfg.AdminKeyFile)
+		if err != nil {
+			return a, nil, fmt.Errorf("admin-key-file: %w", err)
+		}
+		a.AdminKey = strings.TrimSpace(string(data))
+	}
+	if cfg.AllowAnonymous {
+		a.Anonymous = &router.Grants{Subscribe: splitList(cfg.AnonymousSubscribe), Publish: splitList(cfg.AnonymousPublish)}
+	}
+	var proxies []*net.IPNet
+	for _, c := range splitList(cfg.TrustedProxies) {
+		_, n, err := net.ParseCIDR(c)
+		if err != nil {
+			return a, nil, fmt.Errorf("trusted-proxies: %w", err)
+		}
+		proxies = append(proxies, n)
+	}
+	return a, proxies, nil
 }
 
 // healthcheck GETs url and succeeds on a 200 reply.

@@ -29,6 +29,9 @@ func (e *Engine) storeDeadLetter(ctx context.Context, dl *engine.DeadLetter) err
 	if err != nil {
 		return fmt.Errorf("jsengine: dead letter: %w", err)
 	}
+	if err := e.reachable(); err != nil {
+		return err
+	}
 	subj := e.dlSubject(dl.Reason)
 	if _, err := e.js.Publish(ctx, subj, b); err != nil {
 		return unavailable("dead letter", err)
@@ -44,7 +47,9 @@ func (e *Engine) storeDeadLetter(ctx context.Context, dl *engine.DeadLetter) err
 // AddDeadLetter stores dl, giving it an ID and time when they are empty.
 // Letters with ReasonQueueFull are bounded by Policy.DeadLetterLimit, the
 // oldest going first; max_attempts letters are kept until redriven.
-func (e *Engine) AddDeadLetter(ctx context.Context, dl engine.DeadLetter) error {
+func (e *Engine) AddDeadLetter(ctx context.Context, dl engine.DeadLetter) (err error) {
+	ctx, done := e.onConn(ctx)
+	defer func() { err = done(err) }()
 	if dl.ID == "" {
 		dl.ID = e.newID()
 	}
@@ -61,6 +66,9 @@ type storedLetter struct {
 
 // letters lists every stored letter, oldest first (one direct get each).
 func (e *Engine) letters(ctx context.Context) ([]storedLetter, error) {
+	if err := e.reachable(); err != nil {
+		return nil, err
+	}
 	var out []storedLetter
 	for seq := uint64(1); ; {
 		m, err := e.dl.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(e.prefix+".dl.>"))
@@ -79,7 +87,9 @@ func (e *Engine) letters(ctx context.Context) ([]storedLetter, error) {
 }
 
 // DeadLetters returns the letters f selects, oldest first.
-func (e *Engine) DeadLetters(ctx context.Context, f engine.DeadLetterFilter) ([]engine.DeadLetter, error) {
+func (e *Engine) DeadLetters(ctx context.Context, f engine.DeadLetterFilter) (_ []engine.DeadLetter, err error) {
+	ctx, done := e.onConn(ctx)
+	defer func() { err = done(err) }()
 	all, err := e.letters(ctx)
 	if err != nil {
 		return nil, err
@@ -101,7 +111,9 @@ func (e *Engine) DeadLetters(ctx context.Context, f engine.DeadLetterFilter) ([]
 // With ids it takes those letters, restricted to group when group is set;
 // without ids it takes every letter of group. It returns how many were
 // appended and the first append error.
-func (e *Engine) Redrive(ctx context.Context, group string, ids []string) (int, error) {
+func (e *Engine) Redrive(ctx context.Context, group string, ids []string) (_ int, err error) {
+	ctx, done := e.onConn(ctx)
+	defer func() { err = done(err) }()
 	if group == "" && len(ids) == 0 {
 		return 0, fmt.Errorf("jsengine: redrive needs a group or ids: %w", engine.ErrInvalidConfig)
 	}

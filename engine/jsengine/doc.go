@@ -138,20 +138,40 @@
 // # Availability
 //
 // Calls that cannot reach NATS fail with an error wrapping
-// engine.ErrUnavailable. An engine that dials its own connection sets
-// MaxReconnects(-1); the ordered tail consumer and the bucket watchers
-// recover by themselves after a reconnect, and heartbeats resume. On a
-// server older than 2.11 expired live keys leave no marker, so the
-// heartbeat also lists the live bucket to notice dead nodes and members.
+// engine.ErrUnavailable, and fail at once rather than after a timeout:
+// while the connection is down they are refused before any round trip
+// (Topics too, so it serves as a readiness probe even with no topics), and
+// round trips in progress when it drops are abandoned. An engine that dials
+// its own connection sets MaxReconnects(-1) and ReconnectBufSize(-1): with
+// no reconnect buffer, an append refused during an outage is never stored
+// later. Records and positions are in NATS, so nothing the engine
+// acknowledged is lost by an outage; an append whose reply was lost when
+// the connection dropped may have been stored although it failed (a retry
+// with the same MsgID is stored once).
+//
+// After a reconnect the ordered tail consumer resumes after the last record
+// it announced, so observers and groups see every record stored meanwhile
+// by other nodes, in order. The bucket watchers are recreated at once,
+// resuming after the last revision each applied (the client library alone
+// would notice a watcher lost with a restarted server only after two
+// missed idle heartbeats, 10 to 20 s). Heartbeats resume; if the outage
+// outlasted MemberTTL the node's own live keys may expire meanwhile, which
+// it ignores for its own members and puts back with the next heartbeat.
+// Records leased to members stay leased across an outage; commits that
+// failed are retried. On a server older than 2.11 expired live keys leave
+// no marker, so the heartbeat also lists the live bucket to notice dead
+// nodes and members.
 //
 // # Concurrency
 //
 // An Engine is safe for concurrent use by multiple goroutines. New starts
 // these goroutines, and Close stops them and waits for them: the tail
 // (run by nats.go's consumer), one watcher loop per bucket (topics,
-// groups, live), the committer (writes positions, claims and releases)
-// and the heartbeat; short-lived retry timers; and Clock timer callbacks
-// (ack timeouts, backoffs, block timeouts).
+// groups, live), the connection watcher (tracks the connection's status
+// for the fail-fast and watcher-resume rules above), the committer (writes
+// positions, claims and releases) and the heartbeat; short-lived retry
+// timers; and Clock timer callbacks (ack timeouts, backoffs, block
+// timeouts).
 //
 // Observer.Appended is called from the tail goroutine, TopicDeleted from the
 // topic watcher. Consumer.Deliver and Consumer.Skipped are called with the
@@ -171,7 +191,8 @@
 //  3. Engine.tmu: the topic map (never held while taking another lock).
 //  4. partition.smu: one partition's shared view, cache and block floor.
 //
-// Leaf locks: Engine.lifeMu, Engine.obsMu, Engine.tailMu and Engine.dmu.
+// Leaf locks: Engine.lifeMu, Engine.obsMu, Engine.tailMu, Engine.dmu and
+// Engine.connMu.
 // Group code does NATS round trips under gmu only to fetch records missing
 // from the cache and to store dead letters; positions are written by the
 // committer without it.

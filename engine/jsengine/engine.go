@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,12 +26,17 @@ import (
 // stated on it.
 type Options struct {
 	// URL is the NATS server to dial when Conn is nil. The engine owns that
-	// connection: it reconnects forever (MaxReconnects -1) and Close closes
-	// it. Default: nats.DefaultURL (nats://127.0.0.1:4222).
+	// connection: it reconnects forever (MaxReconnects -1), does not buffer
+	// while reconnecting (ReconnectBufSize -1), logs disconnects and
+	// reconnects, and Close closes it. Default: nats.DefaultURL
+	// (nats://127.0.0.1:4222).
 	URL string
 	// Conn is a connection the caller owns; when set, URL is ignored and
 	// Close leaves it open. It should reconnect by itself (MaxReconnects
-	// -1), or the engine stays unavailable after the first outage.
+	// -1), or the engine stays unavailable after the first outage, and
+	// should not buffer while reconnecting (ReconnectBufSize -1): a
+	// buffered append that times out may still be stored once the
+	// connection is back.
 	Conn *nats.Conn
 	// Prefix namespaces everything the engine creates in NATS: the streams
 	// <Prefix>_rec and <Prefix>_dl, the buckets <Prefix>_topics,
@@ -137,7 +143,15 @@ type Engine struct {
 	tailWait int
 	tailCC   jetstream.ConsumeContext
 
-	watchers []jetstream.KeyWatcher
+	statusCh chan nats.Status // the connection's status changes, for watchConn
+	connMu   sync.Mutex       // guards following
+	// connCtx is canceled when the connection to NATS is lost and replaced
+	// when it is back, so calls in progress fail at once (see onConn).
+	connCtx    context.Context
+	connCancel context.CancelCauseFunc
+	// back is closed (and replaced) when the connection is back after a
+	// loss: the watch loops then resume their watchers.
+	back chan struct{}
 
 	dmu   sync.Mutex // guards following
 	dedup map[string]*dedupCall
@@ -200,12 +214,39 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		if url == "" {
 			url = nats.DefaultURL
 		}
-		nc, err := nats.Connect(url, nats.Name("switchyard-gateway"), nats.MaxReconnects(-1))
+		nc, err := nats.Connect(url, nats.Name("switchyard-gateway"), nats.MaxReconnects(-1),
+			// While reconnecting, fail publishes and requests at once
+			// instead of buffering them: a buffered append would be
+			// stored after its caller was told it failed.
+			nats.ReconnectBufSize(-1),
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+				if !e.closed.Load() {
+					e.log.Warn("jsengine: NATS connection lost; reconnecting", "err", err)
+				}
+			}),
+			nats.ReconnectHandler(func(nc *nats.Conn) {
+				e.log.Info("jsengine: NATS reconnected", "url", nc.ConnectedUrl())
+			}),
+			nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+				if e.closed.Load() {
+					return
+				}
+				subject := ""
+				if sub != nil {
+					subject = sub.Subject
+				}
+				e.log.Info("jsengine: NATS", "subject", subject, "err", err)
+			}))
 		if err != nil {
 			return nil, unavailable("connect", err)
 		}
 		e.nc, e.ownNC = nc, true
 	}
+	e.connCtx, e.connCancel = context.WithCancelCause(context.Background())
+	e.back = make(chan struct{})
+	e.statusCh = e.nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
+	e.wg.Add(1)
+	go e.watchConn() // exits when shutdown removes the status listener
 	if err := e.setup(ctx); err != nil {
 		e.closed.Store(true)
 		close(e.closeCh)
@@ -280,13 +321,12 @@ func (e *Engine) setup(ctx context.Context) error {
 		kv jetstream.KeyValue
 		fn func(jetstream.KeyValueEntry, bool)
 	}{{e.topicKV, e.topicEvent}, {e.groupKV, e.groupEvent}, {e.liveKV, e.liveEvent}} {
-		kw, err := w.kv.WatchAll(context.WithoutCancel(ctx)) // stopped by Close
+		kw, err := e.watch(w.kv, 0)
 		if err != nil {
 			return unavailable("watch", err)
 		}
-		e.watchers = append(e.watchers, kw)
 		e.wg.Add(1)
-		go e.watchLoop(kw, w.fn, ready) // exits when Close stops the watcher
+		go e.watchLoop(w.kv, kw, w.fn, ready) // exits when the engine closes
 	}
 	for range 3 {
 		select {
@@ -351,18 +391,91 @@ func (e *Engine) openKV(ctx context.Context, cfg jetstream.KeyValueConfig) (jets
 	return nil, unavailable("bucket "+cfg.Bucket, err)
 }
 
-// watchLoop feeds one bucket's changes to fn, with initial true until the
-// watcher's end-of-initial-values marker, which it reports on ready.
-func (e *Engine) watchLoop(kw jetstream.KeyWatcher, fn func(jetstream.KeyValueEntry, bool), ready chan<- struct{}) {
-	defer e.wg.Done()
-	initial := true
+// kvWatch is a bucket watcher that lives until stop.
+type kvWatch struct {
+	kw     jetstream.KeyWatcher
+	cancel context.CancelFunc
+}
+
+// watch starts a watcher of every key of kv: from revision from on, or,
+// when from is 0, the current values, a nil marker, then updates.
+func (e *Engine) watch(kv jetstream.KeyValue, from uint64) (*kvWatch, error) {
+	var opts []jetstream.WatchOpt
+	if from > 0 {
+		opts = append(opts, jetstream.ResumeFromRevision(from))
+	}
+	// The watcher's subscription ends when ctx does, so ctx must outlive
+	// it; the timer bounds only its creation.
+	ctx, cancel := context.WithCancel(context.Background())
+	t := time.AfterFunc(5*time.Second, cancel)
+	kw, err := kv.WatchAll(ctx, opts...)
+	if !t.Stop() && err == nil {
+		(&kvWatch{kw, cancel}).stop()
+		err = context.DeadlineExceeded
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &kvWatch{kw, cancel}, nil
+}
+
+// stop ends the watcher and drains what it had queued, so its callback,
+// which blocks while the queue is full, can return (bounded: 5 s).
+func (w *kvWatch) stop() {
+	_ = w.kw.Stop()
+	w.cancel()
+	timeout := time.NewTimer(5 * time.Second)
+	defer timeout.Stop()
 	for {
+		select {
+		case _, ok := <-w.kw.Updates():
+			if !ok {
+				return
+			}
+		case <-timeout.C:
+			return
+		}
+	}
+}
+
+// watchLoop feeds one bucket's changes to fn, with initial true until the
+// watcher's end-of-initial-values marker, which it reports on ready. When
+// the connection comes back after a loss it replaces the watcher with one
+// resuming after the last revision it applied: the client library would
+// notice a watcher lost with a restarted server only after two missed idle
+// heartbeats (10 to 20 s). It exits when the engine closes.
+func (e *Engine) watchLoop(kv jetstream.KeyValue, w *kvWatch, fn func(jetstream.KeyValueEntry, bool), ready chan<- struct{}) {
+	defer e.wg.Done()
+	defer func() { w.stop() }()
+	initial := true
+	var last uint64 // revision of the last change applied
+	for {
+		e.connMu.Lock()
+		back := e.back
+		e.connMu.Unlock()
 		select {
 		case <-e.closeCh:
 			return
-		case ent, ok := <-kw.Updates():
-			if !ok {
+		case <-back:
+			if initial {
+				continue // New is still waiting for the marker and will fail
+			}
+			w.stop()
+			if w = e.rewatch(kv, last+1); w == nil {
 				return
+			}
+		case ent, ok := <-w.kw.Updates():
+			if !ok {
+				if e.closed.Load() {
+					return
+				}
+				// Ended under us (its subscription was closed): resume.
+				w.stop()
+				if w = e.rewatch(kv, last+1); w == nil {
+					return
+				}
+				continue
 			}
 			if ent == nil {
 				if initial {
@@ -371,7 +484,30 @@ func (e *Engine) watchLoop(kw jetstream.KeyWatcher, fn func(jetstream.KeyValueEn
 				}
 				continue
 			}
+			last = max(last, ent.Revision())
 			fn(ent, initial)
+		}
+	}
+}
+
+// rewatch starts a watcher of kv from revision from, retrying with backoff
+// until it succeeds; nil when the engine closes first.
+func (e *Engine) rewatch(kv jetstream.KeyValue, from uint64) *kvWatch {
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		w, err := e.watch(kv, from)
+		if err == nil {
+			return w
+		}
+		if e.closed.Load() {
+			return nil
+		}
+		e.log.Warn("jsengine: resume watch", "bucket", kv.Bucket(), "err", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-e.closeCh:
+			t.Stop()
+			return nil
 		}
 	}
 }
@@ -560,14 +696,13 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 }
 
-// shutdown stops the tail and the watchers and closes an owned connection.
+// shutdown stops the tail and watchConn, and closes an owned connection.
+// The watch loops stop their watchers themselves once closeCh is closed.
 func (e *Engine) shutdown() {
+	e.nc.RemoveStatusListener(e.statusCh)
 	if e.tailCC != nil {
 		e.tailCC.Stop()
 		<-e.tailCC.Closed()
-	}
-	for _, w := range e.watchers {
-		_ = w.Stop()
 	}
 	if e.ownNC {
 		e.nc.Close()
@@ -575,6 +710,63 @@ func (e *Engine) shutdown() {
 }
 
 func closedErr() error { return fmt.Errorf("jsengine: %w", engine.ErrClosed) }
+
+// errConnLost is the cause of connCtx's cancellation.
+var errConnLost = errors.New("connection to NATS lost")
+
+// watchConn keeps connCtx in step with the connection: canceled while it is
+// down, fresh once it is back. It exits when its status channel is closed.
+func (e *Engine) watchConn() {
+	defer e.wg.Done()
+	for st := range e.statusCh {
+		e.connMu.Lock()
+		switch {
+		case st != nats.CONNECTED:
+			e.connCancel(errConnLost)
+		case e.connCtx.Err() != nil:
+			e.connCtx, e.connCancel = context.WithCancelCause(context.Background())
+			close(e.back)
+			e.back = make(chan struct{})
+		}
+		e.connMu.Unlock()
+	}
+	e.connMu.Lock()
+	e.connCancel(closedErr())
+	e.connMu.Unlock()
+}
+
+// onConn returns ctx, canceled as well when the connection to NATS is
+// lost, for a call's NATS round trips: a request already sent when the
+// connection drops would otherwise wait for its timeout. done releases it
+// and turns the call's error into one wrapping engine.ErrUnavailable when
+// the connection was lost meanwhile.
+func (e *Engine) onConn(ctx context.Context) (_ context.Context, done func(error) error) {
+	e.connMu.Lock()
+	conn := e.connCtx
+	e.connMu.Unlock()
+	cctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(conn, func() { cancel(context.Cause(conn)) })
+	return cctx, func(err error) error {
+		stop()
+		lost := errors.Is(context.Cause(cctx), errConnLost)
+		cancel(nil)
+		if err != nil && lost && !errors.Is(err, engine.ErrUnavailable) {
+			err = fmt.Errorf("jsengine: %w: %w: %w", errConnLost, engine.ErrUnavailable, err)
+		}
+		return err
+	}
+}
+
+// reachable fails at once, wrapping engine.ErrUnavailable, while the
+// connection to NATS is down, so calls do not wait out their timeouts
+// during an outage (and, on a caller's connection that buffers while
+// reconnecting, are not sent after their caller was told they failed).
+func (e *Engine) reachable() error {
+	if s := e.nc.Status(); s != nats.CONNECTED {
+		return fmt.Errorf("jsengine: NATS connection %s: %w", strings.ToLower(s.String()), engine.ErrUnavailable)
+	}
+	return nil
+}
 
 // unavailable wraps an error talking to NATS: connection-level failures
 // also wrap engine.ErrUnavailable, so callers may retry.
@@ -586,6 +778,7 @@ func unavailable(op string, err error) error {
 	case errors.Is(err, nats.ErrNoServers), errors.Is(err, nats.ErrConnectionClosed),
 		errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
 		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected),
+		errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionDraining),
 		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, jetstream.ErrJetStreamNotEnabled),
 		errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("jsengine: %s: %w: %w", op, engine.ErrUnavailable, err)

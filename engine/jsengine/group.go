@@ -296,8 +296,13 @@ func (e *Engine) recordAt(gp *gpart, off int64) *engine.Record {
 	if n := len(gp.ahead); n > 0 && off >= gp.ahead[0].Offset && off < gp.ahead[0].Offset+int64(n) {
 		return gp.ahead[off-gp.ahead[0].Offset]
 	}
+	if e.reachable() != nil {
+		return nil // the tail pumps again once NATS is back
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	ctx, done := e.onConn(ctx) // gmu is held: give up at once if NATS goes
+	defer done(nil)
 	recs, err := e.fetch(ctx, gp.p, off, 64, 0)
 	if err != nil || len(recs) == 0 {
 		return nil
@@ -429,6 +434,8 @@ func (e *Engine) fail(gp *gpart, f *flight, reason string, backoff bool) {
 		f.state = stateDone
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		ctx, done := e.onConn(ctx) // gmu is held: give up at once if NATS goes
+		defer done(nil)
 		err := e.storeDeadLetter(ctx, &engine.DeadLetter{
 			ID:       e.newID(),
 			Reason:   engine.ReasonMaxAttempts,
@@ -790,9 +797,14 @@ func groupErr(name string) error {
 // node) fixed to req's Pattern and Filter, registers the member for every
 // node to see, and rebalances. Consumer callbacks are made with the group
 // lock held: c must not call the engine from them.
-func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Consumer) (string, error) {
+func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Consumer) (_ string, err error) {
+	ctx, done := e.onConn(ctx)
+	defer func() { err = done(err) }()
 	if e.closed.Load() {
 		return "", closedErr()
+	}
+	if err := e.reachable(); err != nil {
+		return "", err
 	}
 	switch {
 	case req.Group == "":
@@ -885,7 +897,9 @@ func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Cons
 // Leave removes a member of this node and rebalances. Records it held go
 // back at once: redelivered without backoff to the partition's next member,
 // or dead-lettered when that was their last attempt.
-func (e *Engine) Leave(ctx context.Context, groupName, memberID string) error {
+func (e *Engine) Leave(ctx context.Context, groupName, memberID string) (err error) {
+	ctx, done := e.onConn(ctx)
+	defer func() { err = done(err) }()
 	e.gmu.Lock()
 	g := e.groups[groupName]
 	if g == nil {
@@ -964,7 +978,12 @@ func (e *Engine) Nack(ctx context.Context, groupName string, pos engine.Position
 // of the topic when partition < 0, dropping in-flight records. It works
 // from any node: the position is written to the group bucket and the
 // holding node adopts it.
-func (e *Engine) Seek(ctx context.Context, groupName, topicName string, partition int, to engine.Start) error {
+func (e *Engine) Seek(ctx context.Context, groupName, topicName string, partition int, to engine.Start) (err error) {
+	ctx, done := e.onConn(ctx)
+	defer func() { err = done(err) }()
+	if err := e.reachable(); err != nil {
+		return err
+	}
 	e.gmu.Lock()
 	g := e.groups[groupName]
 	e.gmu.Unlock()
@@ -1059,7 +1078,9 @@ func (e *Engine) Groups(ctx context.Context) ([]engine.GroupInfo, error) {
 // their partitions, and per partition the member, committed offset, lag,
 // records leased by this node (InFlight; other nodes' leases are not
 // counted) and records skipped by retention.
-func (e *Engine) Group(ctx context.Context, name string) (engine.GroupInfo, error) {
+func (e *Engine) Group(ctx context.Context, name string) (_ engine.GroupInfo, err error) {
+	ctx, done := e.onConn(ctx)
+	defer func() { err = done(err) }()
 	e.gmu.Lock()
 	g := e.groups[name]
 	if g == nil {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -396,5 +398,107 @@ func TestUnavailable(t *testing.T) {
 	_, err = jsengine.New(ctx, jsengine.Options{URL: "nats://" + addr, Prefix: "bad.prefix"})
 	if !errors.Is(err, engine.ErrInvalidConfig) {
 		t.Errorf("New with a dotted prefix: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestOutage stops the NATS server under two engines and starts it again on
+// the same port and store. While it is down every call that needs NATS
+// fails at once with ErrUnavailable, and nothing refused is stored later;
+// once it is back the engines reconnect by themselves: appends work, the
+// other node's tail and topic watcher resume, and a group delivers again.
+func TestOutage(t *testing.T) {
+	ns := natstest.NewServer(t)
+	a := newNode(t, nodeOpts{url: ns.URL(), prefix: "outage"})
+	b := newNode(t, nodeOpts{url: ns.URL(), prefix: "outage"})
+	obs := &tailObs{}
+	defer b.Watch(obs)()
+	ctx := context.Background()
+	if _, err := a.Append(ctx, engine.Message{Topic: "o", Data: []byte(`0`)}); err != nil {
+		t.Fatal(err)
+	}
+	gc := newCollector(t)
+	if _, err := b.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "o", Member: "m"}, gc.consumer(b, "m")); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the first record on b", func() bool {
+		recs, _ := obs.snapshot()
+		return len(recs) == 1 && gc.ackedCount() == 1
+	})
+
+	ns.Stop()
+	calls := []struct {
+		name string
+		call func(ctx context.Context) error
+	}{
+		{"Append", func(ctx context.Context) error {
+			_, err := a.Append(ctx, engine.Message{Topic: "o", Data: []byte(`"refused"`)})
+			return err
+		}},
+		{"Append new topic", func(ctx context.Context) error {
+			_, err := a.Append(ctx, engine.Message{Topic: "other", Data: []byte(`"refused"`)})
+			return err
+		}},
+		{"Topics", func(ctx context.Context) error { _, err := b.Topics(ctx); return err }},
+		{"Topic", func(ctx context.Context) error { _, err := b.Topic(ctx, "o"); return err }},
+		{"Read", func(ctx context.Context) error { _, _, err := b.Read(ctx, "o", 0, 0, 10); return err }},
+		{"Resolve", func(ctx context.Context) error {
+			_, err := b.Resolve(ctx, "o", 0, engine.Start{Kind: engine.StartEarliest})
+			return err
+		}},
+		{"CreateTopic", func(ctx context.Context) error {
+			_, err := a.CreateTopic(ctx, engine.TopicConfig{Name: "new"})
+			return err
+		}},
+		{"Join", func(ctx context.Context) error {
+			_, err := a.Join(ctx, engine.JoinRequest{Group: "g2", Pattern: "o"}, gc.consumer(a, "x"))
+			return err
+		}},
+		{"DeadLetters", func(ctx context.Context) error { _, err := a.DeadLetters(ctx, engine.DeadLetterFilter{}); return err }},
+	}
+	for _, tt := range calls {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			err := tt.call(ctx)
+			if !errors.Is(err, engine.ErrUnavailable) {
+				t.Errorf("during the outage: %v, want ErrUnavailable", err)
+			}
+			if d := time.Since(start); d > time.Second {
+				t.Errorf("failed after %v, want at once", d)
+			}
+		})
+	}
+
+	ns.Start()
+	waitUntil(t, "an append after the outage", func() bool {
+		_, err := a.Append(ctx, engine.Message{Topic: "o", Data: []byte(`1`)})
+		return err == nil
+	})
+	waitUntil(t, "b's tail and group resume", func() bool {
+		recs, _ := obs.snapshot()
+		return len(recs) == 2 && gc.ackedCount() == 2
+	})
+	recs, _ := obs.snapshot()
+	for i, r := range recs {
+		if r.Offset != int64(i) || string(r.Data) != strconv.Itoa(i) {
+			t.Errorf("record %d: offset %d data %s; nothing refused may be stored", i, r.Offset, r.Data)
+		}
+	}
+	if _, err := b.Topic(ctx, "other"); !errors.Is(err, engine.ErrUnknownTopic) {
+		t.Errorf("topic of a refused append: %v, want ErrUnknownTopic", err)
+	}
+	if err := a.DeleteTopic(ctx, "o"); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	waitUntil(t, "b's topic watcher resumes", func() bool {
+		_, deleted := obs.snapshot()
+		return slices.Contains(deleted, "o")
+	})
+	// The client library alone would notice the lost watcher only after
+	// two missed idle heartbeats, 10 to 20 s.
+	if d := time.Since(deleted); d > 5*time.Second {
+		t.Errorf("b saw the delete %v after it, want the watcher resumed on reconnect", d)
 	}
 }

@@ -394,9 +394,14 @@ func (e *Engine) topicEvent(ent jetstream.KeyValueEntry, initial bool) {
 // CreateTopic creates a topic with cfg, zero fields taken from the engine's
 // defaults. It fails with engine.ErrInvalidConfig or engine.ErrTopicExists
 // (also when another node created the name first).
-func (e *Engine) CreateTopic(ctx context.Context, cfg engine.TopicConfig) (engine.TopicInfo, error) {
+func (e *Engine) CreateTopic(ctx context.Context, cfg engine.TopicConfig) (_ engine.TopicInfo, err error) {
+	ctx, done := e.onConn(ctx)
+	defer func() { err = done(err) }()
 	if e.closed.Load() {
 		return engine.TopicInfo{}, closedErr()
+	}
+	if err := e.reachable(); err != nil {
+		return engine.TopicInfo{}, err
 	}
 	cfg = cfg.WithDefaults(e.defaults)
 	if cfg.Name == "" {
@@ -443,7 +448,12 @@ func (e *Engine) create(ctx context.Context, cfg engine.TopicConfig) (*topic, bo
 // stop reading it and every node's observers are told (from the topic
 // watcher, so shortly after DeleteTopic returns). Appends blocked on it
 // fail.
-func (e *Engine) DeleteTopic(ctx context.Context, name string) error {
+func (e *Engine) DeleteTopic(ctx context.Context, name string) (err error) {
+	ctx, done := e.onConn(ctx)
+	defer func() { err = done(err) }()
+	if err := e.reachable(); err != nil {
+		return err
+	}
 	t, err := e.lookup(ctx, name)
 	if err != nil {
 		return err
@@ -517,7 +527,12 @@ func (e *Engine) pumpPartition(p *partition) {
 // Topic returns a topic's configuration and partition state, read from
 // NATS. Dropped equals Earliest: records leave a partition only by
 // retention, and a topic's offsets start at 0.
-func (e *Engine) Topic(ctx context.Context, name string) (engine.TopicInfo, error) {
+func (e *Engine) Topic(ctx context.Context, name string) (_ engine.TopicInfo, err error) {
+	ctx, done := e.onConn(ctx)
+	defer func() { err = done(err) }()
+	if err := e.reachable(); err != nil {
+		return engine.TopicInfo{}, err
+	}
 	t, err := e.lookup(ctx, name)
 	if err != nil {
 		return engine.TopicInfo{}, err
@@ -537,8 +552,15 @@ func (e *Engine) topicInfo(ctx context.Context, t *topic) (engine.TopicInfo, err
 	return info, nil
 }
 
-// Topics returns every topic, sorted by name.
-func (e *Engine) Topics(ctx context.Context) ([]engine.TopicInfo, error) {
+// Topics returns every topic, sorted by name. It fails with an error
+// wrapping engine.ErrUnavailable at once while NATS is unreachable, even
+// when there are no topics, so it serves as a readiness check.
+func (e *Engine) Topics(ctx context.Context) (_ []engine.TopicInfo, err error) {
+	ctx, done := e.onConn(ctx)
+	defer func() { err = done(err) }()
+	if err := e.reachable(); err != nil {
+		return nil, err
+	}
 	e.tmu.RLock()
 	ts := slices.Collect(maps.Values(e.topics))
 	e.tmu.RUnlock()
@@ -547,10 +569,10 @@ func (e *Engine) Topics(ctx context.Context) ([]engine.TopicInfo, error) {
 	for _, t := range ts {
 		info, err := e.topicInfo(ctx, t)
 		if err != nil {
-			if errors.Is(err, engine.ErrUnavailable) {
+			if errors.Is(err, engine.ErrUnavailable) || ctx.Err() != nil {
 				return nil, err
 			}
-			continue
+			continue // deleted meanwhile
 		}
 		out = append(out, info)
 	}
@@ -566,11 +588,15 @@ var errTopicGone = fmt.Errorf("jsengine: topic deleted during append: %w", engin
 // returns the first append's position with Duplicate set. Under the Block
 // policy it waits (see engine.Block) and fails with an error wrapping
 // engine.ErrBackpressure, ctx's error, or engine.ErrClosed.
-func (e *Engine) Append(ctx context.Context, m engine.Message) (engine.Appended, error) {
-	var err error
+func (e *Engine) Append(ctx context.Context, m engine.Message) (_ engine.Appended, err error) {
+	ctx, done := e.onConn(ctx)
+	defer func() { err = done(err) }()
 	for range 3 {
 		if e.closed.Load() {
 			return engine.Appended{}, closedErr()
+		}
+		if err := e.reachable(); err != nil {
+			return engine.Appended{}, err
 		}
 		var t *topic
 		t, err = e.lookup(ctx, m.Topic)
@@ -627,6 +653,11 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message, msgI
 			p.amu.Unlock()
 			bw.stop()
 			return engine.Appended{}, closedErr()
+		}
+		if err := e.reachable(); err != nil {
+			p.amu.Unlock()
+			bw.stop()
+			return engine.Appended{}, err
 		}
 		if attempt > 100 {
 			p.amu.Unlock()
@@ -919,7 +950,12 @@ func (e *Engine) appendClaimed(ctx context.Context, t *topic, m *engine.Message,
 // earliest retained) and the offset after the last one returned. Recent
 // records come from the tail's cache; older ones from NATS, one direct get
 // per record after a binary search for the first.
-func (e *Engine) Read(ctx context.Context, topicName string, partition int, from int64, limit int) ([]*engine.Record, int64, error) {
+func (e *Engine) Read(ctx context.Context, topicName string, partition int, from int64, limit int) (_ []*engine.Record, _ int64, err error) {
+	ctx, done := e.onConn(ctx)
+	defer func() { err = done(err) }()
+	if err := e.reachable(); err != nil {
+		return nil, 0, err
+	}
 	_, p, err := e.partitionOf(ctx, topicName, partition)
 	if err != nil {
 		return nil, 0, err
@@ -1015,7 +1051,12 @@ func (e *Engine) seekSeq(ctx context.Context, p *partition, last uint64, pred fu
 // Resolve turns s into an offset of a partition: earliest retained, latest
 // (the next offset), the first record at or after a time (the next offset
 // when there is none), or an offset clamped to [earliest, next].
-func (e *Engine) Resolve(ctx context.Context, topicName string, partition int, s engine.Start) (int64, error) {
+func (e *Engine) Resolve(ctx context.Context, topicName string, partition int, s engine.Start) (_ int64, err error) {
+	ctx, done := e.onConn(ctx)
+	defer func() { err = done(err) }()
+	if err := e.reachable(); err != nil {
+		return 0, err
+	}
 	_, p, err := e.partitionOf(ctx, topicName, partition)
 	if err != nil {
 		return 0, err

@@ -3,8 +3,12 @@
 // nats-server started for the test on a loopback port, so tests pass
 // anywhere. It is for tests only.
 //
-// Concurrency: URL and Prefix are safe for concurrent use; every server and
-// connection they start is stopped by the test's cleanup.
+// Server is an embedded server a test can stop and start again, to
+// simulate a NATS outage.
+//
+// Concurrency: URL, Prefix and NewServer are safe for concurrent use; a
+// Server's methods are not. Every server and connection they start is
+// stopped by the test's cleanup.
 package natstest
 
 import (
@@ -36,24 +40,7 @@ func URL(t testing.TB) string {
 		}
 		t.Logf("SWITCHYARD_NATS_URL=%s is not reachable; using an embedded server", u)
 	}
-	ns, err := server.NewServer(&server.Options{
-		Host:      "127.0.0.1",
-		Port:      -1,
-		JetStream: true,
-		StoreDir:  t.TempDir(),
-		NoLog:     os.Getenv("SYTEST_LOG") == "",
-		NoSigs:    true,
-	})
-	if err != nil {
-		t.Fatalf("embedded nats-server: %v", err)
-	}
-	if os.Getenv("SYTEST_LOG") != "" {
-		ns.ConfigureLogger()
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatalf("embedded nats-server not ready")
-	}
+	ns := startServer(t, -1, t.TempDir())
 	t.Cleanup(func() {
 		ns.Shutdown()
 		ns.WaitForShutdown()
@@ -71,6 +58,85 @@ func URL(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return ns.ClientURL()
+}
+
+// startServer starts an embedded JetStream server on a loopback port (-1:
+// any free one) storing in dir.
+func startServer(t testing.TB, port int, dir string) *server.Server {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{
+		Host:      "127.0.0.1",
+		Port:      port,
+		JetStream: true,
+		StoreDir:  dir,
+		NoLog:     os.Getenv("SYTEST_LOG") == "",
+		NoSigs:    true,
+	})
+	if err != nil {
+		t.Fatalf("embedded nats-server: %v", err)
+	}
+	if os.Getenv("SYTEST_LOG") != "" {
+		ns.ConfigureLogger()
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		t.Fatalf("embedded nats-server on port %d not ready", port)
+	}
+	return ns
+}
+
+// Server is an embedded JetStream server that a test stops and starts
+// again on the same loopback port and store directory, as an operator
+// restarting NATS would: clients reconnect to the same URL and find the
+// streams and buckets they left. It never touches the server named by
+// SWITCHYARD_NATS_URL. Its methods are not safe for concurrent use.
+type Server struct {
+	t    testing.TB
+	port int
+	dir  string
+	ns   *server.Server
+}
+
+// NewServer starts a Server for the test on a free loopback port with a
+// store in t.TempDir(); the test's cleanup stops it.
+func NewServer(t testing.TB) *Server {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	s := &Server{t: t, port: port, dir: t.TempDir()}
+	s.Start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// URL is the server's client URL; it stays the same across restarts.
+func (s *Server) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.port) }
+
+// Start starts the server again after Stop, on the same port and store,
+// and returns once it accepts clients. Starting a running server fails the
+// test.
+func (s *Server) Start() {
+	s.t.Helper()
+	if s.ns != nil {
+		s.t.Fatal("natstest: server already running")
+	}
+	s.ns = startServer(s.t, s.port, s.dir)
+}
+
+// Stop shuts the server down, dropping every client connection, and waits
+// until it is gone. Stopping a stopped server does nothing.
+func (s *Server) Stop() {
+	if s.ns == nil {
+		return
+	}
+	s.ns.Shutdown()
+	s.ns.WaitForShutdown()
+	s.ns = nil
 }
 
 var prefixSeq struct {

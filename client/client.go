@@ -1,0 +1,694 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// Client is a connection to a Switchyard gateway that reconnects by itself.
+// It is safe for concurrent use by multiple goroutines. Create it with Dial
+// and stop it with Close.
+type Client struct {
+	url  string
+	opts Options
+	log  *slog.Logger
+	disp dispatcher
+
+	ctx       context.Context // canceled by Close; bounds the reader's work
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // reader and dispatcher
+	closeOnce sync.Once
+
+	nextID atomic.Uint64
+
+	mu      sync.Mutex // guards following
+	conn    *websocket.Conn
+	ready   chan struct{} // closed while conn is set or the client stopped
+	welcome Welcome
+	pending map[uint64]*call
+	subs    map[subKey]*Subscription
+	stopped error // set once the client stops; wraps ErrClosed
+}
+
+type subKey struct{ pattern, group string }
+
+// call is a request waiting for its reply.
+type call struct {
+	conn *websocket.Conn
+	done chan reply // buffered; nil when fn is set
+	// fn, when set, receives the reply on the reader goroutine instead.
+	fn func(*inFrame, error)
+	// onOK runs on the reader goroutine when the request succeeded, before
+	// any later frame is read.
+	onOK func(*inFrame)
+}
+
+type reply struct {
+	f   *inFrame
+	err error
+}
+
+// Dial connects to the gateway at rawURL and waits for its welcome. rawURL
+// may be a ws://, wss://, http:// or https:// URL; without a path,
+// /v1/ws is used. Dial starts the client's reader and dispatcher
+// goroutines; Close stops them. ctx bounds only the first connection.
+func Dial(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
+	o := opts.withDefaults()
+	u, err := wsURL(rawURL, o.Token)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{
+		url:     u,
+		opts:    o,
+		log:     o.Logger,
+		ready:   make(chan struct{}),
+		pending: make(map[uint64]*call),
+		subs:    make(map[subKey]*Subscription),
+	}
+	c.disp.wake = make(chan struct{}, 1)
+	conn, w, err := c.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.mu.Lock()
+	c.conn, c.welcome = conn, w
+	close(c.ready)
+	c.mu.Unlock()
+	c.wg.Add(2)
+	go c.run(conn)
+	go c.dispatch()
+	return c, nil
+}
+
+func wsURL(raw, token string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("client: bad url: %w", err)
+	}
+	switch u.Scheme {
+	case "ws", "wss":
+	case "http":
+		u.Scheme = "ws"
+	case "https":
+		u.Scheme = "wss"
+	default:
+		return "", fmt.Errorf("client: bad url %q: scheme must be ws, wss, http or https", raw)
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = "/v1/ws"
+	}
+	if token != "" {
+		q := u.Query()
+		q.Set("token", token)
+		u.RawQuery = q.Encode()
+	}
+	return u.String(), nil
+}
+
+// connect opens one connection and reads its welcome.
+func (c *Client) connect(ctx context.Context) (*websocket.Conn, Welcome, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
+	conn, resp, err := websocket.Dial(ctx, c.url, &websocket.DialOptions{
+		HTTPClient: c.opts.HTTPClient,
+		HTTPHeader: c.opts.Header,
+	})
+	if err != nil {
+		if resp != nil && resp.StatusCode >= 400 {
+			return nil, Welcome{}, httpError(resp)
+		}
+		return nil, Welcome{}, fmt.Errorf("client: dial: %w", err)
+	}
+	// The gateway batches queued frames into one; trust it for their size.
+	conn.SetReadLimit(-1)
+	typ, data, err := conn.Read(ctx)
+	if err != nil {
+		conn.CloseNow()
+		return nil, Welcome{}, fmt.Errorf("client: reading welcome: %w", err)
+	}
+	line, _, _ := bytes.Cut(data, []byte{'\n'})
+	var f inFrame
+	if typ != websocket.MessageText || json.Unmarshal(line, &f) != nil || f.Op != "welcome" {
+		conn.CloseNow()
+		if f.Op == "error" {
+			return nil, Welcome{}, &Error{Code: f.Code, Message: f.Message}
+		}
+		return nil, Welcome{}, fmt.Errorf("%w: first frame is not a welcome: %.100q", ErrProtocol, data)
+	}
+	w := Welcome{Session: f.Session, Epoch: f.Epoch}
+	if f.Limits != nil {
+		w.Limits = *f.Limits
+	}
+	return conn, w, nil
+}
+
+// httpError turns a refused handshake into an *Error when the body is one.
+func httpError(resp *http.Response) error {
+	var e struct{ Code, Message string }
+	if resp.Body != nil {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		_ = json.Unmarshal(b, &e)
+	}
+	if e.Code == "" {
+		switch resp.StatusCode {
+		case http.StatusUnauthorized:
+			e.Code = "unauthorized"
+		case http.StatusForbidden:
+			e.Code = CodeForbidden
+		default:
+			return fmt.Errorf("client: dial: handshake failed with HTTP %d", resp.StatusCode)
+		}
+	}
+	return &Error{Code: e.Code, Message: e.Message}
+}
+
+// Welcome returns the welcome of the current (or last) connection.
+func (c *Client) Welcome() Welcome {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.welcome
+}
+
+// Close stops the client: it closes the connection, ends every
+// subscription (closing the C of channel subscriptions) and waits for the
+// client's goroutines, including a running handler, to return. Calls in
+// progress fail with ErrClosed. Close must not be called from a handler or
+// callback. Calling Close again is harmless.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		c.stop(ErrClosed)
+		c.mu.Lock()
+		conn := c.conn
+		c.mu.Unlock()
+		if conn != nil {
+			// A normal closure lets the gateway release the session at once;
+			// the reader is still running to receive the peer's close frame.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			go func() { // exits at the timeout or when Close returns
+				<-ctx.Done()
+				conn.CloseNow()
+			}()
+			_ = conn.Close(websocket.StatusNormalClosure, "")
+			cancel()
+		}
+		c.cancel()
+	})
+	c.wg.Wait()
+	return nil
+}
+
+// stop marks the client stopped with err and fails every waiting request.
+func (c *Client) stop(err error) {
+	c.mu.Lock()
+	if c.stopped != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.stopped = err
+	if c.conn == nil {
+		close(c.ready)
+	}
+	calls := c.pending
+	c.pending = make(map[uint64]*call)
+	c.mu.Unlock()
+	for _, cl := range calls {
+		cl.finish(nil, err)
+	}
+}
+
+func (cl *call) finish(f *inFrame, err error) {
+	if cl.fn != nil {
+		cl.fn(f, err)
+		return
+	}
+	cl.done <- reply{f, err}
+}
+
+// run is the reader goroutine: it reads the connection and, when it drops,
+// redials. It returns when the client is closed, or after a connection loss
+// with reconnection disabled.
+func (c *Client) run(conn *websocket.Conn) {
+	defer c.wg.Done()
+	for {
+		err := c.readLoop(conn)
+		if c.lost(conn, err) {
+			return // closed
+		}
+		if c.opts.Reconnect.Disabled {
+			c.stop(fmt.Errorf("%w: connection lost: %v", ErrClosed, err))
+			c.disp.push(event{kind: evExit})
+			return
+		}
+		if conn = c.redial(); conn == nil {
+			return
+		}
+	}
+}
+
+// lost forgets conn and fails the requests sent on it. It reports whether
+// the client has stopped.
+func (c *Client) lost(conn *websocket.Conn, cause error) bool {
+	conn.CloseNow()
+	c.mu.Lock()
+	var calls []*call
+	if c.conn == conn {
+		c.conn = nil
+		if c.stopped == nil {
+			c.ready = make(chan struct{})
+		}
+	}
+	for id, cl := range c.pending {
+		if cl.conn == conn {
+			calls = append(calls, cl)
+			delete(c.pending, id)
+		}
+	}
+	stopped := c.stopped
+	c.mu.Unlock()
+	err := fmt.Errorf("%w: %v", ErrConnectionLost, cause)
+	if stopped != nil {
+		err = stopped
+	}
+	for _, cl := range calls {
+		cl.finish(nil, err)
+	}
+	if stopped != nil || c.ctx.Err() != nil {
+		return true
+	}
+	c.log.Info("switchyard: connection lost", "err", cause)
+	c.disp.push(event{kind: evState, state: StateDisconnected, err: cause})
+	return false
+}
+
+// redial connects again with backoff and resubscribes; nil means the client
+// was closed meanwhile.
+func (c *Client) redial() *websocket.Conn {
+	p := c.opts.Reconnect
+	delay := p.MinDelay
+	for attempt := 1; ; attempt++ {
+		d := delay
+		if p.Jitter > 0 {
+			d -= time.Duration(rand.Float64() * p.Jitter * float64(d))
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-c.ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		conn, w, err := c.connect(c.ctx)
+		if err == nil {
+			c.resume(conn, w)
+			return conn
+		}
+		if c.ctx.Err() != nil {
+			return nil
+		}
+		c.log.Info("switchyard: redial failed", "attempt", attempt, "err", err)
+		delay = min(2*delay, p.MaxDelay)
+	}
+}
+
+// resume installs a new connection and resends every active subscription.
+// It runs on the reader goroutine before the connection is read, so the
+// replies' callbacks run in order with the deliveries that follow them.
+func (c *Client) resume(conn *websocket.Conn, w Welcome) {
+	type resub struct {
+		s   *Subscription
+		req subscribeReq
+	}
+	var list []resub
+	c.mu.Lock()
+	if c.stopped != nil {
+		// Close ran while dialing.
+		c.mu.Unlock()
+		conn.CloseNow()
+		return
+	}
+	c.conn, c.welcome = conn, w
+	close(c.ready)
+	for _, s := range c.subs {
+		if !s.isActive() {
+			continue
+		}
+		id := c.nextID.Add(1)
+		req := s.request(id, true, w.Epoch)
+		c.pending[id] = &call{conn: conn, fn: func(f *inFrame, err error) { c.resubscribed(s, f, err) }}
+		list = append(list, resub{s, req})
+	}
+	c.mu.Unlock()
+	for _, r := range list {
+		b, _ := json.Marshal(r.req) // only strings, maps of strings and numbers
+		if err := conn.Write(c.ctx, websocket.MessageText, b); err != nil {
+			break // the reader sees the broken connection and starts over
+		}
+	}
+	c.log.Info("switchyard: reconnected", "session", w.Session, "subscriptions", len(list))
+	c.disp.push(event{kind: evState, state: StateConnected})
+}
+
+// resubscribed handles the reply to a resubscription.
+func (c *Client) resubscribed(s *Subscription, f *inFrame, err error) {
+	var e *Error
+	switch {
+	case errors.As(err, &e):
+		c.removeSub(s)
+		c.disp.push(event{kind: evError, err: fmt.Errorf("client: resubscribing %q: %w", s.pattern, err)})
+	case err != nil:
+		// The connection dropped again; the next one retries.
+	case f.Recovered != nil && !*f.Recovered:
+		c.disp.push(event{kind: evReset, sub: s, reset: &Reset{Pattern: s.pattern, Group: s.group, EpochChanged: s.takeEpochChanged()}})
+	}
+}
+
+// removeSub forgets s and ends it.
+func (c *Client) removeSub(s *Subscription) {
+	c.mu.Lock()
+	k := subKey{s.pattern, s.group}
+	if c.subs[k] == s {
+		delete(c.subs, k)
+	}
+	c.mu.Unlock()
+	if s.end() {
+		c.disp.push(event{kind: evEnd, sub: s})
+	}
+}
+
+// readLoop reads frames from conn until it fails. The read buffer is reused
+// for every frame.
+func (c *Client) readLoop(conn *websocket.Conn) error {
+	var buf bytes.Buffer
+	for {
+		typ, r, err := conn.Reader(c.ctx)
+		if err != nil {
+			return err
+		}
+		buf.Reset()
+		if _, err := buf.ReadFrom(r); err != nil {
+			return err
+		}
+		if typ != websocket.MessageText {
+			continue
+		}
+		data := buf.Bytes()
+		for len(data) > 0 {
+			var line []byte
+			line, data, _ = bytes.Cut(data, []byte{'\n'})
+			if len(bytes.TrimSpace(line)) == 0 {
+				continue
+			}
+			var f inFrame
+			if err := json.Unmarshal(line, &f); err != nil {
+				c.log.Warn("switchyard: unreadable frame", "err", err, "frame", truncate(line, 200))
+				continue
+			}
+			c.handle(&f)
+		}
+	}
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}
+
+func (c *Client) handle(f *inFrame) {
+	switch f.Op {
+	case "message":
+		c.onMessage(f)
+	case "gap":
+		c.onGap(f)
+	case "topic_deleted":
+		if s := c.lookup(f.Pattern, ""); s != nil {
+			s.forgetTopic(f.Topic)
+		}
+		c.log.Info("switchyard: topic deleted", "topic", f.Topic, "pattern", f.Pattern)
+	case "welcome":
+		// Only the first frame of a connection; connect reads it.
+	case "error":
+		e := &Error{Code: f.Code, Message: f.Message}
+		if id, ok := parseID(f.ID); ok && c.complete(id, nil, e) {
+			return
+		}
+		c.disp.push(event{kind: evError, err: e})
+	default:
+		if id, ok := parseID(f.ID); ok {
+			c.complete(id, f, nil)
+		}
+	}
+}
+
+func parseID(raw json.RawMessage) (uint64, bool) {
+	if len(raw) == 0 {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(strings.Trim(string(raw), `"`), 10, 64)
+	return id, err == nil
+}
+
+// complete hands a reply to the request waiting for it.
+func (c *Client) complete(id uint64, f *inFrame, err error) bool {
+	c.mu.Lock()
+	cl := c.pending[id]
+	delete(c.pending, id)
+	c.mu.Unlock()
+	if cl == nil {
+		return false
+	}
+	if err == nil && cl.onOK != nil {
+		cl.onOK(f)
+	}
+	cl.finish(f, err)
+	return true
+}
+
+func (c *Client) lookup(pattern, group string) *Subscription {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.subs[subKey{pattern, group}]
+}
+
+func (c *Client) onMessage(f *inFrame) {
+	s := c.lookup(f.Pattern, f.Group)
+	if s == nil {
+		return // unsubscribed meanwhile
+	}
+	m := &Message{
+		Pattern: f.Pattern, Topic: f.Topic, Partition: f.Partition, Offset: f.Offset,
+		Key: f.Key, Headers: f.Headers, Data: f.Data, Time: f.Time,
+		Group: f.Group, Attempt: f.Attempt, sub: s,
+	}
+	if s.pending.Load() >= int64(s.opts.MaxPending) {
+		if s.group == "" {
+			s.noteDrop(f.Topic, f.Partition, f.Offset)
+		} else {
+			c.sendAsync(ackReq{Op: "nack", Group: f.Group, Topic: f.Topic, Partition: f.Partition,
+				Offset: f.Offset, Error: "client queue full"})
+		}
+		return
+	}
+	if s.group == "" && !s.advance(f.Topic, f.Partition, f.Offset) {
+		s.dups.Add(1)
+		return // already delivered
+	}
+	for _, g := range s.takeLocalGaps() {
+		c.disp.push(event{kind: evGap, sub: s, gap: &g})
+	}
+	s.pending.Add(1)
+	c.disp.push(event{kind: evMessage, sub: s, msg: m})
+}
+
+func (c *Client) onGap(f *inFrame) {
+	s := c.lookup(f.Pattern, f.Group)
+	if s == nil {
+		return
+	}
+	c.disp.push(event{kind: evGap, sub: s, gap: &Gap{
+		Pattern: f.Pattern, Group: f.Group, Topic: f.Topic, Partition: f.Partition,
+		From: f.From, To: f.To, Reason: f.Reason,
+	}})
+}
+
+// requestContext bounds ctx by RequestTimeout unless it ends earlier.
+func (c *Client) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= c.opts.RequestTimeout {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.opts.RequestTimeout)
+}
+
+// register waits for a connection and registers a call on it. prepare, if
+// set, runs under c.mu just before; an error from it is returned.
+func (c *Client) register(ctx context.Context, prepare func() error, onOK func(*inFrame)) (*websocket.Conn, uint64, *call, error) {
+	for {
+		c.mu.Lock()
+		if c.stopped != nil {
+			err := c.stopped
+			c.mu.Unlock()
+			return nil, 0, nil, err
+		}
+		if c.conn == nil {
+			ready := c.ready
+			c.mu.Unlock()
+			select {
+			case <-ready:
+				continue
+			case <-ctx.Done():
+				return nil, 0, nil, fmt.Errorf("client: waiting for a connection: %w", ctx.Err())
+			}
+		}
+		if prepare != nil {
+			if err := prepare(); err != nil {
+				c.mu.Unlock()
+				return nil, 0, nil, err
+			}
+		}
+		id := c.nextID.Add(1)
+		cl := &call{conn: c.conn, done: make(chan reply, 1), onOK: onOK}
+		c.pending[id] = cl
+		c.mu.Unlock()
+		return cl.conn, id, cl, nil
+	}
+}
+
+func (c *Client) unregister(id uint64) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+}
+
+// roundTrip sends the request build makes for its id and waits for the
+// reply. An error frame comes back as *Error.
+func (c *Client) roundTrip(ctx context.Context, build func(id uint64) any, prepare func() error, onOK func(*inFrame)) (*inFrame, error) {
+	ctx, cancel := c.requestContext(ctx)
+	defer cancel()
+	conn, id, cl, err := c.register(ctx, prepare, onOK)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(build(id))
+	if err != nil {
+		c.unregister(id)
+		return nil, fmt.Errorf("client: encoding request: %w", err)
+	}
+	if err := conn.Write(ctx, websocket.MessageText, b); err != nil {
+		c.unregister(id)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: %v", ErrConnectionLost, err)
+	}
+	select {
+	case r := <-cl.done:
+		return r.f, r.err
+	case <-ctx.Done():
+		c.unregister(id)
+		return nil, ctx.Err()
+	}
+}
+
+// sendAsync writes a request that expects no reply, if connected.
+func (c *Client) sendAsync(v any) {
+	c.mu.Lock()
+	conn := c.conn
+	c.mu.Unlock()
+	if conn == nil {
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, c.opts.RequestTimeout)
+	defer cancel()
+	_ = conn.Write(ctx, websocket.MessageText, b) // a broken connection is seen by the reader
+}
+
+// Publish appends data, encoded as JSON, to topic and returns where it was
+// stored. data may be a json.RawMessage holding JSON already. Errors from
+// the gateway are *Error (for example code "invalid_topic"); a publish
+// whose connection dropped before the reply fails with ErrConnectionLost
+// and may or may not have been stored.
+func (c *Client) Publish(ctx context.Context, topic string, data any, opts ...PublishOption) (PublishResult, error) {
+	raw, ok := data.(json.RawMessage)
+	if !ok {
+		b, err := json.Marshal(data)
+		if err != nil {
+			return PublishResult{}, fmt.Errorf("client: encoding data: %w", err)
+		}
+		raw = b
+	}
+	req := publishReq{Op: "publish", Topic: topic, Data: raw}
+	for _, o := range opts {
+		o(&req)
+	}
+	f, err := c.roundTrip(ctx, func(id uint64) any { req.ID = id; return &req }, nil, nil)
+	if err != nil {
+		return PublishResult{}, err
+	}
+	return PublishResult{Topic: f.Topic, Partition: f.Partition, Offset: f.Offset, Duplicate: f.Duplicate}, nil
+}
+
+// Subscribe subscribes to pattern and calls handler, on the client's
+// dispatcher goroutine, for every delivery, in order per (topic,
+// partition). It returns once the gateway confirmed the subscription.
+// Errors from the gateway are *Error (for example "invalid_pattern").
+//
+// With opts.Group set, the handler must settle each delivery with Ack or
+// Nack (it may do so later, from another goroutine); an unsettled record
+// is redelivered after the gateway's ack timeout.
+func (c *Client) Subscribe(ctx context.Context, pattern string, opts SubscribeOptions, handler func(*Message)) (*Subscription, error) {
+	if handler == nil {
+		return nil, errors.New("client: Subscribe needs a handler")
+	}
+	return c.subscribe(ctx, pattern, opts, handler)
+}
+
+// SubscribeChan is Subscribe with deliveries sent to the returned
+// Subscription's C, which holds up to opts.Buffer messages and is closed
+// when the subscription ends. A full C holds up the client's other
+// subscriptions, so read it promptly. For group subscriptions, a
+// redelivery is suppressed only if the earlier delivery was acked before
+// the redelivery reached C.
+func (c *Client) SubscribeChan(ctx context.Context, pattern string, opts SubscribeOptions) (*Subscription, error) {
+	return c.subscribe(ctx, pattern, opts, nil)
+}
+
+func (c *Client) subscribe(ctx context.Context, pattern string, opts SubscribeOptions, handler func(*Message)) (*Subscription, error) {
+	s := newSubscription(c, pattern, opts.withDefaults(), handler)
+	key := subKey{pattern, opts.Group}
+	prepare := func() error {
+		if c.subs[key] != nil {
+			return ErrAlreadySubscribed
+		}
+		c.subs[key] = s
+		s.setEpoch(c.welcome.Epoch)
+		return nil
+	}
+	_, err := c.roundTrip(ctx, func(id uint64) any { return s.request(id, false, "") }, prepare, func(*inFrame) { s.activate() })
+	if err != nil {
+		c.removeSub(s)
+		return nil, err
+	}
+	return s, nil
+}

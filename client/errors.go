@@ -1,0 +1,57 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error is an error reported by the gateway: an error frame on the
+// WebSocket. Check for it with errors.As; Code is one of the protocol's
+// error codes, such as "invalid_topic" or "not_in_flight".
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return "switchyard: " + e.Code
+	}
+	return fmt.Sprintf("switchyard: %s: %s", e.Code, e.Message)
+}
+
+// Protocol error codes a caller is likely to branch on.
+const (
+	CodeBadRequest     = "bad_request"
+	CodeInvalidTopic   = "invalid_topic"
+	CodeInvalidPattern = "invalid_pattern"
+	CodeUnknownTopic   = "unknown_topic"
+	CodeForbidden      = "forbidden"
+	CodeRateLimited    = "rate_limited"
+	CodeBackpressure   = "backpressure"
+	CodeNotSubscribed  = "not_subscribed"
+	CodeNotInFlight    = "not_in_flight"
+	CodeGroupConflict  = "group_conflict"
+	CodeShuttingDown   = "shutting_down"
+)
+
+var (
+	// ErrClosed is returned by calls on a Client that was closed, or that
+	// stopped after a connection loss with reconnection disabled.
+	ErrClosed = errors.New("client: closed")
+	// ErrConnectionLost is returned by a request whose connection dropped
+	// before its reply arrived. The request may or may not have taken
+	// effect; a publish with WithMsgID can be repeated safely.
+	ErrConnectionLost = errors.New("client: connection lost")
+	// ErrNotGroup is returned by Ack and Nack on a plain delivery.
+	ErrNotGroup = errors.New("client: not a group delivery")
+	// ErrAlreadySubscribed is returned by Subscribe for a pattern (and
+	// group) this client is already subscribed to.
+	ErrAlreadySubscribed = errors.New("client: already subscribed")
+	// ErrUnsubscribed is returned by Unsubscribe on a subscription that
+	// has already ended.
+	ErrUnsubscribed = errors.New("client: subscription ended")
+	// ErrProtocol is wrapped by errors about frames the client could not
+	// understand.
+	ErrProtocol = errors.New("client: protocol error")
+)

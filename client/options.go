@@ -1,0 +1,274 @@
+package client
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// Options configure a Client. A nil *Options, and the zero value of each
+// field, mean the default stated on the field.
+type Options struct {
+	// Token is sent as the token query parameter when the gateway requires
+	// authentication. Default: none.
+	Token string
+	// Header holds extra HTTP headers for the WebSocket handshake.
+	// Default: none.
+	Header http.Header
+	// HTTPClient performs the WebSocket handshake. Default:
+	// http.DefaultClient.
+	HTTPClient *http.Client
+	// Reconnect says whether and how fast to redial after the connection
+	// drops. Default: reconnect, 250ms doubling to 10s, with jitter.
+	Reconnect ReconnectPolicy
+	// RequestTimeout bounds each request (publish, subscribe, ack, ...)
+	// whose context has no earlier deadline, including the time spent
+	// waiting for a reconnect. Default: 10s, long enough to ride out a
+	// short outage at the default backoff.
+	RequestTimeout time.Duration
+	// Logger receives the client's logs. Default: discard.
+	Logger *slog.Logger
+	// OnGap is called, on the dispatcher goroutine, for every gap: records
+	// that were not delivered to a subscription. Default: the gap is only
+	// logged.
+	OnGap func(Gap)
+	// OnReset is called, on the dispatcher goroutine, when a subscription
+	// could not be continued from its positions after a reconnect
+	// (recovered:false): the gateway's epoch changed or records were
+	// trimmed. Delivery restarts at the earliest record the log holds.
+	// Default: the reset is only logged.
+	OnReset func(Reset)
+	// OnState is called, on the dispatcher goroutine, when the connection
+	// goes down or comes back, and once with StateClosed. err is the cause
+	// of a StateDisconnected. Default: none.
+	OnState func(state State, err error)
+	// OnError is called, on the dispatcher goroutine, with errors that no
+	// request is waiting for: an error frame without an id, or a
+	// subscription the gateway refused while resubscribing (that
+	// subscription is then closed). Default: the error is only logged.
+	OnError func(error)
+}
+
+// ReconnectPolicy controls redialing after a connection loss.
+type ReconnectPolicy struct {
+	// Disabled turns reconnection off: after a connection loss every call
+	// fails with ErrClosed and subscriptions end. Default: false.
+	Disabled bool
+	// MinDelay is the wait before the first redial; it doubles per failed
+	// attempt. Default: 250ms.
+	MinDelay time.Duration
+	// MaxDelay caps the wait between redials. Default: 10s.
+	MaxDelay time.Duration
+	// Jitter is the fraction of each delay that is randomized, from 0 to 1,
+	// so that many clients do not redial in step. Default: 0.5 (a delay
+	// d becomes a random value in [d/2, d]). Negative disables jitter.
+	Jitter float64
+}
+
+func (o *Options) withDefaults() Options {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.HTTPClient == nil {
+		r.HTTPClient = http.DefaultClient
+	}
+	if r.Reconnect.MinDelay <= 0 {
+		r.Reconnect.MinDelay = 250 * time.Millisecond
+	}
+	if r.Reconnect.MaxDelay <= 0 {
+		r.Reconnect.MaxDelay = 10 * time.Second
+	}
+	if r.Reconnect.MaxDelay < r.Reconnect.MinDelay {
+		r.Reconnect.MaxDelay = r.Reconnect.MinDelay
+	}
+	switch {
+	case r.Reconnect.Jitter == 0:
+		r.Reconnect.Jitter = 0.5
+	case r.Reconnect.Jitter < 0:
+		r.Reconnect.Jitter = 0
+	case r.Reconnect.Jitter > 1:
+		r.Reconnect.Jitter = 1
+	}
+	if r.RequestTimeout <= 0 {
+		r.RequestTimeout = 10 * time.Second
+	}
+	if r.Logger == nil {
+		r.Logger = slog.New(slog.DiscardHandler)
+	}
+	return r
+}
+
+// State is the connection state reported to Options.OnState.
+type State int
+
+const (
+	// StateConnected: a connection is up and subscriptions were resent.
+	StateConnected State = iota + 1
+	// StateDisconnected: the connection dropped; the client is redialing
+	// unless reconnection is disabled.
+	StateDisconnected
+	// StateClosed: the client stopped, by Close or because reconnection is
+	// disabled.
+	StateClosed
+)
+
+func (s State) String() string {
+	switch s {
+	case StateConnected:
+		return "connected"
+	case StateDisconnected:
+		return "disconnected"
+	case StateClosed:
+		return "closed"
+	}
+	return "unknown"
+}
+
+// OnFull is what the gateway does with a plain subscription's messages when
+// the session's outbound queue is full.
+type OnFull string
+
+const (
+	// DropOld drops the oldest queued messages (the gateway's default).
+	DropOld OnFull = "drop_old"
+	// DropNew drops the new message.
+	DropNew OnFull = "drop_new"
+	// Disconnect closes the connection with 1013; the client reconnects
+	// and resumes from its positions.
+	Disconnect OnFull = "disconnect"
+)
+
+// SubscribeOptions configure one subscription. The zero value is a plain
+// subscription from the latest record.
+type SubscribeOptions struct {
+	// Group, when set, joins that consumer group: records are shared with
+	// the group's other members and must be acknowledged. Default: a plain
+	// subscription.
+	Group string
+	// From says where delivery starts; see Latest, Earliest, FromTime and
+	// FromPositions. Default: the gateway's (latest for plain
+	// subscriptions, earliest for a new group).
+	From From
+	// OnFull is the gateway's drop policy for a plain subscription.
+	// Default: the gateway's (DropOld).
+	OnFull OnFull
+	// Filter delivers only records whose headers hold every given pair.
+	// Default: no filter.
+	Filter map[string]string
+	// Buffer is the capacity of C for SubscribeChan. Default: 256.
+	Buffer int
+	// MaxPending bounds the deliveries received but not yet handled for
+	// this subscription. Beyond it a plain message is dropped and reported
+	// to OnGap with reason "client_queue_full", and a group delivery is
+	// nacked so the gateway redelivers it later. The reader never waits
+	// for a slow handler. Default: 65536.
+	MaxPending int
+	// DedupeSize is how many recently acknowledged positions a group
+	// subscription remembers to suppress redeliveries. Default: 4096.
+	DedupeSize int
+}
+
+func (o SubscribeOptions) withDefaults() SubscribeOptions {
+	if o.Buffer <= 0 {
+		o.Buffer = 256
+	}
+	if o.MaxPending <= 0 {
+		o.MaxPending = 65536
+	}
+	if o.DedupeSize <= 0 {
+		o.DedupeSize = 4096
+	}
+	return o
+}
+
+// From is where a subscription starts. The zero value leaves the choice to
+// the gateway.
+type From struct {
+	kind      fromKind
+	time      time.Time
+	epoch     string
+	positions []Position
+}
+
+type fromKind int
+
+const (
+	fromDefault fromKind = iota
+	fromLatest
+	fromEarliest
+	fromTime
+	fromPositions
+)
+
+// Latest starts with records appended after the subscription.
+func Latest() From { return From{kind: fromLatest} }
+
+// Earliest starts with the oldest record the log holds.
+func Earliest() From { return From{kind: fromEarliest} }
+
+// FromTime starts with the first record appended at or after t.
+func FromTime(t time.Time) From { return From{kind: fromTime, time: t} }
+
+// FromPositions continues after positions: each Position is the last offset
+// already seen of its (topic, partition) in the log of epoch. Partitions
+// not listed start at their earliest record.
+func FromPositions(epoch string, positions ...Position) From {
+	return From{kind: fromPositions, epoch: epoch, positions: append([]Position(nil), positions...)}
+}
+
+// IsZero reports whether f leaves the start to the gateway.
+func (f From) IsZero() bool { return f.kind == fromDefault }
+
+// MarshalJSON encodes f as the protocol's "from" value.
+func (f From) MarshalJSON() ([]byte, error) {
+	switch f.kind {
+	case fromLatest:
+		return []byte(`"latest"`), nil
+	case fromEarliest:
+		return []byte(`"earliest"`), nil
+	case fromTime:
+		return json.Marshal(struct {
+			Time string `json:"time"`
+		}{f.time.UTC().Format(time.RFC3339Nano)})
+	case fromPositions:
+		pos := f.positions
+		if pos == nil {
+			pos = []Position{}
+		}
+		return json.Marshal(struct {
+			Epoch     string     `json:"epoch"`
+			Positions []Position `json:"positions"`
+		}{f.epoch, pos})
+	}
+	return []byte("null"), nil
+}
+
+// Position is an offset in one partition of a topic.
+type Position struct {
+	Topic     string `json:"topic"`
+	Partition int    `json:"partition"`
+	Offset    int64  `json:"offset"`
+}
+
+// PublishOption sets an optional field of a publish.
+type PublishOption func(*publishReq)
+
+// WithKey sets the record key: records with one key go to one partition,
+// in order.
+func WithKey(key string) PublishOption { return func(r *publishReq) { r.Key = key } }
+
+// WithHeaders sets the record headers, which subscriptions can filter on.
+func WithHeaders(h map[string]string) PublishOption {
+	return func(r *publishReq) { r.Headers = h }
+}
+
+// WithMsgID makes the publish idempotent: a repeat with the same id on the
+// same topic within the gateway's dedupe window is stored once and reported
+// as a duplicate.
+func WithMsgID(id string) PublishOption { return func(r *publishReq) { r.MsgID = id } }
+
+// WithPriority sets the priority, 0 (lowest) to 3; the gateway's default
+// is 1.
+func WithPriority(p int) PublishOption { return func(r *publishReq) { r.Priority = &p } }

@@ -1,0 +1,343 @@
+// Command loadtest drives a Switchyard gateway with WebSocket publishers and
+// subscribers and reports what arrived and how fast.
+//
+//	go run ./loadtest <scenario> [flags]
+//
+// Scenarios:
+//
+//	fanout    N subscribers on one topic, publishers at a total rate R
+//	wildcard  N subscribers over P patterns across T topics
+//	groups    M members of one consumer group acking, a share nacking
+//	          first attempts and a share stalling (never acking)
+//	slow      N subscribers on one topic, a share of them reading slowly,
+//	          under the --on-full drop policy
+//	connect   N connections opened as fast as possible
+//	idle      N connections held open, one subscription each, with a
+//	          trickle of publishes
+//	smoke     a few seconds, a few subscribers (exact and wildcard
+//	          patterns on one topic); exits non-zero on any loss or
+//	          duplicate. Used by CI.
+//
+// The generator refuses gateways that are not on a loopback address. Every
+// loop is bounded by --duration (and --messages), so a run ends by itself;
+// after publishing stops it waits up to --drain for deliveries in flight.
+//
+// Publishers embed their send time in the payload (a JSON string starting
+// with "T" and 19 digits of unix nanoseconds); subscribers read it by byte
+// search from a reused buffer, without decoding JSON, so the generator
+// itself stays cheap. End-to-end latency goes into HDR histograms.
+//
+// With --inprocess the generator starts an embedded gateway (the router on
+// the in-memory engine) on a loopback port; this is the only part of the
+// generator that imports the gateway's packages, and its CPU time is then
+// part of the generator's. Use --server-pid with an external gateway to
+// report its CPU seconds, CPU per delivery and peak RSS from /proc.
+//
+// A progress line goes to stderr every second; the report goes to stdout,
+// as a table or, with --json, as JSON.
+//
+// The generator targets Linux: it reads /proc for --server-pid, and slow
+// subscribers shrink their socket receive buffer (SO_RCVBUF) so that the
+// gateway's queue, not the kernel, absorbs their backlog. After publishing
+// stops, slow subscribers read at full speed, so what the gateway dropped
+// is reported as gaps rather than left as a backlog.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config holds the flags of a run.
+type config struct {
+	scenario    string
+	url         string
+	httpURL     string
+	duration    time.Duration
+	drain       time.Duration
+	rate        float64
+	messages    int64
+	subscribers int
+	publishers  int
+	size        int
+	window      int
+	topics      int
+	patterns    int
+	members     int
+	partitions  int
+	nackShare   float64
+	stallShare  float64
+	slowShare   float64
+	slowDelay   time.Duration
+	onFull      string
+	ackTimeout  time.Duration
+	concurrency int
+	serverPID   int
+	jsonOut     bool
+	inprocess   bool
+	maxConns    int
+	quiet       bool
+}
+
+var scenarios = []string{"fanout", "wildcard", "groups", "slow", "connect", "idle", "smoke"}
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the command; it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "loadtest:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
+	defer stop()
+	rep, err := execute(ctx, cfg, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "loadtest:", err)
+		return 1
+	}
+	if cfg.jsonOut {
+		_ = writeJSON(stdout, rep)
+	} else {
+		writeTable(stdout, rep)
+	}
+	if cfg.scenario == "smoke" && (rep.Lost != 0 || rep.Duplicates != 0 || rep.Delivered != rep.Expected || rep.Sent == 0 || rep.ConnectErrors != 0) {
+		fmt.Fprintf(stderr, "loadtest: smoke failed: sent=%d expected=%d delivered=%d lost=%d duplicates=%d\n",
+			rep.Sent, rep.Expected, rep.Delivered, rep.Lost, rep.Duplicates)
+		return 1
+	}
+	return 0
+}
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: go run ./loadtest <%s> [flags]\n", strings.Join(scenarios, "|"))
+		fs.PrintDefaults()
+	}
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+			fs.Usage()
+			return nil, flag.ErrHelp
+		}
+		fs.Usage()
+		return nil, errors.New("missing scenario")
+	}
+	cfg := &config{scenario: args[0]}
+	known := false
+	for _, s := range scenarios {
+		known = known || s == cfg.scenario
+	}
+	if !known {
+		return nil, fmt.Errorf("unknown scenario %q (want one of %s)", cfg.scenario, strings.Join(scenarios, ", "))
+	}
+	d := defaultsFor(cfg.scenario)
+	fs.StringVar(&cfg.url, "url", "ws://127.0.0.1:8080", "gateway WebSocket URL (loopback only); the path defaults to /v1/ws")
+	fs.StringVar(&cfg.httpURL, "http", "", "gateway HTTP base URL (default: derived from --url)")
+	fs.DurationVar(&cfg.duration, "duration", d.duration, "how long to publish (or hold connections)")
+	fs.DurationVar(&cfg.drain, "drain", 5*time.Second, "how long to wait for deliveries after publishing stops")
+	fs.Float64Var(&cfg.rate, "rate", d.rate, "publishes per second over all publishers; 0: as fast as the window allows")
+	fs.Int64Var(&cfg.messages, "messages", 0, "stop after this many publishes; 0: no count bound besides --duration")
+	fs.IntVar(&cfg.subscribers, "subscribers", d.subscribers, "subscribers (connections, for connect and idle)")
+	fs.IntVar(&cfg.publishers, "publishers", 1, "publishing connections")
+	fs.IntVar(&cfg.size, "size", d.size, fmt.Sprintf("payload bytes (at least %d)", minPayload))
+	fs.IntVar(&cfg.window, "window", 64, "outstanding publishes per publisher")
+	fs.IntVar(&cfg.topics, "topics", d.topics, "topics (wildcard, idle)")
+	fs.IntVar(&cfg.patterns, "patterns", 4, "patterns (wildcard); the last one is a '#' over every topic")
+	fs.IntVar(&cfg.members, "members", 4, "group members (groups)")
+	fs.IntVar(&cfg.partitions, "partitions", 0, "partitions of the groups topic; 0: --members")
+	fs.Float64Var(&cfg.nackShare, "nack-share", 0.1, "share of first deliveries a member nacks (groups)")
+	fs.Float64Var(&cfg.stallShare, "stall-share", 0, "share of members that never ack until publishing stops (groups)")
+	fs.Float64Var(&cfg.slowShare, "slow-share", 0.1, "share of subscribers that read slowly (slow)")
+	fs.DurationVar(&cfg.slowDelay, "slow-delay", d.slowDelay, "pause per message of a slow subscriber (slow)")
+	fs.StringVar(&cfg.onFull, "on-full", "", `drop policy of plain subscriptions: drop_old, drop_new or disconnect (default: the gateway's)`)
+	fs.DurationVar(&cfg.ackTimeout, "ack-timeout", 2*time.Second, "group ack timeout of the --inprocess gateway")
+	fs.IntVar(&cfg.concurrency, "concurrency", 64, "connections dialed at once")
+	fs.IntVar(&cfg.serverPID, "server-pid", 0, "gateway process id, to report its CPU time and peak RSS from /proc")
+	fs.BoolVar(&cfg.jsonOut, "json", false, "print the report as JSON")
+	fs.BoolVar(&cfg.inprocess, "inprocess", false, "start an embedded gateway in this process and test it")
+	fs.IntVar(&cfg.maxConns, "max-conns", 20000, "refuse runs that would open more connections than this")
+	fs.BoolVar(&cfg.quiet, "quiet", false, "no progress lines")
+	if err := fs.Parse(args[1:]); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return cfg, cfg.validate()
+}
+
+type scenarioDefaults struct {
+	duration    time.Duration
+	rate        float64
+	subscribers int
+	topics      int
+	size        int
+	slowDelay   time.Duration
+}
+
+func defaultsFor(s string) scenarioDefaults {
+	d := scenarioDefaults{duration: 10 * time.Second, rate: 1000, subscribers: 100, topics: 16,
+		size: 64, slowDelay: 2 * time.Millisecond}
+	switch s {
+	case "smoke":
+		d.duration, d.rate, d.subscribers = 2*time.Second, 200, 4
+	case "slow":
+		// Large enough payloads fill the slow readers' socket buffers
+		// within seconds, so the gateway's queue (not the kernel) has to
+		// act.
+		d.rate, d.size, d.slowDelay = 2000, 1024, 10*time.Millisecond
+	case "connect":
+		d.subscribers = 1000
+	case "idle":
+		d.subscribers, d.rate = 1000, 10
+	}
+	return d
+}
+
+func (c *config) validate() error {
+	switch {
+	case c.duration <= 0:
+		return errors.New("--duration must be positive")
+	case c.rate < 0:
+		return errors.New("--rate must not be negative")
+	case c.subscribers < 0 || c.publishers < 1 || c.window < 1 || c.concurrency < 1:
+		return errors.New("--subscribers must be >= 0; --publishers, --window and --concurrency >= 1")
+	case c.size < minPayload:
+		return fmt.Errorf("--size must be at least %d", minPayload)
+	case c.topics < 1 || c.patterns < 1 || c.members < 1:
+		return errors.New("--topics, --patterns and --members must be >= 1")
+	case c.nackShare < 0 || c.nackShare > 1 || c.stallShare < 0 || c.stallShare >= 1 || c.slowShare < 0 || c.slowShare > 1:
+		return errors.New("--nack-share and --slow-share must be in [0,1], --stall-share in [0,1)")
+	}
+	switch c.onFull {
+	case "", "drop_old", "drop_new", "disconnect":
+	default:
+		return fmt.Errorf("--on-full %q: want drop_old, drop_new or disconnect", c.onFull)
+	}
+	if n := c.connections(); n > c.maxConns {
+		return fmt.Errorf("this run needs %d connections, over --max-conns %d", n, c.maxConns)
+	}
+	return nil
+}
+
+// connections is how many connections the run opens.
+func (c *config) connections() int {
+	switch c.scenario {
+	case "connect":
+		return c.subscribers
+	case "groups":
+		return c.members + c.publishers
+	}
+	return c.subscribers + c.publishers
+}
+
+// execute resolves the gateway (starting one with --inprocess), checks that
+// it is on loopback and runs the scenario.
+func execute(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
+	if cfg.inprocess {
+		gw, err := startInProcess(cfg)
+		if err != nil {
+			return nil, err
+		}
+		defer gw.stop()
+		cfg.url, cfg.httpURL = gw.wsURL, gw.httpURL
+	}
+	wsu, httpu, err := resolveURLs(ctx, cfg.url, cfg.httpURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.url, cfg.httpURL = wsu, httpu
+	if cfg.quiet {
+		stderr = io.Discard
+	}
+	r := newRunner(cfg, stderr)
+	return r.run(ctx)
+}
+
+// resolveURLs normalizes the WebSocket URL, derives the HTTP one and
+// refuses hosts that are not loopback.
+func resolveURLs(ctx context.Context, wsRaw, httpRaw string) (string, string, error) {
+	u, err := url.Parse(wsRaw)
+	if err != nil {
+		return "", "", fmt.Errorf("--url: %w", err)
+	}
+	switch u.Scheme {
+	case "ws", "wss":
+	case "http":
+		u.Scheme = "ws"
+	case "https":
+		u.Scheme = "wss"
+	default:
+		return "", "", fmt.Errorf("--url %q: scheme must be ws or wss", wsRaw)
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = "/v1/ws"
+	}
+	if err := checkLoopback(ctx, u.Hostname()); err != nil {
+		return "", "", err
+	}
+	if httpRaw == "" {
+		h := url.URL{Scheme: "http", Host: u.Host}
+		if u.Scheme == "wss" {
+			h.Scheme = "https"
+		}
+		httpRaw = h.String()
+	} else {
+		hu, err := url.Parse(httpRaw)
+		if err != nil {
+			return "", "", fmt.Errorf("--http: %w", err)
+		}
+		if err := checkLoopback(ctx, hu.Hostname()); err != nil {
+			return "", "", err
+		}
+	}
+	return u.String(), strings.TrimRight(httpRaw, "/"), nil
+}
+
+// checkLoopback fails unless every address host resolves to is loopback.
+func checkLoopback(ctx context.Context, host string) error {
+	if host == "" {
+		return errors.New("gateway URL has no host")
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		if !ip.IsLoopback() {
+			return fmt.Errorf("refusing %s: the load generator only targets loopback addresses", host)
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil {
+		return fmt.Errorf("resolving %s: %w", host, err)
+	}
+	if len(addrs) == 0 {
+		return fmt.Errorf("%s resolves to no address", host)
+	}
+	for _, a := range addrs {
+		if !a.IP.IsLoopback() {
+			return fmt.Errorf("refusing %s: it resolves to %s, which is not loopback", host, a.IP)
+		}
+	}
+	return nil
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

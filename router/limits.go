@@ -1,0 +1,202 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/trie"
+)
+
+// Limit error codes, added to the protocol's list.
+const (
+	codeTooManyConnections = "too_many_connections"
+	codeTooManyTopics      = "too_many_topics"
+)
+
+// limitMetrics count refused credentials, refused permissions and the
+// limits this file enforces. They are registered on the Router's registry.
+type limitMetrics struct {
+	authFailures    *prometheus.CounterVec // reason
+	forbidden       *prometheus.CounterVec // op: publish|subscribe|group|admin
+	sessionsExpired prometheus.Counter
+	limited         *prometheus.CounterVec // limit
+}
+
+func newLimitMetrics(reg prometheus.Registerer) *limitMetrics {
+	const ns = "switchyard"
+	m := &limitMetrics{
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "auth_failures_total",
+			Help: "Requests and WebSocket upgrades refused with 401, by reason (missing, invalid, invalid_claims, expired, not_yet_valid)."},
+			[]string{"reason"}),
+		forbidden: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "forbidden_total",
+			Help: "Operations refused with forbidden because the credential does not grant them, by operation."},
+			[]string{"op"}),
+		sessionsExpired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "sessions_expired_total",
+			Help: "WebSocket sessions closed with 1008 because their token expired."}),
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "limit_rejections_total",
+			Help: "Requests refused by a configured limit (connections, connections_per_ip, topics, partitions, http_publish_rate)."},
+			[]string{"limit"}),
+	}
+	reg.MustRegister(m.authFailures, m.forbidden, m.sessionsExpired, m.limited)
+	return m
+}
+
+// limiter enforces the connection, topic and HTTP publish rate limits. It is
+// safe for concurrent use.
+type limiter struct {
+	maxConns, maxPerIP int
+	maxTopics          int
+
+	mu    sync.Mutex // guards the fields below
+	conns int
+	perIP map[string]int
+
+	ratePerIP float64
+	burst     int
+	rmu       sync.Mutex // guards rates and swept
+	rates     map[string]*ipRate
+	swept     time.Time
+
+	known sync.Map // topic -> struct{}: topics seen to exist (for maxTopics)
+}
+
+type ipRate struct {
+	lim  *rate.Limiter
+	seen time.Time
+}
+
+// rateIdle is how long an idle client IP's HTTP publish bucket is kept.
+const rateIdle = time.Minute
+
+func newLimiter(o Options) *limiter {
+	return &limiter{
+		maxConns: o.MaxConnections, maxPerIP: o.MaxConnectionsPerIP, maxTopics: o.MaxTopics,
+		perIP:     make(map[string]int),
+		ratePerIP: o.HTTPPublishRate, burst: max(1, int(o.HTTPPublishRate)),
+		rates: make(map[string]*ipRate),
+	}
+}
+
+// acquireConn takes a connection slot for ip before the WebSocket upgrade;
+// release gives it back. It fails with the limit's name.
+func (l *limiter) acquireConn(ip string) (release func(), limit string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.maxConns > 0 && l.conns >= l.maxConns {
+		return nil, "connections"
+	}
+	if l.maxPerIP > 0 && l.perIP[ip] >= l.maxPerIP {
+		return nil, "connections_per_ip"
+	}
+	l.conns++
+	l.perIP[ip]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			l.conns--
+			if l.perIP[ip]--; l.perIP[ip] <= 0 {
+				delete(l.perIP, ip)
+			}
+			l.mu.Unlock()
+		})
+	}, ""
+}
+
+// allowHTTPPublish takes a token from ip's HTTP publish bucket.
+func (l *limiter) allowHTTPPublish(ip string, now time.Time) bool {
+	if l.ratePerIP <= 0 {
+		return true
+	}
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	if now.Sub(l.swept) > rateIdle {
+		for k, r := range l.rates {
+			if now.Sub(r.seen) > rateIdle {
+				delete(l.rates, k)
+			}
+		}
+		l.swept = now
+	}
+	r := l.rates[ip]
+	if r == nil {
+		r = &ipRate{lim: rate.NewLimiter(rate.Limit(l.ratePerIP), l.burst)}
+		l.rates[ip] = r
+	}
+	r.seen = now
+	return r.lim.AllowN(now, 1)
+}
+
+// reserveConn applies the connection limits to a WebSocket upgrade. On
+// refusal it has written the JSON error (503 for the global limit, 429 per
+// IP) and returns nil.
+func (rt *Router) reserveConn(c echo.Context) func() {
+	release, limit := rt.limits.acquireConn(c.RealIP())
+	if release != nil {
+		return release
+	}
+	rt.lim.limited.WithLabelValues(limit).Inc()
+	status, msg := http.StatusServiceUnavailable, "the gateway is at its connection limit; retry later"
+	if limit == "connections_per_ip" {
+		status, msg = http.StatusTooManyRequests, "too many connections from this address"
+	}
+	c.Response().Header().Set("Retry-After", "1")
+	_ = c.JSON(status, map[string]string{"code": codeTooManyConnections, "message": msg})
+	return nil
+}
+
+// checkTopicLimit refuses to auto-create a topic past Options.MaxTopics. It
+// counts the engine's topics (not $ topics) only when topic is not known to
+// exist, so the steady state costs one map lookup. Concurrent first
+// publishes to different new topics may each see room and all create: the
+// limit can be exceeded by at most the number of such publishes in flight
+// at once, per gateway node.
+func (rt *Router) checkTopicLimit(ctx context.Context, topic string) error {
+	l := rt.limits
+	if l.maxTopics <= 0 {
+		return nil
+	}
+	if _, ok := l.known.Load(topic); ok {
+		return nil
+	}
+	if _, err := rt.eng.Topic(ctx, topic); err == nil {
+		l.known.Store(topic, struct{}{})
+		return nil
+	} else if !errors.Is(err, engine.ErrUnknownTopic) {
+		return err
+	}
+	return rt.roomForTopic(ctx)
+}
+
+// roomForTopic fails with too_many_topics when MaxTopics topics exist.
+func (rt *Router) roomForTopic(ctx context.Context) error {
+	if rt.limits.maxTopics <= 0 {
+		return nil
+	}
+	ts, err := rt.eng.Topics(ctx)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, t := range ts {
+		if !trie.IsSystem(t.Config.Name) {
+			n++
+		}
+	}
+	if n >= rt.limits.maxTopics {
+		rt.lim.limited.WithLabelValues("topics").Inc()
+		return perr(codeTooManyTopics, "the gateway holds its limit of %d topics", rt.limits.maxTopics)
+	}
+	return nil
+}
+
+// forgetTopic drops a deleted topic from the known set.
+func (l *limiter) forgetTopic(topic string) { l.known.Delete(topic) }
