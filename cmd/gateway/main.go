@@ -83,6 +83,7 @@ type config struct {
 	PingInterval     time.Duration
 	StatsInterval    time.Duration
 	ShutdownTimeout  time.Duration
+	DebugAddr        string
 	HandshakeTimeout time.Duration
 
 	JWTHMACSecret       string
@@ -134,6 +135,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&cfg.PingInterval, "ping-interval", 25*time.Second, "WebSocket keepalive ping period")
 	fs.DurationVar(&cfg.StatsInterval, "stats-interval", time.Second, "$sys.stats period (negative: no system topics)")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on graceful shutdown")
+	fs.StringVar(&cfg.DebugAddr, "debug-addr", "", "if set, serve Go's pprof profiles on this address (keep it on loopback), e.g. 127.0.0.1:6060")
 	fs.DurationVar(&cfg.HandshakeTimeout, "handshake-timeout", 10*time.Second, "time a client has to send its HTTP request headers (and so the WebSocket handshake)")
 	fs.StringVar(&cfg.JWTHMACSecret, "jwt-hmac-secret", "", "HS256 token secret, at least 32 bytes (prefer the environment or --jwt-hmac-secret-file)")
 	fs.StringVar(&cfg.JWTHMACSecretFile, "jwt-hmac-secret-file", "", "file of HS256 token secrets, one per line (several during a rotation)")
@@ -318,6 +320,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("switchyard gateway listening", "addr", ln.Addr().String(), "engine", cfg.Engine, "epoch", eng.Epoch())
+	if cfg.DebugAddr != "" {
+		stopDebug, err := serveDebug(cfg.DebugAddr, log)
+		if err != nil {
+			_ = rt.Shutdown(context.Background())
+			_ = eng.Close(context.Background())
+			return err
+		}
+		defer stopDebug()
+	}
 	if listening != nil {
 		listening(ln.Addr().String())
 	}
