@@ -135,11 +135,12 @@ func (q *Queue) push(it *Item) Outcome {
 			return Overflow
 		}
 		q.others++
-		q.control.push(*it)
+		q.control.push(*it, nil)
 		return Queued
 	}
 	prio := min(int(it.Priority), numLanes-1)
-	lane := q.laneFor(it.Stream, prio)
+	st := q.streams[it.Stream] // one lookup: the slot keeps the pointer
+	lane := laneOf(st, prio)
 	switch {
 	case it.Policy == Reliable:
 		if q.others >= q.hardLimit {
@@ -160,22 +161,25 @@ func (q *Queue) push(it *Item) Outcome {
 			return Dropped
 		}
 		// The eviction may have emptied the item's stream.
-		lane = q.laneFor(it.Stream, prio)
+		lane = laneOf(st, prio)
 		q.msgs++
 	}
-	st := q.stream(it.Stream)
+	if st == nil {
+		st = q.stream(it.Stream)
+	}
 	st.queued++
 	st.lane = uint8(lane)
 	r := &q.lanes[lane]
-	r.push(*it)
+	r.push(*it, st)
 	r.count(it, 1)
 	return Queued
 }
 
-// laneFor returns the lane of a new item of s: the stream's current lane
-// while it has items queued, else its priority.
-func (q *Queue) laneFor(s Stream, prio int) int {
-	if st := q.streams[s]; st != nil && st.queued > 0 {
+// laneOf returns the lane of a new item of a stream with state st (nil for
+// a stream with no state): the stream's current lane while it has items
+// queued, else its priority.
+func laneOf(st *streamState, prio int) int {
+	if st != nil && st.queued > 0 {
 		return int(st.lane)
 	}
 	return prio
@@ -196,9 +200,9 @@ func (q *Queue) evict(hi int, oldOnly bool) bool {
 				continue
 			}
 			r.count(&s.it, -1)
+			st := s.st
 			victim := r.remove(i)
 			q.msgs--
-			st := q.streams[victim.Stream]
 			st.queued--
 			q.drop(&victim)
 			return true
@@ -307,8 +311,8 @@ func (q *Queue) AppendBatch(dst []byte, maxBytes int) ([]byte, int) {
 	for l := numLanes - 1; l >= 0; l-- {
 		r := &q.lanes[l]
 		for r.n > 0 {
-			it := &r.at(0).it
-			st := q.streams[it.Stream]
+			sl := r.at(0)
+			it, st := &sl.it, sl.st
 			// A stream's pending gaps before this offset go first.
 			for len(st.gaps) > 0 && st.gaps[0].from < it.Offset {
 				if !q.addGapFrame(&b, it.Stream, st) {
@@ -450,6 +454,7 @@ func (q *Queue) Stats() QueueStats {
 // leaves a dead slot that AppendBatch skips.
 type slot struct {
 	it   Item
+	st   *streamState // the item's stream; valid while the item is queued
 	dead bool
 }
 
@@ -480,11 +485,11 @@ func (r *ring) count(it *Item, d int) {
 	}
 }
 
-func (r *ring) push(it Item) {
+func (r *ring) push(it Item, st *streamState) {
 	if r.n == len(r.buf) {
 		r.grow()
 	}
-	*r.at(r.n) = slot{it: it}
+	*r.at(r.n) = slot{it: it, st: st}
 	r.n++
 	r.live++
 }

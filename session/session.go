@@ -48,6 +48,7 @@ type Session struct {
 	readEnded chan struct{} // closed when the reader has returned
 	done      chan struct{} // closed when Run returns
 	pingDone  chan error    // a keepalive result, for the writer
+	ctl       chan struct{} // capacity 1: wakes the writer for the above
 
 	// Owned by the writer goroutine.
 	buf      []byte      // batch buffer, reused
@@ -98,6 +99,7 @@ func newSession(id string, opts Options, sock socket) *Session {
 		readEnded: make(chan struct{}),
 		done:      make(chan struct{}),
 		pingDone:  make(chan error, 1),
+		ctl:       make(chan struct{}, 1),
 		buf:       make([]byte, 0, min(opts.MaxBatchBytes, 4<<10)),
 	}
 	s.watchdog = time.AfterFunc(time.Hour, s.onWriteTimeout)
@@ -148,6 +150,7 @@ func (s *Session) closeWith(code websocket.StatusCode, reason string, flush bool
 	s.mu.Unlock()
 	s.q.Close()
 	close(s.closeReq)
+	s.kick()
 }
 
 func (s *Session) closeRequested() bool {
@@ -223,6 +226,7 @@ func (s *Session) Run(ctx context.Context, h Handler) error {
 	err := s.readLoop(context.WithoutCancel(ctx), h)
 	s.setCause(err)
 	close(s.readEnded)
+	s.kick()
 	if stop() {
 		s.wg.Done() // the AfterFunc will not run
 	}

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -38,7 +39,15 @@ func connSocket(c *websocket.Conn) socket {
 // closes the connection before it returns, which unblocks the reader.
 func (s *Session) writeLoop() {
 	defer s.wg.Done()
-	ping := time.NewTimer(s.opts.PingInterval)
+	// The loop blocks on two channels only: the queue's signal and ctl,
+	// which every other event (close, reader end, ping due, ping result)
+	// kicks. A select over more channels, a timer's among them, costs a
+	// measurable share of CPU when every message wakes the writer.
+	var pingDue atomic.Bool
+	ping := time.AfterFunc(s.opts.PingInterval, func() {
+		pingDue.Store(true)
+		s.kick()
+	})
 	defer ping.Stop()
 	pinging := false
 	for {
@@ -48,9 +57,16 @@ func (s *Session) writeLoop() {
 				s.abort(err)
 				return
 			}
+			continue
+		case <-s.ctl:
+		}
+		select {
 		case <-s.closeReq:
 			s.closeConn()
 			return
+		default:
+		}
+		select {
 		case <-s.readEnded:
 			if s.closeRequested() {
 				s.closeConn()
@@ -58,20 +74,33 @@ func (s *Session) writeLoop() {
 				s.abort(nil)
 			}
 			return
-		case <-ping.C:
-			if !pinging {
-				pinging = true
-				s.wg.Add(1)
-				go s.pingOnce()
-			}
-			ping.Reset(s.opts.PingInterval)
+		default:
+		}
+		select {
 		case err := <-s.pingDone:
 			pinging = false
 			if err != nil {
 				s.abort(fmt.Errorf("session: keepalive: %w", err))
 				return
 			}
+		default:
 		}
+		if pingDue.Swap(false) {
+			if !pinging {
+				pinging = true
+				s.wg.Add(1)
+				go s.pingOnce()
+			}
+			ping.Reset(s.opts.PingInterval)
+		}
+	}
+}
+
+// kick wakes the writer to look at its control state.
+func (s *Session) kick() {
+	select {
+	case s.ctl <- struct{}{}:
+	default:
 	}
 }
 
@@ -176,4 +205,5 @@ func (s *Session) pingOnce() {
 	err := s.sock.ping(ctx)
 	cancel()
 	s.pingDone <- err // buffered: one ping at a time
+	s.kick()
 }
