@@ -13,6 +13,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -35,6 +36,7 @@ func URL(t testing.TB) string {
 		if pu, err := url.Parse(u); err == nil {
 			if c, err := net.DialTimeout("tcp", pu.Host, time.Second); err == nil {
 				c.Close()
+				anchor(t, u, "sytest_anchor")
 				return u
 			}
 		}
@@ -45,19 +47,29 @@ func URL(t testing.TB) string {
 		ns.Shutdown()
 		ns.WaitForShutdown()
 	})
-	// The server removes an account's stream directory when its last
-	// stream is deleted, racing with the next test's create; one stream
-	// that lives as long as the server avoids that.
-	nc, err := nats.Connect(ns.ClientURL())
+	anchor(t, ns.ClientURL(), "anchor")
+	return ns.ClientURL()
+}
+
+// anchor makes sure the server at url holds an empty stream named name.
+// The server removes an account's stream directory when its last stream is
+// deleted, racing with a create by the next test (or by another test run
+// sharing the server); one stream that outlives the tests avoids that. On
+// a shared server the anchor is left in place.
+func anchor(t testing.TB, url, name string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "anchor", Subjects: []string{"anchor"}}); err != nil {
-		t.Fatal(err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name}, MaxMsgs: 1})
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		t.Fatalf("natstest: anchor stream: %v", err)
 	}
-	return ns.ClientURL()
 }
 
 // startServer starts an embedded JetStream server on a loopback port (-1:
