@@ -9,8 +9,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
+	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,22 +21,27 @@ import (
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/memengine"
 	"github.com/switchyard/switchyard/router"
+	"github.com/switchyard/switchyard/session"
 )
 
 // inproc is an embedded gateway on a loopback port.
 type inproc struct {
 	wsURL, httpURL string
-	stop           func()
+	problems       *problemLog
+	stop           func() error
 }
 
 func startInProcess(cfg *config) (*inproc, error) {
 	eng := memengine.New(memengine.Options{
 		Policy: engine.GroupPolicy{AckTimeout: cfg.ackTimeout},
 	})
+	problems := &problemLog{}
 	rt, err := router.New(router.Options{
 		Engine:        eng,
 		Registry:      prometheus.NewRegistry(),
 		StatsInterval: -1,
+		Logger:        slog.New(problems),
+		Session:       session.Options{QueueMessages: cfg.queueMessages},
 	})
 	if err != nil {
 		_ = eng.Close(context.Background())
@@ -43,25 +51,108 @@ func startInProcess(cfg *config) (*inproc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("in-process gateway: %w", err)
 	}
-	srv := &http.Server{Handler: rt, ReadHeaderTimeout: 10 * time.Second}
+	if cfg.scenario == "soak" {
+		ln = smallSendBuffers{ln}
+	}
+	srv := &http.Server{Handler: rt, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: log.New(problems.writer(), "http: ", 0)}
 	done := make(chan struct{})
+	var serveErr error
 	go func() { // exits when stop closes the server
 		defer close(done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			fmt.Println("loadtest: in-process gateway:", err)
+			serveErr = fmt.Errorf("in-process gateway: serve: %w", err)
 		}
 	}()
 	addr := ln.Addr().String()
 	return &inproc{
-		wsURL:   "ws://" + addr + "/v1/ws",
-		httpURL: "http://" + addr,
-		stop: func() {
+		wsURL:    "ws://" + addr + "/v1/ws",
+		httpURL:  "http://" + addr,
+		problems: problems,
+		stop: func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			_ = rt.Shutdown(ctx)
-			_ = srv.Shutdown(ctx)
+			var errs []error
+			if err := rt.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("in-process gateway: shutdown: %w", err))
+			}
+			if err := srv.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("in-process gateway: http shutdown: %w", err))
+			}
 			<-done
-			_ = eng.Close(ctx)
+			if err := eng.Close(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("in-process gateway: engine close: %w", err))
+			}
+			return errors.Join(append(errs, serveErr)...)
 		},
 	}, nil
+}
+
+// smallSendBuffers gives every accepted connection a fixed 64 KiB send
+// buffer. Linux otherwise grows a loopback socket's send buffer to 4 MiB,
+// which would hide a slow reader's backlog from the gateway's queue for
+// tens of seconds; with it, the soak's slow readers reach their drop policy
+// within seconds. 64 KiB is still over a second of the soak's traffic for
+// one subscriber, so readers that keep up never notice.
+type smallSendBuffers struct{ net.Listener }
+
+func (l smallSendBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(64 << 10) // best effort
+	}
+	return c, err
+}
+
+// problemLog is a slog.Handler that keeps the embedded gateway's warnings
+// and errors (and the HTTP server's error log, where a recovered handler
+// panic lands) so a run can report them. It is safe for concurrent use by
+// multiple goroutines.
+type problemLog struct {
+	mu    sync.Mutex // guards following
+	count int
+	first []string // the first few, for the report
+}
+
+const problemsKept = 5
+
+func (p *problemLog) add(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.count++
+	if len(p.first) < problemsKept {
+		p.first = append(p.first, s)
+	}
+}
+
+// snapshot returns how many problems were logged and the first few.
+func (p *problemLog) snapshot() (int, []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.count, append([]string(nil), p.first...)
+}
+
+func (p *problemLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (p *problemLog) Handle(_ context.Context, r slog.Record) error {
+	s := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		s += " " + a.String()
+		return true
+	})
+	p.add(s)
+	return nil
+}
+
+func (p *problemLog) WithAttrs([]slog.Attr) slog.Handler { return p }
+func (p *problemLog) WithGroup(string) slog.Handler      { return p }
+
+// writer adapts p to log.Logger output (one Write per line).
+func (p *problemLog) writer() problemWriter { return problemWriter{p} }
+
+type problemWriter struct{ p *problemLog }
+
+func (w problemWriter) Write(b []byte) (int, error) {
+	w.p.add(string(b))
+	return len(b), nil
 }

@@ -17,6 +17,13 @@
 //	smoke     a few seconds, a few subscribers (exact and wildcard
 //	          patterns on one topic); exits non-zero on any loss or
 //	          duplicate. Used by CI.
+//	soak      mixed load for --duration (default 60s): WebSocket and HTTP
+//	          publishers with keys over several topics; literal and
+//	          wildcard subscribers, some slow under drop_old; consumer-group
+//	          members that ack and sometimes nack or disconnect mid-ack;
+//	          subscribers that disconnect and resume from their positions.
+//	          It samples the gateway's goroutines and heap and exits
+//	          non-zero when an invariant fails (see soak.go). Used by CI.
 //
 // The generator refuses gateways that are not on a loopback address. Every
 // loop is bounded by --duration (and --messages), so a run ends by itself;
@@ -87,9 +94,16 @@ type config struct {
 	inprocess   bool
 	maxConns    int
 	quiet       bool
+
+	// soak
+	queueMessages   int
+	churners        int
+	sampleInterval  time.Duration
+	goroutineSlack  int
+	maxHeapGrowthMB int
 }
 
-var scenarios = []string{"fanout", "wildcard", "groups", "slow", "connect", "idle", "smoke"}
+var scenarios = []string{"fanout", "wildcard", "groups", "slow", "connect", "idle", "smoke", "soak"}
 
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
@@ -116,6 +130,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		_ = writeJSON(stdout, rep)
 	} else {
 		writeTable(stdout, rep)
+	}
+	if rep.Soak != nil && len(rep.Soak.Violations) > 0 {
+		fmt.Fprintf(stderr, "loadtest: soak failed: %d invariant(s) violated:\n", len(rep.Soak.Violations))
+		for _, v := range rep.Soak.Violations {
+			fmt.Fprintln(stderr, "  -", v)
+		}
+		return 1
 	}
 	if cfg.scenario == "smoke" && (rep.Lost != 0 || rep.Duplicates != 0 || rep.Delivered != rep.Expected || rep.Sent == 0 || rep.ConnectErrors != 0) {
 		fmt.Fprintf(stderr, "loadtest: smoke failed: sent=%d expected=%d delivered=%d lost=%d duplicates=%d\n",
@@ -152,21 +173,21 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.url, "url", "ws://127.0.0.1:8080", "gateway WebSocket URL (loopback only); the path defaults to /v1/ws")
 	fs.StringVar(&cfg.httpURL, "http", "", "gateway HTTP base URL (default: derived from --url)")
 	fs.DurationVar(&cfg.duration, "duration", d.duration, "how long to publish (or hold connections)")
-	fs.DurationVar(&cfg.drain, "drain", 5*time.Second, "how long to wait for deliveries after publishing stops")
+	fs.DurationVar(&cfg.drain, "drain", d.drain, "how long to wait for deliveries after publishing stops")
 	fs.Float64Var(&cfg.rate, "rate", d.rate, "publishes per second over all publishers; 0: as fast as the window allows")
 	fs.Int64Var(&cfg.messages, "messages", 0, "stop after this many publishes; 0: no count bound besides --duration")
 	fs.IntVar(&cfg.subscribers, "subscribers", d.subscribers, "subscribers (connections, for connect and idle)")
 	fs.IntVar(&cfg.publishers, "publishers", 1, "publishing connections")
 	fs.IntVar(&cfg.size, "size", d.size, fmt.Sprintf("payload bytes (at least %d)", minPayload))
 	fs.IntVar(&cfg.window, "window", 64, "outstanding publishes per publisher")
-	fs.IntVar(&cfg.topics, "topics", d.topics, "topics (wildcard, idle)")
+	fs.IntVar(&cfg.topics, "topics", d.topics, "topics (wildcard, idle; soak: plain topics besides the group topic)")
 	fs.IntVar(&cfg.patterns, "patterns", 4, "patterns (wildcard); the last one is a '#' over every topic")
-	fs.IntVar(&cfg.members, "members", 4, "group members (groups)")
+	fs.IntVar(&cfg.members, "members", 4, "group members (groups, soak)")
 	fs.IntVar(&cfg.partitions, "partitions", 0, "partitions of the groups topic; 0: --members")
-	fs.Float64Var(&cfg.nackShare, "nack-share", 0.1, "share of first deliveries a member nacks (groups)")
+	fs.Float64Var(&cfg.nackShare, "nack-share", d.nackShare, "share of first deliveries a member nacks (groups, soak)")
 	fs.Float64Var(&cfg.stallShare, "stall-share", 0, "share of members that never ack until publishing stops (groups)")
-	fs.Float64Var(&cfg.slowShare, "slow-share", 0.1, "share of subscribers that read slowly (slow)")
-	fs.DurationVar(&cfg.slowDelay, "slow-delay", d.slowDelay, "pause per message of a slow subscriber (slow)")
+	fs.Float64Var(&cfg.slowShare, "slow-share", d.slowShare, "share of subscribers that read slowly (slow, soak)")
+	fs.DurationVar(&cfg.slowDelay, "slow-delay", d.slowDelay, "pause per message of a slow subscriber (slow, soak)")
 	fs.StringVar(&cfg.onFull, "on-full", "", `drop policy of plain subscriptions: drop_old, drop_new or disconnect (default: the gateway's)`)
 	fs.DurationVar(&cfg.ackTimeout, "ack-timeout", 2*time.Second, "group ack timeout of the --inprocess gateway")
 	fs.IntVar(&cfg.concurrency, "concurrency", 64, "connections dialed at once")
@@ -175,6 +196,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&cfg.inprocess, "inprocess", false, "start an embedded gateway in this process and test it")
 	fs.IntVar(&cfg.maxConns, "max-conns", 20000, "refuse runs that would open more connections than this")
 	fs.BoolVar(&cfg.quiet, "quiet", false, "no progress lines")
+	fs.IntVar(&cfg.queueMessages, "queue-messages", d.queueMessages, "outbound queue bound per session of the --inprocess gateway; 0: the gateway's default (1024)")
+	fs.IntVar(&cfg.churners, "churners", 4, "subscribers that disconnect and resume from their positions (soak)")
+	fs.DurationVar(&cfg.sampleInterval, "sample-interval", 5*time.Second, "how often the gateway's goroutines and memory are sampled (soak)")
+	fs.IntVar(&cfg.goroutineSlack, "goroutine-slack", 10, "goroutines the gateway may keep above its baseline once the load has stopped (soak)")
+	fs.IntVar(&cfg.maxHeapGrowthMB, "max-heap-growth-mib", 64, "heap growth in MiB allowed from the first sample after warm-up to the last (soak)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return nil, err
 	}
@@ -191,11 +217,16 @@ type scenarioDefaults struct {
 	topics      int
 	size        int
 	slowDelay   time.Duration
+	drain       time.Duration
+	slowShare   float64
+	nackShare   float64
+
+	queueMessages int
 }
 
 func defaultsFor(s string) scenarioDefaults {
 	d := scenarioDefaults{duration: 10 * time.Second, rate: 1000, subscribers: 100, topics: 16,
-		size: 64, slowDelay: 2 * time.Millisecond}
+		size: 64, slowDelay: 2 * time.Millisecond, drain: 5 * time.Second, slowShare: 0.1, nackShare: 0.1}
 	switch s {
 	case "smoke":
 		d.duration, d.rate, d.subscribers = 2*time.Second, 200, 4
@@ -208,6 +239,11 @@ func defaultsFor(s string) scenarioDefaults {
 		d.subscribers = 1000
 	case "idle":
 		d.subscribers, d.rate = 1000, 10
+	case "soak":
+		// See soak.go for why these values.
+		d.duration, d.rate, d.subscribers, d.size, d.topics = 60*time.Second, 500, 12, 256, 4
+		d.slowDelay, d.slowShare, d.nackShare, d.drain = 5*time.Millisecond, 0.25, 0.05, 20*time.Second
+		d.queueMessages = 256
 	}
 	return d
 }
@@ -222,8 +258,8 @@ func (c *config) validate() error {
 		return errors.New("--subscribers must be >= 0; --publishers, --window and --concurrency >= 1")
 	case c.size < minPayload:
 		return fmt.Errorf("--size must be at least %d", minPayload)
-	case c.topics < 1 || c.patterns < 1 || c.members < 1:
-		return errors.New("--topics, --patterns and --members must be >= 1")
+	case c.topics < 1 || c.patterns < 1 || c.members < 1 || c.churners < 0 || c.sampleInterval <= 0 || c.queueMessages < 0:
+		return errors.New("--topics, --patterns and --members must be >= 1, --churners and --queue-messages >= 0, --sample-interval positive")
 	case c.nackShare < 0 || c.nackShare > 1 || c.stallShare < 0 || c.stallShare >= 1 || c.slowShare < 0 || c.slowShare > 1:
 		return errors.New("--nack-share and --slow-share must be in [0,1], --stall-share in [0,1)")
 	}
@@ -245,6 +281,8 @@ func (c *config) connections() int {
 		return c.subscribers
 	case "groups":
 		return c.members + c.publishers
+	case "soak":
+		return c.subscribers + c.churners + c.members + c.publishers
 	}
 	return c.subscribers + c.publishers
 }
@@ -257,9 +295,31 @@ func execute(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error
 		if err != nil {
 			return nil, err
 		}
-		defer gw.stop()
+		stopped := false
+		defer func() {
+			if !stopped {
+				_ = gw.stop()
+			}
+		}()
 		cfg.url, cfg.httpURL = gw.wsURL, gw.httpURL
+		if cfg.scenario == "soak" {
+			// The soak checks that the embedded gateway stops cleanly and
+			// logged no warning or error.
+			rep, err := runResolved(ctx, cfg, stderr)
+			stopped = true
+			stopErr := gw.stop()
+			if err != nil {
+				return nil, err
+			}
+			rep.Soak.checkInProcess(stopErr, gw.problems)
+			return rep, nil
+		}
 	}
+	return runResolved(ctx, cfg, stderr)
+}
+
+// runResolved checks the URLs and runs the scenario.
+func runResolved(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 	wsu, httpu, err := resolveURLs(ctx, cfg.url, cfg.httpURL)
 	if err != nil {
 		return nil, err

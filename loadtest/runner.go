@@ -73,6 +73,8 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		rep, err = r.runGroups(ctx)
 	case "connect":
 		rep, err = r.runConnect(ctx)
+	case "soak":
+		rep, err = r.runSoak(ctx)
 	}
 	if err != nil {
 		return nil, err

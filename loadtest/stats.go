@@ -135,6 +135,7 @@ type Report struct {
 	ServerCPUPerD  *float64          `json:"server_cpu_us_per_delivery,omitempty"`
 	ServerPeakRSS  *int64            `json:"server_peak_rss_bytes,omitempty"`
 	Classes        []ClassReport     `json:"classes,omitempty"`
+	Soak           *SoakReport       `json:"soak,omitempty"`
 	Notes          []string          `json:"notes,omitempty"`
 }
 
@@ -296,6 +297,9 @@ func writeTable(w io.Writer, r *Report) {
 	for _, c := range r.Classes {
 		p("class "+c.Name, fmt.Sprintf("subscribers=%d expected=%d delivered=%d lost=%d gap_records=%d unaccounted=%d disconnects=%d",
 			c.Subscribers, c.Expected, c.Delivered, c.Lost, c.GapRecords, c.Unaccounted, c.Disconnects))
+	}
+	if r.Soak != nil {
+		r.Soak.writeTable(p)
 	}
 	for _, n := range r.Notes {
 		p("note", n)
