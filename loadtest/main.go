@@ -69,6 +69,8 @@ import (
 type config struct {
 	scenario    string
 	url         string
+	subURLs     []string // subscribers spread over url and these
+	subURLsRaw  string
 	httpURL     string
 	duration    time.Duration
 	drain       time.Duration
@@ -111,6 +113,13 @@ func main() {
 
 // run is the command; it returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "chart" {
+		if err := chartCommand(args[1:], stdout); err != nil {
+			fmt.Fprintln(stderr, "loadtest chart:", err)
+			return 1
+		}
+		return 0
+	}
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -171,6 +180,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	d := defaultsFor(cfg.scenario)
 	fs.StringVar(&cfg.url, "url", "ws://127.0.0.1:8080", "gateway WebSocket URL (loopback only); the path defaults to /v1/ws")
+	fs.StringVar(&cfg.subURLsRaw, "sub-urls", "", "comma-separated WebSocket URLs of further gateway nodes; subscribers are spread round-robin over --url and these (publishers stay on --url)")
 	fs.StringVar(&cfg.httpURL, "http", "", "gateway HTTP base URL (default: derived from --url)")
 	fs.DurationVar(&cfg.duration, "duration", d.duration, "how long to publish (or hold connections)")
 	fs.DurationVar(&cfg.drain, "drain", d.drain, "how long to wait for deliveries after publishing stops")
@@ -325,6 +335,17 @@ func runResolved(ctx context.Context, cfg *config, stderr io.Writer) (*Report, e
 		return nil, err
 	}
 	cfg.url, cfg.httpURL = wsu, httpu
+	cfg.subURLs = []string{wsu}
+	for _, raw := range strings.Split(cfg.subURLsRaw, ",") {
+		if raw = strings.TrimSpace(raw); raw == "" {
+			continue
+		}
+		u, _, err := resolveURLs(ctx, raw, "")
+		if err != nil {
+			return nil, fmt.Errorf("--sub-urls: %w", err)
+		}
+		cfg.subURLs = append(cfg.subURLs, u)
+	}
 	if cfg.quiet {
 		stderr = io.Discard
 	}

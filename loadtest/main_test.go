@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -253,5 +256,31 @@ func BenchmarkLine(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		s.line(l)
+	}
+}
+
+func TestChart(t *testing.T) {
+	dir := t.TempDir()
+	var files []string
+	for i, rate := range []float64{1e5, 5e5, 1e6} {
+		r := Report{Scenario: "fanout", DeliveriesPerS: rate,
+			Latency: Percentiles{Count: 10, P50: float64(i + 1), P90: float64(2 * (i + 1)), P99: float64(5 * (i + 1)), P999: 40}}
+		data, _ := json.Marshal(r)
+		f := filepath.Join(dir, fmt.Sprintf("r%d.json", i))
+		if err := os.WriteFile(f, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	var out bytes.Buffer
+	if err := chartCommand(files, &out); err != nil {
+		t.Fatal(err)
+	}
+	svg := out.String()
+	if !strings.HasPrefix(svg, "<svg") || strings.Count(svg, "<polyline") != 4 || !strings.Contains(svg, "p99.9") {
+		t.Fatalf("unexpected chart:\n%s", svg)
+	}
+	if err := chartCommand(nil, &out); err == nil {
+		t.Fatal("chart without reports succeeded")
 	}
 }

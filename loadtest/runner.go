@@ -26,7 +26,9 @@ type runner struct {
 	c       counters
 	lat     *histogram
 	connect *histogram
-	httpc   *http.Client
+	// connectPhase is how long the last dialAll took (nanoseconds).
+	connectPhase atomic.Int64
+	httpc        *http.Client
 
 	topics []string       // topic names; each ends with its index
 	sentTo []atomic.Int64 // confirmed publishes per topic
@@ -82,6 +84,7 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	rep.Scenario, rep.URL, rep.InProcess = r.cfg.scenario, r.cfg.url, r.cfg.inprocess
 	rep.Latency = r.lat.percentiles()
 	rep.Connect = r.connect.percentiles()
+	rep.ConnectPhase = time.Duration(r.connectPhase.Load()).Seconds()
 	rep.ClientCPU = (selfCPU() - cpu0).Seconds()
 	rep.ConnectErrors = r.c.connFailures.Load()
 	rep.Gaps, rep.GapRecords = r.c.gapEvents.Load(), r.c.gapRecords.Load()
@@ -248,7 +251,11 @@ func (s *subscriber) signal(err error) {
 // when the connection closes.
 func (s *subscriber) start(ctx context.Context, onFull, from string, line func([]byte) bool) error {
 	r := s.r
-	conn, took, err := dialGateway(ctx, r.cfg.url, s.slow)
+	u := r.cfg.url
+	if n := len(r.cfg.subURLs); n > 0 {
+		u = r.cfg.subURLs[s.idx%n]
+	}
+	conn, took, err := dialGateway(ctx, u, s.slow)
 	if err != nil {
 		return err
 	}
@@ -301,6 +308,8 @@ func (s *subscriber) start(ctx context.Context, onFull, from string, line func([
 func (r *runner) dialAll(ctx context.Context, subs []*subscriber, start func(context.Context, *subscriber) error) []*subscriber {
 	ctx, cancel := context.WithTimeout(ctx, max(30*time.Second, r.cfg.duration))
 	defer cancel()
+	began := time.Now()
+	defer func() { r.connectPhase.Store(int64(time.Since(began))) }()
 	sem := make(chan struct{}, r.cfg.concurrency)
 	ok := make([]bool, len(subs))
 	var wg sync.WaitGroup

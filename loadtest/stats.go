@@ -130,6 +130,7 @@ type Report struct {
 	DeliveriesPerS float64           `json:"deliveries_per_s"`
 	Latency        Percentiles       `json:"latency"`
 	Connect        Percentiles       `json:"connect"`
+	ConnectPhase   float64           `json:"connect_phase_s"` // dialing and subscribing every subscriber
 	ClientCPU      float64           `json:"client_cpu_s"`
 	ServerCPU      *float64          `json:"server_cpu_s,omitempty"`
 	ServerCPUPerD  *float64          `json:"server_cpu_us_per_delivery,omitempty"`
@@ -284,6 +285,7 @@ func writeTable(w io.Writer, r *Report) {
 		p("end-to-end latency", pct(r.Latency))
 	}
 	p("connect time", pct(r.Connect))
+	p("connect phase", fmt.Sprintf("%.2fs for every dial and subscribe", r.ConnectPhase))
 	p("generator cpu", fmt.Sprintf("%.2fs", r.ClientCPU))
 	if r.ServerCPU != nil {
 		p("server cpu", fmt.Sprintf("%.2fs", *r.ServerCPU))

@@ -495,7 +495,7 @@ func (r *ring) push(it Item, st *streamState) {
 }
 
 func (r *ring) grow() {
-	buf := make([]slot, max(16, 2*len(r.buf)))
+	buf := make([]slot, max(4, 2*len(r.buf))) // small first: most sessions queue little
 	for i := 0; i < r.n; i++ {
 		buf[i] = *r.at(i)
 	}

@@ -51,7 +51,6 @@ type Session struct {
 	ctl       chan struct{} // capacity 1: wakes the writer for the above
 
 	// Owned by the writer goroutine.
-	buf      []byte      // batch buffer, reused
 	watchdog *time.Timer // write timeout, reused
 
 	// wg counts the writer, the keepalive ping and the watchdog callback.
@@ -100,7 +99,6 @@ func newSession(id string, opts Options, sock socket) *Session {
 		done:      make(chan struct{}),
 		pingDone:  make(chan error, 1),
 		ctl:       make(chan struct{}, 1),
-		buf:       make([]byte, 0, min(opts.MaxBatchBytes, 4<<10)),
 	}
 	s.watchdog = time.AfterFunc(time.Hour, s.onWriteTimeout)
 	s.watchdog.Stop()
@@ -246,8 +244,9 @@ func (s *Session) Run(ctx context.Context, h Handler) error {
 // readLoop reads frames until the connection fails or the peer breaks the
 // protocol, in which case it requests the close and returns the reason.
 func (s *Session) readLoop(ctx context.Context, h Handler) error {
-	buf := make([]byte, 0, 4<<10)
 	for {
+		// Wait for a frame without holding a buffer: idle sessions cost
+		// no read buffer.
 		typ, r, err := s.conn.Reader(ctx)
 		if err != nil {
 			return err
@@ -256,21 +255,29 @@ func (s *Session) readLoop(ctx context.Context, h Handler) error {
 			s.closeWith(websocket.StatusUnsupportedData, "binary frames are not supported", false, ErrBinaryFrame)
 			return ErrBinaryFrame
 		}
-		// Past ReadLimit the websocket package sends the 1009 close itself.
-		buf, err = readAll(r, buf)
-		if err != nil {
+		if err := s.readFrame(r, h); err != nil {
 			return err
 		}
-		if !utf8.Valid(buf) {
-			s.closeWith(websocket.StatusInvalidFramePayloadData, "invalid UTF-8", false, ErrInvalidUTF8)
-			return ErrInvalidUTF8
-		}
-		s.bytesIn.Add(uint64(len(buf)))
-		h.HandleFrame(s, buf)
-		if cap(buf) > 64<<10 {
-			buf = make([]byte, 0, 4<<10) // do not keep a large frame's buffer
-		}
 	}
+}
+
+// readFrame reads one text frame into a pooled buffer and handles it.
+func (s *Session) readFrame(r io.Reader, h Handler) error {
+	bp := getBuf()
+	defer putBuf(bp)
+	// Past ReadLimit the websocket package sends the 1009 close itself.
+	buf, err := readAll(r, *bp)
+	*bp = buf
+	if err != nil {
+		return err
+	}
+	if !utf8.Valid(buf) {
+		s.closeWith(websocket.StatusInvalidFramePayloadData, "invalid UTF-8", false, ErrInvalidUTF8)
+		return ErrInvalidUTF8
+	}
+	s.bytesIn.Add(uint64(len(buf)))
+	h.HandleFrame(s, buf)
+	return nil
 }
 
 // readAll reads r to EOF into buf[:0], growing it as needed.

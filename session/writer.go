@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -124,8 +125,10 @@ func (s *Session) drain() error {
 // writeBatch writes one batch from the queue, the write bounded by timeout.
 // It reports whether it wrote anything.
 func (s *Session) writeBatch(timeout time.Duration) (bool, error) {
-	buf, n := s.q.AppendBatch(s.buf[:0], s.opts.MaxBatchBytes)
-	s.buf = buf
+	bp := getBuf()
+	defer putBuf(bp)
+	buf, n := s.q.AppendBatch((*bp)[:0], s.opts.MaxBatchBytes)
+	*bp = buf
 	if n == 0 {
 		return false, nil
 	}
@@ -153,10 +156,28 @@ func (s *Session) writeBatch(timeout time.Duration) (bool, error) {
 	s.writes.Add(1)
 	s.sent.Add(uint64(n))
 	s.bytesOut.Add(uint64(len(buf)))
-	if cap(s.buf) > 4*s.opts.MaxBatchBytes {
-		s.buf = nil // a single huge frame: do not keep its buffer
-	}
 	return true, nil
+}
+
+// bufPool holds the read and batch buffers of all sessions. An idle
+// connection then holds no buffer of its own: with ten thousands of mostly
+// quiet connections, per-session buffers would dominate the gateway's
+// memory.
+var bufPool = sync.Pool{New: func() any {
+	b := make([]byte, 0, 4<<10)
+	return &b
+}}
+
+func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
+
+// putBuf returns a buffer to the pool unless one large frame made it grow
+// past 64 KiB, which is not worth keeping.
+func putBuf(b *[]byte) {
+	if cap(*b) > 64<<10 {
+		return
+	}
+	*b = (*b)[:0]
+	bufPool.Put(b)
 }
 
 func (s *Session) onWriteTimeout() {
