@@ -166,14 +166,14 @@ func TestHTTPBackpressure(t *testing.T) {
 
 func TestHTTPGroupsSeekAndPoll(t *testing.T) {
 	g := newGateway(t, func(c *gwConfig) {
-		c.engine.Policy = engine.GroupPolicy{AckTimeout: 200 * time.Millisecond}
+		c.engine.Policy = engine.GroupPolicy{AckTimeout: time.Second} // long enough for a loaded machine to ack in time
 	})
 	for i := range 4 {
 		g.httpDo(t, "POST", "/v1/publish", map[string]any{"topic": "pull.a", "data": i})
 	}
 	poll := func() []any {
 		t.Helper()
-		code, body, _ := g.httpDo(t, "POST", "/v1/groups/pullers/poll", map[string]any{"pattern": "pull.*", "max": 10, "wait_ms": 2000})
+		code, body, _ := g.httpDo(t, "POST", "/v1/groups/pullers/poll", map[string]any{"pattern": "pull.*", "max": 10, "wait_ms": 10000})
 		if code != 200 {
 			t.Fatalf("poll: %d %v", code, body)
 		}
