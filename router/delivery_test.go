@@ -121,11 +121,12 @@ func TestSlowConsumerPolicies(t *testing.T) {
 		pub := g.dial(t)
 		fast := g.dial(t)
 		fast.subscribe(t, "feed")
+		// Lockstep, as above: the reading subscriber keeps up.
 		for i := range n {
 			pub.publish(t, "feed", map[string]any{"i": i, "pad": payload})
-		}
-		for range n {
-			fast.nextOp(t, "message")
+			if m := fast.nextOp(t, "message"); num(m, "offset") != int64(i) {
+				t.Fatalf("fast subscriber: message %d has offset %v", i, m["offset"])
+			}
 		}
 		slow.resume()
 		status := slow.closeStatus(t)
