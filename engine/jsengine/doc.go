@@ -191,8 +191,8 @@
 //  3. Engine.tmu: the topic map (never held while taking another lock).
 //  4. partition.smu: one partition's shared view, cache and block floor.
 //
-// Leaf locks: Engine.lifeMu, Engine.obsMu, Engine.tailMu, Engine.dmu and
-// Engine.connMu.
+// Leaf locks: the mutexes in Engine.life and Engine.observers,
+// Engine.tailMu, Engine.dmu and Engine.connMu.
 // Group code does NATS round trips under gmu only to fetch records missing
 // from the cache and to store dead letters; positions are written by the
 // committer without it.

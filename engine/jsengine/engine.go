@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +19,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/internal/groupstate"
+	"github.com/switchyard/switchyard/engine/internal/lifecycle"
 )
 
 // Options configures an Engine. Each field's zero value means the default
@@ -117,9 +118,7 @@ type Engine struct {
 	closeCh chan struct{} // closed by Close
 	wg      sync.WaitGroup
 
-	lifeMu     sync.Mutex // guards following
-	lifeClosed bool
-	callbacks  sync.WaitGroup // timer callbacks running engine code
+	life lifecycle.Guard // engine-closed flag, timer callbacks and afterReal goroutines
 
 	tmu    sync.RWMutex // guards following
 	topics map[string]*topic
@@ -127,15 +126,15 @@ type Engine struct {
 	// seen, so a late create event for an older incarnation is ignored.
 	deleted map[string]uint64
 
-	gmu    sync.Mutex // guards following, partition.gparts/floor state and every group
-	groups map[string]*group
-	reg    map[string]map[string]string // group -> member -> node (the live registry)
-	nodes  map[string]bool              // live nodes
-	dirty  map[*gpart]struct{}          // commits to write
-	kick   chan struct{}                // capacity 1: wakes the committer
+	gmu     sync.Mutex // guards following, partition.gparts/floor state and every group
+	groups  map[string]*group
+	flights groupstate.Machine[*gpart]   // set by New, then read-only
+	reg     map[string]map[string]string // group -> member -> node (the live registry)
+	nodes   map[string]bool              // live nodes
+	dirty   map[*gpart]struct{}          // commits to write
+	kick    chan struct{}                // capacity 1: wakes the committer
 
-	obsMu     sync.Mutex
-	observers atomic.Pointer[[]*obsHandle]
+	observers lifecycle.Observers
 
 	tailMu   sync.Mutex // guards following
 	tailSeq  uint64     // last stream sequence the tail has announced
@@ -204,6 +203,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if e.ttl <= 0 {
 		e.ttl = defaultMemberTTL
 	}
+	e.flights = e.newMachine()
 	e.ttl = max(e.ttl, time.Second) // the server's marker TTL resolution
 	if err := e.defaults.Validate(); err != nil {
 		return nil, fmt.Errorf("jsengine: defaults: %w", err)
@@ -573,56 +573,15 @@ func (e *Engine) Epoch() string { return e.epoch }
 // afterFunc runs f after d on the engine's clock, unless the engine has
 // been closed by then. Close waits for callbacks that are already running.
 func (e *Engine) afterFunc(d time.Duration, f func()) engine.Timer {
-	return e.clock.AfterFunc(d, func() {
-		e.lifeMu.Lock()
-		if e.lifeClosed {
-			e.lifeMu.Unlock()
-			return
-		}
-		e.callbacks.Add(1)
-		e.lifeMu.Unlock()
-		defer e.callbacks.Done()
-		f()
-	})
+	return e.life.AfterFunc(e.clock, d, f)
 }
-
-type obsHandle struct{ o engine.Observer }
 
 // Watch registers o for the live tail until stop is called; stop may be
 // called more than once. Appended is called from the engine's tail
 // goroutine for every record stored by any node sharing the Prefix, in
 // offset order per partition; TopicDeleted from the topic watcher.
 func (e *Engine) Watch(o engine.Observer) (stop func()) {
-	h := &obsHandle{o: o}
-	e.obsMu.Lock()
-	var list []*obsHandle
-	if cur := e.observers.Load(); cur != nil {
-		list = slices.Clone(*cur)
-	}
-	list = append(list, h)
-	e.observers.Store(&list)
-	e.obsMu.Unlock()
-	return func() {
-		e.obsMu.Lock()
-		defer e.obsMu.Unlock()
-		cur := e.observers.Load()
-		if cur == nil {
-			return
-		}
-		i := slices.Index(*cur, h)
-		if i < 0 {
-			return
-		}
-		list := slices.Delete(slices.Clone(*cur), i, i+1)
-		e.observers.Store(&list)
-	}
-}
-
-func (e *Engine) observerList() []*obsHandle {
-	if cur := e.observers.Load(); cur != nil {
-		return *cur
-	}
-	return nil
+	return e.observers.Add(o)
 }
 
 // Close stops appends (they fail with engine.ErrClosed, including appends
@@ -633,15 +592,12 @@ func (e *Engine) observerList() []*obsHandle {
 // the engine started, or until ctx is done (returning ctx's error). Records
 // stay in NATS. Calling Close again returns nil.
 func (e *Engine) Close(ctx context.Context) error {
-	e.lifeMu.Lock()
-	if e.lifeClosed {
-		e.lifeMu.Unlock()
+	if !e.life.Close(func() {
+		e.closed.Store(true)
+		close(e.closeCh)
+	}) {
 		return nil
 	}
-	e.lifeClosed = true
-	e.closed.Store(true)
-	close(e.closeCh)
-	e.lifeMu.Unlock()
 
 	// Hand back: drop windows, then write the releases and unregister.
 	type release struct {
@@ -661,7 +617,7 @@ func (e *Engine) Close(ctx context.Context) error {
 			if gp.holding {
 				gp.dropWindow()
 				gp.holding = false
-				v := commitVal{Off: gp.committed, Skipped: gp.skipped, By: e.node}
+				v := commitVal{Off: gp.Committed, Skipped: gp.Skipped, By: e.node}
 				rels = append(rels, release{gp.key, v.marshal(), gp.storedRev})
 			}
 			gp.member = nil
@@ -685,7 +641,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() { // exits when the engine's goroutines and callbacks return
 		e.wg.Wait()
-		e.callbacks.Wait()
+		e.life.Wait()
 		close(done)
 	}()
 	select {

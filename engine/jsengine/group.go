@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/internal/groupstate"
 	"github.com/switchyard/switchyard/trie"
 )
 
@@ -52,7 +53,7 @@ func commitKey(g string, t *topic, p int) string {
 type group struct {
 	name  string
 	def   groupDef
-	local map[string]*member // members connected to this node
+	local map[string]*groupstate.Member // members connected to this node
 	parts map[partKey]*gpart
 	order []*gpart // parts sorted by (topic, partition); rebuilt by rebalance
 }
@@ -64,11 +65,6 @@ type partKey struct {
 	partition int
 }
 
-type member struct {
-	id string
-	c  engine.Consumer
-}
-
 // gpart is a group's cursor on one partition. Every node has one for each
 // partition a group reads; only the node holding it (holding) delivers.
 type gpart struct {
@@ -76,9 +72,9 @@ type gpart struct {
 	t       *topic
 	p       *partition
 	key     string
-	start   engine.Start // where a cursor with no stored position starts
-	owner   string       // assigned member ID, "" when the group has none
-	member  *member      // the owner when it is on this node
+	start   engine.Start       // where a cursor with no stored position starts
+	owner   string             // assigned member ID, "" when the group has none
+	member  *groupstate.Member // the owner when it is on this node
 	removed bool
 
 	stored    commitVal // last value seen in the bucket
@@ -86,77 +82,24 @@ type gpart struct {
 	loaded    bool
 	acquiring bool // a claim is queued for the committer
 
-	holding   bool // this node delivers the partition
-	committed int64
-	next      int64
-	window    []*flight
-	skipped   int64
-	ahead     []*engine.Record // records fetched from NATS past the cache
+	holding bool             // this node delivers the partition
+	ahead   []*engine.Record // records fetched from NATS past the cache
+
+	groupstate.Window // this node's window while holding
 }
 
-type flightState uint8
-
-const (
-	stateReady flightState = iota
-	stateInFlight
-	stateBackoff
-	stateDone
-)
-
-type flight struct {
-	rec     *engine.Record
-	state   flightState
-	attempt int
-	to      *member
-	timer   engine.Timer
-	gen     uint64
-	lastErr string
-}
-
-func (f *flight) stopTimer() {
-	if f.timer != nil {
-		f.timer.Stop()
-		f.timer = nil
-	}
-	f.gen++
-}
-
+// dropWindow forgets every flight, stopping its timers, and the records
+// fetched for them.
 func (gp *gpart) dropWindow() {
-	for _, f := range gp.window {
-		f.stopTimer()
-	}
-	gp.window = nil
-	gp.next = gp.committed
+	gp.Drop()
 	gp.ahead = nil
-}
-
-func (gp *gpart) fastForward(earliest int64) {
-	k := earliest - gp.committed
-	if k >= int64(len(gp.window)) {
-		gp.committed = earliest
-		gp.dropWindow()
-		gp.next = max(gp.next, earliest)
-		return
-	}
-	for _, f := range gp.window[:k] {
-		f.stopTimer()
-	}
-	gp.window = gp.window[k:]
-	gp.committed = earliest
-}
-
-func (gp *gpart) flightAt(offset int64) *flight {
-	if !gp.holding || offset < gp.committed || offset >= gp.next {
-		return nil
-	}
-	return gp.window[offset-gp.committed]
 }
 
 // position is where the group stands: this node's cursor while it holds
 // the partition, else the bucket's.
 func (gp *gpart) position() int64 {
 	if gp.holding {
-		return gp.committed
+		return gp.Committed
 	}
 	if gp.loaded {
 		return gp.stored.Off
@@ -165,21 +108,12 @@ func (gp *gpart) position() int64 {
 	return e
 }
 
-func accepts(filter map[string]string, r *engine.Record) bool {
-	for k, v := range filter {
-		if hv, ok := r.Headers[k]; !ok || hv != v {
-			return false
-		}
-	}
-	return true
-}
-
 // ensureGroup returns the local group, creating it from def. Caller holds gmu.
 func (e *Engine) ensureGroup(name string, def groupDef) *group {
 	if g := e.groups[name]; g != nil {
 		return g
 	}
-	g := &group{name: name, def: def, local: make(map[string]*member), parts: make(map[partKey]*gpart)}
+	g := &group{name: name, def: def, local: make(map[string]*groupstate.Member), parts: make(map[partKey]*gpart)}
 	e.groups[name] = g
 	e.tmu.RLock()
 	ts := slices.Collect(maps.Values(e.topics))
@@ -335,65 +269,30 @@ func (e *Engine) pump(gp *gpart) {
 		return
 	}
 	g := gp.g
-	before := gp.committed
+	before := gp.Committed
 	earliest, next := gp.p.view()
-	skipFrom, skipTo := gp.committed, gp.committed
-	if gp.committed < earliest {
-		skipTo = earliest
-		gp.skipped += earliest - gp.committed
-		gp.fastForward(earliest)
+	skipFrom, skipTo := gp.SkipTo(earliest)
+	if skipTo > skipFrom && len(gp.Flights) == 0 {
+		gp.ahead = nil // the whole window was dropped: so are its fetched records
 	}
 	m := gp.member
-	draining := false
-	outstanding, inFlight := 0, 0
-	for _, f := range gp.window {
-		switch {
-		case f.state == stateDone:
-			continue
-		case f.state == stateInFlight:
-			inFlight++
-			if f.to != m {
-				draining = true
-			}
-		}
-		outstanding++
-	}
+	outstanding, inFlight, draining := gp.Load(m)
 	if m != nil && !draining {
-		for outstanding < e.policy.MaxInFlight && gp.next < next {
-			r := e.recordAt(gp, gp.next)
-			if r == nil {
-				break
-			}
-			gp.next++
-			f := &flight{rec: r}
-			if !accepts(g.def.Filter, r) {
-				f.state = stateDone
-			} else {
-				outstanding++
-			}
-			gp.window = append(gp.window, f)
-		}
+		gp.Fill(outstanding, e.policy.MaxInFlight, next, g.def.Filter,
+			func(off int64) *engine.Record { return e.recordAt(gp, off) })
 	}
 	if skipTo > skipFrom && m != nil {
-		m.c.Skipped(g.name, gp.t.name, gp.p.index, skipFrom, skipTo)
+		m.Consumer.Skipped(g.name, gp.t.name, gp.p.index, skipFrom, skipTo)
 	}
 	if m != nil && !draining {
-		for _, f := range gp.window {
-			if f.state == stateReady {
-				e.deliver(gp, f, m)
-			}
-		}
+		e.flights.DeliverReady(gp, &gp.Window, m)
 	}
-	for len(gp.window) > 0 && gp.window[0].state == stateDone {
-		gp.window[0] = nil
-		gp.window = gp.window[1:]
-		gp.committed++
-	}
-	if gp.committed != before {
+	gp.Advance()
+	if gp.Committed != before {
 		e.updateFloor(gp.p)
 		e.markDirty(gp)
 	}
-	if trimmed, _ := gp.p.view(); gp.committed < trimmed {
+	if trimmed, _ := gp.p.view(); gp.Committed < trimmed {
 		defer e.pump(gp) // recordAt found records trimmed meanwhile
 	}
 	if m == nil && inFlight == 0 {
@@ -405,67 +304,32 @@ func (e *Engine) pump(gp *gpart) {
 	}
 }
 
-func (e *Engine) deliver(gp *gpart, f *flight, m *member) {
-	f.stopTimer()
-	f.attempt++
-	f.state = stateInFlight
-	f.to = m
-	gen := f.gen
-	f.timer = e.afterFunc(e.policy.AckTimeout, func() {
-		e.gmu.Lock()
-		defer e.gmu.Unlock()
-		if gp.removed || f.gen != gen || f.state != stateInFlight || e.closed.Load() {
-			return
-		}
-		e.fail(gp, f, "ack timeout", true)
-		e.pump(gp)
-	})
-	m.c.Deliver(engine.Delivery{Group: gp.g.name, Record: f.rec, Attempt: f.attempt})
+// newMachine returns the group state machine wired to e. Timer callbacks
+// take gmu and do nothing once gp is removed or e is closed.
+func (e *Engine) newMachine() groupstate.Machine[*gpart] {
+	return groupstate.Machine[*gpart]{
+		Policy:     e.policy,
+		Clock:      e.clock,
+		NewID:      e.newID,
+		Group:      func(gp *gpart) string { return gp.g.name },
+		Mu:         &e.gmu,
+		AfterFunc:  e.afterFunc,
+		Active:     func(gp *gpart) bool { return !gp.removed && !e.closed.Load() },
+		Pump:       e.pump,
+		DeadLetter: e.deadLetter,
+	}
 }
 
-// fail ends a delivery attempt: after the last attempt the record is
-// dead-lettered; otherwise it is redelivered after the backoff, or at once
-// when backoff is false. The caller pumps afterwards. Caller holds gmu.
-func (e *Engine) fail(gp *gpart, f *flight, reason string, backoff bool) {
-	f.stopTimer()
-	f.lastErr = reason
-	f.to = nil
-	if f.attempt >= e.policy.MaxAttempts {
-		f.state = stateDone
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		ctx, done := e.onConn(ctx) // gmu is held: give up at once if NATS goes
-		defer done(nil)
-		err := e.storeDeadLetter(ctx, &engine.DeadLetter{
-			ID:       e.newID(),
-			Reason:   engine.ReasonMaxAttempts,
-			Group:    gp.g.name,
-			Record:   *f.rec,
-			Attempts: f.attempt,
-			Error:    reason,
-			Time:     e.clock.Now(),
-		})
-		if err != nil {
-			e.log.Error("jsengine: dead letter lost", "group", gp.g.name, "topic", f.rec.Topic, "offset", f.rec.Offset, "err", err)
-		}
-		return
+// deadLetter stores a record that ran out of attempts, logging it when it
+// cannot. Caller holds gmu.
+func (e *Engine) deadLetter(dl *engine.DeadLetter) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ctx, done := e.onConn(ctx) // gmu is held: give up at once if NATS goes
+	defer done(nil)
+	if err := e.storeDeadLetter(ctx, dl); err != nil {
+		e.log.Error("jsengine: dead letter lost", "group", dl.Group, "topic", dl.Record.Topic, "offset", dl.Record.Offset, "err", err)
 	}
-	if !backoff {
-		f.state = stateReady
-		return
-	}
-	f.state = stateBackoff
-	gen := f.gen
-	f.timer = e.afterFunc(e.policy.Backoff(f.attempt), func() {
-		e.gmu.Lock()
-		defer e.gmu.Unlock()
-		if gp.removed || f.gen != gen || f.state != stateBackoff || e.closed.Load() {
-			return
-		}
-		f.timer = nil
-		f.state = stateReady
-		e.pump(gp)
-	})
 }
 
 // applyStored takes in a position written to the bucket. A value another
@@ -480,7 +344,7 @@ func (e *Engine) applyStored(gp *gpart, v commitVal, rev uint64) {
 	if v.By != e.node && gp.holding {
 		gp.dropWindow()
 		if v.Holder == e.node {
-			gp.committed, gp.next, gp.skipped = v.Off, v.Off, v.Skipped
+			gp.Committed, gp.Next, gp.Skipped = v.Off, v.Off, v.Skipped
 		} else {
 			gp.holding = false
 		}
@@ -529,7 +393,7 @@ func (e *Engine) sync(gp *gpart) {
 		claim := false
 		switch {
 		case gp.holding:
-			want = commitVal{Off: gp.committed, Skipped: gp.skipped, Holder: e.node, By: e.node}
+			want = commitVal{Off: gp.Committed, Skipped: gp.Skipped, Holder: e.node, By: e.node}
 		case gp.acquiring:
 			if gp.member == nil {
 				gp.acquiring = false
@@ -548,7 +412,7 @@ func (e *Engine) sync(gp *gpart) {
 				e.gmu.Unlock()
 				return // nothing of ours to release
 			}
-			want = commitVal{Off: gp.committed, Skipped: gp.skipped, By: e.node}
+			want = commitVal{Off: gp.Committed, Skipped: gp.Skipped, By: e.node}
 		}
 		if loaded && !claim && gp.stored == want {
 			e.gmu.Unlock()
@@ -606,8 +470,8 @@ func (e *Engine) sync(gp *gpart) {
 		if claim && !gp.removed {
 			gp.acquiring = false
 			if !gp.holding {
-				gp.committed, gp.next, gp.skipped = want.Off, want.Off, want.Skipped
-				gp.window, gp.ahead = nil, nil
+				gp.Committed, gp.Next, gp.Skipped = want.Off, want.Off, want.Skipped
+				gp.Flights, gp.ahead = nil, nil
 				if gp.member != nil {
 					gp.holding = true
 					e.updateFloor(gp.p)
@@ -635,14 +499,11 @@ func (e *Engine) retryLater(gp *gpart) {
 
 // afterReal runs f after d of real time unless the engine closes first.
 func (e *Engine) afterReal(d time.Duration, f func()) {
-	e.lifeMu.Lock()
-	defer e.lifeMu.Unlock()
-	if e.lifeClosed {
+	if !e.life.Enter() {
 		return
 	}
-	e.wg.Add(1)
 	go func() { // exits after d or when the engine closes
-		defer e.wg.Done()
+		defer e.life.Exit()
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -881,7 +742,7 @@ func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Cons
 		e.gmu.Unlock()
 		return "", fmt.Errorf("jsengine: group %q already has member %q: %w", g.name, id, engine.ErrInvalidConfig)
 	}
-	g.local[id] = &member{id: id, c: c}
+	g.local[id] = &groupstate.Member{ID: id, Consumer: c}
 	if e.reg[g.name] == nil {
 		e.reg[g.name] = make(map[string]string)
 	}
@@ -914,11 +775,7 @@ func (e *Engine) Leave(ctx context.Context, groupName, memberID string) (err err
 	delete(g.local, memberID)
 	delete(e.reg[groupName], memberID)
 	for _, gp := range g.order {
-		for _, f := range gp.window {
-			if f.state == stateInFlight && f.to == m {
-				e.fail(gp, f, "member left", false)
-			}
-		}
+		e.flights.Release(gp, &gp.Window, m)
 	}
 	e.rebalance(g)
 	e.gmu.Unlock()
@@ -928,13 +785,13 @@ func (e *Engine) Leave(ctx context.Context, groupName, memberID string) (err err
 	return nil
 }
 
-func (e *Engine) inFlight(groupName string, pos engine.Position) (*gpart, *flight, error) {
+func (e *Engine) inFlight(groupName string, pos engine.Position) (*gpart, *groupstate.Flight, error) {
 	g := e.groups[groupName]
 	if g == nil {
 		return nil, nil, groupErr(groupName)
 	}
-	if gp := g.parts[partKey{pos.Topic, pos.Partition}]; gp != nil {
-		if f := gp.flightAt(pos.Offset); f != nil && f.state == stateInFlight {
+	if gp := g.parts[partKey{pos.Topic, pos.Partition}]; gp != nil && gp.holding {
+		if f := gp.InFlightAt(pos.Offset); f != nil {
 			return gp, f, nil
 		}
 	}
@@ -952,9 +809,7 @@ func (e *Engine) Ack(ctx context.Context, groupName string, pos engine.Position)
 	if err != nil {
 		return err
 	}
-	f.stopTimer()
-	f.state = stateDone
-	f.to = nil
+	f.Ack()
 	e.pump(gp)
 	return nil
 }
@@ -969,7 +824,7 @@ func (e *Engine) Nack(ctx context.Context, groupName string, pos engine.Position
 	if err != nil {
 		return err
 	}
-	e.fail(gp, f, reason, true)
+	e.flights.Fail(gp, f, reason, true)
 	e.pump(gp)
 	return nil
 }
@@ -1029,7 +884,7 @@ func (e *Engine) seekOne(ctx context.Context, gp *gpart, off int64) error {
 		e.gmu.Lock()
 		if gp.holding {
 			gp.dropWindow()
-			gp.committed, gp.next = off, off
+			gp.Committed, gp.Next = off, off
 			e.updateFloor(gp.p)
 			e.markDirty(gp)
 			e.pump(gp)
@@ -1109,13 +964,8 @@ func (e *Engine) Group(ctx context.Context, name string) (_ engine.GroupInfo, er
 	}
 	for _, gp := range g.order {
 		_, next := gp.p.view()
-		inflight := 0
-		for _, f := range gp.window {
-			if f.state == stateInFlight {
-				inflight++
-			}
-		}
-		committed, skipped := gp.position(), gp.skipped
+		inflight := gp.Leased()
+		committed, skipped := gp.position(), gp.Skipped
 		if !gp.holding && gp.loaded {
 			skipped = gp.stored.Skipped
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/internal/lifecycle"
 )
 
 // Record headers. Payload bytes are the NATS message data.
@@ -384,8 +385,8 @@ func (e *Engine) topicEvent(ent jetstream.KeyValueEntry, initial bool) {
 			e.dropTopic(cur)
 		}
 		if !initial {
-			for _, h := range e.observerList() {
-				h.o.TopicDeleted(name)
+			for _, o := range e.observers.List() {
+				o.TopicDeleted(name)
 			}
 		}
 	}
@@ -637,7 +638,7 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message, msgI
 	}
 	size := recordBytes(&engine.Record{Key: m.Key, Headers: m.Headers, Data: m.Data})
 	maxMsgs := t.cfg.MaxMessages
-	var bw *blockWait
+	var bw *lifecycle.Timeout
 
 	p.amu.Lock()
 	earliestBefore := p.earliestW
@@ -646,28 +647,28 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message, msgI
 	for attempt := 0; ; attempt++ {
 		if t.deleted.Load() {
 			p.amu.Unlock()
-			bw.stop()
+			bw.Stop()
 			return engine.Appended{}, errTopicGone
 		}
 		if e.closed.Load() {
 			p.amu.Unlock()
-			bw.stop()
+			bw.Stop()
 			return engine.Appended{}, closedErr()
 		}
 		if err := e.reachable(); err != nil {
 			p.amu.Unlock()
-			bw.stop()
+			bw.Stop()
 			return engine.Appended{}, err
 		}
 		if attempt > 100 {
 			p.amu.Unlock()
-			bw.stop()
+			bw.Stop()
 			return engine.Appended{}, fmt.Errorf("jsengine: topic %q partition %d: too much contention: %w", t.name, p.index, engine.ErrUnavailable)
 		}
 		if !p.known {
 			if err := e.loadState(ctx, p); err != nil {
 				p.amu.Unlock()
-				bw.stop()
+				bw.Stop()
 				return engine.Appended{}, err
 			}
 		}
@@ -677,7 +678,7 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message, msgI
 		}
 		if err := e.trimAge(ctx, p, now); err != nil {
 			p.amu.Unlock()
-			bw.stop()
+			bw.Stop()
 			return engine.Appended{}, err
 		}
 		if maxMsgs > 0 && p.nextW-p.earliestW >= maxMsgs && t.cfg.OnFull == engine.Block {
@@ -695,7 +696,7 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message, msgI
 					bw = e.newBlockWait(t.cfg.BlockTimeout)
 				}
 				if err := e.waitForSpace(ctx, t, p, bw, space); err != nil {
-					bw.stop()
+					bw.Stop()
 					return engine.Appended{}, err
 				}
 				p.known = false // others may have appended meanwhile
@@ -726,7 +727,7 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message, msgI
 		}
 		if err != nil {
 			p.amu.Unlock()
-			bw.stop()
+			bw.Stop()
 			return engine.Appended{}, unavailable("append", err)
 		}
 		prevMark := p.lastMark
@@ -753,7 +754,7 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message, msgI
 	}
 	trimmed := p.earliestW != earliestBefore
 	p.amu.Unlock()
-	bw.stop()
+	bw.Stop()
 	if trimmed {
 		e.pumpPartition(p)
 	}
@@ -800,33 +801,20 @@ func (e *Engine) waitTail(ctx context.Context, seq uint64) {
 	}
 }
 
-// blockWait is one Append's block timeout: timeout is closed when it passes.
-type blockWait struct {
-	timeout chan struct{}
-	timer   engine.Timer
-}
-
-func (e *Engine) newBlockWait(d time.Duration) *blockWait {
-	ch := make(chan struct{})
-	return &blockWait{timeout: ch, timer: e.afterFunc(d, func() { close(ch) })}
-}
-
-func (bw *blockWait) stop() {
-	if bw != nil {
-		bw.timer.Stop()
-	}
+func (e *Engine) newBlockWait(d time.Duration) *lifecycle.Timeout {
+	return e.life.Timeout(e.clock, d)
 }
 
 // waitForSpace waits, with amu released, until space is closed (the
 // partition's floor may have risen), the block timeout passes, ctx is done
 // or the engine closes. Caller holds amu and has counted itself in
 // p.waiters; amu is held again on a nil return, released otherwise.
-func (e *Engine) waitForSpace(ctx context.Context, t *topic, p *partition, bw *blockWait, space chan struct{}) error {
+func (e *Engine) waitForSpace(ctx context.Context, t *topic, p *partition, bw *lifecycle.Timeout, space chan struct{}) error {
 	p.amu.Unlock()
 	var err error
 	select {
 	case <-space:
-	case <-bw.timeout:
+	case <-bw.Done():
 		err = fmt.Errorf("jsengine: topic %q partition %d full for %v: %w",
 			t.name, p.index, t.cfg.BlockTimeout, engine.ErrBackpressure)
 	case <-ctx.Done():
@@ -1159,8 +1147,8 @@ func (e *Engine) tailMsg(msg jetstream.Msg) {
 	p.cache = append(p.cache, cached{rec: pm.rec, seq: seq})
 	p.smu.Unlock()
 
-	for _, h := range e.observerList() {
-		h.o.Appended(pm.rec)
+	for _, o := range e.observers.List() {
+		o.Appended(pm.rec)
 	}
 	e.gmu.Lock()
 	for _, gp := range p.gparts {

@@ -43,9 +43,9 @@
 //  4. Engine.dlMu: the dead-letter list.
 //
 // Leaf locks, never held while taking another: topic.dmu (the dedupe map),
-// Engine.lifeMu (closed flag and the timer-callback WaitGroup), and
-// Engine.obsMu (registering observers; Append reads the observer list
-// through an atomic pointer).
+// the mutex in Engine.life (closed flag and the running timer callbacks),
+// and the mutex in Engine.observers (registering observers; Append reads
+// the observer list through an atomic pointer).
 //
 // Append takes partition.mu, releases it, and only then takes gmu to hand
 // new records to the groups reading the partition, so a publisher never

@@ -5,12 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/internal/groupstate"
+	"github.com/switchyard/switchyard/engine/internal/lifecycle"
 )
 
 // Options configures an Engine. The zero value is ready to use: each field's
@@ -49,18 +50,16 @@ type Engine struct {
 	closed  atomic.Bool   // set once by Close; checked lock-free by Append
 	closeCh chan struct{} // closed by Close: wakes blocked appenders
 
-	lifeMu     sync.Mutex // guards following
-	lifeClosed bool
-	callbacks  sync.WaitGroup // timer callbacks running engine code
+	life lifecycle.Guard // engine-closed flag and running timer callbacks
 
-	gmu    sync.Mutex // guards following, and partition.readers
-	groups map[string]*group
+	gmu     sync.Mutex // guards following, and partition.readers
+	groups  map[string]*group
+	flights groupstate.Machine[*gpart] // set by New, then read-only
 
 	topicsMu sync.Mutex // serialises creating and deleting topics
 	topics   sync.Map   // string -> *topic; lookups take no lock
 
-	obsMu     sync.Mutex                   // serialises Watch and its stop
-	observers atomic.Pointer[[]*obsHandle] // copy-on-write list read by Append
+	observers lifecycle.Observers // copy-on-write list read by Append
 
 	dlMu        sync.Mutex // guards following
 	deadLetters []*engine.DeadLetter
@@ -87,6 +86,7 @@ func New(opts Options) *Engine {
 		e.newID = randomID
 	}
 	e.epoch = e.newID()
+	e.flights = e.newMachine()
 	return e
 }
 
@@ -103,55 +103,14 @@ func (e *Engine) Epoch() string { return e.epoch }
 // afterFunc runs f after d on the engine's clock, unless the engine has
 // been closed by then. Close waits for callbacks that are already running.
 func (e *Engine) afterFunc(d time.Duration, f func()) engine.Timer {
-	return e.clock.AfterFunc(d, func() {
-		e.lifeMu.Lock()
-		if e.lifeClosed {
-			e.lifeMu.Unlock()
-			return
-		}
-		e.callbacks.Add(1)
-		e.lifeMu.Unlock()
-		defer e.callbacks.Done()
-		f()
-	})
+	return e.life.AfterFunc(e.clock, d, f)
 }
-
-type obsHandle struct{ o engine.Observer }
 
 // Watch registers o for the live tail until stop is called; stop may be
 // called more than once. Appended is called synchronously inside Append with
 // the partition locked (see the package documentation).
 func (e *Engine) Watch(o engine.Observer) (stop func()) {
-	h := &obsHandle{o: o}
-	e.obsMu.Lock()
-	var list []*obsHandle
-	if cur := e.observers.Load(); cur != nil {
-		list = slices.Clone(*cur)
-	}
-	list = append(list, h)
-	e.observers.Store(&list)
-	e.obsMu.Unlock()
-	return func() {
-		e.obsMu.Lock()
-		defer e.obsMu.Unlock()
-		cur := e.observers.Load()
-		if cur == nil {
-			return
-		}
-		i := slices.Index(*cur, h)
-		if i < 0 {
-			return
-		}
-		list := slices.Delete(slices.Clone(*cur), i, i+1)
-		e.observers.Store(&list)
-	}
-}
-
-func (e *Engine) observerList() []*obsHandle {
-	if cur := e.observers.Load(); cur != nil {
-		return *cur
-	}
-	return nil
+	return e.observers.Add(o)
 }
 
 // Close stops appends (they fail with engine.ErrClosed, including appends
@@ -160,20 +119,17 @@ func (e *Engine) observerList() []*obsHandle {
 // callbacks already running, or until ctx is done (returning ctx's error).
 // Calling Close again returns nil.
 func (e *Engine) Close(ctx context.Context) error {
-	e.lifeMu.Lock()
-	if e.lifeClosed {
-		e.lifeMu.Unlock()
+	if !e.life.Close(func() {
+		e.closed.Store(true)
+		close(e.closeCh)
+	}) {
 		return nil
 	}
-	e.lifeClosed = true
-	e.closed.Store(true)
-	close(e.closeCh)
-	e.lifeMu.Unlock()
 
 	e.gmu.Lock()
 	for _, g := range e.groups {
 		for _, gp := range g.parts {
-			gp.dropWindow()
+			gp.Drop()
 			gp.member = nil
 		}
 		clear(g.members)
@@ -182,7 +138,7 @@ func (e *Engine) Close(ctx context.Context) error {
 
 	done := make(chan struct{})
 	go func() { // exits when the running callbacks return
-		e.callbacks.Wait()
+		e.life.Wait()
 		close(done)
 	}()
 	select {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/internal/groupstate"
 	"github.com/switchyard/switchyard/trie"
 )
 
@@ -20,7 +21,7 @@ type group struct {
 	pattern string
 	filter  map[string]string
 	from    engine.Start
-	members map[string]*member
+	members map[string]*groupstate.Member
 	parts   map[partKey]*gpart
 	order   []*gpart // parts sorted by (topic, partition); rebuilt by rebalance
 }
@@ -30,95 +31,16 @@ type partKey struct {
 	partition int
 }
 
-type member struct {
-	id string
-	c  engine.Consumer
-}
-
-// gpart is a group's cursor on one partition. Offsets below committed are
-// done; window holds one flight per offset in [committed, next), so
-// window[i] is offset committed+i.
+// gpart is a group's cursor on one partition: its flight window and the
+// partition it reads.
 type gpart struct {
 	g       *group
 	t       *topic
 	p       *partition
-	member  *member // assigned member; nil when the group has none
-	removed bool    // the topic was deleted or the group dropped it
+	member  *groupstate.Member // assigned member; nil when the group has none
+	removed bool               // the topic was deleted or the group dropped it
 
-	committed int64
-	next      int64
-	window    []*flight
-	skipped   int64
-}
-
-type flightState uint8
-
-const (
-	stateReady    flightState = iota // waiting to be (re)delivered
-	stateInFlight                    // leased to a member
-	stateBackoff                     // failed; waiting for its backoff timer
-	stateDone                        // acked, filtered out or dead-lettered
-)
-
-// flight is one record in a group's window.
-type flight struct {
-	rec     *engine.Record
-	state   flightState
-	attempt int     // deliveries made so far
-	to      *member // who holds it while stateInFlight
-	timer   engine.Timer
-	gen     uint64 // bumped on every state change; stale timers see a new value
-	lastErr string
-}
-
-func (f *flight) stopTimer() {
-	if f.timer != nil {
-		f.timer.Stop()
-		f.timer = nil
-	}
-	f.gen++
-}
-
-// dropWindow forgets every flight, stopping its timers.
-func (gp *gpart) dropWindow() {
-	for _, f := range gp.window {
-		f.stopTimer()
-	}
-	gp.window = nil
-	gp.next = gp.committed
-}
-
-// fastForward moves the cursor up to earliest, dropping flights below it.
-func (gp *gpart) fastForward(earliest int64) {
-	k := earliest - gp.committed
-	if k >= int64(len(gp.window)) {
-		gp.committed = earliest
-		gp.dropWindow()
-		gp.next = max(gp.next, earliest)
-		return
-	}
-	for _, f := range gp.window[:k] {
-		f.stopTimer()
-	}
-	gp.window = gp.window[k:]
-	gp.committed = earliest
-}
-
-func (gp *gpart) flightAt(offset int64) *flight {
-	if offset < gp.committed || offset >= gp.next {
-		return nil
-	}
-	return gp.window[offset-gp.committed]
-}
-
-// accepts reports whether a record's headers hold every pair of filter.
-func accepts(filter map[string]string, r *engine.Record) bool {
-	for k, v := range filter {
-		if hv, ok := r.Headers[k]; !ok || hv != v {
-			return false
-		}
-	}
-	return true
+	groupstate.Window
 }
 
 // addTopicToGroup gives g a cursor on every partition of t. At group
@@ -147,7 +69,7 @@ func (e *Engine) addTopicToGroup(g *group, t *topic, atCreation bool) {
 		p.trimAge(t.cfg.MaxAge, now)
 		off := p.resolve(start)
 		p.mu.Unlock()
-		gp := &gpart{g: g, t: t, p: p, committed: off, next: off}
+		gp := &gpart{g: g, t: t, p: p, Window: groupstate.Window{Committed: off, Next: off}}
 		g.parts[key] = gp
 		p.groupParts = append(p.groupParts, gp)
 		e.updateFloor(p)
@@ -167,7 +89,7 @@ func (e *Engine) removeTopicFromGroup(g *group, t *topic) bool {
 		if gp == nil || gp.t != t {
 			continue
 		}
-		gp.dropWindow()
+		gp.Drop()
 		gp.removed = true
 		delete(g.parts, key)
 		p.groupParts = slices.DeleteFunc(p.groupParts, func(x *gpart) bool { return x == gp })
@@ -185,7 +107,7 @@ func (e *Engine) removeTopicFromGroup(g *group, t *topic) bool {
 func (e *Engine) updateFloor(p *partition) {
 	floor := int64(math.MaxInt64)
 	for _, gp := range p.groupParts {
-		floor = min(floor, gp.committed)
+		floor = min(floor, gp.Committed)
 	}
 	p.mu.Lock()
 	wake := len(p.groupParts) < p.readers || floor > p.floor
@@ -227,117 +149,44 @@ func (e *Engine) pump(gp *gpart) {
 		return
 	}
 	g, p := gp.g, gp.p
-	before := gp.committed
+	before := gp.Committed
 
 	p.mu.Lock()
 	p.trimAge(gp.t.cfg.MaxAge, e.clock.Now())
-	skipFrom, skipTo := gp.committed, gp.committed
-	if gp.committed < p.base {
-		skipTo = p.base
-		gp.skipped += p.base - gp.committed
-		gp.fastForward(p.base)
-	}
+	skipFrom, skipTo := gp.SkipTo(p.base)
 	m := gp.member
-	draining := false
-	outstanding := 0
-	for _, f := range gp.window {
-		switch {
-		case f.state == stateDone:
-			continue
-		case f.state == stateInFlight && f.to != m:
-			draining = true
-		}
-		outstanding++
-	}
+	outstanding, _, draining := gp.Load(m)
 	if m != nil && !draining {
-		for outstanding < e.policy.MaxInFlight && gp.next < p.next() {
-			r := p.at(gp.next)
-			gp.next++
-			f := &flight{rec: r}
-			if !accepts(g.filter, r) {
-				f.state = stateDone
-			} else {
-				outstanding++
-			}
-			gp.window = append(gp.window, f)
-		}
+		gp.Fill(outstanding, e.policy.MaxInFlight, p.next(), g.filter, p.at)
 	}
 	p.mu.Unlock()
 
 	if skipTo > skipFrom && m != nil {
-		m.c.Skipped(g.name, gp.t.name, p.index, skipFrom, skipTo)
+		m.Consumer.Skipped(g.name, gp.t.name, p.index, skipFrom, skipTo)
 	}
 	if m != nil && !draining {
-		for _, f := range gp.window {
-			if f.state == stateReady {
-				e.deliver(gp, f, m)
-			}
-		}
+		e.flights.DeliverReady(gp, &gp.Window, m)
 	}
-	for len(gp.window) > 0 && gp.window[0].state == stateDone {
-		gp.window[0] = nil
-		gp.window = gp.window[1:]
-		gp.committed++
-	}
-	if gp.committed != before {
+	gp.Advance()
+	if gp.Committed != before {
 		e.updateFloor(p)
 	}
 }
 
-func (e *Engine) deliver(gp *gpart, f *flight, m *member) {
-	f.stopTimer()
-	f.attempt++
-	f.state = stateInFlight
-	f.to = m
-	gen := f.gen
-	f.timer = e.afterFunc(e.policy.AckTimeout, func() {
-		e.gmu.Lock()
-		defer e.gmu.Unlock()
-		if gp.removed || f.gen != gen || f.state != stateInFlight || e.closed.Load() {
-			return
-		}
-		e.fail(gp, f, "ack timeout", true)
-		e.pump(gp)
-	})
-	m.c.Deliver(engine.Delivery{Group: gp.g.name, Record: f.rec, Attempt: f.attempt})
-}
-
-// fail ends a delivery attempt: after the last attempt the record is
-// dead-lettered; otherwise it is redelivered after the backoff, or at once
-// when backoff is false. The caller pumps afterwards.
-func (e *Engine) fail(gp *gpart, f *flight, reason string, backoff bool) {
-	f.stopTimer()
-	f.lastErr = reason
-	f.to = nil
-	if f.attempt >= e.policy.MaxAttempts {
-		f.state = stateDone
-		e.addDeadLetter(&engine.DeadLetter{
-			ID:       e.newID(),
-			Reason:   engine.ReasonMaxAttempts,
-			Group:    gp.g.name,
-			Record:   *f.rec,
-			Attempts: f.attempt,
-			Error:    reason,
-			Time:     e.clock.Now(),
-		})
-		return
+// newMachine returns the group state machine wired to e. Timer callbacks
+// take gmu and do nothing once gp is removed or e is closed.
+func (e *Engine) newMachine() groupstate.Machine[*gpart] {
+	return groupstate.Machine[*gpart]{
+		Policy:     e.policy,
+		Clock:      e.clock,
+		NewID:      e.newID,
+		Group:      func(gp *gpart) string { return gp.g.name },
+		Mu:         &e.gmu,
+		AfterFunc:  e.afterFunc,
+		Active:     func(gp *gpart) bool { return !gp.removed && !e.closed.Load() },
+		Pump:       e.pump,
+		DeadLetter: e.addDeadLetter,
 	}
-	if !backoff {
-		f.state = stateReady
-		return
-	}
-	f.state = stateBackoff
-	gen := f.gen
-	f.timer = e.afterFunc(e.policy.Backoff(f.attempt), func() {
-		e.gmu.Lock()
-		defer e.gmu.Unlock()
-		if gp.removed || f.gen != gen || f.state != stateBackoff || e.closed.Load() {
-			return
-		}
-		f.timer = nil
-		f.state = stateReady
-		e.pump(gp)
-	})
 }
 
 func groupErr(name string) error {
@@ -372,7 +221,7 @@ func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Cons
 			pattern: req.Pattern,
 			filter:  maps.Clone(req.Filter),
 			from:    req.From,
-			members: make(map[string]*member),
+			members: make(map[string]*groupstate.Member),
 			parts:   make(map[partKey]*gpart),
 		}
 		e.groups[req.Group] = g
@@ -393,7 +242,7 @@ func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Cons
 	if g.members[id] != nil {
 		return "", fmt.Errorf("memengine: group %q already has member %q: %w", g.name, id, engine.ErrInvalidConfig)
 	}
-	g.members[id] = &member{id: id, c: c}
+	g.members[id] = &groupstate.Member{ID: id, Consumer: c}
 	e.rebalance(g)
 	return id, nil
 }
@@ -414,23 +263,19 @@ func (e *Engine) Leave(ctx context.Context, groupName, memberID string) error {
 	}
 	delete(g.members, memberID)
 	for _, gp := range g.order {
-		for _, f := range gp.window {
-			if f.state == stateInFlight && f.to == m {
-				e.fail(gp, f, "member left", false)
-			}
-		}
+		e.flights.Release(gp, &gp.Window, m)
 	}
 	e.rebalance(g)
 	return nil
 }
 
-func (e *Engine) inFlight(groupName string, pos engine.Position) (*gpart, *flight, error) {
+func (e *Engine) inFlight(groupName string, pos engine.Position) (*gpart, *groupstate.Flight, error) {
 	g := e.groups[groupName]
 	if g == nil {
 		return nil, nil, groupErr(groupName)
 	}
 	if gp := g.parts[partKey{pos.Topic, pos.Partition}]; gp != nil {
-		if f := gp.flightAt(pos.Offset); f != nil && f.state == stateInFlight {
+		if f := gp.InFlightAt(pos.Offset); f != nil {
 			return gp, f, nil
 		}
 	}
@@ -447,9 +292,7 @@ func (e *Engine) Ack(ctx context.Context, groupName string, pos engine.Position)
 	if err != nil {
 		return err
 	}
-	f.stopTimer()
-	f.state = stateDone
-	f.to = nil
+	f.Ack()
 	e.pump(gp)
 	return nil
 }
@@ -463,7 +306,7 @@ func (e *Engine) Nack(ctx context.Context, groupName string, pos engine.Position
 	if err != nil {
 		return err
 	}
-	e.fail(gp, f, reason, true)
+	e.flights.Fail(gp, f, reason, true)
 	e.pump(gp)
 	return nil
 }
@@ -504,8 +347,8 @@ func (e *Engine) Seek(ctx context.Context, groupName, topicName string, partitio
 		gp.p.trimAge(t.cfg.MaxAge, now)
 		off := gp.p.resolve(to)
 		gp.p.mu.Unlock()
-		gp.dropWindow()
-		gp.committed, gp.next = off, off
+		gp.Drop()
+		gp.Committed, gp.Next = off, off
 		e.updateFloor(gp.p)
 		e.pump(gp)
 	}
@@ -550,15 +393,10 @@ func (e *Engine) groupInfo(g *group) engine.GroupInfo {
 		gp.p.mu.Lock()
 		next := gp.p.next()
 		gp.p.mu.Unlock()
-		inflight := 0
-		for _, f := range gp.window {
-			if f.state == stateInFlight {
-				inflight++
-			}
-		}
+		inflight := gp.Leased()
 		var mid string
 		if gp.member != nil {
-			mid = gp.member.id
+			mid = gp.member.ID
 			mi := byMember[mid]
 			mi.Partitions = append(mi.Partitions, engine.Position{Topic: gp.t.name, Partition: gp.p.index})
 		}
@@ -566,11 +404,11 @@ func (e *Engine) groupInfo(g *group) engine.GroupInfo {
 			Topic:     gp.t.name,
 			Partition: gp.p.index,
 			Member:    mid,
-			Committed: gp.committed,
+			Committed: gp.Committed,
 			Next:      next,
-			Lag:       max(next-gp.committed, 0),
+			Lag:       max(next-gp.Committed, 0),
 			InFlight:  inflight,
-			Skipped:   gp.skipped,
+			Skipped:   gp.Skipped,
 		})
 	}
 	return info

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/internal/lifecycle"
 	"github.com/switchyard/switchyard/trie"
 )
 
@@ -252,8 +253,8 @@ func (e *Engine) DeleteTopic(ctx context.Context, name string) error {
 	}
 	e.gmu.Unlock()
 
-	for _, h := range e.observerList() {
-		h.o.TopicDeleted(name)
+	for _, o := range e.observers.List() {
+		o.TopicDeleted(name)
 	}
 	return nil
 }
@@ -399,14 +400,14 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message) (eng
 		r.Headers = maps.Clone(m.Headers)
 	}
 	maxMsgs := t.cfg.MaxMessages
-	var bw *blockWait // set on the first wait under the Block policy
+	var bw *lifecycle.Timeout // set on the first wait under the Block policy
 
 	p.mu.Lock()
 	now := e.clock.Now()
 	for {
 		if t.deleted.Load() {
 			p.mu.Unlock()
-			bw.stop()
+			bw.Stop()
 			return engine.Appended{}, errTopicGone
 		}
 		p.trimAge(t.cfg.MaxAge, now)
@@ -419,7 +420,7 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message) (eng
 				bw = e.newBlockWait(t.cfg.BlockTimeout)
 			}
 			if err := e.waitForSpace(ctx, t, p, bw); err != nil {
-				bw.stop()
+				bw.Stop()
 				return engine.Appended{}, err
 			}
 			now = e.clock.Now()
@@ -429,7 +430,7 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message) (eng
 			p.trimOldest()
 		}
 	}
-	bw.stop()
+	bw.Stop()
 	if now.Before(p.lastTime) {
 		now = p.lastTime // keep times ordered for Resolve's binary search
 	}
@@ -437,8 +438,8 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message) (eng
 	r.Offset = p.next()
 	r.Time = now
 	p.push(r)
-	for _, h := range e.observerList() {
-		h.o.Appended(r)
+	for _, o := range e.observers.List() {
+		o.Appended(r)
 	}
 	p.mu.Unlock()
 
@@ -452,34 +453,21 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message) (eng
 	return engine.Appended{Partition: r.Partition, Offset: r.Offset, Time: now}, nil
 }
 
-// blockWait is one Append's block timeout: timeout is closed when it passes.
-type blockWait struct {
-	timeout chan struct{}
-	timer   engine.Timer
-}
-
-func (e *Engine) newBlockWait(d time.Duration) *blockWait {
-	ch := make(chan struct{})
-	return &blockWait{timeout: ch, timer: e.afterFunc(d, func() { close(ch) })}
-}
-
-func (bw *blockWait) stop() {
-	if bw != nil {
-		bw.timer.Stop()
-	}
+func (e *Engine) newBlockWait(d time.Duration) *lifecycle.Timeout {
+	return e.life.Timeout(e.clock, d)
 }
 
 // waitForSpace waits, with p.mu released, until the partition's floor may
 // have risen, the block timeout passes, ctx is done or the engine closes.
 // Caller holds p.mu; it is held again on return.
-func (e *Engine) waitForSpace(ctx context.Context, t *topic, p *partition, bw *blockWait) error {
+func (e *Engine) waitForSpace(ctx context.Context, t *topic, p *partition, bw *lifecycle.Timeout) error {
 	space := p.space
 	p.waiters++
 	p.mu.Unlock()
 	var err error
 	select {
 	case <-space:
-	case <-bw.timeout:
+	case <-bw.Done():
 		err = fmt.Errorf("memengine: topic %q partition %d full for %v: %w",
 			t.name, p.index, t.cfg.BlockTimeout, engine.ErrBackpressure)
 	case <-ctx.Done():

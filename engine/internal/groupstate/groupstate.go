@@ -1,0 +1,314 @@
+// Package groupstate is the consumer-group delivery state machine shared by
+// Switchyard's engines: a Window of Flights per group partition, each
+// Flight moving between Ready, InFlight, Backoff and Done as it is
+// delivered, acked, nacked or times out; the committed offset advancing
+// past every contiguous Done flight; redelivery after the backoff of
+// engine.GroupPolicy; and dead-lettering after the last attempt.
+//
+// An engine keeps what is its own: where records come from, where dead
+// letters are stored, who owns a partition, and how positions are
+// persisted. It plugs those in through a Machine's fields.
+//
+// # Concurrency
+//
+// Windows and Flights are not safe for concurrent use: every Window, every
+// Flight in it, and every Machine method call must be guarded by one lock
+// of the engine's, the same lock given as Machine.Mu. Timer callbacks that
+// a Machine schedules take Mu themselves before touching state. The package
+// starts no goroutine; callbacks run on the Clock's timer goroutines
+// (through Machine.AfterFunc).
+package groupstate
+
+import (
+	"sync"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// State is where a Flight is in its delivery.
+type State uint8
+
+const (
+	Ready    State = iota // waiting to be (re)delivered
+	InFlight              // leased to a member
+	Backoff               // failed; waiting for its backoff timer
+	Done                  // acked, filtered out or dead-lettered
+)
+
+// Member is a group member connected to the engine.
+type Member struct {
+	ID       string
+	Consumer engine.Consumer
+}
+
+// Flight is one record in a group's window.
+type Flight struct {
+	Rec     *engine.Record
+	State   State
+	Attempt int     // deliveries made so far
+	To      *Member // who holds it while InFlight
+	LastErr string
+
+	timer engine.Timer
+	gen   uint64 // bumped on every state change; stale timers see a new value
+}
+
+// stop stops the flight's timer and invalidates any callback already due.
+func (f *Flight) stop() {
+	if f.timer != nil {
+		f.timer.Stop()
+		f.timer = nil
+	}
+	f.gen++
+}
+
+// Ack completes a delivery.
+func (f *Flight) Ack() {
+	f.stop()
+	f.State = Done
+	f.To = nil
+}
+
+// Window is a group's cursor on one partition. Offsets below Committed are
+// done; Flights holds one flight per offset in [Committed, Next), so
+// Flights[i] is offset Committed+i. The zero value is an empty window at
+// offset zero.
+type Window struct {
+	Committed int64
+	Next      int64
+	Flights   []*Flight
+	Skipped   int64 // records skipped because retention removed them first
+}
+
+// Drop forgets every flight, stopping its timers.
+func (w *Window) Drop() {
+	for _, f := range w.Flights {
+		f.stop()
+	}
+	w.Flights = nil
+	w.Next = w.Committed
+}
+
+// FastForward moves the cursor up to earliest, dropping flights below it.
+// When earliest is past every flight it drops the whole window (leaving
+// Flights empty); otherwise at least one flight remains.
+func (w *Window) FastForward(earliest int64) {
+	k := earliest - w.Committed
+	if k >= int64(len(w.Flights)) {
+		w.Committed = earliest
+		w.Drop()
+		w.Next = max(w.Next, earliest)
+		return
+	}
+	for _, f := range w.Flights[:k] {
+		f.stop()
+	}
+	w.Flights = w.Flights[k:]
+	w.Committed = earliest
+}
+
+// SkipTo fast-forwards past records below earliest, which retention has
+// removed, and counts them in Skipped. It returns the skipped range
+// [from, to); from == to when nothing was skipped.
+func (w *Window) SkipTo(earliest int64) (from, to int64) {
+	from, to = w.Committed, w.Committed
+	if w.Committed < earliest {
+		to = earliest
+		w.Skipped += earliest - w.Committed
+		w.FastForward(earliest)
+	}
+	return from, to
+}
+
+// InFlightAt returns the flight at offset if it is leased to a member.
+func (w *Window) InFlightAt(offset int64) *Flight {
+	if offset < w.Committed || offset >= w.Next {
+		return nil
+	}
+	if f := w.Flights[offset-w.Committed]; f.State == InFlight {
+		return f
+	}
+	return nil
+}
+
+// Load counts the flights not yet done (outstanding) and those leased to a
+// member (inFlight), and reports whether any is leased to a member other
+// than m (draining: the partition moved and the old member still holds
+// records, so m gets nothing until they are settled).
+func (w *Window) Load(m *Member) (outstanding, inFlight int, draining bool) {
+	for _, f := range w.Flights {
+		switch {
+		case f.State == Done:
+			continue
+		case f.State == InFlight:
+			inFlight++
+			if f.To != m {
+				draining = true
+			}
+		}
+		outstanding++
+	}
+	return outstanding, inFlight, draining
+}
+
+// Leased returns how many flights are leased to a member.
+func (w *Window) Leased() int {
+	n := 0
+	for _, f := range w.Flights {
+		if f.State == InFlight {
+			n++
+		}
+	}
+	return n
+}
+
+// Fill appends flights for the records from Next up to end while fewer
+// than limit are outstanding, starting from outstanding. at returns the
+// record at an offset, or nil when it cannot be had now (Fill stops there).
+// A record without every header pair of filter is Done at once.
+func (w *Window) Fill(outstanding, limit int, end int64, filter map[string]string, at func(int64) *engine.Record) {
+	for outstanding < limit && w.Next < end {
+		r := at(w.Next)
+		if r == nil {
+			return
+		}
+		w.Next++
+		f := &Flight{Rec: r}
+		if !accepts(filter, r) {
+			f.State = Done
+		} else {
+			outstanding++
+		}
+		w.Flights = append(w.Flights, f)
+	}
+}
+
+// accepts reports whether a record's headers hold every pair of filter.
+func accepts(filter map[string]string, r *engine.Record) bool {
+	for k, v := range filter {
+		if hv, ok := r.Headers[k]; !ok || hv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Advance moves Committed past every contiguous Done flight at the front
+// of the window.
+func (w *Window) Advance() {
+	for len(w.Flights) > 0 && w.Flights[0].State == Done {
+		w.Flights[0] = nil
+		w.Flights = w.Flights[1:]
+		w.Committed++
+	}
+}
+
+// Machine drives flights through delivery, timeouts, backoff and dead
+// letters for one engine. P is the engine's per-partition cursor, handed
+// back to Active and Pump from timer callbacks. Every field must be set
+// before first use; a Machine must not be changed afterwards.
+type Machine[P any] struct {
+	// Policy gives AckTimeout, MaxAttempts and Backoff.
+	Policy engine.GroupPolicy
+	// Clock stamps dead letters.
+	Clock engine.Clock
+	// NewID makes dead-letter IDs.
+	NewID func() string
+	// Group returns the name of p's group, for deliveries and dead letters.
+	Group func(p P) string
+	// Mu is the engine lock guarding every Window; timer callbacks take it.
+	Mu sync.Locker
+	// AfterFunc schedules a timer callback; it should not run f once the
+	// engine is closed.
+	AfterFunc func(d time.Duration, f func()) engine.Timer
+	// Active reports, with Mu held, whether p still delivers: false once
+	// the cursor is removed or the engine closed. Timers of an inactive
+	// cursor do nothing.
+	Active func(p P) bool
+	// Pump brings p up to date after a timer changed a flight; called with
+	// Mu held.
+	Pump func(p P)
+	// DeadLetter stores a record that ran out of attempts; called with Mu
+	// held.
+	DeadLetter func(dl *engine.DeadLetter)
+}
+
+// Deliver leases f to m (another attempt) and hands it to m's consumer,
+// starting its ack timeout: when that passes with f still leased, f fails
+// with "ack timeout" and p is pumped.
+func (ma *Machine[P]) Deliver(p P, f *Flight, m *Member) {
+	f.stop()
+	f.Attempt++
+	f.State = InFlight
+	f.To = m
+	gen := f.gen
+	f.timer = ma.AfterFunc(ma.Policy.AckTimeout, func() {
+		ma.Mu.Lock()
+		defer ma.Mu.Unlock()
+		if !ma.Active(p) || f.gen != gen || f.State != InFlight {
+			return
+		}
+		ma.Fail(p, f, "ack timeout", true)
+		ma.Pump(p)
+	})
+	m.Consumer.Deliver(engine.Delivery{Group: ma.Group(p), Record: f.Rec, Attempt: f.Attempt})
+}
+
+// DeliverReady delivers every Ready flight of w to m.
+func (ma *Machine[P]) DeliverReady(p P, w *Window, m *Member) {
+	for _, f := range w.Flights {
+		if f.State == Ready {
+			ma.Deliver(p, f, m)
+		}
+	}
+}
+
+// Fail ends a delivery attempt: after the last attempt the record is
+// dead-lettered; otherwise it is redelivered after the backoff, or at once
+// when backoff is false. The caller pumps afterwards.
+func (ma *Machine[P]) Fail(p P, f *Flight, reason string, backoff bool) {
+	f.stop()
+	f.LastErr = reason
+	f.To = nil
+	if f.Attempt >= ma.Policy.MaxAttempts {
+		f.State = Done
+		ma.DeadLetter(&engine.DeadLetter{
+			ID:       ma.NewID(),
+			Reason:   engine.ReasonMaxAttempts,
+			Group:    ma.Group(p),
+			Record:   *f.Rec,
+			Attempts: f.Attempt,
+			Error:    reason,
+			Time:     ma.Clock.Now(),
+		})
+		return
+	}
+	if !backoff {
+		f.State = Ready
+		return
+	}
+	f.State = Backoff
+	gen := f.gen
+	f.timer = ma.AfterFunc(ma.Policy.Backoff(f.Attempt), func() {
+		ma.Mu.Lock()
+		defer ma.Mu.Unlock()
+		if !ma.Active(p) || f.gen != gen || f.State != Backoff {
+			return
+		}
+		f.timer = nil
+		f.State = Ready
+		ma.Pump(p)
+	})
+}
+
+// Release fails, without backoff, every flight of w leased to m: m has
+// left, so they go to the partition's next member at once, or to the dead
+// letters when that was their last attempt. The caller pumps afterwards.
+func (ma *Machine[P]) Release(p P, w *Window, m *Member) {
+	for _, f := range w.Flights {
+		if f.State == InFlight && f.To == m {
+			ma.Fail(p, f, "member left", false)
+		}
+	}
+}
