@@ -150,35 +150,12 @@ func (g *gateway) dialRefused(t *testing.T, rawQuery string, h http.Header) (int
 // none).
 func (g *gateway) httpAuth(t *testing.T, method, path, cred string, body any) (int, map[string]any) {
 	t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	default:
-		data, err := json.Marshal(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(data)
-	}
-	req, err := http.NewRequest(method, g.srv.URL+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
+	h := http.Header{}
 	if cred != "" {
-		req.Header.Set("Authorization", "Bearer "+cred)
+		h.Set("Authorization", "Bearer "+cred)
 	}
-	resp, err := g.srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	var m map[string]any
-	_ = json.Unmarshal(data, &m)
-	return resp.StatusCode, m
+	code, m, _ := g.httpDoHeader(t, method, path, h, body)
+	return code, m
 }
 
 // metricValue sums the samples of a counter or gauge whose labels include

@@ -296,6 +296,12 @@ func (c *client) closeStatus(t *testing.T) websocket.StatusCode {
 // httpDo sends a JSON request and decodes the JSON reply.
 func (g *gateway) httpDo(t *testing.T, method, path string, body any) (int, map[string]any, http.Header) {
 	t.Helper()
+	return g.httpDoHeader(t, method, path, nil, body)
+}
+
+// httpDoHeader is httpDo with extra request headers.
+func (g *gateway) httpDoHeader(t *testing.T, method, path string, h http.Header, body any) (int, map[string]any, http.Header) {
+	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -313,6 +319,9 @@ func (g *gateway) httpDo(t *testing.T, method, path string, body any) (int, map[
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range h {
+		req.Header[k] = v
+	}
 	resp, err := g.srv.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
