@@ -1,6 +1,7 @@
 package router_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,11 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/engine"
@@ -153,6 +156,10 @@ func TestBrowserDashboardShowsLiveRates(t *testing.T) {
 		t.Fatal(err)
 	}
 	evalUntil(t, ctx, `document.getElementById("conn-state").dataset.state === "open"`, "dashboard connected")
+	screenshot := os.Getenv("SWITCHYARD_SCREENSHOT")
+	if screenshot != "" {
+		screenshotLoad(t, srv)
+	}
 	// Publish steadily until the dashboard shows a publish rate.
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -176,8 +183,8 @@ func TestBrowserDashboardShowsLiveRates(t *testing.T) {
 	}()
 	evalUntil(t, ctx, `Number(document.getElementById("rate-publishes").textContent) > 0`, "a live publish rate")
 	evalUntil(t, ctx, `document.getElementById("top-topics").textContent.includes("shop.orders.eu")`, "top topics")
-	if out := os.Getenv("SWITCHYARD_SCREENSHOT"); out != "" {
-		time.Sleep(3 * time.Second) // let the charts fill
+	if out := screenshot; out != "" {
+		time.Sleep(20 * time.Second) // let the charts fill
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatal(err)
@@ -188,6 +195,88 @@ func TestBrowserDashboardShowsLiveRates(t *testing.T) {
 	}
 	close(stop)
 	<-done
+}
+
+// screenshotLoad gives the dashboard something to show when the test takes
+// the README's screenshot: forty WebSocket subscribers, a two-member
+// consumer group that acks, and a second publisher. Everything stops when
+// the test ends.
+func screenshotLoad(t *testing.T, srv *httptest.Server) {
+	t.Helper()
+	wsURL := "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/ws"
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	if resp, err := srv.Client().Post(srv.URL+"/v1/topics", "application/json",
+		stringsReader(`{"name":"shop.payments.us","partitions":4}`)); err == nil {
+		resp.Body.Close()
+	}
+	dial := func(sub map[string]any, ack bool) {
+		conn, _, err := websocket.Dial(ctx, wsURL, nil)
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		data, _ := json.Marshal(sub)
+		if err := conn.Write(ctx, websocket.MessageText, data); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer conn.CloseNow()
+			for {
+				_, frame, err := conn.Read(ctx)
+				if err != nil {
+					return
+				}
+				if !ack {
+					continue
+				}
+				for _, line := range bytes.Split(frame, []byte("\n")) {
+					var m map[string]any
+					if json.Unmarshal(line, &m) != nil || m["op"] != "message" {
+						continue
+					}
+					reply, _ := json.Marshal(map[string]any{"op": "ack", "group": m["group"], "topic": m["topic"], "partition": m["partition"], "offset": m["offset"]})
+					if conn.Write(ctx, websocket.MessageText, reply) != nil {
+						return
+					}
+				}
+			}
+		}()
+	}
+	for i := range 40 {
+		pattern := "shop.#"
+		if i%2 == 1 {
+			pattern = "shop.*.eu"
+		}
+		dial(map[string]any{"op": "subscribe", "pattern": pattern}, false)
+	}
+	for range 2 {
+		dial(map[string]any{"op": "subscribe", "pattern": "shop.payments.*", "group": "billing"}, true)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; i < 100000; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			resp, err := srv.Client().Post(srv.URL+"/v1/publish", "application/json",
+				stringsReader(fmt.Sprintf(`{"topic":"shop.payments.us","key":"c%d","data":{"amount":%d}}`, i%13, i)))
+			if err != nil {
+				return
+			}
+			resp.Body.Close()
+		}
+	}()
 }
 
 func TestBrowserClientRecoversAfterOutage(t *testing.T) {
