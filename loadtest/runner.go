@@ -182,7 +182,7 @@ type subscriber struct {
 
 	// Group members.
 	stalled atomic.Bool // holds its deliveries without acking
-	tracker *ackTracker
+	tracker *offsetSet  // offsets of the group topic acked by any member
 }
 
 // seen records (topic, partition, offset) and reports whether it is new.
@@ -681,42 +681,6 @@ func (r *runner) runConnect(ctx context.Context) (*Report, error) {
 
 // --- groups ---
 
-// ackTracker records which offsets of each partition a group acked. It is
-// safe for concurrent use by multiple goroutines.
-type ackTracker struct {
-	mu    sync.Mutex // guards following
-	bits  [][]uint64 // [partition] bitset of acked offsets
-	uniq  int64
-	dupes int64
-}
-
-// ack records an ack and reports whether the offset was new.
-func (t *ackTracker) ack(partition int, offset int64) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for len(t.bits) <= partition {
-		t.bits = append(t.bits, nil)
-	}
-	w := int(offset / 64)
-	for len(t.bits[partition]) <= w {
-		t.bits[partition] = append(t.bits[partition], 0)
-	}
-	m := uint64(1) << (offset % 64)
-	if t.bits[partition][w]&m != 0 {
-		t.dupes++
-		return false
-	}
-	t.bits[partition][w] |= m
-	t.uniq++
-	return true
-}
-
-func (t *ackTracker) unique() int64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.uniq
-}
-
 // memberLine handles one frame of a group member: it acks, nacks a share
 // of first attempts, or, while stalled, holds the record.
 func (s *subscriber) memberLine(l []byte) bool {
@@ -741,7 +705,7 @@ func (s *subscriber) memberLine(l []byte) bool {
 			r.c.nacks.Add(1)
 		} else {
 			r.c.acks.Add(1)
-			if !s.tracker.ack(int(p), off) {
+			if !s.tracker.add(int(p), off) {
 				r.c.duplicates.Add(1)
 			}
 		}
@@ -794,7 +758,7 @@ func (r *runner) runGroups(ctx context.Context) (*Report, error) {
 	if err := r.createTopic(ctx, r.topics[0], parts); err != nil {
 		return nil, err
 	}
-	tracker := &ackTracker{}
+	tracker := &offsetSet{}
 	group := r.prefix + ".group"
 	stall := int(math.Round(float64(cfg.members) * cfg.stallShare))
 	members := make([]*subscriber, cfg.members)
@@ -836,10 +800,10 @@ func (r *runner) runGroups(ctx context.Context) (*Report, error) {
 		}
 	}
 	sent := r.c.sent.Load()
-	r.drain(ctx, func() bool { return tracker.unique() >= sent })
+	r.drain(ctx, func() bool { return tracker.len() >= sent })
 	r.closeAll(members)
 	r.closeAll(pubs)
-	uniq := tracker.unique()
+	uniq := tracker.len()
 	rep := &Report{
 		Seconds: elapsed.Seconds(), Connections: int64(len(members) + len(pubs)),
 		Sent: sent, Expected: sent, Delivered: uniq, Lost: max(0, sent-uniq),

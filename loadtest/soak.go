@@ -292,6 +292,66 @@ func (st *soak) checkEpoch(welcome []byte) string {
 	return st.epoch
 }
 
+// soakConn is the connection a soak client holds, replaced on every
+// reconnect.
+type soakConn struct {
+	conn     *websocket.Conn // the current connection; set between readers
+	done     chan struct{}   // closed when the current reader returns
+	ready    chan error
+	readyMet bool // owned by the reader goroutine
+	closing  atomic.Bool
+	dropped  atomic.Bool
+}
+
+func (c *soakConn) signal(err error) {
+	if !c.readyMet {
+		c.readyMet = true
+		c.ready <- err
+	}
+}
+
+// run takes over conn: it starts the reader goroutine feeding line (it
+// exits when the connection closes), sends req and waits for its reply;
+// what names the request in the error of a connection that closes first.
+func (c *soakConn) run(ctx context.Context, r *runner, conn *websocket.Conn, req any, line func([]byte) bool, what string) error {
+	b, _ := json.Marshal(req)
+	c.conn, c.done, c.ready, c.readyMet = conn, make(chan struct{}), make(chan error, 1), false
+	c.closing.Store(false)
+	r.c.conns.Add(1)
+	done := c.done
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer close(done)
+		defer r.c.conns.Add(-1)
+		err := readFrames(context.Background(), conn, line)
+		if !c.closing.Load() {
+			c.dropped.Store(true)
+			r.c.disconnects.Add(1)
+		}
+		if !c.readyMet {
+			c.signal(fmt.Errorf("connection closed before %s: %w", what, err))
+		}
+	}()
+	if err := conn.Write(ctx, websocket.MessageText, b); err != nil {
+		c.closing.Store(true)
+		conn.CloseNow()
+		return err
+	}
+	select {
+	case err := <-c.ready:
+		if err != nil {
+			c.closing.Store(true)
+			conn.CloseNow()
+		}
+		return err
+	case <-ctx.Done():
+		c.closing.Store(true)
+		conn.CloseNow()
+		return ctx.Err()
+	}
+}
+
 // offsetSet is a set of (partition, offset). It is safe for concurrent use
 // by multiple goroutines.
 type offsetSet struct {
@@ -374,14 +434,11 @@ type soakReader struct {
 	// read by the drain loop.
 	next [][]atomic.Int64
 
-	conn     *websocket.Conn // the current connection; set between readers
-	done     chan struct{}   // closed when the current reader returns
-	ready    chan error
-	readyMet bool // owned by the reader goroutine
+	soakConn
 
 	delivered, dups, unaccounted, gapRecords, gaps, badGaps atomic.Int64
 	reconnects, notRecovered                                atomic.Int64
-	dropped, closing, hurry                                 atomic.Bool
+	hurry                                                   atomic.Bool
 }
 
 func (rd *soakReader) line(l []byte) bool {
@@ -466,13 +523,6 @@ func (rd *soakReader) slot(t, p int) *atomic.Int64 {
 	return &rd.next[t][p]
 }
 
-func (rd *soakReader) signal(err error) {
-	if !rd.readyMet {
-		rd.readyMet = true
-		rd.ready <- err
-	}
-}
-
 // connect dials and subscribes: from "earliest" the first time, then from
 // the positions seen so far. It returns once the subscription is confirmed.
 func (rd *soakReader) connect(ctx context.Context) error {
@@ -498,42 +548,7 @@ func (rd *soakReader) connect(ctx context.Context) error {
 		}
 		req["from"] = map[string]any{"epoch": epoch, "positions": pos}
 	}
-	b, _ := json.Marshal(req)
-	rd.conn, rd.done, rd.ready, rd.readyMet = conn, make(chan struct{}), make(chan error, 1), false
-	rd.closing.Store(false)
-	r.c.conns.Add(1)
-	done := rd.done
-	r.wg.Add(1)
-	go func() { // exits when the connection closes
-		defer r.wg.Done()
-		defer close(done)
-		defer r.c.conns.Add(-1)
-		err := readFrames(context.Background(), conn, rd.line)
-		if !rd.closing.Load() {
-			rd.dropped.Store(true)
-			r.c.disconnects.Add(1)
-		}
-		if !rd.readyMet {
-			rd.signal(fmt.Errorf("connection closed before subscribed: %w", err))
-		}
-	}()
-	if err := conn.Write(ctx, websocket.MessageText, b); err != nil {
-		rd.closing.Store(true)
-		conn.CloseNow()
-		return err
-	}
-	select {
-	case err := <-rd.ready:
-		if err != nil {
-			rd.closing.Store(true)
-			conn.CloseNow()
-		}
-		return err
-	case <-ctx.Done():
-		rd.closing.Store(true)
-		conn.CloseNow()
-		return ctx.Err()
-	}
+	return rd.run(ctx, r, conn, req, rd.line, "subscribed")
 }
 
 // close closes the current connection and waits for its reader.
@@ -579,14 +594,9 @@ type soakMember struct {
 	idx   int
 	churn bool
 
-	conn     *websocket.Conn
-	done     chan struct{}
-	ready    chan error
-	readyMet bool         // owned by the reader goroutine
-	die      atomic.Int32 // dieMidAck or dieHolding: close on the next delivery
-	closing  atomic.Bool
-	dropped  atomic.Bool
-	ackBuf   []byte // owned by the reader goroutine
+	soakConn
+	die    atomic.Int32 // dieMidAck or dieHolding: close on the next delivery
+	ackBuf []byte       // owned by the reader goroutine
 }
 
 const (
@@ -691,13 +701,6 @@ func (m *soakMember) write(op string, p, off int64, withID bool) {
 	_ = m.conn.Write(ctx, websocket.MessageText, b) // a broken connection ends the reader
 }
 
-func (m *soakMember) signal(err error) {
-	if !m.readyMet {
-		m.readyMet = true
-		m.ready <- err
-	}
-}
-
 // join dials and joins the group.
 func (m *soakMember) join(ctx context.Context) error {
 	st, r := m.st, m.st.r
@@ -707,42 +710,8 @@ func (m *soakMember) join(ctx context.Context) error {
 	}
 	r.connect.record(m.idx, took)
 	st.checkEpoch(welcome)
-	b, _ := json.Marshal(map[string]any{"op": "subscribe", "id": 1, "pattern": r.topics[st.gtopic], "group": st.group})
-	m.conn, m.done, m.ready, m.readyMet = conn, make(chan struct{}), make(chan error, 1), false
-	m.closing.Store(false)
-	done := m.done
-	r.c.conns.Add(1)
-	r.wg.Add(1)
-	go func() { // exits when the connection closes
-		defer r.wg.Done()
-		defer close(done)
-		defer r.c.conns.Add(-1)
-		err := readFrames(context.Background(), conn, m.line)
-		if !m.closing.Load() {
-			m.dropped.Store(true)
-			r.c.disconnects.Add(1)
-		}
-		if !m.readyMet {
-			m.signal(fmt.Errorf("connection closed before joining: %w", err))
-		}
-	}()
-	if err := conn.Write(ctx, websocket.MessageText, b); err != nil {
-		m.closing.Store(true)
-		conn.CloseNow()
-		return err
-	}
-	select {
-	case err := <-m.ready:
-		if err != nil {
-			m.closing.Store(true)
-			conn.CloseNow()
-		}
-		return err
-	case <-ctx.Done():
-		m.closing.Store(true)
-		conn.CloseNow()
-		return ctx.Err()
-	}
+	req := map[string]any{"op": "subscribe", "id": 1, "pattern": r.topics[st.gtopic], "group": st.group}
+	return m.run(ctx, r, conn, req, m.line, "joining")
 }
 
 func (m *soakMember) close() {
