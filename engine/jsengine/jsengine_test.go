@@ -85,7 +85,13 @@ func (o *tailObs) snapshot() ([]*engine.Record, []string) {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	waitUntilFor(t, what, 15*time.Second, cond)
+}
+
+// waitUntilFor is waitUntil with its own bound.
+func waitUntilFor(t *testing.T, what string, bound time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -475,7 +481,10 @@ func TestOutage(t *testing.T) {
 		_, err := a.Append(ctx, engine.Message{Topic: "o", Data: []byte(`1`)})
 		return err == nil
 	})
-	waitUntil(t, "b's tail and group resume", func() bool {
+	// A member whose liveness key expired during the outage rejoins on its
+	// next heartbeat and may wait out the holder's member TTL (10 s) before
+	// it claims the partition again, so this wait is longer than the rest.
+	waitUntilFor(t, "b's tail and group resume", 30*time.Second, func() bool {
 		recs, _ := obs.snapshot()
 		return len(recs) == 2 && gc.ackedCount() == 2
 	})
