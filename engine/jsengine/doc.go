@@ -131,7 +131,10 @@
 //
 // Dead letters live in the <prefix>_dl stream (<prefix>.dl.ma for
 // max_attempts, kept until redriven; <prefix>.dl.qf for queue_full,
-// trimmed to DeadLetterLimit). Listing reads the stream; Redrive deletes a
+// trimmed to DeadLetterLimit). A record whose max_attempts letter cannot
+// be stored (NATS unreachable) stays owed: the committed offset does not
+// move past it, and the letter is tried again after the backoff until it
+// is stored. Listing reads the stream; Redrive deletes a
 // letter before appending it again (restoring it if the append fails), so
 // two nodes redriving at once append it once.
 //

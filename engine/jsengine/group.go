@@ -320,16 +320,18 @@ func (e *Engine) newMachine() groupstate.Machine[*gpart] {
 	}
 }
 
-// deadLetter stores a record that ran out of attempts, logging it when it
-// cannot. Caller holds gmu.
-func (e *Engine) deadLetter(dl *engine.DeadLetter) {
+// deadLetter stores a record that ran out of attempts. A letter that
+// cannot be stored is reported to the group machine, which keeps the
+// record owed and tries again. Caller holds gmu.
+func (e *Engine) deadLetter(dl *engine.DeadLetter, _ func(error)) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ctx, done := e.onConn(ctx) // gmu is held: give up at once if NATS goes
-	defer done(nil)
-	if err := e.storeDeadLetter(ctx, dl); err != nil {
-		e.log.Error("jsengine: dead letter lost", "group", dl.Group, "topic", dl.Record.Topic, "offset", dl.Record.Offset, "err", err)
+	err := done(e.storeDeadLetter(ctx, dl))
+	if err != nil {
+		e.log.Warn("jsengine: dead letter not stored; retrying", "group", dl.Group, "topic", dl.Record.Topic, "offset", dl.Record.Offset, "err", err)
 	}
+	return err
 }
 
 // applyStored takes in a position written to the bucket. A value another

@@ -185,8 +185,15 @@ func (e *Engine) newMachine() groupstate.Machine[*gpart] {
 		AfterFunc:  e.afterFunc,
 		Active:     func(gp *gpart) bool { return !gp.removed && !e.closed.Load() },
 		Pump:       e.pump,
-		DeadLetter: e.addDeadLetter,
+		DeadLetter: e.deadLetter,
 	}
+}
+
+// deadLetter is the group machine's dead-letter store: memory never
+// refuses a letter.
+func (e *Engine) deadLetter(dl *engine.DeadLetter, _ func(error)) error {
+	e.addDeadLetter(dl)
+	return nil
 }
 
 func groupErr(name string) error {

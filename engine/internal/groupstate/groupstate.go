@@ -3,7 +3,9 @@
 // Flight moving between Ready, InFlight, Backoff and Done as it is
 // delivered, acked, nacked or times out; the committed offset advancing
 // past every contiguous Done flight; redelivery after the backoff of
-// engine.GroupPolicy; and dead-lettering after the last attempt.
+// engine.GroupPolicy; and dead-lettering after the last attempt. A record
+// whose dead letter is not yet stored stays owed (Storing): the committed
+// offset never moves past it until the engine reports the letter stored.
 //
 // An engine keeps what is its own: where records come from, where dead
 // letters are stored, who owns a partition, and how positions are
@@ -20,6 +22,7 @@
 package groupstate
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -34,7 +37,15 @@ const (
 	InFlight              // leased to a member
 	Backoff               // failed; waiting for its backoff timer
 	Done                  // acked, filtered out or dead-lettered
+	// Storing: out of attempts; its dead letter is being stored, or waits
+	// for its backoff to be tried again. Still owed: the committed offset
+	// stays below it.
+	Storing
 )
+
+// ErrPending, returned by Machine.DeadLetter, says the letter is being
+// stored and the engine will report the outcome through settle.
+var ErrPending = errors.New("groupstate: dead letter pending")
 
 // Member is a group member connected to the engine.
 type Member struct {
@@ -50,8 +61,9 @@ type Flight struct {
 	To      *Member // who holds it while InFlight
 	LastErr string
 
-	timer engine.Timer
-	gen   uint64 // bumped on every state change; stale timers see a new value
+	letter *engine.DeadLetter // while Storing: the letter, kept for retries
+	timer  engine.Timer
+	gen    uint64 // bumped on every state change; stale timers see a new value
 }
 
 // stop stops the flight's timer and invalidates any callback already due.
@@ -230,8 +242,15 @@ type Machine[P any] struct {
 	// Mu held.
 	Pump func(p P)
 	// DeadLetter stores a record that ran out of attempts; called with Mu
-	// held.
-	DeadLetter func(dl *engine.DeadLetter)
+	// held. It returns nil once the letter is stored (the flight is then
+	// Done); ErrPending when it stores the letter later, then calling
+	// settle, with Mu held, with the outcome (settle pumps p and does
+	// nothing once the flight was dropped or changed); or another error,
+	// when the letter could not be stored. Until the letter is stored the
+	// flight stays Storing and the committed offset stays below it; a
+	// failed store is tried again, with the same letter, after the
+	// backoff of the last attempt.
+	DeadLetter func(dl *engine.DeadLetter, settle func(error)) error
 }
 
 // Deliver leases f to m (another attempt) and hands it to m's consumer,
@@ -272,8 +291,8 @@ func (ma *Machine[P]) Fail(p P, f *Flight, reason string, backoff bool) {
 	f.LastErr = reason
 	f.To = nil
 	if f.Attempt >= ma.Policy.MaxAttempts {
-		f.State = Done
-		ma.DeadLetter(&engine.DeadLetter{
+		f.State = Storing
+		f.letter = &engine.DeadLetter{
 			ID:       ma.NewID(),
 			Reason:   engine.ReasonMaxAttempts,
 			Group:    ma.Group(p),
@@ -281,7 +300,8 @@ func (ma *Machine[P]) Fail(p P, f *Flight, reason string, backoff bool) {
 			Attempts: f.Attempt,
 			Error:    reason,
 			Time:     ma.Clock.Now(),
-		})
+		}
+		ma.store(p, f)
 		return
 	}
 	if !backoff {
@@ -298,6 +318,58 @@ func (ma *Machine[P]) Fail(p P, f *Flight, reason string, backoff bool) {
 		}
 		f.timer = nil
 		f.State = Ready
+		ma.Pump(p)
+	})
+}
+
+// store hands f's dead letter to the engine; a failure is tried again
+// after the backoff. Caller holds Mu; f is Storing.
+func (ma *Machine[P]) store(p P, f *Flight) {
+	gen := f.gen
+	settled := false
+	settle := func(err error) {
+		if settled || !ma.Active(p) || f.gen != gen || f.State != Storing {
+			return
+		}
+		settled = true
+		ma.settle(p, f, err)
+	}
+	switch err := ma.DeadLetter(f.letter, settle); {
+	case err == nil:
+		settled = true
+		f.State, f.letter = Done, nil
+	case errors.Is(err, ErrPending):
+	default:
+		settled = true
+		ma.retryStore(p, f)
+	}
+}
+
+// settle applies the late outcome of storing f's dead letter and pumps p.
+func (ma *Machine[P]) settle(p P, f *Flight, err error) {
+	if err == nil {
+		f.stop()
+		f.State, f.letter = Done, nil
+	} else {
+		ma.retryStore(p, f)
+	}
+	ma.Pump(p)
+}
+
+// retryStore tries f's dead letter again after the backoff of its last
+// attempt.
+func (ma *Machine[P]) retryStore(p P, f *Flight) {
+	f.stop()
+	gen := f.gen
+	f.timer = ma.AfterFunc(ma.Policy.Backoff(f.Attempt), func() {
+		ma.Mu.Lock()
+		defer ma.Mu.Unlock()
+		if !ma.Active(p) || f.gen != gen || f.State != Storing {
+			return
+		}
+		f.timer = nil
+		f.gen++
+		ma.store(p, f)
 		ma.Pump(p)
 	})
 }

@@ -1,6 +1,7 @@
 package groupstate_test
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -63,6 +64,7 @@ const (
 	I = groupstate.InFlight
 	B = groupstate.Backoff
 	D = groupstate.Done
+	S = groupstate.Storing
 )
 
 func TestWindowFill(t *testing.T) {
@@ -328,20 +330,32 @@ type harness struct {
 	p     *part
 	dls   []*engine.DeadLetter
 	ids   int
+	// dlErr, when set, is what the dead-letter store returns; pending
+	// collects the settle callbacks of stores that return ErrPending.
+	dlErr   error
+	pending []func(error)
 }
 
 func newHarness(policy engine.GroupPolicy) *harness {
 	h := &harness{clock: enginetest.NewFakeClock(t0), p: &part{name: "g", active: true}}
 	h.ma = groupstate.Machine[*part]{
-		Policy:     policy,
-		Clock:      h.clock,
-		NewID:      func() string { h.ids++; return fmt.Sprintf("dl-%d", h.ids) },
-		Group:      func(p *part) string { return p.name },
-		Mu:         &h.mu,
-		AfterFunc:  h.clock.AfterFunc,
-		Active:     func(p *part) bool { return p.active },
-		Pump:       func(p *part) { p.pumps++ },
-		DeadLetter: func(dl *engine.DeadLetter) { h.dls = append(h.dls, dl) },
+		Policy:    policy,
+		Clock:     h.clock,
+		NewID:     func() string { h.ids++; return fmt.Sprintf("dl-%d", h.ids) },
+		Group:     func(p *part) string { return p.name },
+		Mu:        &h.mu,
+		AfterFunc: h.clock.AfterFunc,
+		Active:    func(p *part) bool { return p.active },
+		Pump:      func(p *part) { p.pumps++ },
+		DeadLetter: func(dl *engine.DeadLetter, settle func(error)) error {
+			switch {
+			case errors.Is(h.dlErr, groupstate.ErrPending):
+				h.pending = append(h.pending, settle)
+			case h.dlErr == nil:
+				h.dls = append(h.dls, dl)
+			}
+			return h.dlErr
+		},
 	}
 	return h
 }
@@ -746,6 +760,104 @@ func TestMachineDeadLetter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMachineDeadLetterNotStored: a dead letter the store refuses keeps its
+// record owed (the committed offset stays below it) and is tried again,
+// the same letter, after the backoff until it is stored; a pending store
+// settles later, and a settle for a flight dropped meanwhile does nothing.
+func TestMachineDeadLetterNotStored(t *testing.T) {
+	errDown := errors.New("store down")
+	t.Run("refused then stored", func(t *testing.T) {
+		h := newHarness(policy)
+		m, _ := member("a")
+		w := window(0, R, R)
+		f := w.Flights[0]
+		h.dlErr = errDown
+		h.locked(func() {
+			for range policy.MaxAttempts {
+				h.ma.Deliver(h.p, f, m)
+			}
+			h.ma.Fail(h.p, f, "bad payload", true)
+			w.Advance()
+		})
+		h.mu.Lock()
+		if f.State != S || w.Committed != 0 || len(h.dls) != 0 {
+			t.Fatalf("after a refused store: State %v Committed %d letters %d, want Storing 0 0", f.State, w.Committed, len(h.dls))
+		}
+		h.mu.Unlock()
+		for i := range 3 { // still down: every retry keeps it owed
+			h.clock.Advance(policy.BackoffMax)
+			if s, _ := h.state(f); s != S {
+				t.Fatalf("retry %d: State %v, want Storing", i, s)
+			}
+		}
+		h.locked(func() { h.dlErr = nil })
+		h.clock.Advance(policy.BackoffMax)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		w.Advance()
+		if f.State != D || w.Committed != 1 {
+			t.Errorf("after the store is back: State %v Committed %d, want Done 1", f.State, w.Committed)
+		}
+		if len(h.dls) != 1 || h.dls[0].ID != "dl-1" || h.dls[0].Error != "bad payload" || h.dls[0].Attempts != policy.MaxAttempts {
+			t.Errorf("dead letters = %+v, want the first letter (dl-1) once", h.dls)
+		}
+		if h.p.pumps != 4 {
+			t.Errorf("pumps = %d, want one per retry (4)", h.p.pumps)
+		}
+	})
+	t.Run("pending", func(t *testing.T) {
+		h := newHarness(policy)
+		m, _ := member("a")
+		w := window(0, R, R)
+		h.dlErr = groupstate.ErrPending
+		h.locked(func() {
+			for _, f := range w.Flights {
+				for range policy.MaxAttempts {
+					h.ma.Deliver(h.p, f, m)
+				}
+				h.ma.Fail(h.p, f, "nack", true)
+			}
+		})
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if got := states(w); !slices.Equal(got, []groupstate.State{S, S}) || len(h.pending) != 2 {
+			t.Fatalf("states %v pending %d, want [Storing Storing] 2", got, len(h.pending))
+		}
+		h.dlErr = nil
+		h.pending[0](errDown) // the first store failed: retried after the backoff
+		h.pending[1](nil)
+		h.pending[1](errDown) // a second settle is ignored
+		if got := states(w); !slices.Equal(got, []groupstate.State{S, D}) || h.p.pumps != 2 {
+			t.Fatalf("after settling: states %v pumps %d, want [Storing Done] 2", got, h.p.pumps)
+		}
+		h.mu.Unlock()
+		h.clock.Advance(policy.BackoffMax)
+		h.mu.Lock()
+		w.Advance()
+		if w.Committed != 2 || len(h.dls) != 1 {
+			t.Errorf("after the retry: Committed %d letters %d, want 2 1", w.Committed, len(h.dls))
+		}
+	})
+	t.Run("settle after drop", func(t *testing.T) {
+		h := newHarness(policy)
+		m, _ := member("a")
+		w := window(0, R)
+		f := w.Flights[0]
+		h.dlErr = groupstate.ErrPending
+		h.locked(func() {
+			for range policy.MaxAttempts {
+				h.ma.Deliver(h.p, f, m)
+			}
+			h.ma.Fail(h.p, f, "nack", true)
+			w.Drop()
+			h.pending[0](errDown)
+		})
+		if n := h.clock.Pending(); n != 0 || h.pumps() != 0 {
+			t.Errorf("pending timers %d pumps %d after a settle of a dropped flight, want 0 0", n, h.pumps())
+		}
+	})
 }
 
 // TestMachineRelease checks that a leaving member's flights go back at once
