@@ -3,98 +3,13 @@
 //     node --test web/
 //
 // The client talks to an in-process fake WebSocket; no network is used.
-// The file lives outside static/ so that it is not embedded and served.
+// The file lives outside static/ so that it is not embedded and served;
+// web/package.json makes Node load switchyard.js as an ES module.
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync, writeFileSync, mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join, dirname } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
-
-// switchyard.js is an ES module with a .js name and no package.json around
-// it; copy it to a .mjs file so that every Node version loads it as one.
-const here = dirname(fileURLToPath(import.meta.url));
-const copy = join(mkdtempSync(join(tmpdir(), "switchyard-")), "switchyard.mjs");
-writeFileSync(copy, readFileSync(join(here, "static", "switchyard.js")));
-const { connect, splitFrame, backoffDelay, RecentSet, buildURL, SwitchyardError } = await import(pathToFileURL(copy).href);
-
-/** A WebSocket stand-in driven by the test: it records what the client sends. */
-class FakeWS {
-  static sockets = [];
-  constructor(url) {
-    this.url = url;
-    this.readyState = 0;
-    this.sent = [];
-    this.closedWith = null;
-    FakeWS.sockets.push(this);
-  }
-  send(text) {
-    if (this.readyState !== 1) throw new Error("send on a socket that is not open");
-    this.sent.push(JSON.parse(text));
-  }
-  close(code, reason) {
-    if (this.readyState === 3) return;
-    this.readyState = 3;
-    this.closedWith = { code, reason };
-    queueMicrotask(() => this.onclose && this.onclose({ code, reason }));
-  }
-  // ---- test side ----
-  /** Opens the socket and sends welcome. */
-  welcome(epoch = "e1", session = "s" + FakeWS.sockets.length) {
-    this.readyState = 1;
-    this.recv({ op: "welcome", session, epoch, limits: { max_frame_bytes: 1048576, max_subscriptions: 100, queue_messages: 1024 } });
-  }
-  /** Delivers one frame holding the given objects separated by newlines. */
-  recv(...objs) {
-    this.onmessage({ data: objs.map((o) => (typeof o === "string" ? o : JSON.stringify(o))).join("\n") });
-  }
-  /** The server side drops the connection. */
-  drop(code = 1006, reason = "") {
-    this.readyState = 3;
-    this.onclose({ code, reason });
-  }
-  /** The last frame the client sent with this op. */
-  last(op) {
-    for (let i = this.sent.length - 1; i >= 0; i--) if (this.sent[i].op === op) return this.sent[i];
-    return undefined;
-  }
-}
-
-function latest() {
-  return FakeWS.sockets[FakeWS.sockets.length - 1];
-}
-
-/** Waits until cond() is truthy, polling with a deadline. */
-async function until(cond, ms = 2000) {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error("condition not met in time");
-    await new Promise((r) => setTimeout(r, 2));
-  }
-}
-
-/** A connected client and its socket. */
-async function open(opts = {}) {
-  FakeWS.sockets = [];
-  const p = connect("ws://gw.test/v1/ws", { WebSocket: FakeWS, reconnect: { minDelayMs: 1, maxDelayMs: 4 }, ...opts });
-  await until(() => FakeWS.sockets.length === 1);
-  latest().welcome();
-  const client = await p;
-  return { client, ws: latest() };
-}
-
-/** Subscribes and answers the subscribe frame. */
-async function subscribed(client, ws, pattern, handler, opts = {}) {
-  const p = client.subscribe(pattern, handler, opts);
-  const f = ws.last("subscribe");
-  ws.recv({ op: "subscribed", id: f.id, pattern, ...(opts.group ? { group: opts.group } : {}) });
-  return p;
-}
-
-function msg(pattern, topic, partition, offset, extra = {}) {
-  return { op: "message", pattern, topic, partition, offset, data: { n: offset }, time: "2026-11-29T08:00:00.000Z", ...extra };
-}
+import { connect, splitFrame, backoffDelay, RecentSet, buildURL, SwitchyardError } from "./static/switchyard.js";
+import { FakeWS, latest, until, open, subscribed, msg } from "./fakews.mjs";
 
 test("splitFrame splits on newlines and reports bad lines", () => {
   const out = splitFrame('{"op":"a"}\n\n{"op":"b"}\nnot json\n');

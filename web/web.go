@@ -9,6 +9,10 @@
 //
 //	import { connect } from "/switchyard.js";
 //
+// The same switchyard.js is the entry of the npm package @switchyard/client
+// (web/package.json, with TypeScript declarations in web/switchyard.d.ts),
+// so the served client and the installed one are one file.
+//
 // See web/README.md for the client API and what the dashboard shows.
 //
 // # Concurrency

@@ -14,6 +14,14 @@
 //     await client.publish("orders.created", { id: 42 }, { key: "customer-7" });
 //     client.on("gap", (gap) => console.warn("missed", gap.from, "to", gap.to));
 //
+//     // Or iterate: leaving the loop unsubscribes.
+//     for await (const msg of client.subscribe("orders.#")) console.log(msg.data);
+//
+// Installed with npm it is the package @switchyard/client (web/package.json);
+// web/switchyard.d.ts declares its types. connect, subscribe and publish
+// take an AbortSignal (`signal`); closed() and status() report the
+// connection's end and states.
+//
 // Delivery guarantees provided by this library on top of the protocol:
 //
 //  - Reconnect. When the socket drops, the client reconnects with exponential
@@ -41,6 +49,8 @@ export const DEFAULTS = Object.freeze({
   requestTimeoutMs: 10000,
   /** How many handled group records are remembered for duplicate detection. */
   recentGroupRecords: 4096,
+  /** How many messages a subscription iterated with `for await` buffers. */
+  streamBuffer: 1024,
 });
 
 /** WebSocket readyState values, spelled out so injected implementations need not define them. */
@@ -152,6 +162,177 @@ export class RecentSet {
 }
 
 /**
+ * The error a request rejects with when its AbortSignal fires: code
+ * `aborted`, with the signal's reason as `cause`.
+ *
+ * @param {AbortSignal} signal
+ * @returns {SwitchyardError}
+ */
+function abortError(signal) {
+  const reason = signal && signal.reason;
+  const why = reason && reason.message ? ": " + reason.message : "";
+  return new SwitchyardError("aborted", "aborted" + why, { cause: reason });
+}
+
+/**
+ * Calls onAbort once when signal fires; returns a function that removes the
+ * listener. Without a signal it does nothing.
+ *
+ * @param {AbortSignal|undefined} signal
+ * @param {() => void} onAbort
+ * @returns {() => void}
+ */
+function onAbort(signal, onAbort) {
+  if (!signal) return () => {};
+  signal.addEventListener("abort", onAbort, { once: true });
+  return () => signal.removeEventListener("abort", onAbort);
+}
+
+/**
+ * A bounded queue read by async iteration: values pushed while nobody waits
+ * are buffered up to `limit`; `end(err)` finishes the iteration after the
+ * buffered values, with err thrown to the reader when given.
+ */
+export class AsyncQueue {
+  /**
+   * @param {number} limit how many values may wait (at least 1)
+   * @param {{dropOldest?: boolean, onReturn?: () => void}} [opts]
+   *   dropOldest: a push into a full queue evicts the oldest value instead
+   *   of failing; onReturn: called once when the reader stops early
+   */
+  constructor(limit, opts = {}) {
+    this.limit = Math.max(1, limit | 0);
+    /** @private */ this._items = [];
+    /** @private */ this._waiters = [];
+    /** @private */ this._done = false;
+    /** @private */ this._error = null;
+    /** @private */ this._dropOldest = !!opts.dropOldest;
+    /** @private */ this._onReturn = opts.onReturn;
+  }
+  /** Values waiting to be read. @returns {number} */
+  get size() {
+    return this._items.length;
+  }
+  /** Whether end() or return() was called. @returns {boolean} */
+  get done() {
+    return this._done;
+  }
+  /**
+   * Adds a value. Returns false, without adding it, when the queue is full
+   * (unless dropOldest) or has ended.
+   * @returns {boolean}
+   */
+  push(v) {
+    if (this._done) return false;
+    const w = this._waiters.shift();
+    if (w) {
+      w.resolve({ value: v, done: false });
+      return true;
+    }
+    if (this._items.length >= this.limit) {
+      if (!this._dropOldest) return false;
+      this._items.shift();
+    }
+    this._items.push(v);
+    return true;
+  }
+  /** Ends the iteration once the buffered values are read. @param {Error} [err] */
+  end(err) {
+    if (this._done) return;
+    this._done = true;
+    this._error = err || null;
+    for (const w of this._waiters.splice(0)) {
+      if (this._error) {
+        w.reject(this._error);
+        this._error = null;
+      } else w.resolve({ value: undefined, done: true });
+    }
+  }
+  /** @returns {Promise<IteratorResult<any>>} */
+  next() {
+    if (this._items.length > 0) return Promise.resolve({ value: this._items.shift(), done: false });
+    if (this._done) {
+      const err = this._error;
+      this._error = null;
+      return err ? Promise.reject(err) : Promise.resolve({ value: undefined, done: true });
+    }
+    return new Promise((resolve, reject) => this._waiters.push({ resolve, reject }));
+  }
+  /** The reader stops (break, return or throw in for await). @returns {Promise<IteratorResult<any>>} */
+  return() {
+    const wasDone = this._done;
+    this._items.length = 0;
+    this.end();
+    this._error = null;
+    if (!wasDone && this._onReturn) this._onReturn();
+    return Promise.resolve({ value: undefined, done: true });
+  }
+  [Symbol.asyncIterator]() {
+    return this;
+  }
+}
+
+/**
+ * The messages of one subscription as an async iterable, returned by
+ * {@link Client#subscribe} when it is called without a handler:
+ *
+ *     for await (const msg of client.subscribe("orders.#")) { ... }
+ *
+ * Leaving the loop (break, return, throw) unsubscribes. The loop ends when
+ * the subscription ends (unsubscribe, client closed) and throws the error
+ * when the server refused the subscription or its AbortSignal fired.
+ * Messages wait in a bounded buffer (`buffer`, default 1024): beyond it a
+ * plain message is dropped and reported as a `gap` event with reason
+ * `client_queue_full`, and a group message is nacked for redelivery.
+ */
+export class MessageStream {
+  /** @package */
+  constructor(client, sub, ready, queue, autoAck) {
+    /** @private */ this._client = client;
+    /**
+     * The subscription being iterated; null when it was refused at once
+     * (closed client, duplicate, aborted signal).
+     * @type {Subscription|null}
+     */
+    this.subscription = sub;
+    /** @private */ this._queue = queue;
+    /** @private */ this._autoAck = autoAck;
+    /** @private */ this._prev = null;
+    /**
+     * Resolves with the Subscription once the server confirmed it; rejects
+     * when it refused.
+     * @type {Promise<Subscription>}
+     */
+    this.ready = ready;
+  }
+  /** @returns {Promise<IteratorResult<object>>} */
+  next() {
+    // autoAck: the loop asking for the next message has handled the last.
+    if (this._prev) {
+      const m = this._prev;
+      this._prev = null;
+      this._client.ack(m).catch((err) => this._client._emit("error", err));
+    }
+    return this._queue.next().then((r) => {
+      if (!r.done && this._autoAck && r.value.group) this._prev = r.value;
+      return r;
+    });
+  }
+  /** Stops the iteration and unsubscribes. @returns {Promise<IteratorResult<object>>} */
+  return() {
+    this._prev = null;
+    return this._queue.return();
+  }
+  /** Ends the subscription; the loop ends after the buffered messages. @returns {Promise<void>} */
+  unsubscribe() {
+    return this.subscription ? this.subscription.unsubscribe() : Promise.resolve();
+  }
+  [Symbol.asyncIterator]() {
+    return this;
+  }
+}
+
+/**
  * Builds the WebSocket URL: resolves a relative URL against the page (when
  * there is one), maps http(s) to ws(s) and adds `token` as a query parameter.
  *
@@ -197,10 +378,21 @@ function subKey(pattern, group) {
  *   filter for group deliveries
  * @param {typeof WebSocket} [options.WebSocket] WebSocket constructor to use
  *   instead of `globalThis.WebSocket` (for Node, tests or proxies)
+ * @param {AbortSignal} [options.signal] the client's lifetime: when it
+ *   fires, a pending connect rejects with code `aborted` and the client
+ *   closes, as {@link Client#close} does
  * @returns {Promise<Client>}
  */
 export function connect(url, options = {}) {
   const client = new Client(url, options);
+  const signal = options.signal;
+  if (signal && signal.aborted) {
+    const err = abortError(signal);
+    client._shutdown(err, { code: 1000, reason: "aborted", willReconnect: false });
+    return Promise.reject(err);
+  }
+  const off = onAbort(signal, () => client._shutdown(abortError(signal), { code: 1000, reason: "aborted", willReconnect: false }));
+  client.closed().then(off);
   return client._start().then(() => client);
 }
 
@@ -256,6 +448,10 @@ export class Subscription {
         this._last.set(tpKey(p.topic, p.partition), { topic: p.topic, partition: p.partition, offset: p.offset });
       }
     }
+    /** Stream form: where messages wait for the loop. @private @type {AsyncQueue|null} */
+    this._queue = null;
+    /** Removes the AbortSignal listener. @private @type {(() => void)|null} */
+    this._offAbort = null;
     /** @private */
     this._ready = null;
     /** @private */
@@ -281,6 +477,13 @@ export class Subscription {
    */
   unsubscribe() {
     return this._client._unsubscribe(this);
+  }
+
+  /** The subscription ended: stop its abort listener and stream. @private */
+  _ended(err) {
+    if (this._offAbort) this._offAbort();
+    this._offAbort = null;
+    if (this._queue) this._queue.end(err);
   }
 
   /** The `subscribe` frame for the current connection. @private */
@@ -360,6 +563,57 @@ export class Client {
     /** @private */ this._retryTimer = null;
     /** @private */ this._welcomeTimer = null;
     /** @private */ this._first = null;
+    /** @private */ this._resolveClosed = null;
+    /** @private */ this._closed = new Promise((resolve) => {
+      this._resolveClosed = resolve;
+    });
+  }
+
+  /**
+   * Resolves once the client has closed for good: with undefined after
+   * {@link Client#close}, or with the SwitchyardError that ended it (first
+   * connection failed, policy close, reconnect disabled, aborted).
+   * @returns {Promise<SwitchyardError|undefined>}
+   */
+  closed() {
+    return this._closed;
+  }
+
+  /**
+   * The connection's states as an async iterable: `{state: "open",
+   * session, epoch}` on every welcome, `{state: "reconnecting", attempt,
+   * delayMs, code, reason}` when the socket dropped and a reconnect is
+   * scheduled, and finally `{state: "closed", code, reason, error?}`, after
+   * which the iteration ends. Events wait in a bounded buffer (64; the
+   * oldest go first) for a slow reader.
+   * @param {{signal?: AbortSignal}} [opts] ends the iteration when it fires
+   * @returns {AsyncIterableIterator<object>}
+   */
+  status(opts = {}) {
+    const offs = [];
+    const stop = () => offs.splice(0).forEach((off) => off());
+    const q = new AsyncQueue(64, { dropOldest: true, onReturn: stop });
+    if (this.state === "closed") {
+      q.end();
+      return q;
+    }
+    let lastClose = null;
+    offs.push(
+      this.on("open", (w) => q.push({ state: "open", session: w.session, epoch: w.epoch })),
+      this.on("close", (ev) => {
+        lastClose = ev;
+        if (ev.willReconnect) return;
+        stop();
+        q.push({ state: "closed", code: ev.code, reason: ev.reason, ...(this._closeError ? { error: this._closeError } : {}) });
+        q.end();
+      }),
+      this.on("reconnect", (ev) => q.push({ state: "reconnecting", attempt: ev.attempt, delayMs: ev.delayMs, code: lastClose && lastClose.code, reason: lastClose && lastClose.reason })),
+      onAbort(opts.signal, () => {
+        stop();
+        q.end();
+      }),
+    );
+    return q;
   }
 
   /**
@@ -386,7 +640,9 @@ export class Client {
   }
 
   /**
-   * Subscribes to a pattern. Resolves with the Subscription once the server
+   * Subscribes to a pattern. Called without a handler
+   * (`subscribe(pattern, opts?)`), returns a {@link MessageStream}: an async
+   * iterable of the messages. With a handler, resolves with the Subscription once the server
    * replies `subscribed`; rejects with a SwitchyardError (`.code` set, e.g.
    * `invalid_pattern`, `forbidden`, `group_conflict`) when it refuses.
    * While disconnected, the request waits for the next connection.
@@ -407,25 +663,73 @@ export class Client {
    * @param {{headers: Object<string, string>}} [opts.filter] deliver only records with these headers
    * @param {boolean} [opts.autoAck=false] group only: ack when the handler
    *   returns (or its promise resolves), nack with the error when it throws
-   *   (or its promise rejects)
-   * @returns {Promise<Subscription>}
+   *   (or its promise rejects); without a handler: ack each message when
+   *   the loop asks for the next one
+   * @param {AbortSignal} [opts.signal] unsubscribes when it fires; a
+   *   subscribe not yet confirmed rejects with code `aborted`
+   * @param {number} [opts.buffer=1024] without a handler: how many
+   *   messages wait for the loop
+   * @returns {Promise<Subscription>} with a handler; without one, a
+   *   {@link MessageStream} to iterate with `for await`
    */
   subscribe(pattern, handler, opts = {}) {
-    if (this.state === "closed") return Promise.reject(this._closedError());
-    if (typeof handler !== "function") {
-      return Promise.reject(new SwitchyardError("bad_request", "subscribe needs a handler function"));
+    if (handler === undefined || handler === null || (typeof handler === "object" && typeof handler !== "function")) {
+      return this._stream(pattern, handler || {});
     }
+    return this._subscribe(pattern, handler, opts, null).ready;
+  }
+
+  /**
+   * The handler form of subscribe, feeding queue when given. Returns the
+   * Subscription (null when refused at once) and its ready promise. @private
+   */
+  _subscribe(pattern, handler, opts, queue) {
+    const refuse = (err) => ({ sub: null, ready: Promise.reject(err) });
+    if (this.state === "closed") return refuse(this._closedError());
+    if (typeof handler !== "function") {
+      return refuse(new SwitchyardError("bad_request", "subscribe needs a handler function"));
+    }
+    const signal = opts.signal;
+    if (signal && signal.aborted) return refuse(abortError(signal));
     const key = subKey(pattern, opts.group);
     if (this._subs.has(key)) {
-      return Promise.reject(
-        new SwitchyardError("already_subscribed", `already subscribed to ${pattern}` + (opts.group ? ` in group ${opts.group}` : "")),
-      );
+      return refuse(new SwitchyardError("already_subscribed", `already subscribed to ${pattern}` + (opts.group ? ` in group ${opts.group}` : "")));
     }
     const sub = new Subscription(this, pattern, handler, opts);
+    sub._queue = queue;
+    sub._offAbort = onAbort(signal, () => {
+      const err = abortError(signal);
+      this._unsubscribe(sub, err).catch(() => {});
+    });
     this._subs.set(key, sub);
     if (this.state === "open") this._sendSubscribe(sub);
     else this._armPendingSubscribe(sub);
-    return sub._readyPromise;
+    return { sub, ready: sub._readyPromise };
+  }
+
+  /** The async-iterable form of subscribe. @private */
+  _stream(pattern, opts) {
+    const autoAck = !!opts.autoAck;
+    const buffer = opts.buffer > 0 ? opts.buffer : DEFAULTS.streamBuffer;
+    let sub = null;
+    const queue = new AsyncQueue(buffer, { onReturn: () => sub && sub.unsubscribe().catch(() => {}) });
+    const handler = (m, sub) => {
+      if (queue.push(m)) return;
+      if (queue.done) return;
+      if (sub.group) {
+        this.nack(m, "client queue full").catch((err) => this._emit("error", err));
+        return;
+      }
+      this.stats.gaps++;
+      this._emit("gap", { op: "gap", pattern: m.pattern, topic: m.topic, partition: m.partition, from: m.offset, to: m.offset + 1, reason: "client_queue_full" }, sub);
+    };
+    const r = this._subscribe(pattern, handler, { ...opts, autoAck: false }, queue);
+    sub = r.sub;
+    r.ready.then(
+      () => {},
+      (err) => queue.end(err),
+    );
+    return new MessageStream(this, r.sub, r.ready, queue, autoAck);
   }
 
   /**
@@ -443,6 +747,9 @@ export class Client {
    * @param {Object<string, string>} [opts.headers]
    * @param {string} [opts.msg_id] idempotency key: a repeat within the dedupe window is stored once
    * @param {0|1|2|3} [opts.priority] default 1
+   * @param {AbortSignal} [opts.signal] rejects with code `aborted` when it
+   *   fires before the reply; a publish still waiting for a connection is
+   *   then never sent, one already sent may have been stored
    * @returns {Promise<{topic: string, partition: number, offset: number, duplicate?: boolean}>}
    */
   publish(topic, data, opts = {}) {
@@ -450,7 +757,7 @@ export class Client {
     for (const k of ["key", "headers", "msg_id", "priority"]) {
       if (opts[k] !== undefined) f[k] = opts[k];
     }
-    return this._request(f);
+    return this._request(f, { signal: opts.signal });
   }
 
   /**
@@ -494,14 +801,19 @@ export class Client {
    * rejects with code `closed`.
    */
   close() {
-    this._shutdown(this._closedError(), { code: 1000, reason: "client closed", willReconnect: false });
+    this._shutdown(this._closedError(), { code: 1000, reason: "client closed", willReconnect: false }, true);
   }
 
   // ---- internals ----------------------------------------------------------
 
-  /** Ends everything: rejects what waits with err and emits close with ev. @private */
-  _shutdown(err, ev) {
+  /**
+   * Ends everything: rejects what waits with err, emits close with ev and
+   * resolves closed() with err, or with undefined when byUser. @private
+   */
+  _shutdown(err, ev, byUser = false) {
     if (this.state === "closed") return;
+    const result = byUser ? undefined : err;
+    this._closeError = result;
     this._setState("closed");
     clearTimeout(this._retryTimer);
     clearTimeout(this._welcomeTimer);
@@ -513,6 +825,7 @@ export class Client {
     for (const sub of this._subs.values()) {
       if (sub.state === "pending") sub._ready.reject(err);
       sub.state = "closed";
+      sub._ended(result);
     }
     this._subs.clear();
     if (this._first) {
@@ -529,6 +842,7 @@ export class Client {
       }
     }
     this._emit("close", ev);
+    this._resolveClosed(result);
   }
 
   /** @private */
@@ -732,8 +1046,9 @@ export class Client {
       if (!this._pending.has(id)) return;
       this._pending.delete(id);
       if (sub.state === "pending") {
-        this._dropSub(sub);
-        sub._ready.reject(new SwitchyardError("timeout", `no reply to subscribe ${sub.pattern} within ${this._opts.requestTimeoutMs} ms`));
+        const err = new SwitchyardError("timeout", `no reply to subscribe ${sub.pattern} within ${this._opts.requestTimeoutMs} ms`);
+        this._dropSub(sub, err);
+        sub._ready.reject(err);
         // The server may still have taken it; tell it we no longer want it.
         const f = { op: "unsubscribe", pattern: sub.pattern };
         if (sub.group) f.group = sub.group;
@@ -759,7 +1074,7 @@ export class Client {
       reject: (err) => {
         if (sub.state === "closed") return;
         const wasPending = sub.state === "pending";
-        this._dropSub(sub);
+        this._dropSub(sub, err);
         err.subscription = sub;
         // A refused first subscribe rejects its promise; a refused
         // resubscribe after a reconnect can only be reported as an event.
@@ -777,8 +1092,9 @@ export class Client {
   _armPendingSubscribe(sub) {
     const t = setTimeout(() => {
       if (sub.state !== "pending" || this.state === "open") return;
-      this._dropSub(sub);
-      sub._ready.reject(new SwitchyardError("timeout", `not connected within ${this._opts.requestTimeoutMs} ms to subscribe ${sub.pattern}`));
+      const err = new SwitchyardError("timeout", `not connected within ${this._opts.requestTimeoutMs} ms to subscribe ${sub.pattern}`);
+      this._dropSub(sub, err);
+      sub._ready.reject(err);
     }, this._opts.requestTimeoutMs);
     sub._readyPromise.then(
       () => clearTimeout(t),
@@ -787,18 +1103,19 @@ export class Client {
   }
 
   /** @private */
-  _dropSub(sub) {
+  _dropSub(sub, err) {
     sub.state = "closed";
+    sub._ended(err);
     const key = subKey(sub.pattern, sub.group);
     if (this._subs.get(key) === sub) this._subs.delete(key);
   }
 
-  /** @private */
-  _unsubscribe(sub) {
+  /** Ends sub; err (an abort) is what a pending subscribe rejects with. @private */
+  _unsubscribe(sub, err) {
     if (sub.state === "closed") return Promise.resolve();
     const wasPending = sub.state === "pending";
-    this._dropSub(sub);
-    if (wasPending) sub._ready.reject(new SwitchyardError("closed", "unsubscribed before the server confirmed"));
+    this._dropSub(sub, err);
+    if (wasPending) sub._ready.reject(err || new SwitchyardError("closed", "unsubscribed before the server confirmed"));
     if (this.state !== "open") return Promise.resolve();
     const f = { op: "unsubscribe", pattern: sub.pattern };
     if (sub.group) f.group = sub.group;
@@ -817,8 +1134,9 @@ export class Client {
    * connected, the request waits for the next connection unless
    * opts.queue is false. @private
    */
-  _request(frame, { queue = true } = {}) {
+  _request(frame, { queue = true, signal } = {}) {
     if (this.state === "closed") return Promise.reject(this._closedError());
+    if (signal && signal.aborted) return Promise.reject(abortError(signal));
     const id = this._nextId++;
     return new Promise((resolve, reject) => {
       const open = this.state === "open";
@@ -826,12 +1144,24 @@ export class Client {
         resolve(undefined);
         return;
       }
+      const off = onAbort(signal, () => {
+        const p = this._pending.get(id);
+        if (!p) return;
+        this._pending.delete(id);
+        clearTimeout(p.timer);
+        reject(abortError(signal));
+      });
       const timer = setTimeout(() => {
         if (!this._pending.has(id)) return;
         this._pending.delete(id);
+        off();
         reject(new SwitchyardError("timeout", `no reply to ${frame.op} within ${this._opts.requestTimeoutMs} ms`));
       }, this._opts.requestTimeoutMs);
-      this._pending.set(id, { kind: frame.op, frame, sent: open, timer, resolve, reject });
+      const done = (fn) => (v) => {
+        off();
+        fn(v);
+      };
+      this._pending.set(id, { kind: frame.op, frame, sent: open, timer, resolve: done(resolve), reject: done(reject) });
       if (open) this._send({ ...frame, id });
     });
   }

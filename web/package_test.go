@@ -1,0 +1,222 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	jsExport  = regexp.MustCompile(`(?m)^export (?:async )?(?:function|class|const) ([A-Za-z_$][\w$]*)`)
+	dtsExport = regexp.MustCompile(`(?m)^export declare (?:function|class|const) ([A-Za-z_$][\w$]*)`)
+)
+
+func exportsOf(t *testing.T, path string, re *regexp.Regexp) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+		names = append(names, m[1])
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// TestDeclarationsCoverExports checks that switchyard.d.ts declares every
+// value switchyard.js exports, and nothing it does not.
+func TestDeclarationsCoverExports(t *testing.T) {
+	js := exportsOf(t, filepath.Join("static", "switchyard.js"), jsExport)
+	dts := exportsOf(t, "switchyard.d.ts", dtsExport)
+	if len(js) == 0 {
+		t.Fatal("found no exports in switchyard.js")
+	}
+	for _, name := range js {
+		if !slices.Contains(dts, name) {
+			t.Errorf("switchyard.js exports %s but switchyard.d.ts does not declare it", name)
+		}
+	}
+	for _, name := range dts {
+		if !slices.Contains(js, name) {
+			t.Errorf("switchyard.d.ts declares %s but switchyard.js does not export it", name)
+		}
+	}
+}
+
+// TestPackageManifest checks that package.json points at the file the
+// gateway serves, so there is one source of truth for the client.
+func TestPackageManifest(t *testing.T) {
+	b, err := os.ReadFile("package.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pkg struct {
+		Name         string                     `json:"name"`
+		Type         string                     `json:"type"`
+		Exports      map[string]json.RawMessage `json:"exports"`
+		Engines      map[string]string          `json:"engines"`
+		Dependencies map[string]string          `json:"dependencies"`
+		Files        []string                   `json:"files"`
+	}
+	if err := json.Unmarshal(b, &pkg); err != nil {
+		t.Fatal(err)
+	}
+	var dot map[string]string
+	if err := json.Unmarshal(pkg.Exports["."], &dot); err != nil {
+		t.Fatalf(`exports["."]: %v`, err)
+	}
+	if dot["import"] != "./static/switchyard.js" || dot["default"] != "./static/switchyard.js" {
+		t.Errorf(`exports["."] = %v, want import and default ./static/switchyard.js (the served file)`, dot)
+	}
+	if dot["types"] != "./switchyard.d.ts" {
+		t.Errorf(`exports["."].types = %q, want ./switchyard.d.ts`, dot["types"])
+	}
+	if pkg.Type != "module" {
+		t.Errorf("type = %q, want module", pkg.Type)
+	}
+	if pkg.Engines["node"] == "" {
+		t.Error("engines.node is not set")
+	}
+	if len(pkg.Dependencies) != 0 {
+		t.Errorf("runtime dependencies %v, want none", pkg.Dependencies)
+	}
+	served, err := fs.ReadFile(FS(), "switchyard.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join("static", "switchyard.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(served, src) {
+		t.Error("the served /switchyard.js differs from the package entry")
+	}
+}
+
+// npm returns the path of npm, skipping the test when it is missing unless
+// SWITCHYARD_REQUIRE_NPM is set (as CI does).
+func npm(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("npm")
+	if err != nil {
+		if os.Getenv("SWITCHYARD_REQUIRE_NPM") != "" {
+			t.Fatal("npm not found and SWITCHYARD_REQUIRE_NPM is set")
+		}
+		t.Skip("npm not found")
+	}
+	return path
+}
+
+func run(t *testing.T, ctx context.Context, dir, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "NO_COLOR=1", "npm_config_update_notifier=false")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s in %s: %v\n%s", name, strings.Join(args, " "), dir, err, out.String())
+	}
+	return out.String()
+}
+
+// TestPackageInViteApp packs the client with npm, installs the tarball into
+// a copy of testdata/vite-app (a fresh Vite project whose only dev
+// dependencies are vite and typescript, pinned by its package-lock.json),
+// type-checks the app's typed usage of the whole API with tsc --noEmit,
+// builds it with vite and imports the package from Node. It needs npm and
+// the npm registry (or npm's cache); it skips when npm is missing and with
+// -short.
+func TestPackageInViteApp(t *testing.T) {
+	npmPath := npm(t)
+	if testing.Short() {
+		t.Skip("installs packages with npm")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	tmp := t.TempDir()
+
+	var packed []struct {
+		Filename string `json:"filename"`
+		Files    []struct {
+			Path string `json:"path"`
+		} `json:"files"`
+	}
+	out := run(t, ctx, ".", npmPath, "pack", "--json", "--pack-destination", tmp)
+	if i := strings.Index(out, "["); i >= 0 {
+		out = out[i:]
+	}
+	if err := json.Unmarshal([]byte(out), &packed); err != nil || len(packed) != 1 {
+		t.Fatalf("npm pack --json: %v\n%s", err, out)
+	}
+	var files []string
+	for _, f := range packed[0].Files {
+		files = append(files, f.Path)
+	}
+	slices.Sort(files)
+	want := []string{"README.md", "package.json", "static/switchyard.js", "switchyard.d.ts"}
+	if !slices.Equal(files, want) {
+		t.Errorf("tarball holds %v, want %v", files, want)
+	}
+
+	app := filepath.Join(tmp, "app")
+	src := filepath.Join("testdata", "vite-app")
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		if d.IsDir() {
+			if d.Name() == "node_modules" || d.Name() == "dist" {
+				return filepath.SkipDir
+			}
+			return os.MkdirAll(filepath.Join(app, rel), 0o755)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(app, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	quiet := []string{"--no-audit", "--no-fund", "--prefer-offline"}
+	run(t, ctx, app, npmPath, append([]string{"ci"}, quiet...)...)
+	run(t, ctx, app, npmPath, append([]string{"install", "--no-save", filepath.Join(tmp, packed[0].Filename)}, quiet...)...)
+	run(t, ctx, app, filepath.Join(app, "node_modules", ".bin", "tsc"), "--noEmit", "-p", ".")
+	run(t, ctx, app, filepath.Join(app, "node_modules", ".bin", "vite"), "build", "--logLevel", "warn")
+
+	assets, err := filepath.Glob(filepath.Join(app, "dist", "assets", "*.js"))
+	if err != nil || len(assets) == 0 {
+		t.Fatalf("vite build wrote no JavaScript: %v", err)
+	}
+	var bundle []byte
+	for _, a := range assets {
+		b, err := os.ReadFile(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bundle = append(bundle, b...)
+	}
+	// A string from switchyard.js that survives minification.
+	if !bytes.Contains(bundle, []byte("no WebSocket implementation")) {
+		t.Error("the vite bundle does not contain the client")
+	}
+	if got := run(t, ctx, app, "node", "smoke.mjs"); !strings.Contains(got, "@switchyard/client@") {
+		t.Errorf("node smoke.mjs printed %q", got)
+	}
+}

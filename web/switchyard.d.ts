@@ -1,0 +1,367 @@
+// Type declarations for the Switchyard JavaScript client
+// (web/static/switchyard.js, published as @switchyard/client). They describe
+// the module's whole public API; web/testdata/vite-app/src/usage.ts uses
+// every part of it and is checked with `tsc --noEmit`.
+
+/** Any JSON value: what `data` of a record may hold. */
+export type JSONValue = string | number | boolean | null | JSONValue[] | { [key: string]: JSONValue };
+
+/** Defaults every option of {@link connect} falls back to. */
+export declare const DEFAULTS: Readonly<{
+  /** First reconnect delay, before jitter (250). */
+  minDelayMs: number;
+  /** Largest reconnect delay, before jitter (10000). */
+  maxDelayMs: number;
+  /** How long a request (and the wait for `welcome`) may take (10000). */
+  requestTimeoutMs: number;
+  /** How many handled group records are remembered for duplicate detection (4096). */
+  recentGroupRecords: number;
+  /** How many messages a subscription iterated with `for await` buffers (1024). */
+  streamBuffer: number;
+}>;
+
+/**
+ * Error codes of the protocol (docs/protocol.md) and of the client itself
+ * (`timeout`, `disconnected`, `closed`, `connect_failed`, `aborted`, ...).
+ * Other strings may come from newer servers.
+ */
+export type ErrorCode =
+  | "bad_request"
+  | "invalid_topic"
+  | "invalid_pattern"
+  | "unknown_topic"
+  | "unauthorized"
+  | "forbidden"
+  | "rate_limited"
+  | "backpressure"
+  | "message_too_large"
+  | "too_many_subscriptions"
+  | "not_subscribed"
+  | "group_conflict"
+  | "shutting_down"
+  | "internal"
+  | "timeout"
+  | "disconnected"
+  | "closed"
+  | "connect_failed"
+  | "aborted"
+  | "already_subscribed"
+  | "not_a_group_message"
+  | "handler_failed"
+  | "bad_frame"
+  | (string & {});
+
+/** An error reported by the server or by the client library. */
+export declare class SwitchyardError extends Error {
+  constructor(code: ErrorCode, message?: string, details?: Record<string, unknown>);
+  readonly name: "SwitchyardError";
+  /** Machine-readable error code. */
+  code: ErrorCode;
+  /** The WebSocket close code, for `disconnected`, `connect_failed`, `unauthorized` and `closed`. */
+  closeCode?: number;
+  /** The server's error frame, when the server reported the error. */
+  frame?: Record<string, unknown>;
+  /** The subscription a failed (re)subscribe or handler belongs to. */
+  subscription?: Subscription;
+  /** The unparsable line, for `bad_frame`. */
+  line?: string;
+  /** What caused it: a handler's exception, an AbortSignal's reason. */
+  cause?: unknown;
+}
+
+/** Splits one server text frame into its JSON objects; a bad line becomes a SwitchyardError in its place. */
+export declare function splitFrame(text: string): Array<Record<string, unknown> | SwitchyardError>;
+
+/** The delay before reconnect attempt `attempt` (0-based): capped exponential backoff with equal jitter. */
+export declare function backoffDelay(attempt: number, minMs: number, maxMs: number, random?: () => number): number;
+
+/** Builds the WebSocket URL: resolves relative URLs, maps http(s) to ws(s), adds `token`. */
+export declare function buildURL(url: string, token?: string): string;
+
+/** A bounded map that forgets its oldest entries first. */
+export declare class RecentSet<V = unknown> {
+  constructor(limit: number);
+  readonly limit: number;
+  has(key: string): boolean;
+  get(key: string): V | undefined;
+  set(key: string, value?: V): void;
+  delete(key: string): void;
+  readonly size: number;
+}
+
+/** A bounded queue read by async iteration. */
+export declare class AsyncQueue<T> implements AsyncIterableIterator<T> {
+  constructor(limit: number, opts?: { dropOldest?: boolean; onReturn?: () => void });
+  readonly limit: number;
+  /** Values waiting to be read. */
+  readonly size: number;
+  /** Whether end() or return() was called. */
+  readonly done: boolean;
+  /** Adds a value; false when full (unless dropOldest) or ended. */
+  push(value: T): boolean;
+  /** Ends the iteration after the buffered values, throwing err to the reader when given. */
+  end(err?: Error): void;
+  next(): Promise<IteratorResult<T, undefined>>;
+  return(): Promise<IteratorResult<T, undefined>>;
+  [Symbol.asyncIterator](): AsyncQueue<T>;
+}
+
+/** A position in one partition of a topic: the last offset seen there. */
+export interface Position {
+  topic: string;
+  partition: number;
+  offset: number;
+}
+
+/** Where delivery starts. */
+export type From =
+  | "latest"
+  | "earliest"
+  | "last"
+  | { time: string }
+  | { last: number }
+  | { epoch: string; positions: Position[] };
+
+/** The server's limits for this session, from `welcome`. */
+export interface Limits {
+  max_frame_bytes: number;
+  max_subscriptions: number;
+  queue_messages: number;
+  max_message_bytes?: number;
+  publish_rate?: number;
+  [key: string]: unknown;
+}
+
+/** The server's first frame on every connection. */
+export interface Welcome {
+  op: "welcome";
+  session: string;
+  epoch: string;
+  limits: Limits;
+  [key: string]: unknown;
+}
+
+/** One delivered record (a `message` frame). */
+export interface Message<T = JSONValue> {
+  op: "message";
+  /** The pattern of the subscription this delivery belongs to. */
+  pattern: string;
+  topic: string;
+  partition: number;
+  offset: number;
+  key?: string;
+  headers?: Record<string, string>;
+  data: T;
+  /** Append time, RFC 3339 UTC with milliseconds. */
+  time: string;
+  /** Consumer-group deliveries only. */
+  group?: string;
+  /** Consumer-group deliveries only; 1 on the first. */
+  attempt?: number;
+}
+
+/** Offsets `[from, to)` of a partition that a subscription did not receive. */
+export interface Gap {
+  op: "gap";
+  pattern: string;
+  group?: string;
+  topic: string;
+  partition: number;
+  from: number;
+  to: number;
+  /** `queue_full`, `retention`, or `client_queue_full` (a stream's buffer was full). */
+  reason: "queue_full" | "retention" | "client_queue_full" | (string & {});
+}
+
+/** The `published` reply. */
+export interface PublishResult {
+  topic: string;
+  partition: number;
+  offset: number;
+  duplicate?: boolean;
+}
+
+/** Where a message a handler or loop got from a group subscription came from. */
+export interface GroupDelivery {
+  group?: string;
+  pattern?: string;
+  topic: string;
+  partition: number;
+  offset: number;
+}
+
+export type OnFull = "drop_old" | "drop_new" | "disconnect";
+
+/** Options of {@link Client.subscribe}. */
+export interface SubscribeOptions {
+  /** Join this consumer group. */
+  group?: string;
+  /** Where delivery starts (server default: latest for plain, earliest for a new group). */
+  from?: From;
+  /** Plain only: what a full outbound queue on the server does. */
+  on_full?: OnFull;
+  /** Deliver only records whose headers hold every given pair. */
+  filter?: { headers: Record<string, string> };
+  /**
+   * Group only: with a handler, ack when it returns (or its promise
+   * resolves) and nack when it throws; without one, ack each message when
+   * the loop asks for the next.
+   */
+  autoAck?: boolean;
+  /** Unsubscribes when it fires; a subscribe not yet confirmed rejects with `aborted`. */
+  signal?: AbortSignal;
+}
+
+/** Options of the async-iterable form of {@link Client.subscribe}. */
+export interface StreamOptions extends SubscribeOptions {
+  /** How many messages wait for the loop (default {@link DEFAULTS}.streamBuffer). */
+  buffer?: number;
+}
+
+/** Options of {@link Client.publish}. */
+export interface PublishOptions {
+  /** Partitioning key: one key, one partition, in order. */
+  key?: string;
+  headers?: Record<string, string>;
+  /** Idempotency key: a repeat within the dedupe window is stored once. */
+  msg_id?: string;
+  /** 0 (lowest) to 3; default 1. */
+  priority?: 0 | 1 | 2 | 3;
+  /** Rejects with `aborted` when it fires before the reply. */
+  signal?: AbortSignal;
+}
+
+/** Options of {@link connect}. */
+export interface ConnectOptions {
+  /** Auth token sent as `?token=`; a function is asked before every attempt. */
+  token?: string | (() => string | Promise<string>);
+  /** Backoff settings; `false` disables reconnecting. */
+  reconnect?: false | { minDelayMs?: number; maxDelayMs?: number };
+  /** Timeout of every request and of the wait for `welcome`. */
+  requestTimeoutMs?: number;
+  /** Size of the duplicate filter for group deliveries. */
+  recentGroupRecords?: number;
+  /** WebSocket constructor to use instead of `globalThis.WebSocket`. */
+  WebSocket?: WebSocketConstructor;
+  /** The client's lifetime: a pending connect rejects with `aborted`, an open client closes. */
+  signal?: AbortSignal;
+}
+
+/** What the client needs of a WebSocket implementation (the browser's, or e.g. the `ws` package's). */
+export interface WebSocketLike {
+  readonly readyState: number;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+  onmessage: ((ev: { data: unknown }) => void) | null;
+  onclose: ((ev: { code?: number; reason?: string }) => void) | null;
+  onerror: ((ev: unknown) => void) | null;
+}
+export type WebSocketConstructor = new (url: string) => WebSocketLike;
+
+export type ClientState = "connecting" | "open" | "reconnecting" | "closed";
+
+/** One entry of {@link Client.status}. */
+export type Status =
+  | { state: "open"; session: string; epoch: string }
+  | { state: "reconnecting"; attempt: number; delayMs: number; code?: number; reason?: string }
+  | { state: "closed"; code: number; reason: string; error?: SwitchyardError };
+
+export interface CloseEvent {
+  code: number;
+  reason: string;
+  willReconnect: boolean;
+}
+
+export interface ResetEvent {
+  subscription: Subscription;
+  pattern: string;
+  group?: string;
+  epoch: string;
+}
+
+/** Listener signatures of {@link Client.on}. */
+export interface ClientEvents {
+  open: (welcome: Welcome) => void;
+  close: (ev: CloseEvent) => void;
+  reconnect: (ev: { attempt: number; delayMs: number }) => void;
+  gap: (gap: Gap, subscription: Subscription | undefined) => void;
+  reset: (ev: ResetEvent) => void;
+  error: (err: SwitchyardError) => void;
+  state: (state: ClientState) => void;
+}
+
+export type Handler<T = JSONValue> = (msg: Message<T>, sub: Subscription) => unknown;
+
+/** A subscription to a pattern, optionally as a member of a consumer group. */
+export declare class Subscription {
+  private constructor();
+  readonly pattern: string;
+  readonly group: string | undefined;
+  state: "pending" | "active" | "closed";
+  /** From the last `subscribed` reply that carried it: whether a resume from positions succeeded. */
+  recovered: boolean | undefined;
+  /** Duplicate deliveries dropped so far. */
+  duplicates: number;
+  /** Records handed to the handler so far. */
+  delivered: number;
+  /** The last delivered position on every (topic, partition), as `from.positions` expects. */
+  positions(): Position[];
+  /** Ends the subscription. */
+  unsubscribe(): Promise<void>;
+}
+
+/** The messages of one subscription as an async iterable. Leaving the loop unsubscribes. */
+export declare class MessageStream<T = JSONValue> implements AsyncIterableIterator<Message<T>> {
+  private constructor();
+  /** The subscription being iterated; null when refused at once. */
+  readonly subscription: Subscription | null;
+  /** Resolves once the server confirmed the subscription; rejects when it refused. */
+  readonly ready: Promise<Subscription>;
+  next(): Promise<IteratorResult<Message<T>, undefined>>;
+  return(): Promise<IteratorResult<Message<T>, undefined>>;
+  /** Ends the subscription; the loop ends after the buffered messages. */
+  unsubscribe(): Promise<void>;
+  [Symbol.asyncIterator](): MessageStream<T>;
+}
+
+/** A connection to a Switchyard gateway that reconnects by itself. Create it with {@link connect}. */
+export declare class Client {
+  private constructor();
+  state: ClientState;
+  /** Session id from the last `welcome`. */
+  session: string | undefined;
+  /** Log epoch from the last `welcome`. */
+  epoch: string | undefined;
+  /** Limits from the last `welcome`. */
+  limits: Limits | undefined;
+  /** Counters, for display and tests. */
+  stats: { reconnects: number; duplicates: number; gaps: number };
+
+  /** Registers a listener; returns a function that removes it. */
+  on<E extends keyof ClientEvents>(event: E, fn: ClientEvents[E]): () => void;
+  /** Removes a listener added with on. */
+  off<E extends keyof ClientEvents>(event: E, fn: ClientEvents[E]): void;
+  /** Resolves once closed for good: undefined after close(), else the error that ended the client. */
+  closed(): Promise<SwitchyardError | undefined>;
+  /** The connection's states as an async iterable, ending after `closed`. */
+  status(opts?: { signal?: AbortSignal }): AsyncIterableIterator<Status>;
+
+  /** Subscribes with a handler; resolves once the server confirms. */
+  subscribe<T = JSONValue>(pattern: string, handler: Handler<T>, opts?: SubscribeOptions): Promise<Subscription>;
+  /** Subscribes without a handler: iterate the result with `for await`. */
+  subscribe<T = JSONValue>(pattern: string, opts?: StreamOptions): MessageStream<T>;
+
+  /** Publishes one record; resolves with where it was stored. */
+  publish(topic: string, data: unknown, opts?: PublishOptions): Promise<PublishResult>;
+  /** Acknowledges a consumer-group delivery. */
+  ack(msg: GroupDelivery): Promise<Record<string, unknown>>;
+  /** Rejects a consumer-group delivery: redelivered after a backoff, or dead-lettered. */
+  nack(msg: GroupDelivery, error?: string | Error): Promise<Record<string, unknown>>;
+  /** All current subscriptions. */
+  subscriptions(): Subscription[];
+  /** Closes the connection for good. */
+  close(): void;
+}
+
+/** Connects to a gateway; resolves once the server's `welcome` arrives. */
+export declare function connect(url: string, options?: ConnectOptions): Promise<Client>;
