@@ -83,15 +83,22 @@
 //
 // A MsgID is claimed in the <prefix>_dedupe bucket (bucket TTL: the dedupe
 // window) with an atomic create holding the claim time on the engine's
-// clock; when the append is done the claim records its position, which
-// repeats within the window return with Duplicate set. Concurrent repeats
-// on one node wait for the first in-process; on another node they poll the
-// claim briefly. The publish itself carries Nats-Msg-Id (claim key and
-// revision), and the record stream's Duplicates window is the policy's
-// DedupeWindow, so a publish retried after a lost ack is stored once. The
-// stream's own dedupe alone could not serve: it runs on the server's clock
-// and reports only a sequence, not the first record's position across a
-// window that a fake clock controls.
+// clock. The claim's revision names it: every publish of that MsgID while
+// the claim lives carries Nats-Msg-Id <claim key>.<revision>, and the
+// record stream's Duplicates window is the policy's DedupeWindow, so the
+// server stores it at most once. When an append is confirmed the claim
+// records its position, which repeats within the window return with
+// Duplicate set. An append whose outcome is unknown (its context ended, or
+// the connection dropped, with the publish in flight) leaves the claim
+// unconfirmed, never deleted: a retry on any node publishes again at once
+// under the same Nats-Msg-Id, and either stores the record (the first try
+// never landed) or gets the server's duplicate acknowledgement, with the
+// first record's stream sequence, and reports that record's position with
+// Duplicate set. Nothing waits on an unconfirmed claim. Concurrent repeats
+// on one node wait for the first in-process. The stream's dedupe alone
+// could not serve: it runs on the server's clock, while a claim expires
+// with the window on the engine's (possibly fake) clock and then gets a new
+// revision, so a MsgID reused after the window is stored again.
 //
 // # Consumer groups
 //

@@ -2,6 +2,9 @@ package jsengine_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,5 +95,99 @@ func TestDeadLetterNotStoredNotCommitted(t *testing.T) {
 	}
 	if len(dls) != 1 || dls[0].Record.Offset != 0 || dls[0].Error != "boom" {
 		t.Fatalf("dead letters %+v, want offset 0 with error boom, stored once", dls)
+	}
+}
+
+// TestMsgIDUncertainAppend: publishes with a MsgID whose deadlines end
+// while the publish is in flight, each retried with the same MsgID until
+// it succeeds (on the same node for half of them, on another node for the
+// rest), store every MsgID exactly once, and the retry reports the stored
+// record's position.
+func TestMsgIDUncertainAppend(t *testing.T) {
+	url := natstest.URL(t)
+	prefix := natstest.Prefix(t, url)
+	e := newNode(t, nodeOpts{url: url, prefix: prefix})
+	other := newNode(t, nodeOpts{url: url, prefix: prefix})
+	ctx := context.Background()
+	const topic, parts, workers, each = "idem", 3, 6, 50
+	if _, err := e.CreateTopic(ctx, engine.TopicConfig{Name: topic, Partitions: parts, Partitioner: engine.RoundRobin}); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		a     engine.Appended
+		tries int
+	}
+	results := make([][]result, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		results[w] = make([]result, each)
+		wg.Go(func() {
+			for i := range each {
+				id := fmt.Sprintf("w%d-%d", w, i)
+				m := engine.Message{Topic: topic, MsgID: id, Data: []byte(strconv.Quote(id))}
+				// Deadlines from 20 µs to 4 ms: they end before, during or
+				// just after the publish's round trip.
+				d := time.Duration(20+(i*397+w*113)%4000) * time.Microsecond
+				cctx, cancel := context.WithTimeout(ctx, d)
+				a, err := e.Append(cctx, m)
+				cancel()
+				tries := 1
+				retry := e
+				if w%2 == 1 {
+					retry = other
+				}
+				for err != nil && tries < 50 {
+					tries++
+					// A retry never waits on the failed try's claim.
+					cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+					a, err = retry.Append(cctx, m)
+					cancel()
+				}
+				if err != nil {
+					t.Errorf("%s: still failing after %d tries: %v", id, tries, err)
+					return
+				}
+				results[w][i] = result{a, tries}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	stored := map[string][]engine.Position{}
+	for p := range parts {
+		recs, _, err := e.Read(ctx, topic, p, 0, workers*each*2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			id, _ := strconv.Unquote(string(r.Data))
+			stored[id] = append(stored[id], posOf(r))
+		}
+	}
+	retried, dups := 0, 0
+	for w := range workers {
+		for i, res := range results[w] {
+			id := fmt.Sprintf("w%d-%d", w, i)
+			if res.tries > 1 {
+				retried++
+			}
+			if res.a.Duplicate {
+				dups++ // an earlier try landed although it failed
+			}
+			got := stored[id]
+			if len(got) != 1 {
+				t.Errorf("%s stored %d times (%v), want once", id, len(got), got)
+				continue
+			}
+			if want := (engine.Position{Topic: topic, Partition: res.a.Partition, Offset: res.a.Offset}); got[0] != want {
+				t.Errorf("%s: Append reported %v (duplicate %v), stored at %v", id, want, res.a.Duplicate, got[0])
+			}
+		}
+	}
+	t.Logf("%d of %d publishes needed a retry; %d of them had landed (duplicate)", retried, workers*each, dups)
+	if dups == 0 {
+		t.Errorf("no retry found its earlier try stored: the deadlines did not land mid-flight")
 	}
 }

@@ -730,6 +730,18 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message, msgI
 			bw.Stop()
 			return engine.Appended{}, unavailable("append", err)
 		}
+		if ack.Duplicate {
+			// Stored before under this Nats-Msg-Id (perhaps by another
+			// node, perhaps in another partition): report that record.
+			p.known = false
+			p.amu.Unlock()
+			bw.Stop()
+			a, err := e.storedAt(ctx, t, ack.Sequence)
+			if err == nil {
+				e.waitTail(ctx, ack.Sequence)
+			}
+			return a, err
+		}
 		prevMark := p.lastMark
 		wasEmpty := p.earliestW >= p.nextW
 		p.lastSeq, p.lastMark, p.nextW, p.cum, p.lastTime = ack.Sequence, false, off+1, p.cum+size, now
@@ -829,109 +841,6 @@ func (e *Engine) waitForSpace(ctx context.Context, t *topic, p *partition, bw *l
 		p.amu.Lock()
 	}
 	return err
-}
-
-// dedupCall is an in-progress idempotent append on this node; repeats of
-// the same MsgID wait for it instead of asking NATS.
-type dedupCall struct {
-	done chan struct{}
-	res  engine.Appended
-	err  error
-}
-
-// dedupVal is a MsgID's claim in the dedupe bucket. Done is false while
-// the first append is in progress.
-type dedupVal struct {
-	At        time.Time `json:"at"`
-	Done      bool      `json:"done"`
-	Partition int       `json:"p"`
-	Offset    int64     `json:"o"`
-	Time      time.Time `json:"t"`
-}
-
-// appendOnce appends m unless its MsgID was appended to t within the dedupe
-// window. The claim lives in the dedupe bucket (created atomically, so two
-// nodes cannot both claim a MsgID) with the engine clock's time, and
-// remembers the first append's position.
-func (e *Engine) appendOnce(ctx context.Context, t *topic, m *engine.Message) (engine.Appended, error) {
-	key := fmt.Sprintf("%d.%s.%s", t.inc, enc(t.name), enc(m.MsgID))
-	e.dmu.Lock()
-	if c := e.dedup[key]; c != nil {
-		e.dmu.Unlock()
-		select {
-		case <-c.done:
-		case <-ctx.Done():
-			return engine.Appended{}, ctx.Err()
-		}
-		if c.err == nil {
-			a := c.res
-			a.Duplicate = true
-			return a, nil
-		}
-	} else {
-		c := &dedupCall{done: make(chan struct{})}
-		e.dedup[key] = c
-		e.dmu.Unlock()
-		c.res, c.err = e.appendClaimed(ctx, t, m, key)
-		e.dmu.Lock()
-		delete(e.dedup, key)
-		e.dmu.Unlock()
-		close(c.done)
-		return c.res, c.err
-	}
-	return e.appendClaimed(ctx, t, m, key)
-}
-
-func (e *Engine) appendClaimed(ctx context.Context, t *topic, m *engine.Message, key string) (engine.Appended, error) {
-	window := e.policy.DedupeWindow
-	for try := 0; ; try++ {
-		if try > 200 {
-			return engine.Appended{}, fmt.Errorf("jsengine: msg_id %q stays claimed: %w", m.MsgID, engine.ErrUnavailable)
-		}
-		now := e.clock.Now()
-		claim, _ := json.Marshal(dedupVal{At: now})
-		var rev uint64
-		ent, err := e.dedupKV.Get(ctx, key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			rev, err = e.dedupKV.Create(ctx, key, claim)
-		case err != nil:
-		default:
-			var v dedupVal
-			_ = json.Unmarshal(ent.Value(), &v)
-			if now.Sub(v.At) < window {
-				if v.Done {
-					return engine.Appended{Partition: v.Partition, Offset: v.Offset, Time: v.Time, Duplicate: true}, nil
-				}
-				// Another node is appending it: wait a little.
-				if real := time.Since(ent.Created()); real < 10*time.Second {
-					select {
-					case <-time.After(5 * time.Millisecond):
-					case <-ctx.Done():
-						return engine.Appended{}, ctx.Err()
-					}
-					continue
-				}
-			}
-			rev, err = e.dedupKV.Update(ctx, key, claim, ent.Revision())
-		}
-		if isWrongLast(err) {
-			continue
-		}
-		if err != nil {
-			return engine.Appended{}, unavailable("dedupe", err)
-		}
-		a, err := e.appendTo(ctx, t, m, fmt.Sprintf("%s.%d", key, rev))
-		if err != nil {
-			_ = e.dedupKV.Delete(context.WithoutCancel(ctx), key, jetstream.LastRevision(rev))
-			return a, err
-		}
-		done, _ := json.Marshal(dedupVal{At: now, Done: true, Partition: a.Partition, Offset: a.Offset, Time: a.Time})
-		if _, err := e.dedupKV.Update(context.WithoutCancel(ctx), key, done, rev); err != nil {
-			e.log.Warn("jsengine: dedupe record", "err", err)
-		}
-		return a, nil
-	}
 }
 
 // Read returns up to limit records from offset from (clamped up to the

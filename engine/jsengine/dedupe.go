@@ -1,0 +1,143 @@
+package jsengine
+
+// Idempotent publish: a MsgID is claimed in the dedupe bucket; the claim
+// fixes the Nats-Msg-Id every publish of that MsgID carries for as long as
+// the claim lives, so the record stream's own duplicate detection stores
+// it at most once, however often and from whichever node it is retried.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// dedupCall is an in-progress idempotent append on this node; repeats of
+// the same MsgID wait for it instead of asking NATS.
+type dedupCall struct {
+	done chan struct{}
+	res  engine.Appended
+	err  error
+}
+
+// dedupVal is a MsgID's claim in the dedupe bucket. Done is false until an
+// append of it is confirmed; the position is then the stored record's.
+type dedupVal struct {
+	At        time.Time `json:"at"`
+	Done      bool      `json:"done"`
+	Partition int       `json:"p"`
+	Offset    int64     `json:"o"`
+	Time      time.Time `json:"t"`
+}
+
+// appendOnce appends m unless its MsgID was appended to t within the dedupe
+// window. Repeats on this node while the first is in progress wait for it.
+func (e *Engine) appendOnce(ctx context.Context, t *topic, m *engine.Message) (engine.Appended, error) {
+	key := fmt.Sprintf("%d.%s.%s", t.inc, enc(t.name), enc(m.MsgID))
+	e.dmu.Lock()
+	if c := e.dedup[key]; c != nil {
+		e.dmu.Unlock()
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return engine.Appended{}, ctx.Err()
+		}
+		if c.err == nil {
+			a := c.res
+			a.Duplicate = true
+			return a, nil
+		}
+	} else {
+		c := &dedupCall{done: make(chan struct{})}
+		e.dedup[key] = c
+		e.dmu.Unlock()
+		c.res, c.err = e.appendClaimed(ctx, t, m, key)
+		e.dmu.Lock()
+		delete(e.dedup, key)
+		e.dmu.Unlock()
+		close(c.done)
+		return c.res, c.err
+	}
+	return e.appendClaimed(ctx, t, m, key)
+}
+
+// appendClaimed appends m under its claim. A claim is created atomically
+// with the engine clock's time, so it expires with the dedupe window on
+// that clock; its revision at creation names the claim, and every publish
+// under it carries Nats-Msg-Id <key>.<revision>. An append whose outcome is
+// unknown (its context ended or the connection dropped mid-publish) leaves
+// the claim in place, unconfirmed: a retry, here or on another node,
+// publishes again under the same Nats-Msg-Id at once, and the server either
+// stores it (the first never landed) or answers that it is a duplicate of
+// the first, whose position the retry then reports. So an unconfirmed claim
+// never makes a retry wait, and a MsgID is never stored twice in the
+// window.
+func (e *Engine) appendClaimed(ctx context.Context, t *topic, m *engine.Message, key string) (engine.Appended, error) {
+	window := e.policy.DedupeWindow
+	for try := 0; ; try++ {
+		if try > 20 {
+			return engine.Appended{}, fmt.Errorf("jsengine: msg_id %q: too much contention: %w", m.MsgID, engine.ErrUnavailable)
+		}
+		now := e.clock.Now()
+		claim, _ := json.Marshal(dedupVal{At: now})
+		var rev uint64
+		ent, err := e.dedupKV.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			rev, err = e.dedupKV.Create(ctx, key, claim)
+		case err != nil:
+		default:
+			var v dedupVal
+			_ = json.Unmarshal(ent.Value(), &v)
+			switch {
+			case now.Sub(v.At) >= window: // expired on the engine's clock: a new claim
+				rev, err = e.dedupKV.Update(ctx, key, claim, ent.Revision())
+			case v.Done:
+				return engine.Appended{Partition: v.Partition, Offset: v.Offset, Time: v.Time, Duplicate: true}, nil
+			default: // unconfirmed: publish again under the same claim
+				rev, now = ent.Revision(), v.At
+			}
+		}
+		if isWrongLast(err) {
+			continue
+		}
+		if err != nil {
+			return engine.Appended{}, unavailable("dedupe", err)
+		}
+		a, err := e.appendTo(ctx, t, m, key+"."+strconv.FormatUint(rev, 10))
+		if err != nil {
+			return a, err // the claim stays: a retry republishes under it
+		}
+		done, _ := json.Marshal(dedupVal{At: now, Done: true, Partition: a.Partition, Offset: a.Offset, Time: a.Time})
+		if _, err := e.dedupKV.Update(context.WithoutCancel(ctx), key, done, rev); err != nil && !isWrongLast(err) {
+			e.log.Warn("jsengine: dedupe record", "err", err)
+		}
+		return a, nil
+	}
+}
+
+// storedAt returns the position of the record stored at stream sequence
+// seq (a duplicate publish's original), for topic t.
+func (e *Engine) storedAt(ctx context.Context, t *topic, seq uint64) (engine.Appended, error) {
+	m, err := e.rec.GetMsg(ctx, seq)
+	if err != nil {
+		return engine.Appended{}, unavailable("duplicate", err)
+	}
+	i := strings.LastIndexByte(m.Subject, '.')
+	part, err := strconv.Atoi(m.Subject[i+1:])
+	if err != nil || part < 0 || part >= len(t.parts) {
+		return engine.Appended{}, fmt.Errorf("jsengine: duplicate at sequence %d: subject %q is not of topic %q", seq, m.Subject, t.name)
+	}
+	pm, err := parseMsg(t, part, seq, m.Header, m.Data)
+	if err != nil {
+		return engine.Appended{}, err
+	}
+	return engine.Appended{Partition: part, Offset: pm.off, Time: pm.time, Duplicate: true}, nil
+}
