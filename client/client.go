@@ -34,12 +34,14 @@ type Client struct {
 	wg        sync.WaitGroup // reader and dispatcher
 	closeOnce sync.Once
 
-	nextID atomic.Uint64
+	nextID     atomic.Uint64
+	refreshing atomic.Bool // a refresh_required is being answered
 
 	mu      sync.Mutex // guards following
 	conn    *websocket.Conn
 	ready   chan struct{} // closed while conn is set or the client stopped
 	welcome Welcome
+	token   string // the static token, updated by Refresh
 	pending map[uint64]*call
 	subs    map[subKey]*Subscription
 	stopped error // set once the client stops; wraps ErrClosed
@@ -69,12 +71,13 @@ type reply struct {
 // goroutines; Close stops them. ctx bounds only the first connection.
 func Dial(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
 	o := opts.withDefaults()
-	u, err := wsURL(rawURL, o.Token)
+	u, err := wsURL(rawURL, "")
 	if err != nil {
 		return nil, err
 	}
 	c := &Client{
 		url:     u,
+		token:   o.Token,
 		opts:    o,
 		log:     o.Logger,
 		ready:   make(chan struct{}),
@@ -126,7 +129,12 @@ func wsURL(raw, token string) (string, error) {
 func (c *Client) connect(ctx context.Context) (*websocket.Conn, Welcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 	defer cancel()
-	conn, resp, err := websocket.Dial(ctx, c.url, &websocket.DialOptions{
+	token, err := c.currentToken(ctx)
+	if err != nil {
+		return nil, Welcome{}, err
+	}
+	u, _ := wsURL(c.url, token) // c.url was checked by Dial
+	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{
 		HTTPClient: c.opts.HTTPClient,
 		HTTPHeader: c.opts.Header,
 	})
@@ -445,6 +453,16 @@ func (c *Client) handle(f *inFrame) {
 		c.log.Info("switchyard: topic deleted", "topic", f.Topic, "pattern", f.Pattern)
 	case "welcome":
 		// Only the first frame of a connection; connect reads it.
+	case "refresh_required":
+		c.onRefreshRequired()
+	case "unsubscribed":
+		if len(f.ID) == 0 && f.Reason != "" {
+			c.onRevoked(f)
+			return
+		}
+		if id, ok := parseID(f.ID); ok {
+			c.complete(id, f, nil)
+		}
 	case "error":
 		e := &Error{Code: f.Code, Message: f.Message}
 		if id, ok := parseID(f.ID); ok && c.complete(id, nil, e) {

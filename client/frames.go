@@ -29,6 +29,8 @@ type inFrame struct {
 	From      int64             `json:"from"`
 	To        int64             `json:"to"`
 	Reason    string            `json:"reason"`
+	// refreshed, refresh_required
+	Expires string `json:"expires"`
 	// error
 	Code    string `json:"code"`
 	Message string `json:"message"`

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -13,6 +14,14 @@ type Options struct {
 	// Token is sent as the token query parameter when the gateway requires
 	// authentication. Default: none.
 	Token string
+	// TokenFunc, when set, is called for a token before every connection
+	// attempt (so a reconnect presents a fresh one) and when the gateway
+	// sends refresh_required, whose answer refreshes the open session
+	// without reconnecting. It is called on a goroutine of the client's,
+	// never concurrently with itself for a refresh; ctx ends with the
+	// client or after RequestTimeout. It takes precedence over Token.
+	// Default: none.
+	TokenFunc TokenFunc
 	// Header holds extra HTTP headers for the WebSocket handshake.
 	// Default: none.
 	Header http.Header
@@ -49,6 +58,9 @@ type Options struct {
 	// subscription is then closed). Default: the error is only logged.
 	OnError func(error)
 }
+
+// TokenFunc returns the token to present to the gateway.
+type TokenFunc func(ctx context.Context) (string, error)
 
 // ReconnectPolicy controls redialing after a connection loss.
 type ReconnectPolicy struct {

@@ -46,6 +46,12 @@ type AuthOptions struct {
 	// Anonymous, when not nil, is what a client without a token may do;
 	// nil (the default) refuses it with 401 once any key is configured.
 	Anonymous *Grants
+	// RefreshLead is how long before a session's token expires the gateway
+	// sends refresh_required. Default: 30s or a tenth of the token's
+	// lifetime (exp - iat; exp - the time it was presented without iat),
+	// whichever is less, so short tokens are not asked to refresh at once.
+	// Negative: no warning (the session still closes at exp).
+	RefreshLead time.Duration
 }
 
 // Grants are the permissions of one client, as carried by a token's claims.
@@ -109,11 +115,12 @@ type authenticator struct {
 	hmac      []jwt.VerificationKey
 	rsa       []jwt.VerificationKey
 	ec        map[string][]jwt.VerificationKey // by alg
+	lead      time.Duration                    // AuthOptions.RefreshLead
 	now       func() time.Time
 }
 
 func newAuthenticator(o AuthOptions) (*authenticator, error) {
-	a := &authenticator{ec: map[string][]jwt.VerificationKey{}, now: time.Now}
+	a := &authenticator{ec: map[string][]jwt.VerificationKey{}, lead: o.RefreshLead, now: time.Now}
 	a.enabled = len(o.HMACSecrets) > 0 || len(o.PublicKeys) > 0 || o.AdminKey != ""
 	if !a.enabled {
 		return a, nil
@@ -209,6 +216,7 @@ type principal struct {
 	subject string
 	grants  Grants
 	expires time.Time // zero: never (admin, anonymous)
+	issued  time.Time // the token's iat; zero when absent
 }
 
 // openPrincipal is the principal of every client when no key is configured.
@@ -260,7 +268,11 @@ func (a *authenticator) authenticate(cred string) (*principal, *authError) {
 	if err != nil {
 		return nil, errBadTokenClaims
 	}
-	return &principal{subject: cl.Subject, grants: g, expires: cl.ExpiresAt.Time}, nil
+	p := &principal{subject: cl.Subject, grants: g, expires: cl.ExpiresAt.Time}
+	if cl.IssuedAt != nil {
+		p.issued = cl.IssuedAt.Time
+	}
+	return p, nil
 }
 
 // validGrants checks every pattern of g. Group entries that are not

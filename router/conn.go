@@ -23,7 +23,8 @@ type conn struct {
 	rt      *Router
 	sess    *session.Session
 	id      string
-	who     *principal    // what the session's credential allows
+	who     *principal // what the session's credential allows; reader goroutine only (refresh replaces it)
+	expiry  *sessionExpiry
 	limiter *rate.Limiter // nil: unlimited
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -90,15 +91,10 @@ func (rt *Router) serveWS(c echo.Context) error {
 			"publish_rate":      rt.opts.PublishRate,
 		},
 	})})
-	if !who.expires.IsZero() {
-		// The session ends when its token does; the timer is stopped when
-		// the session ends first.
-		expiry := time.AfterFunc(time.Until(who.expires), func() {
-			rt.lim.sessionsExpired.Inc()
-			sess.Close(websocket.StatusPolicyViolation, "token expired")
-		})
-		defer expiry.Stop()
-	}
+	// The session ends when its token does unless it is refreshed (see
+	// refresh.go); the timers stop when the session ends first.
+	cn.expiry = cn.startExpiry()
+	defer cn.expiry.stop()
 	err = sess.Run(cn.ctx, cn)
 	if errors.Is(err, session.ErrSlowConsumer) {
 		rt.m.slowDisconnects.Inc()
@@ -148,6 +144,8 @@ func (cn *conn) dispatch(req *request) *protoError {
 		return cn.unsubscribe(req)
 	case "ack", "nack":
 		return cn.ack(req)
+	case "refresh":
+		return cn.refresh(req)
 	}
 	return perr(codeBadRequest, "unknown op %q", req.Op)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
@@ -23,6 +24,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// Token tests use lifetimes under a second; NumericDate otherwise
+	// truncates exp and iat to whole seconds. Set once, before any test.
+	jwt.TimePrecision = time.Millisecond
 	goleak.VerifyTestMain(m)
 }
 

@@ -27,6 +27,7 @@ type limitMetrics struct {
 	authFailures    *prometheus.CounterVec // reason
 	forbidden       *prometheus.CounterVec // op: publish|subscribe|group|admin
 	sessionsExpired prometheus.Counter
+	refreshes       *prometheus.CounterVec // outcome: required|ok|refused
 	limited         *prometheus.CounterVec // limit
 }
 
@@ -41,11 +42,14 @@ func newLimitMetrics(reg prometheus.Registerer) *limitMetrics {
 			[]string{"op"}),
 		sessionsExpired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "sessions_expired_total",
 			Help: "WebSocket sessions closed with 1008 because their token expired."}),
+		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "token_refreshes_total",
+			Help: "Token refresh events on open sessions: required (refresh_required sent), ok (refreshed), refused."},
+			[]string{"outcome"}),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "limit_rejections_total",
 			Help: "Requests refused by a configured limit (connections, connections_per_ip, topics, partitions, http_publish_rate)."},
 			[]string{"limit"}),
 	}
-	reg.MustRegister(m.authFailures, m.forbidden, m.sessionsExpired, m.limited)
+	reg.MustRegister(m.authFailures, m.forbidden, m.sessionsExpired, m.refreshes, m.limited)
 	return m
 }
 

@@ -141,6 +141,8 @@ type request struct {
 	Partition *int    `json:"partition"`
 	Offset    *int64  `json:"offset"`
 	Error     *string `json:"error"`
+	// Token of refresh.
+	Token *string `json:"token"`
 }
 
 type filterSpec struct {

@@ -321,3 +321,36 @@ test("a token function is asked again on every attempt", async () => {
   assert.match(latest().url, /token=t2$/);
   client.close();
 });
+
+test("getToken answers refresh_required without reconnecting", async () => {
+  let n = 0;
+  const { client, ws } = await open({ getToken: async () => "t" + ++n });
+  assert.match(ws.url, /token=t1$/);
+  ws.recv({ op: "refresh_required", expires: "2026-12-01T10:00:00Z" });
+  await new Promise((r) => setTimeout(r, 0));
+  const req = ws.last("refresh");
+  assert.equal(req.token, "t2");
+  ws.recv({ op: "refreshed", id: req.id, expires: "2026-12-01T10:05:00Z" });
+  assert.equal(FakeWS.sockets.at(-1), ws);
+  assert.equal(client.state, "open");
+  client.close();
+});
+
+test("a revoked subscription ends with a forbidden error", async () => {
+  const { client, ws } = await open({ token: "jwt" });
+  const p = client.subscribe("a.x", () => {});
+  const sreq = ws.last("subscribe");
+  ws.recv({ op: "subscribed", id: sreq.id, pattern: "a.x" });
+  const sub = await p;
+  const errors = [];
+  client.on("error", (e) => errors.push(e));
+  ws.recv({ op: "unsubscribed", pattern: "a.x", reason: "forbidden" });
+  assert.equal(sub.state, "closed");
+  assert.equal(errors.length, 1);
+  assert.equal(errors[0].code, "forbidden");
+  const r = client.refresh("jwt2");
+  const req = ws.last("refresh");
+  ws.recv({ op: "refreshed", id: req.id, expires: "2026-12-01T10:05:00Z" });
+  assert.equal((await r).expires, "2026-12-01T10:05:00Z");
+  client.close();
+});

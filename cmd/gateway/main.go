@@ -89,6 +89,7 @@ type config struct {
 	JWTHMACSecret       string
 	JWTHMACSecretFile   string
 	JWTPublicKey        string
+	JWTRefreshLead      time.Duration
 	AdminKey            string
 	AdminKeyFile        string
 	AllowAnonymous      bool
@@ -140,6 +141,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.JWTHMACSecret, "jwt-hmac-secret", "", "HS256 token secret, at least 32 bytes (prefer the environment or --jwt-hmac-secret-file)")
 	fs.StringVar(&cfg.JWTHMACSecretFile, "jwt-hmac-secret-file", "", "file of HS256 token secrets, one per line (several during a rotation)")
 	fs.StringVar(&cfg.JWTPublicKey, "jwt-public-key", "", "comma-separated PEM files of RSA (RS256) or ECDSA (ES256/384/512) token verification keys")
+	fs.DurationVar(&cfg.JWTRefreshLead, "jwt-refresh-lead", 0, "how long before a session's token expires it gets refresh_required (0: 30s or a tenth of the token's lifetime, whichever is less; negative: never)")
 	fs.StringVar(&cfg.AdminKey, "admin-key", "", "bearer key for the admin calls (topic create/delete, seek, dead letters), at least 16 characters")
 	fs.StringVar(&cfg.AdminKeyFile, "admin-key-file", "", "file holding the admin key")
 	fs.BoolVar(&cfg.AllowAnonymous, "allow-anonymous", false, "with keys configured, let clients without a token in with the anonymous grants")
@@ -406,6 +408,7 @@ func securityOptions(cfg config) (router.AuthOptions, []*net.IPNet, error) {
 		}
 		a.PublicKeys = append(a.PublicKeys, keys...)
 	}
+	a.RefreshLead = cfg.JWTRefreshLead
 	a.AdminKey = cfg.AdminKey
 	if cfg.AdminKeyFile != "" {
 		data, err := os.ReadFile(cfg.AdminKeyFile)

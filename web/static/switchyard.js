@@ -370,6 +370,10 @@ function subKey(pattern, group) {
  * @param {string | (() => string | Promise<string>)} [options.token]
  *   auth token sent as `?token=`; a function is called before every attempt,
  *   so it can hand out a fresh JWT
+ * @param {() => Promise<string>} [options.getToken] async token source, used
+ *   instead of `token`: called before every connection attempt and when the
+ *   server sends `refresh_required`, whose answer refreshes the open session
+ *   without reconnecting
  * @param {false | {minDelayMs?: number, maxDelayMs?: number}} [options.reconnect]
  *   backoff settings (defaults 250 ms and 10 s); `false` disables reconnecting
  * @param {number} [options.requestTimeoutMs=10000] timeout for every request
@@ -520,6 +524,12 @@ export class Subscription {
  *    failed resubscribe (the error has `.subscription`), a handler that
  *    threw, or an unreadable frame.
  *  - `state` (state): the connection state changed.
+ *  - `refresh_required` (frame): the server asks for a new token before
+ *    `frame.expires`; with a token function (`getToken`) the client answers
+ *    by itself. A subscription the new token no longer allows ends and is
+ *    reported as an `error` with code `forbidden`.
+ *  - `join` / `leave` (frame): presence changes on a topic this client
+ *    subscribed to with `presence: true`.
  */
 export class Client {
   /** @package Use {@link connect}. */
@@ -529,7 +539,7 @@ export class Client {
     this._url = url;
     /** @private */
     this._opts = {
-      token: options.token,
+      token: options.getToken || options.token,
       reconnect: rc !== false,
       minDelayMs: (rc && rc.minDelayMs) || DEFAULTS.minDelayMs,
       maxDelayMs: (rc && rc.maxDelayMs) || DEFAULTS.maxDelayMs,
@@ -618,7 +628,7 @@ export class Client {
 
   /**
    * Registers a listener for an event (see the class description).
-   * @param {"open"|"close"|"reconnect"|"gap"|"reset"|"error"|"state"} event
+   * @param {"open"|"close"|"reconnect"|"gap"|"reset"|"error"|"state"|"refresh_required"|"join"|"leave"} event
    * @param {Function} fn
    * @returns {() => void} a function that removes the listener
    */
@@ -930,6 +940,15 @@ export class Client {
         return this._onMessage(f);
       case "gap":
         return this._onGap(f);
+      case "refresh_required":
+        return this._onRefreshRequired(f);
+      case "join":
+      case "leave":
+        return this._onPresence(f);
+      case "unsubscribed":
+        if (f.id === undefined && f.reason) return this._onRevoked(f);
+        if (f.id !== undefined && this._pending.has(f.id)) return this._settle(f.id, null, f);
+        return undefined;
       case "error":
         if (f.id !== undefined && this._pending.has(f.id)) {
           return this._settle(f.id, new SwitchyardError(f.code, f.message, { frame: f }), null);
@@ -1185,6 +1204,54 @@ export class Client {
     if (!ws || ws.readyState !== OPEN) return false;
     ws.send(JSON.stringify(obj));
     return true;
+  }
+
+  /**
+   * Presents a new token on the open session. Resolves with
+   * `{expires}` (RFC3339) once the server accepted it; the server then
+   * judges every request, and every existing subscription, by the new
+   * grants. Rejects with `unauthorized` or `forbidden` (the session keeps its
+   * old token). A string token is also kept for later reconnects.
+   * @param {string} token
+   * @returns {Promise<{expires?: string}>}
+   */
+  refresh(token) {
+    return this._request({ op: "refresh", token }, { queue: false }).then((r) => {
+      if (typeof this._opts.token !== "function") this._opts.token = token;
+      return r || {};
+    });
+  }
+
+  /** The server asks for a new token before the current one expires. @private */
+  async _onRefreshRequired(f) {
+    this._emit("refresh_required", f);
+    const get = this._opts.token;
+    if (typeof get !== "function" || this._refreshing) return;
+    this._refreshing = true;
+    try {
+      const token = await get();
+      if (this.state === "open") await this.refresh(token);
+    } catch (err) {
+      this._emit("error", err instanceof SwitchyardError ? err : new SwitchyardError("unauthorized", "token refresh failed: " + ((err && err.message) || err)));
+    } finally {
+      this._refreshing = false;
+    }
+  }
+
+  /** The server ended a subscription (a refreshed token no longer allows it). @private */
+  _onRevoked(f) {
+    const sub = this._subs.get(subKey(f.pattern, f.group));
+    if (!sub) return;
+    this._dropSub(sub);
+    this._emit("error", new SwitchyardError(f.reason, `subscription ${f.pattern} ended: the refreshed token does not allow it`, { frame: f }));
+  }
+
+  /** A presence join or leave frame. @private */
+  _onPresence(f) {
+    this._emit(f.op, f);
+    for (const sub of this._subs.values()) {
+      if (sub._onPresence) sub._onPresence(f);
+    }
   }
 
   /** The current socket closed (or never opened). @private */

@@ -1,0 +1,187 @@
+package router
+
+import (
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/switchyard/switchyard/session"
+)
+
+// Token refresh on an open session.
+//
+// A session's credential may expire. Before it does the gateway sends
+//
+//	{"op":"refresh_required","expires":"RFC3339"}
+//
+// (AuthOptions.RefreshLead before exp; by default 30 s or a tenth of the
+// token's lifetime, whichever is less), and the client answers with
+//
+//	{"op":"refresh","id":N,"token":"…"}  →  {"op":"refreshed","id":N,"expires":"RFC3339"}
+//
+// The new token's grants apply at once: every subscription they no longer
+// allow ends with {"op":"unsubscribed","pattern","group"?,"reason":"forbidden"}
+// (sent before the refreshed reply), and later requests are judged by the
+// new grants. A session that is not refreshed by exp is closed with 1008.
+// A refresh whose token is refused leaves the session on its old credential
+// (and its old deadline); a refresh may not change the token's subject.
+//
+// Concurrency: the session's principal (conn.who) is read and replaced only
+// on the session's reader goroutine; the expiry timers run on their own
+// goroutines and touch only the sessionExpiry under its mutex and the
+// session's (concurrency-safe) Send and Close.
+
+// defaultRefreshLead caps the warning before exp.
+const defaultRefreshLead = 30 * time.Second
+
+// refreshLead is how long before p.expires the session is warned: the
+// configured lead, else min(30s, a tenth of the token's lifetime).
+func (a *authenticator) refreshLead(p *principal, now time.Time) time.Duration {
+	if a.lead != 0 {
+		return max(a.lead, 0)
+	}
+	start := p.issued
+	if start.IsZero() || start.After(now) {
+		start = now
+	}
+	return min(defaultRefreshLead, p.expires.Sub(start)/10)
+}
+
+// sessionExpiry warns a session before its credential expires and closes
+// it when it does. It is safe for concurrent use.
+type sessionExpiry struct {
+	cn *conn
+
+	mu      sync.Mutex // guards the fields below
+	gen     uint64     // bumped by every arm; stale timer callbacks compare it
+	warn    *time.Timer
+	close   *time.Timer
+	stopped bool
+}
+
+// startExpiry arms the timers for the session's current principal.
+func (cn *conn) startExpiry() *sessionExpiry {
+	e := &sessionExpiry{cn: cn}
+	e.arm(cn.who)
+	return e
+}
+
+// arm replaces the timers with those of p (none when p never expires).
+func (e *sessionExpiry) arm(p *principal) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped {
+		return
+	}
+	e.stopTimers()
+	e.gen++
+	if p.expires.IsZero() {
+		return
+	}
+	gen, exp := e.gen, p.expires
+	now := time.Now()
+	if lead := e.cn.rt.auth.refreshLead(p, now); lead > 0 {
+		e.warn = time.AfterFunc(max(exp.Add(-lead).Sub(now), 0), func() {
+			e.mu.Lock()
+			live := e.gen == gen && !e.stopped
+			e.mu.Unlock()
+			if live {
+				e.cn.rt.lim.refreshes.WithLabelValues("required").Inc()
+				e.cn.sess.Send(session.Item{Frame: encodeReply("refresh_required", nil, map[string]any{
+					"expires": exp.UTC().Format(time.RFC3339),
+				})})
+			}
+		})
+	}
+	e.close = time.AfterFunc(exp.Sub(now), func() {
+		e.mu.Lock()
+		live := e.gen == gen && !e.stopped
+		e.mu.Unlock()
+		if live {
+			e.cn.rt.lim.sessionsExpired.Inc()
+			e.cn.sess.Close(websocket.StatusPolicyViolation, "token expired")
+		}
+	})
+}
+
+func (e *sessionExpiry) stopTimers() {
+	if e.warn != nil {
+		e.warn.Stop()
+		e.warn = nil
+	}
+	if e.close != nil {
+		e.close.Stop()
+		e.close = nil
+	}
+}
+
+// stop ends the timers for good; a callback already running sees stopped.
+func (e *sessionExpiry) stop() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stopped = true
+	e.stopTimers()
+}
+
+// refresh handles the refresh op: it authenticates the new token, applies
+// its grants to the session's subscriptions and re-arms the expiry.
+func (cn *conn) refresh(req *request) *protoError {
+	if req.Token == nil {
+		return perr(codeBadRequest, `missing field "token"`)
+	}
+	p, ae := cn.rt.auth.authenticate(*req.Token)
+	if ae != nil {
+		cn.rt.lim.refreshes.WithLabelValues("refused").Inc()
+		cn.rt.lim.authFailures.WithLabelValues(ae.reason).Inc()
+		return perr(codeUnauthorized, "%s", ae.msg)
+	}
+	if old := cn.who; !old.admin && old != cn.rt.auth.anonymous && old.subject != p.subject {
+		cn.rt.lim.refreshes.WithLabelValues("refused").Inc()
+		return cn.rt.forbidden("refresh", "a refresh must keep the token's subject")
+	}
+	cn.who = p
+	cn.revoke()
+	if cn.expiry != nil {
+		cn.expiry.arm(p)
+	}
+	cn.rt.lim.refreshes.WithLabelValues("ok").Inc()
+	fields := map[string]any{}
+	if !p.expires.IsZero() {
+		fields["expires"] = p.expires.UTC().Format(time.RFC3339)
+	}
+	cn.sess.Send(session.Item{Frame: encodeReply("refreshed", req.ID, fields)})
+	return nil
+}
+
+// revoke ends every subscription the session's principal no longer allows,
+// each with an unsubscribed frame of reason "forbidden".
+func (cn *conn) revoke() {
+	var gone []*subscription
+	cn.mu.Lock()
+	for k, s := range cn.subs {
+		if cn.allowedStill(s) {
+			continue
+		}
+		delete(cn.subs, k)
+		gone = append(gone, s)
+	}
+	cn.mu.Unlock()
+	for _, s := range gone {
+		cn.rt.dropSub(s)
+		cn.rt.lim.forbidden.WithLabelValues("refresh").Inc()
+		fields := map[string]any{"pattern": s.pattern, "reason": codeForbidden}
+		if s.group != "" {
+			fields["group"] = s.group
+		}
+		cn.sess.Send(session.Item{Frame: encodeReply("unsubscribed", nil, fields)})
+	}
+}
+
+// allowedStill reports whether the session's principal still allows s.
+func (cn *conn) allowedStill(s *subscription) bool {
+	if s.group != "" && !cn.who.canJoin(s.group) {
+		return false
+	}
+	return cn.who.canSubscribe(s.pattern)
+}
