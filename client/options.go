@@ -202,6 +202,7 @@ type From struct {
 	time      time.Time
 	epoch     string
 	positions []Position
+	offset    int // fromLast: how many records back; 0 for the newest
 }
 
 type fromKind int
@@ -212,6 +213,7 @@ const (
 	fromEarliest
 	fromTime
 	fromPositions
+	fromLast
 )
 
 // Latest starts with records appended after the subscription.
@@ -219,6 +221,17 @@ func Latest() From { return From{kind: fromLatest} }
 
 // Earliest starts with the oldest record the log holds.
 func Earliest() From { return From{kind: fromEarliest} }
+
+// Last starts with the newest retained record of every matched topic and
+// partition, then continues live. With n > 0 it starts n records back
+// instead ({"last": n}).
+func Last(n ...int) From {
+	f := From{kind: fromLast}
+	if len(n) > 0 {
+		f.offset = n[0]
+	}
+	return f
+}
 
 // FromTime starts with the first record appended at or after t.
 func FromTime(t time.Time) From { return From{kind: fromTime, time: t} }
@@ -240,6 +253,13 @@ func (f From) MarshalJSON() ([]byte, error) {
 		return []byte(`"latest"`), nil
 	case fromEarliest:
 		return []byte(`"earliest"`), nil
+	case fromLast:
+		if f.offset > 0 {
+			return json.Marshal(struct {
+				Last int `json:"last"`
+			}{f.offset})
+		}
+		return []byte(`"last"`), nil
 	case fromTime:
 		return json.Marshal(struct {
 			Time string `json:"time"`

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/switchyard/switchyard/client"
+)
+
+// messageJSON is how sub prints a delivery as JSON: the protocol's message
+// frame.
+type messageJSON struct {
+	Op        string            `json:"op"`
+	Pattern   string            `json:"pattern"`
+	Topic     string            `json:"topic"`
+	Partition int               `json:"partition"`
+	Offset    int64             `json:"offset"`
+	Key       string            `json:"key,omitempty"`
+	Headers   map[string]string `json:"headers,omitempty"`
+	Data      json.RawMessage   `json:"data"`
+	Time      string            `json:"time"`
+	Group     string            `json:"group,omitempty"`
+	Attempt   int               `json:"attempt,omitempty"`
+}
+
+// gapJSON is how sub prints a gap as JSON: the protocol's gap frame.
+type gapJSON struct {
+	Op        string `json:"op"`
+	Pattern   string `json:"pattern"`
+	Group     string `json:"group,omitempty"`
+	Topic     string `json:"topic"`
+	Partition int    `json:"partition"`
+	From      int64  `json:"from"`
+	To        int64  `json:"to"`
+	Reason    string `json:"reason"`
+}
+
+const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// parseFrom turns --from into a client.From.
+func parseFrom(s string) (client.From, error) {
+	switch s {
+	case "":
+		return client.From{}, nil
+	case "earliest":
+		return client.Earliest(), nil
+	case "latest":
+		return client.Latest(), nil
+	case "last":
+		return client.Last(), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return client.From{}, usagef("--from %q: want earliest, latest, last or an RFC 3339 time", s)
+	}
+	return client.FromTime(t), nil
+}
+
+func runSub(ctx context.Context, g *globals, args []string) error {
+	fs := g.flagSet("sub")
+	from := fs.String("from", "", "where to start: earliest, latest, last or an RFC 3339 time (default: the gateway's, latest; earliest for a new group)")
+	group := fs.String("group", "", "join this consumer group")
+	ack := fs.Bool("ack", false, "with --group: acknowledge each record once printed (without it, records are redelivered after the ack timeout)")
+	filter := keyValues{}
+	fs.Var(filter, "filter", "deliver only records with this header, k=v (repeatable)")
+	count := fs.Int("count", 0, "exit after this many records (0: until interrupted)")
+	pos, err := parse(fs, args, 1)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("sub needs a PATTERN")
+	}
+	if *ack && *group == "" {
+		return usagef("--ack needs --group")
+	}
+	start, err := parseFrom(*from)
+	if err != nil {
+		return err
+	}
+	u, err := g.wsURL()
+	if err != nil {
+		return err
+	}
+	jsonOut := g.jsonOut()
+	printGap := func(gp client.Gap) {
+		if jsonOut {
+			_ = g.emit(gapJSON{"gap", gp.Pattern, gp.Group, gp.Topic, gp.Partition, gp.From, gp.To, gp.Reason})
+			return
+		}
+		fmt.Fprintf(g.env.stderr, "gap %s [%d] offsets %d..%d not delivered (%s)\n", gp.Topic, gp.Partition, gp.From, gp.To, gp.Reason)
+	}
+	// Gaps arrive on the client's dispatcher goroutine, as messages do;
+	// hand them to the loop below so that output lines never interleave.
+	gaps := make(chan client.Gap, 64)
+	c, err := client.Dial(ctx, u, &client.Options{
+		Token:          g.token,
+		RequestTimeout: g.timeout,
+		OnGap: func(gp client.Gap) {
+			select {
+			case gaps <- gp:
+			default:
+				fmt.Fprintf(g.env.stderr, "gap %s [%d] offsets %d..%d (%s)\n", gp.Topic, gp.Partition, gp.From, gp.To, gp.Reason)
+			}
+		},
+		OnReset: func(r client.Reset) {
+			fmt.Fprintf(g.env.stderr, "subscription %s restarted at the earliest retained record\n", r.Pattern)
+		},
+		OnState: func(st client.State, err error) {
+			if st == client.StateDisconnected {
+				fmt.Fprintf(g.env.stderr, "disconnected (%v); reconnecting\n", err)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	sub, err := c.SubscribeChan(ctx, pos[0], client.SubscribeOptions{Group: *group, From: start, Filter: filter})
+	if err != nil {
+		return err
+	}
+	what := "subscribed to " + pos[0]
+	if *group != "" {
+		what += " in group " + *group
+	}
+	fmt.Fprintln(g.env.stderr, what)
+	n := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case gp := <-gaps:
+			printGap(gp)
+		case m, ok := <-sub.C:
+			if !ok {
+				return errors.New("the subscription ended")
+			}
+			if jsonOut {
+				err = g.emit(messageJSON{"message", m.Pattern, m.Topic, m.Partition, m.Offset, m.Key, m.Headers, m.Data, m.Time.UTC().Format(timeLayout), m.Group, m.Attempt})
+			} else {
+				err = printMessage(g.env.stdout, m)
+			}
+			if err != nil {
+				return err
+			}
+			if *ack {
+				if err := m.Ack(ctx); err != nil {
+					return fmt.Errorf("ack %s [%d] #%d: %w", m.Topic, m.Partition, m.Offset, err)
+				}
+			}
+			n++
+			if *count > 0 && n >= *count {
+				return nil
+			}
+		}
+	}
+}
+
+// printMessage prints a delivery as one readable line:
+//
+//	08:00:00.123 orders.created [0] #5 key=customer-7 region=eu {"id":42}
+func printMessage(w io.Writer, m *client.Message) error {
+	var b strings.Builder
+	b.WriteString(m.Time.Local().Format("15:04:05.000"))
+	fmt.Fprintf(&b, " %s [%d] #%d", m.Topic, m.Partition, m.Offset)
+	if m.Group != "" {
+		fmt.Fprintf(&b, " attempt=%d", m.Attempt)
+	}
+	if m.Key != "" {
+		b.WriteString(" key=" + m.Key)
+	}
+	keys := make([]string, 0, len(m.Headers))
+	for k := range m.Headers {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b.WriteString(" " + k + "=" + m.Headers[k])
+	}
+	b.WriteByte(' ')
+	b.Write(m.Data)
+	b.WriteByte('\n')
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// jsonData returns s as a JSON value: s itself when it is valid JSON,
+// otherwise s as a JSON string, so `pub t hello` publishes "hello".
+func jsonData(s string) json.RawMessage {
+	if json.Valid([]byte(s)) {
+		return json.RawMessage(strings.TrimSpace(s))
+	}
+	b, _ := json.Marshal(s)
+	return b
+}
+
+func runPub(ctx context.Context, g *globals, args []string) error {
+	fs := g.flagSet("pub")
+	key := fs.String("key", "", "record key: records with one key go to one partition, in order")
+	headers := keyValues{}
+	fs.Var(headers, "header", "record header k=v (repeatable)")
+	msgID := fs.String("msg-id", "", "idempotency key; reading stdin, the n-th record gets ID-n")
+	priority := fs.Int("priority", -1, "priority 0 (lowest) to 3 (default: the gateway's, 1)")
+	pos, err := parse(fs, args, 2)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return usagef("pub needs a TOPIC")
+	}
+	if *priority > 3 {
+		return usagef("--priority must be 0 to 3")
+	}
+	opts := func(id string) []client.PublishOption {
+		var o []client.PublishOption
+		if *key != "" {
+			o = append(o, client.WithKey(*key))
+		}
+		if len(headers) > 0 {
+			o = append(o, client.WithHeaders(headers))
+		}
+		if id != "" {
+			o = append(o, client.WithMsgID(id))
+		}
+		if *priority >= 0 {
+			o = append(o, client.WithPriority(*priority))
+		}
+		return o
+	}
+	c, err := g.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	topic := pos[0]
+	publish := func(data json.RawMessage, id string) error {
+		res, err := c.Publish(ctx, topic, data, opts(id)...)
+		if err != nil {
+			return err
+		}
+		if g.jsonOut() {
+			return g.emit(struct {
+				Topic     string `json:"topic"`
+				Partition int    `json:"partition"`
+				Offset    int64  `json:"offset"`
+				Duplicate bool   `json:"duplicate,omitempty"`
+			}{res.Topic, res.Partition, res.Offset, res.Duplicate})
+		}
+		dup := ""
+		if res.Duplicate {
+			dup = " (duplicate)"
+		}
+		g.printf("%s [%d] #%d%s\n", res.Topic, res.Partition, res.Offset, dup)
+		return nil
+	}
+	if len(pos) == 2 && pos[1] != "-" {
+		return publish(jsonData(pos[1]), *msgID)
+	}
+	// One record per line of stdin; blank lines are skipped.
+	sc := bufio.NewScanner(g.env.stdin)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	line := 0
+	for sc.Scan() {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		line++
+		id := ""
+		if *msgID != "" {
+			id = fmt.Sprintf("%s-%d", *msgID, line)
+		}
+		if err := publish(jsonData(text), id); err != nil {
+			return fmt.Errorf("line %d: %w", line, err)
+		}
+	}
+	return sc.Err()
+}
