@@ -312,6 +312,27 @@ type JoinRequest struct {
 	From Start
 	// Member names the member; empty means the engine makes an ID.
 	Member string
+	// MaxInFlight is the group's window: how many records of one partition
+	// may be outstanding (leased and not yet settled) at once. It is part
+	// of the group's definition: 0 takes the group's value (for a new group,
+	// GroupPolicy.MaxInFlight); any other value must equal the group's or
+	// the join fails with ErrGroupConflict. At most MaxGroupInFlight.
+	MaxInFlight int
+	// MaxLeased bounds how many records this member holds leased at once
+	// over all its partitions: the engine holds back what the member's
+	// window cannot take and delivers it as the member settles others.
+	// 0: no bound beyond MaxInFlight per partition. It belongs to the
+	// member, not the group.
+	MaxLeased int
+}
+
+// MaxGroupInFlight bounds JoinRequest.MaxInFlight.
+const MaxGroupInFlight = 1000
+
+// MemberRef names one member of one group.
+type MemberRef struct {
+	Group  string
+	Member string
 }
 
 // GroupPolicy holds the delivery rules an engine applies to every group.
@@ -321,11 +342,15 @@ type GroupPolicy struct {
 	MaxAttempts  int
 	BackoffMin   time.Duration
 	BackoffMax   time.Duration
-	MaxInFlight  int // per (group, topic, partition)
+	MaxInFlight  int // per (group, topic, partition): a new group's default window
 	DedupeWindow time.Duration
 	// DeadLetterLimit bounds the queue_full dead letters kept; the oldest
 	// go first.
 	DeadLetterLimit int
+	// IdleTTL is how long a group with no member is kept before it is
+	// deleted with its positions; a negative value keeps such groups
+	// forever.
+	IdleTTL time.Duration
 }
 
 // DefaultGroupPolicy follows the protocol's server defaults.
@@ -340,6 +365,9 @@ var DefaultGroupPolicy = GroupPolicy{
 	// Enough to inspect a burst of overflow without letting a slow
 	// consumer grow memory without bound.
 	DeadLetterLimit: 10_000,
+	// A week, like Kafka's committed offsets: a consumer that is down over
+	// a weekend resumes where it stopped; abandoned groups do not pile up.
+	IdleTTL: 7 * 24 * time.Hour,
 }
 
 // WithDefaults returns p with every zero field taken from d.
@@ -364,6 +392,9 @@ func (p GroupPolicy) WithDefaults(d GroupPolicy) GroupPolicy {
 	}
 	if p.DeadLetterLimit == 0 {
 		p.DeadLetterLimit = d.DeadLetterLimit
+	}
+	if p.IdleTTL == 0 {
+		p.IdleTTL = d.IdleTTL
 	}
 	return p
 }
@@ -398,11 +429,13 @@ type GroupPartition struct {
 
 // GroupInfo describes a consumer group.
 type GroupInfo struct {
-	Name       string
-	Pattern    string
-	Filter     map[string]string
-	Members    []MemberInfo
-	Partitions []GroupPartition
+	Name    string
+	Pattern string
+	Filter  map[string]string
+	// MaxInFlight is the group's window per partition (see JoinRequest).
+	MaxInFlight int
+	Members     []MemberInfo
+	Partitions  []GroupPartition
 }
 
 // DeadLetter reasons.
@@ -462,15 +495,30 @@ type Engine interface {
 	Join(ctx context.Context, req JoinRequest, c Consumer) (string, error)
 	// Leave removes a member; its unacked records go back at once.
 	Leave(ctx context.Context, group, member string) error
-	Ack(ctx context.Context, group string, p Position) error
+	// HandBack removes every listed member in one step, as a node does when
+	// it shuts down: no record they held is delivered to another of the
+	// listed members, and each record they held goes back without its last
+	// delivery counting as an attempt (a graceful hand-back never
+	// dead-letters). Members that are gone already are skipped.
+	HandBack(ctx context.Context, members []MemberRef) error
+	// Ack settles a record leased to member. member "" settles the record
+	// whoever holds it; any other member that does not hold the lease now
+	// (a previous holder answering late) gets ErrNotInFlight and changes
+	// nothing.
+	Ack(ctx context.Context, group, member string, p Position) error
 	// Nack starts the record's redelivery backoff at once; after the last
-	// attempt it is dead-lettered with reason as its error.
-	Nack(ctx context.Context, group string, p Position, reason string) error
+	// attempt it is dead-lettered with reason as its error. member is
+	// checked as for Ack: a stale nack never uses up the holder's attempts.
+	Nack(ctx context.Context, group, member string, p Position, reason string) error
 	// Seek moves a group's position on one partition (or every partition of
 	// the topic when partition < 0); in-flight records are dropped.
 	Seek(ctx context.Context, group, topic string, partition int, to Start) error
 	Groups(ctx context.Context) ([]GroupInfo, error)
 	Group(ctx context.Context, name string) (GroupInfo, error)
+	// DeleteGroup removes a group, its positions and its members (their
+	// leases end; later acks get ErrUnknownGroup). A group that has had no
+	// member for GroupPolicy.IdleTTL is deleted the same way by the engine.
+	DeleteGroup(ctx context.Context, name string) error
 
 	// AddDeadLetter records a dead letter the caller produced (queue_full).
 	AddDeadLetter(ctx context.Context, dl DeadLetter) error

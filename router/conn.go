@@ -270,6 +270,10 @@ func (cn *conn) subscribe(req *request) *protoError {
 	if group != "" && from.positions {
 		return perr(codeBadRequest, "a group resumes from its committed offsets; from.positions applies to plain subscriptions")
 	}
+	maxInFlight, pe := groupWindow(req, group)
+	if pe != nil {
+		return pe
+	}
 
 	key := subKey{pattern, group}
 	cn.mu.Lock()
@@ -286,7 +290,7 @@ func (cn *conn) subscribe(req *request) *protoError {
 		return perr(codeTooManySubs, "a session may hold at most %d subscriptions", cn.rt.opts.MaxSubscriptions)
 	}
 	cn.nextID++
-	s := &subscription{c: cn, id: cn.nextID, pattern: pattern, group: group, policy: policy, filter: filter}
+	s := &subscription{c: cn, id: cn.nextID, pattern: pattern, group: group, policy: policy, filter: filter, maxInFlight: maxInFlight}
 	cn.subs[key] = s
 	cn.byID[s.id] = s
 	cn.mu.Unlock()
@@ -360,12 +364,33 @@ func (cn *conn) joinGroup(s *subscription, from fromSpec) *protoError {
 		Filter:  s.filter,
 		From:    from.start,
 		Member:  cn.id + "-" + itoa(int64(s.id)),
+		// The group's window per partition, and the member's over all its
+		// partitions: the engine holds back what the session's queue could
+		// not take, so a member of many partitions with backlog is never
+		// closed with 1013 for what the engine pushed at once.
+		MaxInFlight: s.maxInFlight,
+		MaxLeased:   cn.rt.opts.Session.QueueMessages,
 	}, s)
 	if err != nil {
 		return toProto(err)
 	}
 	s.member = member
 	return nil
+}
+
+// groupWindow validates a subscribe's max_in_flight: only on a group
+// subscribe, 1 to engine.MaxGroupInFlight; absent (0) takes the group's.
+func groupWindow(req *request, group string) (int, *protoError) {
+	if req.MaxInFlight == nil {
+		return 0, nil
+	}
+	if group == "" {
+		return 0, perr(codeBadRequest, "max_in_flight applies to group subscriptions only")
+	}
+	if n := *req.MaxInFlight; n < 1 || n > engine.MaxGroupInFlight {
+		return 0, perr(codeBadRequest, "max_in_flight must be 1 to %d", engine.MaxGroupInFlight)
+	}
+	return *req.MaxInFlight, nil
 }
 
 func (cn *conn) unsubscribe(req *request) *protoError {
@@ -414,7 +439,7 @@ func (rt *Router) dropSub(s *subscription) {
 		// the member's records must go back.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := rt.eng.Leave(ctx, s.group, s.member); err != nil && !errors.Is(err, engine.ErrClosed) {
+		if err := rt.eng.Leave(ctx, s.group, s.member); err != nil && !errors.Is(err, engine.ErrClosed) && !errors.Is(err, engine.ErrUnknownGroup) {
 			rt.log.Warn("leaving group failed", "group", s.group, "member", s.member, "err", err)
 		}
 	}
@@ -435,10 +460,10 @@ func (cn *conn) ack(req *request) *protoError {
 		return cn.rt.forbidden("group", "not allowed to use group %q", *req.Group)
 	}
 	cn.mu.Lock()
-	subscribed := false
-	for k := range cn.subs {
+	subscribed, member := false, ""
+	for k, s := range cn.subs {
 		if k.group == *req.Group {
-			subscribed = true
+			subscribed, member = true, s.member
 			break
 		}
 	}
@@ -450,14 +475,14 @@ func (cn *conn) ack(req *request) *protoError {
 	var err error
 	op := "acked"
 	if req.Op == "ack" {
-		err = cn.rt.eng.Ack(cn.ctx, *req.Group, pos)
+		err = cn.rt.eng.Ack(cn.ctx, *req.Group, member, pos)
 	} else {
 		op = "nacked"
 		reason := ""
 		if req.Error != nil {
 			reason = *req.Error
 		}
-		err = cn.rt.eng.Nack(cn.ctx, *req.Group, pos, reason)
+		err = cn.rt.eng.Nack(cn.ctx, *req.Group, member, pos, reason)
 	}
 	if len(req.ID) == 0 {
 		// Without an id there is no reply; a late ack for a record that

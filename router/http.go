@@ -37,6 +37,7 @@ func (rt *Router) routes() *echo.Echo {
 	e.GET("/v1/groups", rt.httpGroups)
 	e.GET("/v1/groups/:group", rt.httpGroup, group)
 	e.POST("/v1/groups/:group/seek", rt.httpSeek, admin)
+	e.DELETE("/v1/groups/:group", rt.httpDeleteGroup, admin)
 	e.POST("/v1/groups/:group/poll", rt.httpPoll, rt.requirePoll)
 	e.POST("/v1/groups/:group/ack", rt.httpAck, group)
 	e.POST("/v1/groups/:group/nack", rt.httpAck, group)
@@ -331,12 +332,14 @@ func (rt *Router) httpMessages(c echo.Context) error {
 
 // groupJSON is the HTTP (and $sys.groups) shape of a group.
 type groupJSON struct {
-	Name       string               `json:"name"`
-	Pattern    string               `json:"pattern"`
-	Filter     map[string]string    `json:"filter,omitempty"`
-	Members    []memberJSON         `json:"members"`
-	Partitions []groupPartitionJSON `json:"partitions"`
-	Lag        int64                `json:"lag"`
+	Name    string            `json:"name"`
+	Pattern string            `json:"pattern"`
+	Filter  map[string]string `json:"filter,omitempty"`
+	// MaxInFlight is the group's window per partition.
+	MaxInFlight int                  `json:"max_in_flight"`
+	Members     []memberJSON         `json:"members"`
+	Partitions  []groupPartitionJSON `json:"partitions"`
+	Lag         int64                `json:"lag"`
 }
 
 type memberJSON struct {
@@ -361,7 +364,7 @@ type groupPartitionJSON struct {
 }
 
 func groupView(g engine.GroupInfo) groupJSON {
-	out := groupJSON{Name: g.Name, Pattern: g.Pattern, Filter: g.Filter,
+	out := groupJSON{Name: g.Name, Pattern: g.Pattern, Filter: g.Filter, MaxInFlight: g.MaxInFlight,
 		Members: make([]memberJSON, 0, len(g.Members)), Partitions: make([]groupPartitionJSON, 0, len(g.Partitions))}
 	for _, m := range g.Members {
 		mj := memberJSON{ID: m.ID, Partitions: make([]partJSON, 0, len(m.Partitions))}

@@ -124,19 +124,21 @@ func statusOf(code string) int {
 // request is any client op. Optional fields are pointers or raw JSON so that
 // "absent" and "wrong type" can be told apart.
 type request struct {
-	Op       string            `json:"op"`
-	ID       json.RawMessage   `json:"id"`
-	Pattern  *string           `json:"pattern"`
-	Group    *string           `json:"group"`
-	From     json.RawMessage   `json:"from"`
-	OnFull   *string           `json:"on_full"`
-	Filter   *filterSpec       `json:"filter"`
-	Topic    *string           `json:"topic"`
-	Data     json.RawMessage   `json:"data"`
-	Key      *string           `json:"key"`
-	Headers  map[string]string `json:"headers"`
-	MsgID    *string           `json:"msg_id"`
-	Priority *int              `json:"priority"`
+	Op      string          `json:"op"`
+	ID      json.RawMessage `json:"id"`
+	Pattern *string         `json:"pattern"`
+	Group   *string         `json:"group"`
+	From    json.RawMessage `json:"from"`
+	OnFull  *string         `json:"on_full"`
+	Filter  *filterSpec     `json:"filter"`
+	// MaxInFlight is a group subscribe's window per partition.
+	MaxInFlight *int              `json:"max_in_flight"`
+	Topic       *string           `json:"topic"`
+	Data        json.RawMessage   `json:"data"`
+	Key         *string           `json:"key"`
+	Headers     map[string]string `json:"headers"`
+	MsgID       *string           `json:"msg_id"`
+	Priority    *int              `json:"priority"`
 	// Partition and Offset of ack and nack.
 	Partition *int    `json:"partition"`
 	Offset    *int64  `json:"offset"`

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/session"
 	"github.com/switchyard/switchyard/trie"
 )
 
@@ -17,8 +19,18 @@ import (
 // its group (handing its unacked records back).
 const pullIdle = time.Minute
 
+// pullWindow is the window per partition of a group that a poll creates: a
+// poll of a one-partition topic returns up to this many records. A group
+// created by a WebSocket subscribe keeps its own max_in_flight.
+const pullWindow = 100
+
+// pullLeased bounds the records a pull member holds leased at once (and so
+// its buffer): the largest poll.
+const pullLeased = 1000
+
 // pullMember is a group member driven by HTTP polls instead of a session.
-// The engine leases each delivery for the ack timeout as for push members.
+// The engine leases each delivery for the ack timeout as for push members;
+// the lease starts when the record reaches the member's buffer.
 type pullMember struct {
 	group, pattern, member string
 	wake                   chan struct{} // capacity 1: "something arrived"
@@ -64,7 +76,11 @@ func (rt *Router) pullMemberFor(ctx context.Context, group, pattern string) (*pu
 		return pm, nil
 	}
 	pm = &pullMember{group: group, pattern: pattern, member: "pull-" + newID(), wake: make(chan struct{}, 1), lastPoll: time.Now()}
-	if _, err := rt.eng.Join(ctx, engine.JoinRequest{Group: group, Pattern: pattern, Member: pm.member}, pm); err != nil {
+	req := engine.JoinRequest{Group: group, Pattern: pattern, Member: pm.member, MaxLeased: pullLeased}
+	if _, err := rt.eng.Group(ctx, group); errors.Is(err, engine.ErrUnknownGroup) {
+		req.MaxInFlight = pullWindow // a new group: batches
+	}
+	if _, err := rt.eng.Join(ctx, req, pm); err != nil {
 		return nil, err
 	}
 	rt.mu.Lock()
@@ -159,11 +175,20 @@ func (rt *Router) httpAck(c echo.Context) error {
 	}
 	pos := engine.Position{Topic: *req.Topic, Partition: *req.Partition, Offset: *req.Offset}
 	group := param(c, "group")
+	// The lease belongs to this node's pull member of the group; with none
+	// here (the poll was served elsewhere) the engine settles it for
+	// whoever holds it.
+	member := ""
+	rt.mu.Lock()
+	if pm := rt.pulls[group]; pm != nil {
+		member = pm.member
+	}
+	rt.mu.Unlock()
 	var err error
 	if strings.HasSuffix(c.Path(), "/nack") {
-		err = rt.eng.Nack(c.Request().Context(), group, pos, req.Error)
+		err = rt.eng.Nack(c.Request().Context(), group, member, pos, req.Error)
 	} else {
-		err = rt.eng.Ack(c.Request().Context(), group, pos)
+		err = rt.eng.Ack(c.Request().Context(), group, member, pos)
 	}
 	if err != nil {
 		return err
@@ -194,3 +219,49 @@ func (rt *Router) expirePulls(now time.Time, all bool) {
 }
 
 func (rt *Router) stopPulls() { rt.expirePulls(time.Now(), true) }
+
+// httpDeleteGroup deletes a group (admin): its positions go, and this
+// node's members of it end with an "unsubscribed" frame of reason
+// "group_deleted".
+func (rt *Router) httpDeleteGroup(c echo.Context) error {
+	group := param(c, "group")
+	if err := rt.eng.DeleteGroup(c.Request().Context(), group); err != nil {
+		return err
+	}
+	rt.endGroup(group)
+	return c.NoContent(http.StatusNoContent)
+}
+
+// endGroup ends this node's subscriptions and pull member of a deleted
+// group.
+func (rt *Router) endGroup(group string) {
+	rt.mu.Lock()
+	if pm := rt.pulls[group]; pm != nil {
+		pm.mu.Lock()
+		pm.left = true
+		pm.mu.Unlock()
+		delete(rt.pulls, group)
+	}
+	conns := make([]*conn, 0, len(rt.conns))
+	for cn := range rt.conns {
+		conns = append(conns, cn)
+	}
+	rt.mu.Unlock()
+	for _, cn := range conns {
+		var ended []*subscription
+		cn.mu.Lock()
+		for k, s := range cn.subs {
+			if k.group == group {
+				ended = append(ended, s)
+				delete(cn.subs, k)
+			}
+		}
+		cn.mu.Unlock()
+		for _, s := range ended {
+			rt.dropSub(s)
+			cn.sess.Send(session.Item{Frame: encodeReply("unsubscribed", nil, map[string]any{
+				"pattern": s.pattern, "group": s.group, "reason": "group_deleted",
+			})})
+		}
+	}
+}

@@ -30,6 +30,8 @@ type subscription struct {
 	policy  session.Policy
 	filter  map[string]string
 	member  string
+	// maxInFlight is a group subscribe's max_in_flight (0: the group's).
+	maxInFlight int
 	// local is set for in-process subscribers (see Router.Subscribe); c
 	// is nil then.
 	local *LocalSubscription

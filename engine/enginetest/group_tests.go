@@ -167,7 +167,7 @@ func testAckTimeout(t *testing.T, s *suite) {
 	if p := env.groupInfo(g).Partitions[0]; p.InFlight != 0 || p.Committed != 0 {
 		t.Errorf("after the ack timeout: %+v, want nothing in flight, committed 0", p)
 	}
-	err := env.e.Ack(ctx(), g, position(first.d.Record))
+	err := env.e.Ack(ctx(), g, "m", position(first.d.Record))
 	wantErr(t, "Ack after the ack timeout", err, engine.ErrNotInFlight)
 	if extra := sk.pending(); len(extra) > 0 {
 		t.Fatalf("redelivered before the backoff passed: %v", extra)
@@ -319,7 +319,7 @@ func testSeekOffset(t *testing.T, s *suite) {
 	if ev.d.Record.Offset != 8 {
 		t.Fatalf("after seeking to 8 while offset 0 was in flight got %v, want offset 8", ev)
 	}
-	err := env.e.Ack(ctx(), g, engine.Position{Topic: topic, Partition: 0, Offset: 0})
+	err := env.e.Ack(ctx(), g, "m", engine.Position{Topic: topic, Partition: 0, Offset: 0})
 	wantErr(t, "Ack of a record dropped by Seek", err, engine.ErrNotInFlight)
 	env.ack(ev)
 	wantErr(t, "Seek of an unknown group", env.e.Seek(ctx(), env.group("nope"), topic, 0, engine.Start{}), engine.ErrUnknownGroup)
@@ -590,8 +590,8 @@ func testGroupErrors(t *testing.T, s *suite) {
 	env.create(engine.TopicConfig{Name: topic, Partitions: 1})
 	nope := env.group("nope")
 	pos := engine.Position{Topic: topic, Partition: 0, Offset: 0}
-	wantErr(t, "Ack of an unknown group", env.e.Ack(ctx(), nope, pos), engine.ErrUnknownGroup)
-	wantErr(t, "Nack of an unknown group", env.e.Nack(ctx(), nope, pos, "x"), engine.ErrUnknownGroup)
+	wantErr(t, "Ack of an unknown group", env.e.Ack(ctx(), nope, "m", pos), engine.ErrUnknownGroup)
+	wantErr(t, "Nack of an unknown group", env.e.Nack(ctx(), nope, "m", pos, "x"), engine.ErrUnknownGroup)
 	wantErr(t, "Leave of an unknown group", env.e.Leave(ctx(), nope, "m"), engine.ErrUnknownGroup)
 	_, err := env.e.Group(ctx(), nope)
 	wantErr(t, "Group of an unknown group", err, engine.ErrUnknownGroup)
@@ -599,12 +599,12 @@ func testGroupErrors(t *testing.T, s *suite) {
 	sk := newSink()
 	g := env.group("g")
 	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m"}, sk.consumer("m"))
-	wantErr(t, "Ack of a never-delivered record", env.e.Ack(ctx(), g, engine.Position{Topic: topic, Offset: 99}), engine.ErrNotInFlight)
+	wantErr(t, "Ack of a never-delivered record", env.e.Ack(ctx(), g, "m", engine.Position{Topic: topic, Offset: 99}), engine.ErrNotInFlight)
 	env.publish(topic, 1, nil)
 	ev := sk.delivery(t, env.timeout)
 	env.ack(ev)
-	wantErr(t, "second Ack", env.e.Ack(ctx(), g, position(ev.d.Record)), engine.ErrNotInFlight)
-	wantErr(t, "Nack after Ack", env.e.Nack(ctx(), g, position(ev.d.Record), "x"), engine.ErrNotInFlight)
+	wantErr(t, "second Ack", env.e.Ack(ctx(), g, "m", position(ev.d.Record)), engine.ErrNotInFlight)
+	wantErr(t, "Nack after Ack", env.e.Nack(ctx(), g, "m", position(ev.d.Record), "x"), engine.ErrNotInFlight)
 	wantErr(t, "Leave of an unknown member", env.e.Leave(ctx(), g, "ghost"), engine.ErrUnknownMember)
 	if err := env.e.Leave(ctx(), g, "m"); err != nil {
 		t.Fatalf("Leave: %v", err)

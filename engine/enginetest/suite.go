@@ -111,6 +111,14 @@ func Run(t *testing.T, f Features, newEngine Factory) {
 		{"Groups/Filter", testFilter},
 		{"Groups/RetentionSkipped", testRetentionSkipped},
 		{"Groups/Errors", testGroupErrors},
+		{"Groups/LateAckFromPreviousHolder", testLateAckFromPreviousHolder},
+		{"Groups/LateAckAfterTimeout", testLateAckAfterTimeout},
+		{"Groups/Window", testGroupWindow},
+		{"Groups/MemberWindow", testMemberWindow},
+		{"Groups/Delete", testDeleteGroup},
+		{"Groups/IdleExpiry", testIdleExpiry},
+		{"Groups/HandBack", testHandBack},
+		{"Retention/BlockNotHeldByIdleGroup", testIdleGroupDoesNotBlock},
 		{"DeadLetters/QueueFull", testQueueFullLetters},
 		{"Close", testClose},
 	}
@@ -242,16 +250,25 @@ func (env *env) join(req engine.JoinRequest, c engine.Consumer) string {
 	return id
 }
 
+// memberOf returns the engine member ID of ev's consumer: its label after
+// any "group/" prefix.
+func memberOf(ev event) string {
+	if i := strings.LastIndexByte(ev.member, '/'); i >= 0 {
+		return ev.member[i+1:]
+	}
+	return ev.member
+}
+
 func (env *env) ack(ev event) {
 	env.t.Helper()
-	if err := env.e.Ack(ctx(), ev.d.Group, position(ev.d.Record)); err != nil {
+	if err := env.e.Ack(ctx(), ev.d.Group, memberOf(ev), position(ev.d.Record)); err != nil {
 		env.t.Fatalf("Ack(%s %v): %v", ev.d.Group, position(ev.d.Record), err)
 	}
 }
 
 func (env *env) nack(ev event, reason string) {
 	env.t.Helper()
-	if err := env.e.Nack(ctx(), ev.d.Group, position(ev.d.Record), reason); err != nil {
+	if err := env.e.Nack(ctx(), ev.d.Group, memberOf(ev), position(ev.d.Record), reason); err != nil {
 		env.t.Fatalf("Nack(%s %v): %v", ev.d.Group, position(ev.d.Record), err)
 	}
 }

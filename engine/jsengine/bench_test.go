@@ -54,7 +54,7 @@ func BenchmarkGroupDelivery(b *testing.B) {
 			b.Fatal(err)
 		}
 		d := <-q
-		if err := e.Ack(ctx, d.Group, engine.Position{Topic: d.Record.Topic, Partition: d.Record.Partition, Offset: d.Record.Offset}); err != nil {
+		if err := e.Ack(ctx, d.Group, "", engine.Position{Topic: d.Record.Topic, Partition: d.Record.Partition, Offset: d.Record.Offset}); err != nil {
 			b.Fatal(err)
 		}
 	}

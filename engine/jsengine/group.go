@@ -25,6 +25,9 @@ type groupDef struct {
 	Pattern string            `json:"pattern"`
 	Filter  map[string]string `json:"filter,omitempty"`
 	From    engine.Start      `json:"from"`
+	// MaxInFlight is the group's window per partition; 0 in definitions
+	// stored before it existed: the policy's default.
+	MaxInFlight int `json:"max_in_flight,omitempty"`
 }
 
 // commitVal is a group's position on one partition in the group bucket.
@@ -56,6 +59,9 @@ type group struct {
 	local map[string]*groupstate.Member // members connected to this node
 	parts map[partKey]*gpart
 	order []*gpart // parts sorted by (topic, partition); rebuilt by rebalance
+
+	idle    engine.Timer // idle expiry, armed while no node has a member
+	idleGen uint64       // bumped whenever idle is disarmed
 }
 
 func (g *group) matches(topic string) bool { return trie.Matches(g.def.Pattern, topic) }
@@ -178,12 +184,17 @@ func (e *Engine) removeTopicFromGroup(g *group, t *topic) bool {
 // policy, waking blocked appenders when there may be room. Caller holds gmu.
 func (e *Engine) updateFloor(p *partition) {
 	floor := int64(math.MaxInt64)
+	readers := 0
 	for _, gp := range p.gparts {
+		if e.idleGroup(gp.g) {
+			continue // a group with no member holds nothing back
+		}
+		readers++
 		floor = min(floor, gp.position())
 	}
 	p.smu.Lock()
-	wake := len(p.gparts) < p.readers || floor > p.floor
-	p.readers, p.floor = len(p.gparts), floor
+	wake := readers < p.readers || floor > p.floor
+	p.readers, p.floor = readers, floor
 	if wake && p.waiters > 0 {
 		close(p.space)
 		p.space = make(chan struct{})
@@ -209,8 +220,10 @@ func (e *Engine) rebalance(g *group) {
 		}
 	}
 	for _, gp := range g.order {
+		e.updateFloor(gp.p)
 		e.pump(gp)
 	}
+	e.armIdle(g)
 }
 
 func (e *Engine) markDirty(gp *gpart) {
@@ -278,7 +291,7 @@ func (e *Engine) pump(gp *gpart) {
 	m := gp.member
 	outstanding, inFlight, draining := gp.Load(m)
 	if m != nil && !draining {
-		gp.Fill(outstanding, e.policy.MaxInFlight, next, g.def.Filter,
+		gp.Fill(outstanding, e.window(g.def), next, g.def.Filter,
 			func(off int64) *engine.Record { return e.recordAt(gp, off) })
 	}
 	if skipTo > skipFrom && m != nil {
@@ -294,6 +307,9 @@ func (e *Engine) pump(gp *gpart) {
 	}
 	if trimmed, _ := gp.p.view(); gp.Committed < trimmed {
 		defer e.pump(gp) // recordAt found records trimmed meanwhile
+	}
+	if m != nil && m.Settled() {
+		e.pumpMember(g, m, gp)
 	}
 	if m == nil && inFlight == 0 {
 		// Owned elsewhere (or by nobody): hand the partition back.
@@ -529,6 +545,7 @@ func (e *Engine) groupEntry(gp *gpart, ent jetstream.KeyValueEntry) {
 // groupEvent applies a change of the group bucket, from any node.
 func (e *Engine) groupEvent(ent jetstream.KeyValueEntry, initial bool) {
 	if ent.Operation() != jetstream.KeyValuePut {
+		e.groupGone(ent.Key())
 		return
 	}
 	parts := strings.Split(ent.Key(), ".")
@@ -678,7 +695,10 @@ func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Cons
 	if err := trie.ValidatePattern(req.Pattern); err != nil {
 		return "", fmt.Errorf("jsengine: %w: %w", engine.ErrInvalidConfig, err)
 	}
-	def := groupDef{Pattern: req.Pattern, Filter: maps.Clone(req.Filter), From: req.From}
+	if err := checkJoin(req); err != nil {
+		return "", err
+	}
+	def := groupDef{Pattern: req.Pattern, Filter: maps.Clone(req.Filter), From: req.From, MaxInFlight: cmp.Or(req.MaxInFlight, e.policy.MaxInFlight)}
 	if len(def.Filter) == 0 {
 		def.Filter = nil
 	}
@@ -708,6 +728,9 @@ func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Cons
 	if def.Pattern != req.Pattern || !maps.Equal(def.Filter, req.Filter) {
 		return "", fmt.Errorf("jsengine: group %q is fixed to pattern %q and filter %v: %w",
 			req.Group, def.Pattern, def.Filter, engine.ErrGroupConflict)
+	}
+	if err := e.checkWindow(req, def); err != nil {
+		return "", err
 	}
 	if created {
 		// Positions for the topics that exist now start where the join asked.
@@ -744,7 +767,8 @@ func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Cons
 		e.gmu.Unlock()
 		return "", fmt.Errorf("jsengine: group %q already has member %q: %w", g.name, id, engine.ErrInvalidConfig)
 	}
-	g.local[id] = &groupstate.Member{ID: id, Consumer: c}
+	g.local[id] = &groupstate.Member{ID: id, Consumer: c, Limit: req.MaxLeased}
+	e.disarmIdle(g)
 	if e.reg[g.name] == nil {
 		e.reg[g.name] = make(map[string]string)
 	}
@@ -787,13 +811,13 @@ func (e *Engine) Leave(ctx context.Context, groupName, memberID string) (err err
 	return nil
 }
 
-func (e *Engine) inFlight(groupName string, pos engine.Position) (*gpart, *groupstate.Flight, error) {
+func (e *Engine) inFlight(groupName, member string, pos engine.Position) (*gpart, *groupstate.Flight, error) {
 	g := e.groups[groupName]
 	if g == nil {
 		return nil, nil, groupErr(groupName)
 	}
 	if gp := g.parts[partKey{pos.Topic, pos.Partition}]; gp != nil && gp.holding {
-		if f := gp.InFlightAt(pos.Offset); f != nil {
+		if f := gp.InFlightAt(pos.Offset); f != nil && f.HeldBy(member) {
 			return gp, f, nil
 		}
 	}
@@ -804,10 +828,10 @@ func (e *Engine) inFlight(groupName string, pos engine.Position) (*gpart, *group
 // Ack completes a delivery made by this node; the committed offset moves
 // past every contiguous completed record and is written to the group
 // bucket in the background.
-func (e *Engine) Ack(ctx context.Context, groupName string, pos engine.Position) error {
+func (e *Engine) Ack(ctx context.Context, groupName, member string, pos engine.Position) error {
 	e.gmu.Lock()
 	defer e.gmu.Unlock()
-	gp, f, err := e.inFlight(groupName, pos)
+	gp, f, err := e.inFlight(groupName, member, pos)
 	if err != nil {
 		return err
 	}
@@ -819,10 +843,10 @@ func (e *Engine) Ack(ctx context.Context, groupName string, pos engine.Position)
 // Nack fails a delivery made by this node: it is redelivered after the
 // policy's backoff for this attempt, or dead-lettered with reason as its
 // error after the last.
-func (e *Engine) Nack(ctx context.Context, groupName string, pos engine.Position, reason string) error {
+func (e *Engine) Nack(ctx context.Context, groupName, member string, pos engine.Position, reason string) error {
 	e.gmu.Lock()
 	defer e.gmu.Unlock()
-	gp, f, err := e.inFlight(groupName, pos)
+	gp, f, err := e.inFlight(groupName, member, pos)
 	if err != nil {
 		return err
 	}
@@ -958,7 +982,7 @@ func (e *Engine) Group(ctx context.Context, name string) (_ engine.GroupInfo, er
 	}
 	e.gmu.Lock()
 	defer e.gmu.Unlock()
-	info := engine.GroupInfo{Name: g.name, Pattern: g.def.Pattern, Filter: maps.Clone(g.def.Filter)}
+	info := engine.GroupInfo{Name: g.name, Pattern: g.def.Pattern, Filter: maps.Clone(g.def.Filter), MaxInFlight: e.window(g.def)}
 	byMember := make(map[string]int)
 	for _, id := range slices.Sorted(maps.Keys(e.reg[g.name])) {
 		byMember[id] = len(info.Members)

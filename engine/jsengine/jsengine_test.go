@@ -213,7 +213,7 @@ func (c *collector) consumer(e *jsengine.Engine, member string) engine.Consumer 
 				if hold {
 					continue
 				}
-				if err := e.Ack(context.Background(), d.Group, pos); err != nil {
+				if err := e.Ack(context.Background(), d.Group, "", pos); err != nil {
 					c.t.Errorf("%s: Ack %v: %v", member, pos, err)
 					continue
 				}

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/internal/groupstate"
 	"github.com/switchyard/switchyard/engine/internal/lifecycle"
+	"github.com/switchyard/switchyard/trie"
 )
 
 // Options configures an Engine. The zero value is ready to use: each field's
@@ -52,8 +55,9 @@ type Engine struct {
 
 	life lifecycle.Guard // engine-closed flag and running timer callbacks
 
-	gmu     sync.Mutex // guards following, and partition.readers
+	gmu     sync.Mutex // guards following (not the groups' own state)
 	groups  map[string]*group
+	index   *trie.Trie[*group]         // groups by pattern
 	flights groupstate.Machine[*gpart] // set by New, then read-only
 
 	topicsMu sync.Mutex // serialises creating and deleting topics
@@ -78,6 +82,7 @@ func New(opts Options) *Engine {
 		policy:   opts.Policy.WithDefaults(engine.DefaultGroupPolicy),
 		closeCh:  make(chan struct{}),
 		groups:   make(map[string]*group),
+		index:    trie.New[*group](),
 	}
 	if e.clock == nil {
 		e.clock = engine.SystemClock{}
@@ -127,14 +132,19 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 
 	e.gmu.Lock()
-	for _, g := range e.groups {
+	gs := slices.Collect(maps.Values(e.groups))
+	e.gmu.Unlock()
+	for _, g := range gs {
+		g.mu.Lock()
+		e.disarmIdle(g)
 		for _, gp := range g.parts {
 			gp.Drop()
 			gp.member = nil
+			e.setActive(gp, false)
 		}
 		clear(g.members)
+		g.mu.Unlock()
 	}
-	e.gmu.Unlock()
 
 	done := make(chan struct{})
 	go func() { // exits when the running callbacks return

@@ -107,7 +107,7 @@ func TestMaxInFlightCommitsContiguously(t *testing.T) {
 	}
 	ack := func(o int64) {
 		t.Helper()
-		if err := e.Ack(ctx, "g", engine.Position{Topic: "t", Offset: o}); err != nil {
+		if err := e.Ack(ctx, "g", "", engine.Position{Topic: "t", Offset: o}); err != nil {
 			t.Fatalf("Ack %d: %v", o, err)
 		}
 	}
@@ -189,7 +189,7 @@ func TestDeleteTopicWithGroup(t *testing.T) {
 	if g, _ := e.Group(ctx, "g"); len(g.Partitions) != 0 {
 		t.Errorf("group partitions after delete: %+v", g.Partitions)
 	}
-	if err := e.Ack(ctx, "g", engine.Position{Topic: "t.a"}); !errors.Is(err, engine.ErrNotInFlight) {
+	if err := e.Ack(ctx, "g", "", engine.Position{Topic: "t.a"}); !errors.Is(err, engine.ErrNotInFlight) {
 		t.Errorf("Ack on a deleted topic: %v, want ErrNotInFlight", err)
 	}
 	if _, err := e.Append(ctx, engine.Message{Topic: "t.a"}); err != nil {

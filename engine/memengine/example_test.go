@@ -30,7 +30,7 @@ func Example() {
 	}
 	d := <-deliveries
 	fmt.Printf("%s got %s@%d attempt %d: %s\n", d.Group, d.Record.Topic, d.Record.Offset, d.Attempt, d.Record.Data)
-	_ = e.Ack(ctx, d.Group, engine.Position{Topic: d.Record.Topic, Partition: d.Record.Partition, Offset: d.Record.Offset})
+	_ = e.Ack(ctx, d.Group, "", engine.Position{Topic: d.Record.Topic, Partition: d.Record.Partition, Offset: d.Record.Offset})
 
 	g, _ := e.Group(ctx, "billing")
 	fmt.Println("committed", g.Partitions[0].Committed, "lag", g.Partitions[0].Lag)

@@ -8,22 +8,30 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/internal/groupstate"
 	"github.com/switchyard/switchyard/trie"
 )
 
-// group is a consumer group. Every field, and everything reachable from it,
-// is guarded by Engine.gmu.
+// group is a consumer group. mu guards every field below it and everything
+// reachable from them: the group's members, cursors and flight windows.
 type group struct {
-	name    string
-	pattern string
-	filter  map[string]string
-	from    engine.Start
+	name        string
+	pattern     string
+	filter      map[string]string
+	from        engine.Start
+	maxInFlight int // the group's window per partition
+
+	mu      sync.Mutex
+	deleted bool // removed by DeleteGroup or idle expiry; the group is gone
 	members map[string]*groupstate.Member
 	parts   map[partKey]*gpart
 	order   []*gpart // parts sorted by (topic, partition); rebuilt by rebalance
+	idle    engine.Timer
+	idleGen uint64 // bumped whenever idle is armed or disarmed
 }
 
 type partKey struct {
@@ -32,13 +40,17 @@ type partKey struct {
 }
 
 // gpart is a group's cursor on one partition: its flight window and the
-// partition it reads.
+// partition it reads. Fields are guarded by g.mu, except floor, which the
+// partition reads under its own lock.
 type gpart struct {
 	g       *group
 	t       *topic
 	p       *partition
 	member  *groupstate.Member // assigned member; nil when the group has none
 	removed bool               // the topic was deleted or the group dropped it
+	active  bool               // listed in p.active: the group delivers it
+
+	floor atomic.Int64 // Committed, published for the block policy
 
 	groupstate.Window
 }
@@ -46,7 +58,8 @@ type gpart struct {
 // addTopicToGroup gives g a cursor on every partition of t. At group
 // creation the cursor starts where the join asked; on a topic that appears
 // later it starts at the earliest record (or by time for a time start), so
-// records appended after the group existed are always seen.
+// records appended after the group existed are always seen. Caller holds
+// g.mu.
 func (e *Engine) addTopicToGroup(g *group, t *topic, atCreation bool) {
 	if t.deleted.Load() {
 		return
@@ -56,7 +69,6 @@ func (e *Engine) addTopicToGroup(g *group, t *topic, atCreation bool) {
 		start = g.from
 	}
 	now := e.clock.Now()
-	added := false
 	for _, p := range t.parts {
 		key := partKey{t.name, p.index}
 		if old := g.parts[key]; old != nil {
@@ -70,17 +82,13 @@ func (e *Engine) addTopicToGroup(g *group, t *topic, atCreation bool) {
 		off := p.resolve(start)
 		p.mu.Unlock()
 		gp := &gpart{g: g, t: t, p: p, Window: groupstate.Window{Committed: off, Next: off}}
+		gp.floor.Store(off)
 		g.parts[key] = gp
-		p.groupParts = append(p.groupParts, gp)
-		e.updateFloor(p)
-		added = true
-	}
-	if added {
-		t.readers.Add(1)
 	}
 }
 
-// removeTopicFromGroup drops g's cursors on t and reports whether it had any.
+// removeTopicFromGroup drops g's cursors on t and reports whether it had
+// any. Caller holds g.mu.
 func (e *Engine) removeTopicFromGroup(g *group, t *topic) bool {
 	removed := false
 	for _, p := range t.parts {
@@ -89,40 +97,85 @@ func (e *Engine) removeTopicFromGroup(g *group, t *topic) bool {
 		if gp == nil || gp.t != t {
 			continue
 		}
-		gp.Drop()
-		gp.removed = true
+		e.dropCursor(gp)
 		delete(g.parts, key)
-		p.groupParts = slices.DeleteFunc(p.groupParts, func(x *gpart) bool { return x == gp })
-		e.updateFloor(p)
 		removed = true
-	}
-	if removed {
-		t.readers.Add(-1)
 	}
 	return removed
 }
 
-// updateFloor publishes the lowest committed offset of p's groups to the
-// block policy, waking blocked appenders when there may be room.
-func (e *Engine) updateFloor(p *partition) {
-	floor := int64(math.MaxInt64)
-	for _, gp := range p.groupParts {
-		floor = min(floor, gp.Committed)
+// dropCursor stops gp for good. Caller holds g.mu.
+func (e *Engine) dropCursor(gp *gpart) {
+	gp.Drop()
+	gp.removed = true
+	e.setActive(gp, false)
+}
+
+// setActive lists gp among the cursors its partition's appends pump (and
+// whose position holds back a block-policy partition), or takes it off the
+// list. Only cursors assigned to a member are listed: a group with no
+// member costs an append nothing and holds nothing back. Caller holds g.mu.
+func (e *Engine) setActive(gp *gpart, on bool) {
+	if gp.active == on {
+		return
 	}
+	gp.active = on
+	p := gp.p
 	p.mu.Lock()
-	wake := len(p.groupParts) < p.readers || floor > p.floor
-	p.readers, p.floor = len(p.groupParts), floor
+	var next []*gpart
+	if cur := p.active.Load(); cur != nil {
+		next = slices.Clone(*cur)
+	}
+	if on {
+		next = append(next, gp)
+	} else {
+		next = slices.DeleteFunc(next, func(x *gpart) bool { return x == gp })
+	}
+	if len(next) == 0 {
+		p.active.Store(nil)
+	} else {
+		p.active.Store(&next)
+	}
+	e.updateFloorLocked(p)
+	p.mu.Unlock()
+}
+
+// updateFloor publishes gp's committed offset to the block policy of its
+// partition, waking blocked appenders when there may be room. Caller holds
+// g.mu.
+func (e *Engine) updateFloor(gp *gpart) {
+	gp.floor.Store(gp.Committed)
+	if !gp.active {
+		return
+	}
+	gp.p.mu.Lock()
+	e.updateFloorLocked(gp.p)
+	gp.p.mu.Unlock()
+}
+
+// updateFloorLocked recomputes p's block floor from its active cursors.
+// Caller holds p.mu.
+func (e *Engine) updateFloorLocked(p *partition) {
+	floor := int64(math.MaxInt64)
+	readers := 0
+	if cur := p.active.Load(); cur != nil {
+		readers = len(*cur)
+		for _, gp := range *cur {
+			floor = min(floor, gp.floor.Load())
+		}
+	}
+	wake := readers < p.readers || floor > p.floor
+	p.readers, p.floor = readers, floor
 	if wake && p.waiters > 0 {
 		close(p.space)
 		p.space = make(chan struct{})
 	}
-	p.mu.Unlock()
 }
 
 // rebalance assigns g's partitions, sorted by (topic, partition),
 // round-robin over its members sorted by ID, then delivers. A partition that
 // moves keeps its old member's in-flight records; the new member gets
-// nothing on it until they are acked, nacked or time out.
+// nothing on it until they are acked, nacked or time out. Caller holds g.mu.
 func (e *Engine) rebalance(g *group) {
 	g.order = slices.AppendSeq(g.order[:0], maps.Values(g.parts))
 	slices.SortFunc(g.order, func(a, b *gpart) int {
@@ -132,9 +185,10 @@ func (e *Engine) rebalance(g *group) {
 	for i, gp := range g.order {
 		if len(ids) == 0 {
 			gp.member = nil
-			continue
+		} else {
+			gp.member = g.members[ids[i%len(ids)]]
 		}
-		gp.member = g.members[ids[i%len(ids)]]
+		e.setActive(gp, gp.member != nil)
 	}
 	for _, gp := range g.order {
 		e.pump(gp)
@@ -142,8 +196,10 @@ func (e *Engine) rebalance(g *group) {
 }
 
 // pump brings gp up to date: it fast-forwards past trimmed records (telling
-// the member), delivers ready flights and new records up to MaxInFlight
-// outstanding, and advances the committed offset. Caller holds gmu.
+// the member), delivers ready flights and new records up to the group's
+// window outstanding and as many as the member may hold, and advances the
+// committed offset. When the member was held back and has room again, its
+// other partitions are pumped too. Caller holds g.mu.
 func (e *Engine) pump(gp *gpart) {
 	if gp.removed || e.closed.Load() {
 		return
@@ -157,7 +213,7 @@ func (e *Engine) pump(gp *gpart) {
 	m := gp.member
 	outstanding, _, draining := gp.Load(m)
 	if m != nil && !draining {
-		gp.Fill(outstanding, e.policy.MaxInFlight, p.next(), g.filter, p.at)
+		gp.Fill(outstanding, g.maxInFlight, p.next(), g.filter, p.at)
 	}
 	p.mu.Unlock()
 
@@ -169,19 +225,27 @@ func (e *Engine) pump(gp *gpart) {
 	}
 	gp.Advance()
 	if gp.Committed != before {
-		e.updateFloor(p)
+		e.updateFloor(gp)
+	}
+	if m != nil && m.Settled() {
+		for _, o := range g.order {
+			if o != gp && o.member == m {
+				e.pump(o)
+			}
+		}
 	}
 }
 
 // newMachine returns the group state machine wired to e. Timer callbacks
-// take gmu and do nothing once gp is removed or e is closed.
+// take the cursor's group lock and do nothing once the cursor is removed or
+// e is closed.
 func (e *Engine) newMachine() groupstate.Machine[*gpart] {
 	return groupstate.Machine[*gpart]{
 		Policy:     e.policy,
 		Clock:      e.clock,
 		NewID:      e.newID,
 		Group:      func(gp *gpart) string { return gp.g.name },
-		Mu:         &e.gmu,
+		LockOf:     func(gp *gpart) sync.Locker { return &gp.g.mu },
 		AfterFunc:  e.afterFunc,
 		Active:     func(gp *gpart) bool { return !gp.removed && !e.closed.Load() },
 		Pump:       e.pump,
@@ -200,9 +264,31 @@ func groupErr(name string) error {
 	return fmt.Errorf("memengine: group %q: %w", name, engine.ErrUnknownGroup)
 }
 
+// lookupGroup returns the group named name, or nil.
+func (e *Engine) lookupGroup(name string) *group {
+	e.gmu.Lock()
+	defer e.gmu.Unlock()
+	return e.groups[name]
+}
+
+// lockGroup returns the group named name with its lock held, or an error
+// wrapping engine.ErrUnknownGroup.
+func (e *Engine) lockGroup(name string) (*group, error) {
+	g := e.lookupGroup(name)
+	if g == nil {
+		return nil, groupErr(name)
+	}
+	g.mu.Lock()
+	if g.deleted {
+		g.mu.Unlock()
+		return nil, groupErr(name)
+	}
+	return g, nil
+}
+
 // Join adds a member to a group, creating the group on first join fixed to
-// req's Pattern and Filter, and rebalances. Consumer callbacks are made
-// with the group lock held: c must not call the engine from them.
+// req's Pattern, Filter and MaxInFlight, and rebalances. Consumer callbacks
+// are made with the group lock held: c must not call the engine from them.
 func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Consumer) (string, error) {
 	if e.closed.Load() {
 		return "", closedErr()
@@ -212,35 +298,76 @@ func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Cons
 		return "", fmt.Errorf("memengine: empty group name: %w", engine.ErrInvalidConfig)
 	case c == nil:
 		return "", fmt.Errorf("memengine: nil consumer: %w", engine.ErrInvalidConfig)
+	case req.MaxInFlight < 0 || req.MaxInFlight > engine.MaxGroupInFlight:
+		return "", fmt.Errorf("memengine: max in flight %d outside 0 to %d: %w", req.MaxInFlight, engine.MaxGroupInFlight, engine.ErrInvalidConfig)
+	case req.MaxLeased < 0:
+		return "", fmt.Errorf("memengine: negative member window: %w", engine.ErrInvalidConfig)
 	}
 	if err := trie.ValidatePattern(req.Pattern); err != nil {
 		return "", fmt.Errorf("memengine: %w: %w", engine.ErrInvalidConfig, err)
 	}
+	for range 3 { // retried when the group is deleted under the join
+		g := e.groupFor(req)
+		if g == nil {
+			return "", closedErr()
+		}
+		g.mu.Lock()
+		if g.deleted {
+			g.mu.Unlock()
+			continue
+		}
+		id, err := e.joinLocked(g, req, c)
+		g.mu.Unlock()
+		return id, err
+	}
+	return "", fmt.Errorf("memengine: group %q deleted during join: %w", req.Group, engine.ErrUnavailable)
+}
+
+// groupFor returns the group req names, creating it (reading every topic
+// its pattern matches) when it does not exist; nil once e is closed.
+func (e *Engine) groupFor(req engine.JoinRequest) *group {
 	e.gmu.Lock()
 	defer e.gmu.Unlock()
 	if e.closed.Load() {
-		return "", closedErr()
+		return nil
 	}
-	g := e.groups[req.Group]
-	if g == nil {
-		g = &group{
-			name:    req.Group,
-			pattern: req.Pattern,
-			filter:  maps.Clone(req.Filter),
-			from:    req.From,
-			members: make(map[string]*groupstate.Member),
-			parts:   make(map[partKey]*gpart),
+	if g := e.groups[req.Group]; g != nil {
+		return g
+	}
+	g := &group{
+		name:        req.Group,
+		pattern:     req.Pattern,
+		filter:      maps.Clone(req.Filter),
+		from:        req.From,
+		maxInFlight: cmp.Or(req.MaxInFlight, e.policy.MaxInFlight),
+		members:     make(map[string]*groupstate.Member),
+		parts:       make(map[partKey]*gpart),
+	}
+	if len(g.filter) == 0 {
+		g.filter = nil
+	}
+	g.mu.Lock()
+	e.groups[req.Group] = g
+	_ = e.index.Add(g.pattern, g) // the pattern was validated
+	e.topics.Range(func(_, v any) bool {
+		if t := v.(*topic); trie.Matches(g.pattern, t.name) {
+			e.addTopicToGroup(g, t, true)
 		}
-		e.groups[req.Group] = g
-		e.topics.Range(func(_, v any) bool {
-			if t := v.(*topic); trie.Matches(g.pattern, t.name) {
-				e.addTopicToGroup(g, t, true)
-			}
-			return true
-		})
-	} else if g.pattern != req.Pattern || !maps.Equal(g.filter, req.Filter) {
+		return true
+	})
+	g.mu.Unlock()
+	return g
+}
+
+// joinLocked adds a member to g. Caller holds g.mu.
+func (e *Engine) joinLocked(g *group, req engine.JoinRequest, c engine.Consumer) (string, error) {
+	if g.pattern != req.Pattern || !maps.Equal(g.filter, req.Filter) {
 		return "", fmt.Errorf("memengine: group %q is fixed to pattern %q and filter %v: %w",
 			g.name, g.pattern, g.filter, engine.ErrGroupConflict)
+	}
+	if req.MaxInFlight != 0 && req.MaxInFlight != g.maxInFlight {
+		return "", fmt.Errorf("memengine: group %q is fixed to max in flight %d: %w",
+			g.name, g.maxInFlight, engine.ErrGroupConflict)
 	}
 	id := req.Member
 	if id == "" {
@@ -249,7 +376,8 @@ func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Cons
 	if g.members[id] != nil {
 		return "", fmt.Errorf("memengine: group %q already has member %q: %w", g.name, id, engine.ErrInvalidConfig)
 	}
-	g.members[id] = &groupstate.Member{ID: id, Consumer: c}
+	g.members[id] = &groupstate.Member{ID: id, Consumer: c, Limit: req.MaxLeased}
+	e.disarmIdle(g)
 	e.rebalance(g)
 	return id, nil
 }
@@ -258,12 +386,11 @@ func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Cons
 // redelivered without backoff to the partition's next member, or
 // dead-lettered when that was their last attempt.
 func (e *Engine) Leave(ctx context.Context, groupName, memberID string) error {
-	e.gmu.Lock()
-	defer e.gmu.Unlock()
-	g := e.groups[groupName]
-	if g == nil {
-		return groupErr(groupName)
+	g, err := e.lockGroup(groupName)
+	if err != nil {
+		return err
 	}
+	defer g.mu.Unlock()
 	m := g.members[memberID]
 	if m == nil {
 		return fmt.Errorf("memengine: group %q member %q: %w", groupName, memberID, engine.ErrUnknownMember)
@@ -273,29 +400,65 @@ func (e *Engine) Leave(ctx context.Context, groupName, memberID string) error {
 		e.flights.Release(gp, &gp.Window, m)
 	}
 	e.rebalance(g)
+	e.armIdle(g)
 	return nil
 }
 
-func (e *Engine) inFlight(groupName string, pos engine.Position) (*gpart, *groupstate.Flight, error) {
-	g := e.groups[groupName]
-	if g == nil {
-		return nil, nil, groupErr(groupName)
+// HandBack removes the listed members group by group, each group in one
+// step: what they held goes back Ready with its last attempt not counted,
+// and no record goes to a member that is leaving with them.
+func (e *Engine) HandBack(ctx context.Context, refs []engine.MemberRef) error {
+	byGroup := make(map[string][]string)
+	for _, r := range refs {
+		byGroup[r.Group] = append(byGroup[r.Group], r.Member)
 	}
+	for _, name := range slices.Sorted(maps.Keys(byGroup)) {
+		g, err := e.lockGroup(name)
+		if err != nil {
+			continue
+		}
+		var gone []*groupstate.Member
+		for _, id := range byGroup[name] {
+			if m := g.members[id]; m != nil {
+				gone = append(gone, m)
+				delete(g.members, id)
+			}
+		}
+		if len(gone) > 0 {
+			for _, gp := range g.order {
+				for _, m := range gone {
+					e.flights.HandBack(&gp.Window, m)
+				}
+			}
+			e.rebalance(g)
+			e.armIdle(g)
+		}
+		g.mu.Unlock()
+	}
+	return nil
+}
+
+// inFlight returns the cursor and flight of a record leased to member
+// ("" for any holder). Caller holds g.mu.
+func (e *Engine) inFlight(g *group, member string, pos engine.Position) (*gpart, *groupstate.Flight, error) {
 	if gp := g.parts[partKey{pos.Topic, pos.Partition}]; gp != nil {
-		if f := gp.InFlightAt(pos.Offset); f != nil {
+		if f := gp.InFlightAt(pos.Offset); f != nil && f.HeldBy(member) {
 			return gp, f, nil
 		}
 	}
-	return nil, nil, fmt.Errorf("memengine: group %q %s/%d@%d: %w",
-		groupName, pos.Topic, pos.Partition, pos.Offset, engine.ErrNotInFlight)
+	return nil, nil, fmt.Errorf("memengine: group %q member %q %s/%d@%d: %w",
+		g.name, member, pos.Topic, pos.Partition, pos.Offset, engine.ErrNotInFlight)
 }
 
-// Ack completes a delivery; the committed offset moves past every
-// contiguous completed record.
-func (e *Engine) Ack(ctx context.Context, groupName string, pos engine.Position) error {
-	e.gmu.Lock()
-	defer e.gmu.Unlock()
-	gp, f, err := e.inFlight(groupName, pos)
+// Ack completes a delivery leased to member; the committed offset moves
+// past every contiguous completed record.
+func (e *Engine) Ack(ctx context.Context, groupName, member string, pos engine.Position) error {
+	g, err := e.lockGroup(groupName)
+	if err != nil {
+		return err
+	}
+	defer g.mu.Unlock()
+	gp, f, err := e.inFlight(g, member, pos)
 	if err != nil {
 		return err
 	}
@@ -304,12 +467,16 @@ func (e *Engine) Ack(ctx context.Context, groupName string, pos engine.Position)
 	return nil
 }
 
-// Nack fails a delivery: it is redelivered after the policy's backoff for
-// this attempt, or dead-lettered with reason as its error after the last.
-func (e *Engine) Nack(ctx context.Context, groupName string, pos engine.Position, reason string) error {
-	e.gmu.Lock()
-	defer e.gmu.Unlock()
-	gp, f, err := e.inFlight(groupName, pos)
+// Nack fails a delivery leased to member: it is redelivered after the
+// policy's backoff for this attempt, or dead-lettered with reason as its
+// error after the last.
+func (e *Engine) Nack(ctx context.Context, groupName, member string, pos engine.Position, reason string) error {
+	g, err := e.lockGroup(groupName)
+	if err != nil {
+		return err
+	}
+	defer g.mu.Unlock()
+	gp, f, err := e.inFlight(g, member, pos)
 	if err != nil {
 		return err
 	}
@@ -323,12 +490,11 @@ func (e *Engine) Nack(ctx context.Context, groupName string, pos engine.Position
 // afterwards fails with engine.ErrNotInFlight). Offsets are clamped to what
 // is retained.
 func (e *Engine) Seek(ctx context.Context, groupName, topicName string, partition int, to engine.Start) error {
-	e.gmu.Lock()
-	defer e.gmu.Unlock()
-	g := e.groups[groupName]
-	if g == nil {
-		return groupErr(groupName)
+	g, err := e.lockGroup(groupName)
+	if err != nil {
+		return err
 	}
+	defer g.mu.Unlock()
 	t := e.lookup(topicName)
 	if t == nil {
 		return e.topicErr(topicName)
@@ -356,7 +522,8 @@ func (e *Engine) Seek(ctx context.Context, groupName, topicName string, partitio
 		gp.p.mu.Unlock()
 		gp.Drop()
 		gp.Committed, gp.Next = off, off
-		e.updateFloor(gp.p)
+		e.setActive(gp, gp.member != nil)
+		e.updateFloor(gp)
 		e.pump(gp)
 	}
 	return nil
@@ -365,11 +532,16 @@ func (e *Engine) Seek(ctx context.Context, groupName, topicName string, partitio
 // Groups returns every group, sorted by name.
 func (e *Engine) Groups(ctx context.Context) ([]engine.GroupInfo, error) {
 	e.gmu.Lock()
-	defer e.gmu.Unlock()
-	names := slices.Sorted(maps.Keys(e.groups))
-	out := make([]engine.GroupInfo, 0, len(names))
-	for _, n := range names {
-		out = append(out, e.groupInfo(e.groups[n]))
+	gs := slices.Collect(maps.Values(e.groups))
+	e.gmu.Unlock()
+	slices.SortFunc(gs, func(a, b *group) int { return strings.Compare(a.name, b.name) })
+	out := make([]engine.GroupInfo, 0, len(gs))
+	for _, g := range gs {
+		g.mu.Lock()
+		if !g.deleted {
+			out = append(out, e.groupInfo(g))
+		}
+		g.mu.Unlock()
 	}
 	return out, nil
 }
@@ -378,17 +550,17 @@ func (e *Engine) Groups(ctx context.Context) ([]engine.GroupInfo, error) {
 // and per partition the member, committed offset, lag, records leased to a
 // member (InFlight) and records skipped by retention.
 func (e *Engine) Group(ctx context.Context, name string) (engine.GroupInfo, error) {
-	e.gmu.Lock()
-	defer e.gmu.Unlock()
-	g := e.groups[name]
-	if g == nil {
-		return engine.GroupInfo{}, groupErr(name)
+	g, err := e.lockGroup(name)
+	if err != nil {
+		return engine.GroupInfo{}, err
 	}
+	defer g.mu.Unlock()
 	return e.groupInfo(g), nil
 }
 
+// groupInfo describes g. Caller holds g.mu.
 func (e *Engine) groupInfo(g *group) engine.GroupInfo {
-	info := engine.GroupInfo{Name: g.name, Pattern: g.pattern, Filter: maps.Clone(g.filter)}
+	info := engine.GroupInfo{Name: g.name, Pattern: g.pattern, Filter: maps.Clone(g.filter), MaxInFlight: g.maxInFlight}
 	byMember := make(map[string]*engine.MemberInfo, len(g.members))
 	for _, id := range slices.Sorted(maps.Keys(g.members)) {
 		info.Members = append(info.Members, engine.MemberInfo{ID: id})

@@ -13,7 +13,6 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/internal/lifecycle"
-	"github.com/switchyard/switchyard/trie"
 )
 
 // topic is one topic's partitions and dedupe state.
@@ -24,8 +23,7 @@ type topic struct {
 	parts       []*partition
 	partitioner *engine.Partitioner
 
-	deleted atomic.Bool  // set by DeleteTopic; Append checks it under partition.mu
-	readers atomic.Int32 // groups with a cursor on this topic; written under Engine.gmu
+	deleted atomic.Bool // set by DeleteTopic; Append checks it under partition.mu
 
 	dmu    sync.Mutex // guards following
 	dedupe map[string]*dedupeEntry
@@ -55,18 +53,21 @@ type partition struct {
 	bytes    int64
 	dropped  int64
 	lastTime time.Time
-	// Block policy: how many groups read this partition and the lowest
-	// offset one of them still needs. Written by group code (under gmu,
-	// then mu); waiters wait on space, which is closed and replaced when
-	// floor rises or readers fall while waiters > 0.
+	// Block policy: how many groups with members read this partition and
+	// the lowest offset one of them still needs. Written by group code
+	// (under the group's lock, then mu); waiters wait on space, which is
+	// closed and replaced when floor rises or readers fall while
+	// waiters > 0.
 	readers int
 	floor   int64
 	waiters int
 	space   chan struct{}
 
-	// groupParts are the group cursors on this partition; guarded by
-	// Engine.gmu, not by mu.
-	groupParts []*gpart
+	// active lists the cursors of groups with a member assigned to this
+	// partition: the ones an append pumps. Copy-on-write: replaced under
+	// mu (by a caller that also holds the cursor's group lock), read with
+	// one atomic load and no lock.
+	active atomic.Pointer[[]*gpart]
 }
 
 func (p *partition) next() int64 { return p.base + int64(p.n) }
@@ -212,15 +213,26 @@ func (e *Engine) create(cfg engine.TopicConfig) (*topic, bool) {
 	e.topics.Store(cfg.Name, t)
 	e.topicsMu.Unlock()
 
-	e.gmu.Lock()
-	for _, g := range e.groups {
-		if trie.Matches(g.pattern, t.name) {
+	for _, g := range e.groupsMatching(t.name) {
+		g.mu.Lock()
+		if !g.deleted {
 			e.addTopicToGroup(g, t, false)
 			e.rebalance(g)
 		}
+		g.mu.Unlock()
 	}
-	e.gmu.Unlock()
 	return t, true
+}
+
+// groupsMatching returns the groups whose pattern matches topic, from the
+// pattern index: the cost is that of the groups that read the topic, not
+// of every group.
+func (e *Engine) groupsMatching(topic string) []*group {
+	var gs []*group
+	e.gmu.Lock()
+	e.index.Match(topic, func(_ string, vs []*group) { gs = append(gs, vs...) })
+	e.gmu.Unlock()
+	return gs
 }
 
 // DeleteTopic removes a topic and its records, drops its groups' cursors on
@@ -245,13 +257,13 @@ func (e *Engine) DeleteTopic(ctx context.Context, name string) error {
 		p.mu.Unlock()
 	}
 
-	e.gmu.Lock()
-	for _, g := range e.groups {
-		if e.removeTopicFromGroup(g, t) {
+	for _, g := range e.groupsMatching(name) {
+		g.mu.Lock()
+		if !g.deleted && e.removeTopicFromGroup(g, t) {
 			e.rebalance(g)
 		}
+		g.mu.Unlock()
 	}
-	e.gmu.Unlock()
 
 	for _, o := range e.observers.List() {
 		o.TopicDeleted(name)
@@ -443,12 +455,14 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message) (eng
 	}
 	p.mu.Unlock()
 
-	if t.readers.Load() > 0 {
-		e.gmu.Lock()
-		for _, gp := range p.groupParts {
+	// Only cursors with a member are listed, each under its own group's
+	// lock: an append costs what the live groups on the partition need.
+	if active := p.active.Load(); active != nil {
+		for _, gp := range *active {
+			gp.g.mu.Lock()
 			e.pump(gp)
+			gp.g.mu.Unlock()
 		}
-		e.gmu.Unlock()
 	}
 	return engine.Appended{Partition: r.Partition, Offset: r.Offset, Time: now}, nil
 }

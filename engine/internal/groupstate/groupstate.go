@@ -51,6 +51,31 @@ var ErrPending = errors.New("groupstate: dead letter pending")
 type Member struct {
 	ID       string
 	Consumer engine.Consumer
+	// Limit bounds the records leased to the member at once over all its
+	// partitions (engine.JoinRequest.MaxLeased); 0: no bound.
+	Limit int
+	// Starved is set when DeliverReady held a record back because the
+	// member was at its Limit; the engine clears it and pumps the member's
+	// other partitions once the member settles a record (see Settled).
+	Starved bool
+
+	leased int // flights leased to the member now
+}
+
+// Room reports whether the member may take one more lease.
+func (m *Member) Room() bool { return m.Limit <= 0 || m.leased < m.Limit }
+
+// Leased returns how many records are leased to the member now.
+func (m *Member) Leased() int { return m.leased }
+
+// Settled reports, and clears, whether the member was starved and has room
+// again: the engine then pumps the member's partitions.
+func (m *Member) Settled() bool {
+	if m.Starved && m.Room() {
+		m.Starved = false
+		return true
+	}
+	return false
 }
 
 // Flight is one record in a group's window.
@@ -66,8 +91,19 @@ type Flight struct {
 	gen    uint64 // bumped on every state change; stale timers see a new value
 }
 
+// HeldBy reports whether the flight is leased to member; member "" stands
+// for whoever holds it.
+func (f *Flight) HeldBy(member string) bool {
+	return f.State == InFlight && (member == "" || f.To != nil && f.To.ID == member)
+}
+
 // stop stops the flight's timer and invalidates any callback already due.
+// A lease it ends no longer counts against its member.
 func (f *Flight) stop() {
+	if f.State == InFlight && f.To != nil {
+		f.To.leased--
+		f.To = nil
+	}
 	if f.timer != nil {
 		f.timer.Stop()
 		f.timer = nil
@@ -230,7 +266,9 @@ type Machine[P any] struct {
 	// Group returns the name of p's group, for deliveries and dead letters.
 	Group func(p P) string
 	// Mu is the engine lock guarding every Window; timer callbacks take it.
-	Mu sync.Locker
+	// LockOf, when set, replaces it: the lock guarding p's Window.
+	Mu     sync.Locker
+	LockOf func(p P) sync.Locker
 	// AfterFunc schedules a timer callback; it should not run f once the
 	// engine is closed.
 	AfterFunc func(d time.Duration, f func()) engine.Timer
@@ -253,6 +291,14 @@ type Machine[P any] struct {
 	DeadLetter func(dl *engine.DeadLetter, settle func(error)) error
 }
 
+// lock returns the lock guarding p's Window.
+func (ma *Machine[P]) lock(p P) sync.Locker {
+	if ma.LockOf != nil {
+		return ma.LockOf(p)
+	}
+	return ma.Mu
+}
+
 // Deliver leases f to m (another attempt) and hands it to m's consumer,
 // starting its ack timeout: when that passes with f still leased, f fails
 // with "ack timeout" and p is pumped.
@@ -261,10 +307,12 @@ func (ma *Machine[P]) Deliver(p P, f *Flight, m *Member) {
 	f.Attempt++
 	f.State = InFlight
 	f.To = m
+	m.leased++
 	gen := f.gen
 	f.timer = ma.AfterFunc(ma.Policy.AckTimeout, func() {
-		ma.Mu.Lock()
-		defer ma.Mu.Unlock()
+		mu := ma.lock(p)
+		mu.Lock()
+		defer mu.Unlock()
 		if !ma.Active(p) || f.gen != gen || f.State != InFlight {
 			return
 		}
@@ -274,12 +322,18 @@ func (ma *Machine[P]) Deliver(p P, f *Flight, m *Member) {
 	m.Consumer.Deliver(engine.Delivery{Group: ma.Group(p), Record: f.Rec, Attempt: f.Attempt})
 }
 
-// DeliverReady delivers every Ready flight of w to m.
+// DeliverReady delivers the Ready flights of w to m, in offset order, while
+// m has room; when it holds one back it marks m Starved.
 func (ma *Machine[P]) DeliverReady(p P, w *Window, m *Member) {
 	for _, f := range w.Flights {
-		if f.State == Ready {
-			ma.Deliver(p, f, m)
+		if f.State != Ready {
+			continue
 		}
+		if !m.Room() {
+			m.Starved = true
+			return
+		}
+		ma.Deliver(p, f, m)
 	}
 }
 
@@ -311,8 +365,9 @@ func (ma *Machine[P]) Fail(p P, f *Flight, reason string, backoff bool) {
 	f.State = Backoff
 	gen := f.gen
 	f.timer = ma.AfterFunc(ma.Policy.Backoff(f.Attempt), func() {
-		ma.Mu.Lock()
-		defer ma.Mu.Unlock()
+		mu := ma.lock(p)
+		mu.Lock()
+		defer mu.Unlock()
 		if !ma.Active(p) || f.gen != gen || f.State != Backoff {
 			return
 		}
@@ -381,6 +436,20 @@ func (ma *Machine[P]) Release(p P, w *Window, m *Member) {
 	for _, f := range w.Flights {
 		if f.State == InFlight && f.To == m {
 			ma.Fail(p, f, "member left", false)
+		}
+	}
+}
+
+// HandBack returns, without counting the attempt, every flight of w leased
+// to m: a graceful hand-back (a node shutting down) is no failure of the
+// record, so it becomes Ready with the attempts it had before that
+// delivery. The caller pumps afterwards.
+func (ma *Machine[P]) HandBack(w *Window, m *Member) {
+	for _, f := range w.Flights {
+		if f.State == InFlight && f.To == m {
+			f.stop()
+			f.Attempt = max(f.Attempt-1, 0)
+			f.State = Ready
 		}
 	}
 }
