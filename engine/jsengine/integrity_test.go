@@ -68,7 +68,7 @@ func TestDeadLetterNotStoredNotCommitted(t *testing.T) {
 	}
 
 	ns.Stop()
-	if err := e.Nack(ctx, "g", posOf(d.Record), "boom"); err != nil {
+	if err := e.Nack(ctx, "g", "", posOf(d.Record), "boom"); err != nil {
 		t.Fatalf("Nack during the outage: %v", err)
 	}
 	info, err := e.Group(ctx, "g")
