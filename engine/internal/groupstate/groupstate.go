@@ -417,8 +417,9 @@ func (ma *Machine[P]) retryStore(p P, f *Flight) {
 	f.stop()
 	gen := f.gen
 	f.timer = ma.AfterFunc(ma.Policy.Backoff(f.Attempt), func() {
-		ma.Mu.Lock()
-		defer ma.Mu.Unlock()
+		mu := ma.lock(p)
+		mu.Lock()
+		defer mu.Unlock()
 		if !ma.Active(p) || f.gen != gen || f.State != Storing {
 			return
 		}
