@@ -2,6 +2,7 @@ package router
 
 import (
 	"bytes"
+	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -52,6 +53,57 @@ type AuthOptions struct {
 	// whichever is less, so short tokens are not asked to refresh at once.
 	// Negative: no warning (the session still closes at exp).
 	RefreshLead time.Duration
+
+	// Audience, when set, must be one of the token's "aud" values.
+	// Default: aud is not checked.
+	Audience string
+	// Issuer, when set, must equal the token's "iss". Default: not checked.
+	Issuer string
+	// NamedKeys are verification keys by key id: a token whose header has
+	// that "kid" is verified with that key only. Same types as PublicKeys.
+	// Default: none.
+	NamedKeys map[string]crypto.PublicKey
+	// JWKSURL or JWKSFile is a JSON Web Key Set of RSA and EC signing keys
+	// (as identity providers publish at their jwks_uri); a token's "kid"
+	// selects the key. Default: none. Setting both is an error.
+	JWKSURL  string
+	JWKSFile string
+	// JWKSRefresh is how often the set is read again. Default: 5m.
+	JWKSRefresh time.Duration
+	// JWKSMinInterval is the shortest time between two reads caused by a
+	// token naming an unknown kid. Default: 10s.
+	JWKSMinInterval time.Duration
+	// JWKSClient fetches JWKSURL. Default: a client with a 5s timeout.
+	JWKSClient *http.Client
+	// Claims names the token claims that carry the grants, for identity
+	// providers that put custom claims under namespaced keys. Default:
+	// "publish", "subscribe" and "groups".
+	Claims ClaimNames
+}
+
+// ClaimNames name the claims holding a token's grants; each claim is a list
+// of strings.
+type ClaimNames struct {
+	// Prefix is put before each default name: with Prefix
+	// "https://example.com/", the subscribe grants are read from the claim
+	// "https://example.com/subscribe". Default: none.
+	Prefix string
+	// Publish, Subscribe and Groups, when set, are the full claim names
+	// (Prefix is not applied to them).
+	Publish, Subscribe, Groups string
+}
+
+func (c ClaimNames) withDefaults() ClaimNames {
+	if c.Publish == "" {
+		c.Publish = c.Prefix + "publish"
+	}
+	if c.Subscribe == "" {
+		c.Subscribe = c.Prefix + "subscribe"
+	}
+	if c.Groups == "" {
+		c.Groups = c.Prefix + "groups"
+	}
+	return c
 }
 
 // Grants are the permissions of one client, as carried by a token's claims.
@@ -116,12 +168,16 @@ type authenticator struct {
 	rsa       []jwt.VerificationKey
 	ec        map[string][]jwt.VerificationKey // by alg
 	lead      time.Duration                    // AuthOptions.RefreshLead
+	named     map[string]jwk                   // AuthOptions.NamedKeys
+	jwks      *jwksSource                      // nil without a JWKS
+	claims    ClaimNames
 	now       func() time.Time
 }
 
 func newAuthenticator(o AuthOptions) (*authenticator, error) {
-	a := &authenticator{ec: map[string][]jwt.VerificationKey{}, lead: o.RefreshLead, now: time.Now}
-	a.enabled = len(o.HMACSecrets) > 0 || len(o.PublicKeys) > 0 || o.AdminKey != ""
+	a := &authenticator{ec: map[string][]jwt.VerificationKey{}, lead: o.RefreshLead, claims: o.Claims.withDefaults(), now: time.Now}
+	a.enabled = len(o.HMACSecrets) > 0 || len(o.PublicKeys) > 0 || o.AdminKey != "" ||
+		len(o.NamedKeys) > 0 || o.JWKSURL != "" || o.JWKSFile != ""
 	if !a.enabled {
 		return a, nil
 	}
@@ -173,6 +229,38 @@ func newAuthenticator(o AuthOptions) (*authenticator, error) {
 			methods = append(methods, alg)
 		}
 	}
+	if len(o.NamedKeys) > 0 {
+		a.named = map[string]jwk{}
+		for kid, k := range o.NamedKeys {
+			if err := checkPublicKey(k); err != nil {
+				return nil, fmt.Errorf("router: key %q: %w", kid, err)
+			}
+			a.named[kid] = jwk{key: k}
+		}
+	}
+	switch {
+	case o.JWKSURL != "" && o.JWKSFile != "":
+		return nil, errors.New("router: set JWKSURL or JWKSFile, not both")
+	case o.JWKSFile != "":
+		a.jwks = newJWKSSource(o)
+		if err := a.jwks.fetch(context.Background()); err != nil {
+			return nil, err
+		}
+	case o.JWKSURL != "":
+		// A provider that is down at start-up is tried again on the first
+		// token and every refresh period; tokens are refused meanwhile.
+		a.jwks = newJWKSSource(o)
+		ctx, cancel := context.WithTimeout(context.Background(), jwksFetchTimeout)
+		_ = a.jwks.fetch(ctx)
+		cancel()
+	}
+	if a.jwks != nil || len(a.named) > 0 {
+		for _, alg := range jwksAlgs {
+			if !slices.Contains(methods, alg) {
+				methods = append(methods, alg)
+			}
+		}
+	}
 	if o.Anonymous != nil {
 		g, err := validGrants(*o.Anonymous)
 		if err != nil {
@@ -181,27 +269,83 @@ func newAuthenticator(o AuthOptions) (*authenticator, error) {
 		a.anonymous = &principal{grants: g, subject: "anonymous"}
 	}
 	if len(methods) > 0 {
-		a.parser = jwt.NewParser(
+		popts := []jwt.ParserOption{
 			jwt.WithValidMethods(methods),
 			jwt.WithExpirationRequired(),
 			jwt.WithIssuedAt(),
 			jwt.WithTimeFunc(func() time.Time { return a.now() }),
-		)
+		}
+		if o.Audience != "" {
+			popts = append(popts, jwt.WithAudience(o.Audience))
+		}
+		if o.Issuer != "" {
+			popts = append(popts, jwt.WithIssuer(o.Issuer))
+		}
+		a.parser = jwt.NewParser(popts...)
 	}
 	return a, nil
 }
 
+// checkPublicKey applies the size and curve rules of PublicKeys to k.
+func checkPublicKey(k crypto.PublicKey) error {
+	switch k := k.(type) {
+	case *rsa.PublicKey:
+		if k.N.BitLen() < 2048 {
+			return fmt.Errorf("RSA key has %d bits; at least 2048 are required", k.N.BitLen())
+		}
+	case *ecdsa.PublicKey:
+		switch k.Curve {
+		case elliptic.P256(), elliptic.P384(), elliptic.P521():
+		default:
+			return errors.New("ECDSA key is on an unsupported curve")
+		}
+	default:
+		return fmt.Errorf("key is a %T; want *rsa.PublicKey or *ecdsa.PublicKey", k)
+	}
+	return nil
+}
+
 // keyFor is the jwt.Keyfunc: only keys of the token's (already allowed)
-// algorithm, so an RSA public key can never serve as an HMAC secret.
+// algorithm, so an RSA public key can never serve as an HMAC secret. A
+// token naming a kid of a named or JWKS key is verified with that key
+// alone; an unknown kid makes the JWKS be read again (rate limited) and
+// otherwise falls back to the keys without a name.
 func (a *authenticator) keyFor(t *jwt.Token) (any, error) {
+	alg := t.Method.Alg()
+	kid, _ := t.Header["kid"].(string)
+	if kid != "" {
+		if k, ok := a.named[kid]; ok {
+			if !k.fits(alg) {
+				return nil, errors.New("the key id names a key of another algorithm")
+			}
+			return k.key, nil
+		}
+		if a.jwks != nil {
+			if !a.jwks.has(kid) {
+				a.jwks.refreshForKID(context.Background(), kid)
+			}
+			if a.jwks.has(kid) {
+				keys := a.jwks.lookup(kid, alg)
+				if len(keys) == 0 {
+					return nil, errors.New("the key id names a key of another algorithm")
+				}
+				return keys[0], nil
+			}
+		}
+	}
 	var keys []jwt.VerificationKey
-	switch alg := t.Method.Alg(); alg {
+	switch alg {
 	case "HS256":
 		keys = a.hmac
 	case "RS256":
 		keys = a.rsa
-	default:
+	case "ES256", "ES384", "ES512":
 		keys = a.ec[alg]
+	}
+	if a.jwks != nil && kid == "" {
+		for _, k := range a.jwks.lookup("", alg) {
+			keys = append(keys, k)
+		}
 	}
 	if len(keys) == 0 {
 		return nil, errors.New("no key for the algorithm")
@@ -254,7 +398,7 @@ func (a *authenticator) authenticate(cred string) (*principal, *authError) {
 	if a.parser == nil {
 		return nil, errBadCredential
 	}
-	var cl Claims
+	var cl jwt.MapClaims
 	if _, err := a.parser.ParseWithClaims(cred, &cl, a.keyFor); err != nil {
 		switch {
 		case errors.Is(err, jwt.ErrTokenExpired):
@@ -264,15 +408,46 @@ func (a *authenticator) authenticate(cred string) (*principal, *authError) {
 		}
 		return nil, errBadCredential
 	}
-	g, err := validGrants(cl.Grants)
-	if err != nil {
+	var g Grants
+	var ok1, ok2, ok3 bool
+	g.Publish, ok1 = claimList(cl, a.claims.Publish)
+	g.Subscribe, ok2 = claimList(cl, a.claims.Subscribe)
+	g.Groups, ok3 = claimList(cl, a.claims.Groups)
+	sub, err := cl.GetSubject()
+	if !ok1 || !ok2 || !ok3 || err != nil {
+		return nil, errBadCredential // a claim of the wrong type: as a malformed token
+	}
+	if g, err = validGrants(g); err != nil {
 		return nil, errBadTokenClaims
 	}
-	p := &principal{subject: cl.Subject, grants: g, expires: cl.ExpiresAt.Time}
-	if cl.IssuedAt != nil {
-		p.issued = cl.IssuedAt.Time
+	p := &principal{subject: sub, grants: g}
+	if exp, _ := cl.GetExpirationTime(); exp != nil {
+		p.expires = exp.Time
+	}
+	if iat, _ := cl.GetIssuedAt(); iat != nil {
+		p.issued = iat.Time
 	}
 	return p, nil
+}
+
+// claimList reads a grant claim: absent or a list of strings. ok is false
+// for any other shape.
+func claimList(cl jwt.MapClaims, name string) (list []string, ok bool) {
+	switch v := cl[name].(type) {
+	case nil:
+		return nil, true
+	case []any:
+		list = make([]string, 0, len(v))
+		for _, e := range v {
+			s, isStr := e.(string)
+			if !isStr {
+				return nil, false
+			}
+			list = append(list, s)
+		}
+		return list, true
+	}
+	return nil, false
 }
 
 // validGrants checks every pattern of g. Group entries that are not

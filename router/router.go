@@ -217,6 +217,7 @@ func New(opts Options) (*Router, error) {
 	rt.echo = rt.routes()
 	rt.stopTap = rt.eng.Watch(rt)
 	rt.startBackground()
+	rt.startJWKS()
 	return rt, nil
 }
 

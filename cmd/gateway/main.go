@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"crypto"
 	"errors"
 	"flag"
 	"fmt"
@@ -90,6 +91,13 @@ type config struct {
 	JWTHMACSecretFile   string
 	JWTPublicKey        string
 	JWTRefreshLead      time.Duration
+	JWTAudience         string
+	JWTIssuer           string
+	JWTJWKSURL          string
+	JWTJWKSFile         string
+	JWTJWKSRefresh      time.Duration
+	JWTClaimsPrefix     string
+	JWTClaims           string
 	AdminKey            string
 	AdminKeyFile        string
 	AllowAnonymous      bool
@@ -141,6 +149,13 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.JWTHMACSecret, "jwt-hmac-secret", "", "HS256 token secret, at least 32 bytes (prefer the environment or --jwt-hmac-secret-file)")
 	fs.StringVar(&cfg.JWTHMACSecretFile, "jwt-hmac-secret-file", "", "file of HS256 token secrets, one per line (several during a rotation)")
 	fs.StringVar(&cfg.JWTPublicKey, "jwt-public-key", "", "comma-separated PEM files of RSA (RS256) or ECDSA (ES256/384/512) token verification keys")
+	fs.StringVar(&cfg.JWTAudience, "jwt-audience", "", "if set, tokens must carry this audience (aud)")
+	fs.StringVar(&cfg.JWTIssuer, "jwt-issuer", "", "if set, tokens must carry this issuer (iss)")
+	fs.StringVar(&cfg.JWTJWKSURL, "jwt-jwks-url", "", "identity provider's JWKS URL (RSA and EC keys selected by kid)")
+	fs.StringVar(&cfg.JWTJWKSFile, "jwt-jwks-file", "", "JWKS file (RSA and EC keys selected by kid), read again every --jwt-jwks-refresh")
+	fs.DurationVar(&cfg.JWTJWKSRefresh, "jwt-jwks-refresh", 5*time.Minute, "how often the JWKS is read again (also on an unknown kid, at most every 10s)")
+	fs.StringVar(&cfg.JWTClaimsPrefix, "jwt-claims-prefix", "", "prefix of the grant claims (publish, subscribe, groups), e.g. https://example.com/")
+	fs.StringVar(&cfg.JWTClaims, "jwt-claims", "", "grant claim names, e.g. publish=pub,subscribe=https://x/sub,groups=grp (overrides --jwt-claims-prefix)")
 	fs.DurationVar(&cfg.JWTRefreshLead, "jwt-refresh-lead", 0, "how long before a session's token expires it gets refresh_required (0: 30s or a tenth of the token's lifetime, whichever is less; negative: never)")
 	fs.StringVar(&cfg.AdminKey, "admin-key", "", "bearer key for the admin calls (topic create/delete, seek, dead letters), at least 16 characters")
 	fs.StringVar(&cfg.AdminKeyFile, "admin-key-file", "", "file holding the admin key")
@@ -398,6 +413,10 @@ func securityOptions(cfg config) (router.AuthOptions, []*net.IPNet, error) {
 		}
 	}
 	for _, file := range splitList(cfg.JWTPublicKey) {
+		kid, named := "", false
+		if k, f, ok := strings.Cut(file, "="); ok {
+			kid, file, named = k, f, true
+		}
 		data, err := os.ReadFile(file)
 		if err != nil {
 			return a, nil, fmt.Errorf("jwt-public-key: %w", err)
@@ -406,7 +425,36 @@ func securityOptions(cfg config) (router.AuthOptions, []*net.IPNet, error) {
 		if err != nil {
 			return a, nil, fmt.Errorf("jwt-public-key %s: %w", file, err)
 		}
+		if named {
+			if len(keys) != 1 {
+				return a, nil, fmt.Errorf("jwt-public-key %s: a key id names one key; the file holds %d", file, len(keys))
+			}
+			if a.NamedKeys == nil {
+				a.NamedKeys = map[string]crypto.PublicKey{}
+			}
+			a.NamedKeys[kid] = keys[0]
+			continue
+		}
 		a.PublicKeys = append(a.PublicKeys, keys...)
+	}
+	a.Audience, a.Issuer = cfg.JWTAudience, cfg.JWTIssuer
+	a.JWKSURL, a.JWKSFile, a.JWKSRefresh = cfg.JWTJWKSURL, cfg.JWTJWKSFile, cfg.JWTJWKSRefresh
+	a.Claims.Prefix = cfg.JWTClaimsPrefix
+	for _, kv := range splitList(cfg.JWTClaims) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || v == "" {
+			return a, nil, fmt.Errorf("jwt-claims: %q is not name=claim", kv)
+		}
+		switch k {
+		case "publish":
+			a.Claims.Publish = v
+		case "subscribe":
+			a.Claims.Subscribe = v
+		case "groups":
+			a.Claims.Groups = v
+		default:
+			return a, nil, fmt.Errorf("jwt-claims: unknown grant %q (publish, subscribe or groups)", k)
+		}
 	}
 	a.RefreshLead = cfg.JWTRefreshLead
 	a.AdminKey = cfg.AdminKey
