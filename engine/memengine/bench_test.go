@@ -117,3 +117,35 @@ func BenchmarkGroupDelivery(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAppendIdleGroups appends to a topic that many groups read but
+// none of which has a member now (each joined once and left): an append
+// should cost what the live groups need, so idle=10000 should be close to
+// idle=0.
+func BenchmarkAppendIdleGroups(b *testing.B) {
+	for _, idle := range []int{0, 10_000} {
+		b.Run(fmt.Sprintf("idle=%d", idle), func(b *testing.B) {
+			e := newEngine(b, enginetest.Config{})
+			ctx := context.Background()
+			if _, err := e.CreateTopic(ctx, engine.TopicConfig{Name: "bench", Partitions: 1, MaxMessages: 1 << 16}); err != nil {
+				b.Fatal(err)
+			}
+			for i := range idle {
+				g := fmt.Sprintf("idle-%d", i)
+				if _, err := e.Join(ctx, engine.JoinRequest{Group: g, Pattern: "bench", Member: "m"}, nopConsumer{}); err != nil {
+					b.Fatal(err)
+				}
+				if err := e.Leave(ctx, g, "m"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			m := engine.Message{Topic: "bench", Data: payload}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := e.Append(ctx, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,17 +1,96 @@
 package memengine
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/switchyard/switchyard/engine"
 )
 
+// letters is the dead-letter store: every letter in arrival order, an
+// index by ID, and a ring of the queue_full letters in arrival order so
+// that the one to evict at the cap is found in O(1). Adding a letter,
+// removing one by ID and evicting at the cap each cost O(1). Not safe for
+// concurrent use: Engine.dlMu guards it.
+type letters struct {
+	all  list.List                // of *engine.DeadLetter, oldest first
+	byID map[string]*list.Element // in all
+	// ring holds the queue_full letters' elements oldest first:
+	// ring[(head+i)%len(ring)] for i < n. An element redriven meanwhile is
+	// left in place as a tombstone (byID no longer points at it) and is
+	// skipped when it reaches the head, so the ring never holds more than
+	// the cap and eviction never searches.
+	ring    []*list.Element
+	head, n int
+	evicted int64 // queue_full letters dropped at the cap, oldest first
+}
+
+// live reports whether el is still stored.
+func (ls *letters) live(el *list.Element) bool {
+	return el != nil && ls.byID[el.Value.(*engine.DeadLetter).ID] == el
+}
+
+func (ls *letters) remove(el *list.Element) {
+	delete(ls.byID, el.Value.(*engine.DeadLetter).ID)
+	ls.all.Remove(el)
+}
+
+// add stores dl; a queue_full letter beyond limit evicts the oldest one.
+func (ls *letters) add(dl *engine.DeadLetter, limit int) {
+	if ls.byID == nil {
+		ls.byID = make(map[string]*list.Element)
+	}
+	if old := ls.byID[dl.ID]; old != nil {
+		ls.remove(old) // a caller reusing an ID replaces the letter
+	}
+	el := ls.all.PushBack(dl)
+	ls.byID[dl.ID] = el
+	if dl.Reason != engine.ReasonQueueFull || limit <= 0 {
+		return
+	}
+	if len(ls.ring) != limit {
+		ls.resize(limit)
+	}
+	if ls.n == len(ls.ring) {
+		oldest := ls.ring[ls.head]
+		ls.ring[ls.head] = nil
+		ls.head = (ls.head + 1) % len(ls.ring)
+		ls.n--
+		if ls.live(oldest) {
+			ls.remove(oldest)
+			ls.evicted++
+		}
+	}
+	ls.ring[(ls.head+ls.n)%len(ls.ring)] = el
+	ls.n++
+}
+
+// resize gives the ring limit slots, keeping its newest letters (and
+// evicting the rest); only the first queue_full letter, or a policy
+// change, resizes.
+func (ls *letters) resize(limit int) {
+	ring := make([]*list.Element, limit)
+	keep := min(ls.n, limit)
+	for i := range ls.n {
+		el := ls.ring[(ls.head+i)%len(ls.ring)]
+		if i < ls.n-keep {
+			if ls.live(el) {
+				ls.remove(el)
+				ls.evicted++
+			}
+			continue
+		}
+		ring[i-(ls.n-keep)] = el
+	}
+	ls.ring, ls.head, ls.n = ring, 0, keep
+}
+
 // AddDeadLetter stores dl, giving it an ID and time when they are empty.
 // Letters with ReasonQueueFull are bounded by Policy.DeadLetterLimit, the
-// oldest going first; max_attempts letters are kept until redriven.
+// oldest going first; max_attempts letters are kept until redriven. It
+// costs O(1), at the cap as below it.
 func (e *Engine) AddDeadLetter(ctx context.Context, dl engine.DeadLetter) error {
 	if dl.ID == "" {
 		dl.ID = e.newID()
@@ -26,17 +105,15 @@ func (e *Engine) AddDeadLetter(ctx context.Context, dl engine.DeadLetter) error 
 func (e *Engine) addDeadLetter(dl *engine.DeadLetter) {
 	e.dlMu.Lock()
 	defer e.dlMu.Unlock()
-	e.deadLetters = append(e.deadLetters, dl)
-	if dl.Reason != engine.ReasonQueueFull {
-		return
-	}
-	e.queueFull++
-	if e.queueFull <= e.policy.DeadLetterLimit {
-		return
-	}
-	i := slices.IndexFunc(e.deadLetters, func(d *engine.DeadLetter) bool { return d.Reason == engine.ReasonQueueFull })
-	e.deadLetters = slices.Delete(e.deadLetters, i, i+1)
-	e.queueFull--
+	e.deadLetters.add(dl, e.policy.DeadLetterLimit)
+}
+
+// EvictedDeadLetters returns how many queue_full letters were dropped at
+// the DeadLetterLimit cap to make room for newer ones.
+func (e *Engine) EvictedDeadLetters() int64 {
+	e.dlMu.Lock()
+	defer e.dlMu.Unlock()
+	return e.deadLetters.evicted
 }
 
 // DeadLetters returns the letters f selects, oldest first.
@@ -44,10 +121,11 @@ func (e *Engine) DeadLetters(ctx context.Context, f engine.DeadLetterFilter) ([]
 	e.dlMu.Lock()
 	defer e.dlMu.Unlock()
 	var out []engine.DeadLetter
-	for _, d := range e.deadLetters {
+	for el := e.deadLetters.all.Front(); el != nil; el = el.Next() {
 		if f.Limit > 0 && len(out) >= f.Limit {
 			break
 		}
+		d := el.Value.(*engine.DeadLetter)
 		if (f.Group == "" || d.Group == f.Group) && (f.Reason == "" || d.Reason == f.Reason) {
 			out = append(out, *d)
 		}
@@ -57,25 +135,57 @@ func (e *Engine) DeadLetters(ctx context.Context, f engine.DeadLetterFilter) ([]
 
 // Redrive appends the chosen letters to their topics again (same key,
 // headers, data and priority; a new offset) and removes each one appended.
-// With ids it takes those letters, restricted to group when group is set;
-// without ids it takes every letter of group. It returns how many were
-// appended and the first append error.
+// With ids it takes those letters (each once, unknown ones skipped),
+// restricted to group when group is set; without ids it takes every letter
+// of group. It returns how many were appended and the first append error.
+//
+// Ids are looked up one at a time through the index, each under its own
+// short hold of the dead-letter lock: a request with many ids costs
+// O(ids) and never holds the lock for work proportional to the request.
 func (e *Engine) Redrive(ctx context.Context, group string, ids []string) (int, error) {
 	if group == "" && len(ids) == 0 {
 		return 0, fmt.Errorf("memengine: redrive needs a group or ids: %w", engine.ErrInvalidConfig)
 	}
-	e.dlMu.Lock()
-	var chosen []*engine.DeadLetter
-	for _, d := range e.deadLetters {
-		if (group == "" || d.Group == group) && (len(ids) == 0 || slices.Contains(ids, d.ID)) {
-			chosen = append(chosen, d)
+	var chosen []*list.Element
+	if len(ids) == 0 {
+		e.dlMu.Lock()
+		for el := e.deadLetters.all.Front(); el != nil; el = el.Next() {
+			if el.Value.(*engine.DeadLetter).Group == group {
+				chosen = append(chosen, el)
+			}
+		}
+		e.dlMu.Unlock()
+	} else {
+		seen := make(map[string]bool, len(ids))
+		for _, id := range ids {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			e.dlMu.Lock()
+			el := e.deadLetters.byID[id]
+			e.dlMu.Unlock()
+			if el != nil && (group == "" || el.Value.(*engine.DeadLetter).Group == group) {
+				chosen = append(chosen, el)
+			}
 		}
 	}
-	e.dlMu.Unlock()
 
 	n := 0
 	var errs []error
-	for _, d := range chosen {
+	for _, el := range chosen {
+		// Claim the letter first, so concurrent redrives append it once;
+		// it is put back if the append fails.
+		e.dlMu.Lock()
+		live := e.deadLetters.live(el)
+		if live {
+			e.deadLetters.remove(el)
+		}
+		e.dlMu.Unlock()
+		if !live {
+			continue
+		}
+		d := el.Value.(*engine.DeadLetter)
 		_, err := e.Append(ctx, engine.Message{
 			Topic:    d.Record.Topic,
 			Key:      d.Record.Key,
@@ -84,20 +194,13 @@ func (e *Engine) Redrive(ctx context.Context, group string, ids []string) (int, 
 			Priority: d.Record.Priority,
 		})
 		if err != nil {
+			e.addDeadLetter(d)
 			errs = append(errs, err)
 			if ctx.Err() != nil || e.closed.Load() {
 				break
 			}
 			continue
 		}
-		e.dlMu.Lock()
-		if i := slices.Index(e.deadLetters, d); i >= 0 {
-			e.deadLetters = slices.Delete(e.deadLetters, i, i+1)
-			if d.Reason == engine.ReasonQueueFull {
-				e.queueFull--
-			}
-		}
-		e.dlMu.Unlock()
 		n++
 	}
 	return n, errors.Join(errs...)

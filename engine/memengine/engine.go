@@ -66,8 +66,7 @@ type Engine struct {
 	observers lifecycle.Observers // copy-on-write list read by Append
 
 	dlMu        sync.Mutex // guards following
-	deadLetters []*engine.DeadLetter
-	queueFull   int // how many of deadLetters have ReasonQueueFull
+	deadLetters letters
 }
 
 var _ engine.Engine = (*Engine)(nil)
