@@ -45,7 +45,7 @@ func (rt *Router) routes() *echo.Echo {
 	e.POST("/v1/deadletters/redrive", rt.httpRedrive, admin)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(rt.opts.Registry, promhttp.HandlerOpts{})))
 	e.GET("/healthz", func(c echo.Context) error {
-		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+		return c.JSON(http.StatusOK, map[string]string{"status": "ok", "version": rt.opts.Version})
 	})
 	e.GET("/readyz", func(c echo.Context) error {
 		ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)

@@ -1,6 +1,10 @@
 package router
 
 import (
+	"context"
+	"runtime/debug"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -88,4 +92,99 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// Label values known in advance. initMetrics creates every series of them
+// at zero, so a scrape of a fresh gateway shows each documented family and
+// alerts can be written (and tested) before the first incident.
+var (
+	metricTransports    = []string{"ws", "http", "local"}
+	metricPublishResult = []string{"ok", "duplicate"}
+	metricSubKinds      = []string{"plain", "group", "local"}
+	metricDropPolicies  = []string{"drop_old", "drop_new", "disconnect"}
+	metricGapReasons    = []string{"queue_full", "retention"}
+	metricDLReasons     = []string{"queue_full"}
+	metricErrorCodes    = []string{
+		codeBadRequest, codeInvalidTopic, codeInvalidPattern, codeUnknownTopic, codeUnauthorized,
+		codeForbidden, codeRateLimited, codeBackpressure, codeTooLarge, codeTooManySubs,
+		codeNotSubscribed, codeGroupConflict, codeShuttingDown, codeInternal, codeTopicExists,
+		codeUnknownGroup, codeNotInFlight, codeUnavailable, codeNotFound, codeMethodNotAllowed,
+		codeTooManyConnections, codeTooManyTopics,
+	}
+	metricAuthReasons     = []string{"missing", "invalid", "invalid_claims", "expired", "not_yet_valid"}
+	metricForbiddenOps    = []string{"publish", "subscribe", "group", "admin", "refresh"}
+	metricRefreshOutcomes = []string{"required", "ok", "refused"}
+	metricLimits          = []string{"connections", "connections_per_ip", "topics", "partitions", "http_publish_rate"}
+)
+
+// readyProbeTimeout bounds the engine check behind switchyard_engine_ready,
+// which runs at each scrape: short enough that an unreachable NATS does
+// not stall Prometheus (whose scrape timeout defaults to 10 s).
+const readyProbeTimeout = time.Second
+
+// initMetrics creates the series of every known label value at zero and
+// registers switchyard_engine_ready. It runs once, from New.
+func (rt *Router) initMetrics() {
+	m, lim := rt.m, rt.lim
+	for _, t := range metricTransports {
+		for _, r := range metricPublishResult {
+			m.publishes.WithLabelValues(t, r)
+		}
+		for _, c := range metricErrorCodes {
+			m.publishes.WithLabelValues(t, c)
+		}
+	}
+	for _, k := range metricSubKinds {
+		m.subscriptions.WithLabelValues(k)
+	}
+	for _, p := range metricDropPolicies {
+		m.drops.WithLabelValues(p)
+	}
+	for _, r := range metricGapReasons {
+		m.gaps.WithLabelValues(r)
+	}
+	for _, r := range metricDLReasons {
+		m.deadLetters.WithLabelValues(r)
+	}
+	for _, c := range metricErrorCodes {
+		m.rejected.WithLabelValues(c)
+	}
+	for _, r := range metricAuthReasons {
+		lim.authFailures.WithLabelValues(r)
+	}
+	for _, op := range metricForbiddenOps {
+		lim.forbidden.WithLabelValues(op)
+	}
+	for _, o := range metricRefreshOutcomes {
+		lim.refreshes.WithLabelValues(o)
+	}
+	for _, l := range metricLimits {
+		lim.limited.WithLabelValues(l)
+	}
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "switchyard", Name: "build_info",
+		Help: "Always 1; the version label is the gateway's version (as /healthz reports it)."}, []string{"version"})
+	build.WithLabelValues(rt.opts.Version).Set(1)
+	rt.opts.Registry.MustRegister(build)
+	rt.opts.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "switchyard", Name: "engine_ready",
+		Help: "1 when the log engine (NATS JetStream with --engine nats) answers the readiness check /readyz makes, 0 when it does not or the gateway is shutting down; checked at each scrape within 1s.",
+	}, func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), readyProbeTimeout)
+		defer cancel()
+		if rt.Ready(ctx) != nil {
+			return 0
+		}
+		return 1
+	}))
+}
+
+// BuildVersion returns the main module's version from the build
+// information ("v1.2.3" for a tagged module build, a pseudo-version for
+// `go install` of a commit), or "(devel)" for a build from a checkout.
+// Binaries override it with -ldflags "-X main.version=...".
+func BuildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
 }

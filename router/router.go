@@ -117,9 +117,16 @@ type Options struct {
 	// the client IP (for the per-IP limits); default none: the TCP peer's
 	// address is the client IP.
 	TrustedProxies []*net.IPNet
+	// Version is the gateway's version, reported by /healthz and the
+	// switchyard_build_info metric. Default: the main module's version
+	// from the build information, or "(devel)".
+	Version string
 }
 
 func (o Options) withDefaults() Options {
+	if o.Version == "" {
+		o.Version = BuildVersion()
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -213,6 +220,7 @@ func New(opts Options) (*Router, error) {
 		limits: newLimiter(opts),
 		lim:    newLimitMetrics(opts.Registry),
 	}
+	rt.initMetrics()
 	rt.ctx, rt.cancel = context.WithCancel(context.Background())
 	rt.echo = rt.routes()
 	rt.stopTap = rt.eng.Watch(rt)

@@ -32,7 +32,24 @@ import (
 	"github.com/switchyard/switchyard/web"
 )
 
+// version is the gateway's version, set at build time with
+// -ldflags "-X main.version=v1.2.3"; empty means the module version from
+// the build information (router.BuildVersion).
+var version = ""
+
+// gatewayVersion returns version, or the build information's.
+func gatewayVersion() string {
+	if version != "" {
+		return version
+	}
+	return router.BuildVersion()
+}
+
 func main() {
+	if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
+		fmt.Println("switchyard gateway", gatewayVersion())
+		return
+	}
 	if len(os.Args) == 3 && os.Args[1] == "--healthcheck" {
 		// For container health checks in images without a shell or curl.
 		if err := healthcheck(os.Args[2]); err != nil {
@@ -109,6 +126,8 @@ type config struct {
 	MaxPartitions       int
 	HTTPPublishRate     float64
 	TrustedProxies      string
+
+	Version bool
 }
 
 func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
@@ -167,6 +186,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.MaxTopics, "max-topics", 0, "topics that may exist, not counting $ topics (0: unlimited)")
 	fs.IntVar(&cfg.MaxPartitions, "max-partitions", engine.MaxPartitions, "partitions of a topic created over HTTP")
 	fs.Float64Var(&cfg.HTTPPublishRate, "http-publish-rate", 0, "HTTP publishes per second per client IP (0: unlimited)")
+	fs.BoolVar(&cfg.Version, "version", false, "print the version and exit")
 	fs.StringVar(&cfg.TrustedProxies, "trusted-proxies", "", "comma-separated CIDRs of reverse proxies whose X-Forwarded-For names the client IP")
 	return fs
 }
@@ -282,6 +302,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if err != nil {
 		return err
 	}
+	if cfg.Version {
+		_, err := fmt.Fprintln(out, "switchyard gateway", gatewayVersion())
+		return err
+	}
 	log, err := newLogger(cfg, out)
 	if err != nil {
 		return err
@@ -319,6 +343,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		MaxPartitions:       cfg.MaxPartitions,
 		HTTPPublishRate:     cfg.HTTPPublishRate,
 		TrustedProxies:      proxies,
+		Version:             gatewayVersion(),
 	})
 	if err != nil {
 		_ = eng.Close(context.Background())
@@ -336,7 +361,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("switchyard gateway listening", "addr", ln.Addr().String(), "engine", cfg.Engine, "epoch", eng.Epoch())
+	log.Info("switchyard gateway listening", "addr", ln.Addr().String(), "version", gatewayVersion(), "engine", cfg.Engine, "epoch", eng.Epoch())
+	logEndpoints(log, ln.Addr())
 	if cfg.DebugAddr != "" {
 		stopDebug, err := serveDebug(cfg.DebugAddr, log)
 		if err != nil {
@@ -498,4 +524,21 @@ func ignoreClosed(err error) error {
 		return nil
 	}
 	return err
+}
+
+// logEndpoints logs where the dashboard, the WebSocket endpoint and the
+// metrics are, as URLs a user can open: an unspecified listen address
+// (":8080") is shown as localhost.
+func logEndpoints(log *slog.Logger, addr net.Addr) {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "localhost"
+	}
+	hp := net.JoinHostPort(host, port)
+	log.Info("dashboard", "url", "http://"+hp+"/")
+	log.Info("websocket endpoint", "url", "ws://"+hp+"/v1/ws")
+	log.Info("metrics", "url", "http://"+hp+"/metrics")
 }
