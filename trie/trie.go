@@ -53,7 +53,18 @@ type leaf[T comparable] struct {
 	// without). Readers get subs clipped to its length, so they cannot write
 	// into the spare capacity either.
 	subs []T
+	// has holds every subscriber once the pattern has indexFrom of them,
+	// so that Add tells a new subscriber from a present one without
+	// scanning the others. It belongs to the writers: Match never reads it.
+	// Successive leaves of a pattern share one map, which is current only
+	// for the newest, the leaf in the current snapshot and the only one a
+	// writer consults.
+	has map[T]struct{}
 }
+
+// indexFrom is the number of subscribers of one pattern from which its leaf
+// keeps the has index: below it, a scan of the subscribers is as fast.
+const indexFrom = 64
 
 // New returns an empty Trie with a match cache.
 func New[T comparable]() *Trie[T] {
@@ -72,9 +83,11 @@ func newTrie[T comparable](cache bool) *Trie[T] {
 // ErrInvalidPattern if pattern is not valid. Adding a (pattern, v) pair that
 // is already present does nothing and returns nil.
 //
-// Add copies the trie nodes on the pattern's path, so it costs time in
-// proportion to the number of children of those nodes and the number of
-// subscribers of pattern; it does not slow down concurrent Match calls.
+// Add copies the trie nodes on the pattern's path and, in each node's
+// children table, the one level of at most 32 entries per 5 bits of hash
+// on the way to the child, so its cost grows with the pattern's segments
+// and only logarithmically with the other patterns that share a prefix; it
+// does not slow down concurrent Match calls.
 func (t *Trie[T]) Add(pattern string, v T) error {
 	if err := ValidatePattern(pattern); err != nil {
 		return err
@@ -86,7 +99,7 @@ func (t *Trie[T]) Add(pattern string, v T) error {
 	defer t.mu.Unlock()
 	next := &tree[T]{}
 	if old := t.cur.Load(); old != nil {
-		if l := old.root.find(segs, old.seed); l != nil && l.index(v) >= 0 {
+		if l := old.root.find(segs, old.seed); l != nil && l.contains(v) {
 			return nil
 		}
 		*next = *old
@@ -103,8 +116,8 @@ func (t *Trie[T]) Add(pattern string, v T) error {
 }
 
 // Remove unsubscribes v from pattern and reports whether the pair was
-// present. Like Add, it copies the nodes on the pattern's path and prunes
-// the ones left empty.
+// present. Like Add, it copies the nodes on the pattern's path, and the
+// pattern's remaining subscribers; it prunes the nodes left empty.
 func (t *Trie[T]) Remove(pattern string, v T) bool {
 	var buf [MaxSegments]string
 	segs := split(pattern, &buf)
@@ -122,10 +135,10 @@ func (t *Trie[T]) Remove(pattern string, v T) bool {
 	if l == nil {
 		return false
 	}
-	i := l.index(v)
-	if i < 0 {
+	if !l.contains(v) {
 		return false
 	}
+	i := l.index(v)
 	next := &tree[T]{}
 	*next = *old
 	if next.root.remove(segs, i, old.seed) {
@@ -338,7 +351,17 @@ func (l *leaf[T]) with(pattern string, v T) (*leaf[T], bool) {
 		return &leaf[T]{pattern: pattern, subs: []T{v}}, true
 	}
 	// Appending in place is safe; see leaf.subs.
-	return &leaf[T]{pattern: l.pattern, subs: append(l.subs, v)}, false
+	next := &leaf[T]{pattern: l.pattern, subs: append(l.subs, v), has: l.has}
+	switch {
+	case next.has != nil:
+		next.has[v] = struct{}{}
+	case len(next.subs) >= indexFrom:
+		next.has = make(map[T]struct{}, len(next.subs))
+		for _, s := range next.subs {
+			next.has[s] = struct{}{}
+		}
+	}
+	return next, false
 }
 
 // without returns l minus its i-th subscriber, or nil and true if that was
@@ -351,9 +374,24 @@ func (l *leaf[T]) without(i int) (*leaf[T], bool) {
 	subs := make([]T, 0, len(l.subs)-1)
 	subs = append(subs, l.subs[:i]...)
 	subs = append(subs, l.subs[i+1:]...)
-	return &leaf[T]{pattern: l.pattern, subs: subs}, false
+	next := &leaf[T]{pattern: l.pattern, subs: subs}
+	if l.has != nil && len(subs) >= indexFrom/2 { // drop it well below indexFrom, not back and forth
+		delete(l.has, l.subs[i])
+		next.has = l.has
+	}
+	return next, false
 }
 
+// contains reports whether v subscribes to l's pattern.
+func (l *leaf[T]) contains(v T) bool {
+	if l.has != nil {
+		_, ok := l.has[v]
+		return ok
+	}
+	return l.index(v) >= 0
+}
+
+// index returns the position of v among l's subscribers, or -1.
 func (l *leaf[T]) index(v T) int {
 	for i, s := range l.subs {
 		if s == v {
