@@ -2,8 +2,10 @@ package router_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -396,11 +398,15 @@ func TestReplayTrimmedPositions(t *testing.T) {
 }
 
 // TestReplaySwitchOver replays while a publisher keeps appending: every
-// offset arrives exactly once and in order across the switch to live.
+// offset arrives exactly once and in order across the switch to live. The
+// publisher stays at most window records ahead of what the subscriber has
+// read, so the subscriber keeps up by construction and any queue_full gap is
+// the gateway's fault (unpaced, a publisher faster than the test's reader
+// would make legitimate drop_old gaps once the subscription is live).
 func TestReplaySwitchOver(t *testing.T) {
 	g := newGateway(t)
 	pub := g.dial(t)
-	const before, during = 2000, 2000
+	const before, during, window = 2000, 2000, 256
 	for i := range before {
 		pub.send(t, map[string]any{"op": "publish", "topic": "race", "data": i})
 	}
@@ -409,15 +415,27 @@ func TestReplaySwitchOver(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan struct{})
+	read := make(chan struct{}, before+during) // one per message read
+	done := make(chan error, 1)
 	go func() {
-		defer close(done)
+		got := 0
 		for i := range during {
-			if ctx.Err() != nil {
+			for got < before+i-window {
+				select {
+				case <-read:
+					got++
+				case <-ctx.Done():
+					done <- ctx.Err()
+					return
+				}
+			}
+			data, _ := json.Marshal(map[string]any{"op": "publish", "topic": "race", "data": before + i})
+			if err := pub.conn.Write(ctx, websocket.MessageText, data); err != nil {
+				done <- err
 				return
 			}
-			pub.send(t, map[string]any{"op": "publish", "topic": "race", "data": before + i})
 		}
+		done <- nil
 	}()
 	c := g.dial(t)
 	c.subscribe(t, "race", "from", "earliest")
@@ -426,9 +444,78 @@ func TestReplaySwitchOver(t *testing.T) {
 		if num(m, "offset") != int64(i) {
 			t.Fatalf("message %d has offset %v", i, m["offset"])
 		}
+		read <- struct{}{}
 	}
-	<-done
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 	c.noFrame(t)
+}
+
+// TestReplaySwitchOverPaced holds a replay just after its read found the
+// log's end, appends ten queues' worth of records (they reach the
+// subscription's switch-over buffer, not that replay read), then lets it
+// go: the buffered records must be paced by the outbound queue like the
+// replay itself, so a subscriber that reads everything gets every offset
+// once and no queue_full gap.
+func TestReplaySwitchOverPaced(t *testing.T) {
+	const queue = 64
+	gate := &gatedReads{parked: make(chan struct{}), gate: make(chan struct{})}
+	g := newGateway(t, func(c *gwConfig) {
+		c.router.Session.QueueMessages = queue
+		c.wrap = func(e engine.Engine) engine.Engine { gate.Engine = e; return gate }
+	})
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			if _, err := g.rt.Publish(context.Background(), engine.Message{Topic: "race", Data: []byte(strconv.Itoa(i))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const before, during = 300, 10 * queue
+	publish(0, before)
+	c := g.dial(t)
+	c.subscribe(t, "race", "from", "earliest")
+	select {
+	case <-gate.parked:
+	case <-time.After(waitTimeout):
+		t.Fatal("the replay never reached the log's end")
+	}
+	publish(before, before+during)
+	close(gate.gate)
+	for i := range before + during {
+		m := c.nextOp(t, "message")
+		if num(m, "offset") != int64(i) {
+			t.Fatalf("message %d has offset %v", i, m["offset"])
+		}
+	}
+	c.noFrame(t)
+}
+
+// gatedReads parks the first Read that finds nothing (the replay reached
+// the log's end) until gate is closed, closing parked when it does.
+type gatedReads struct {
+	engine.Engine
+	once   sync.Once
+	parked chan struct{}
+	gate   chan struct{}
+}
+
+func (g *gatedReads) Read(ctx context.Context, topic string, partition int, from int64, limit int) ([]*engine.Record, int64, error) {
+	recs, next, err := g.Engine.Read(ctx, topic, partition, from, limit)
+	if err == nil && len(recs) == 0 {
+		first := false
+		g.once.Do(func() { first = true })
+		if first {
+			close(g.parked)
+			select {
+			case <-g.gate:
+			case <-ctx.Done():
+				return nil, 0, ctx.Err()
+			}
+		}
+	}
+	return recs, next, err
 }
 
 func TestFilter(t *testing.T) {

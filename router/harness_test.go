@@ -45,6 +45,9 @@ type gateway struct {
 type gwConfig struct {
 	router router.Options
 	engine memengine.Options
+	// wrap, when set, puts a test double between the router and the
+	// engine (the gateway still closes the memory engine itself).
+	wrap func(engine.Engine) engine.Engine
 }
 
 func newGateway(t *testing.T, mods ...func(*gwConfig)) *gateway {
@@ -57,6 +60,9 @@ func newGateway(t *testing.T, mods ...func(*gwConfig)) *gateway {
 	eng := memengine.New(cfg.engine)
 	reg := prometheus.NewRegistry()
 	cfg.router.Engine = eng
+	if cfg.wrap != nil {
+		cfg.router.Engine = cfg.wrap(eng)
+	}
 	cfg.router.Registry = reg
 	rt, err := router.New(cfg.router)
 	if err != nil {

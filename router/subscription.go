@@ -236,8 +236,18 @@ func (rt *Router) replayPlan(ctx context.Context, s *subscription, from fromSpec
 // catchUp replays the log for a subscription, then switches it to live with
 // no gap and no duplicate: live records that arrived meanwhile were buffered
 // and are delivered after the log, skipping offsets the log already gave.
+//
+// Every record of the catch-up, buffered ones included, is paced by the
+// session's queue (SendWait), and the switch to live happens only once the
+// queue has half its room free after the last buffered records: a replay
+// that left the queue full would make the first live records meet a full
+// queue and be dropped even though the client reads steadily. Until then
+// live records keep arriving in the bounded buffer (past maxPending they are
+// read from the log again), so a client that reads faster than records
+// arrive goes live without loss.
 func (s *subscription) catchUp(ctx context.Context, plan []replayPart) {
 	next := make(map[partKey]int64, len(plan))
+	headroom := max(1, s.c.rt.opts.Session.QueueMessages/2)
 	for {
 		for _, p := range plan {
 			if p.gapFrom < p.from {
@@ -245,38 +255,20 @@ func (s *subscription) catchUp(ctx context.Context, plan []replayPart) {
 			}
 			n, err := s.replayPart(ctx, p)
 			if err != nil {
-				if !errors.Is(err, context.Canceled) && !errors.Is(err, errEnded) {
-					s.c.rt.log.Warn("replay failed", "pattern", s.pattern, "topic", p.topic, "err", err)
-				}
+				s.replayFailed(p.topic, err)
 				return
 			}
 			next[partKey{p.topic, p.partition}] = n
 		}
-		s.mu.Lock()
-		if s.ended {
-			s.mu.Unlock()
+		replan, err := s.drainPending(ctx, next, headroom)
+		if err != nil {
+			s.replayFailed("", err)
 			return
 		}
-		if !s.overflow {
-			for _, rec := range s.pending {
-				k := partKey{rec.Topic, rec.Partition}
-				if n, ok := next[k]; ok && rec.Offset < n {
-					continue
-				}
-				if s.accepts(rec) {
-					s.send(rec, encodeMessage(s.pattern, appendRecordBody(nil, rec)))
-				}
-			}
-			s.pending = nil
-			s.catchingUp = false
-			s.isLive.Store(true)
-			s.mu.Unlock()
+		if !replan {
 			return
 		}
 		// Too much arrived while replaying: read the rest from the log.
-		s.pending = nil
-		s.overflow = false
-		s.mu.Unlock()
 		plan = plan[:0]
 		for k, n := range next {
 			plan = append(plan, replayPart{topic: k.topic, partition: k.partition, from: n, gapFrom: n})
@@ -289,6 +281,69 @@ func (s *subscription) catchUp(ctx context.Context, plan []replayPart) {
 			if _, ok := next[partKey{p.topic, p.partition}]; !ok {
 				plan = append(plan, p)
 			}
+		}
+	}
+}
+
+func (s *subscription) replayFailed(topic string, err error) {
+	if !errors.Is(err, context.Canceled) && !errors.Is(err, errEnded) && !errors.Is(err, session.ErrClosed) {
+		s.c.rt.log.Warn("replay failed", "pattern", s.pattern, "topic", topic, "err", err)
+	}
+}
+
+// drainPending delivers the live records buffered during the catch-up,
+// paced by the queue, and switches the subscription to live once what is
+// left fits with headroom to spare. It reports replan when the buffer
+// overflowed, so the caller reads on from the log at next.
+func (s *subscription) drainPending(ctx context.Context, next map[partKey]int64, headroom int) (replan bool, err error) {
+	for {
+		s.mu.Lock()
+		if s.ended {
+			s.mu.Unlock()
+			return false, errEnded
+		}
+		if s.overflow {
+			s.pending = nil
+			s.overflow = false
+			s.mu.Unlock()
+			return true, nil
+		}
+		batch := s.pending[:0]
+		for _, rec := range s.pending {
+			k := partKey{rec.Topic, rec.Partition}
+			if n, ok := next[k]; ok && rec.Offset < n {
+				continue // the log gave it already
+			}
+			if s.accepts(rec) {
+				batch = append(batch, rec)
+			}
+		}
+		if len(batch)+headroom <= s.c.sess.Room() {
+			for _, rec := range batch {
+				s.send(rec, encodeMessage(s.pattern, appendRecordBody(nil, rec)))
+			}
+			s.pending = nil
+			s.catchingUp = false
+			s.isLive.Store(true)
+			s.mu.Unlock()
+			return false, nil
+		}
+		s.pending = nil
+		s.mu.Unlock()
+		if len(batch) == 0 {
+			if err := s.c.sess.WaitRoom(ctx, headroom); err != nil {
+				return false, err
+			}
+			continue
+		}
+		for _, rec := range batch {
+			it := s.item(rec, encodeMessage(s.pattern, appendRecordBody(nil, rec)))
+			if err := s.c.sess.SendWait(ctx, it); err != nil {
+				return false, err
+			}
+			s.c.rt.m.deliveriesPlain.Inc()
+			s.c.rt.stats.deliveries.Add(1)
+			next[partKey{rec.Topic, rec.Partition}] = rec.Offset + 1
 		}
 	}
 }

@@ -13,9 +13,34 @@ import (
 // session is closing. While waiting it checks the queue at short, growing
 // intervals (1 ms up to 20 ms); a replay does not need a finer signal.
 func (s *Session) SendWait(ctx context.Context, it Item) error {
+	if err := s.WaitRoom(ctx, 1); err != nil {
+		return err
+	}
+	if !s.Send(it) {
+		select {
+		case <-s.closeReq:
+			return ErrClosed
+		default:
+		}
+	}
+	return nil
+}
+
+// Room reports how many more items the queue takes before it holds
+// QueueMessages (0 when it holds that many or more). Control and reliable
+// items count too, as they do for SendWait.
+func (s *Session) Room() int {
+	return max(0, s.opts.QueueMessages-s.q.Len())
+}
+
+// WaitRoom waits until Room is at least n (n is capped at QueueMessages),
+// polling like SendWait. It returns ctx's error, or ErrClosed once the
+// session is closing.
+func (s *Session) WaitRoom(ctx context.Context, n int) error {
+	n = min(n, s.opts.QueueMessages)
 	delay := time.Millisecond
 	var t *time.Timer
-	for s.q.Len() >= s.opts.QueueMessages {
+	for s.Room() < n {
 		if t == nil {
 			t = time.NewTimer(delay)
 			defer t.Stop()
@@ -32,13 +57,6 @@ func (s *Session) SendWait(ctx context.Context, it Item) error {
 		case <-t.C:
 		}
 		delay = min(2*delay, 20*time.Millisecond)
-	}
-	if !s.Send(it) {
-		select {
-		case <-s.closeReq:
-			return ErrClosed
-		default:
-		}
 	}
 	return nil
 }
