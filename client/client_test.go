@@ -241,6 +241,8 @@ func TestFromEarliestAndPositions(t *testing.T) {
 		{"earliest", client.Earliest(), 0},
 		{"positions", client.FromPositions(c.Welcome().Epoch, client.Position{Topic: "hist", Offset: 2}), 3},
 		{"time", client.FromTime(time.Now().Add(-time.Minute)), 0},
+		{"last", client.Last(), 4},
+		{"last 2", client.Last(2), 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -223,8 +223,9 @@ func Latest() From { return From{kind: fromLatest} }
 func Earliest() From { return From{kind: fromEarliest} }
 
 // Last starts with the newest retained record of every matched topic and
-// partition, then continues live. With n > 0 it starts n records back
-// instead ({"last": n}).
+// partition ("last"), then continues live with no gap and no duplicate.
+// With n > 0 it starts with the newest n records of each instead
+// ({"last": n}; the gateway bounds n, 100 by default).
 func Last(n ...int) From {
 	f := From{kind: fromLast}
 	if len(n) > 0 {

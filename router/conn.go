@@ -248,6 +248,9 @@ func (cn *conn) subscribe(req *request) *protoError {
 	if pe != nil {
 		return pe
 	}
+	if pe := cn.rt.checkLast(from, group); pe != nil {
+		return pe
+	}
 	policy := session.DropOld
 	if req.OnFull != nil {
 		if group != "" {
@@ -311,7 +314,7 @@ func (cn *conn) subscribe(req *request) *protoError {
 
 	cn.rt.m.subscriptions.WithLabelValues("plain").Inc()
 	cn.rt.stats.plainSubs.Add(1)
-	if !from.positions && (from.start.Kind == engine.StartDefault || from.start.Kind == engine.StartLatest) {
+	if !from.positions && from.last == 0 && (from.start.Kind == engine.StartDefault || from.start.Kind == engine.StartLatest) {
 		s.isLive.Store(true)
 		if err := cn.rt.subs.Add(pattern, s); err != nil {
 			cn.forget(s)

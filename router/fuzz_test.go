@@ -87,6 +87,7 @@ func FuzzParseFrom(f *testing.F) {
 		`{"epoch":"e1","positions":[{"topic":"a..b","partition":0,"offset":1}]}`,
 		`{"epoch":"e1","positions":[{"topic":"a","partition":-1,"offset":1}]}`,
 		`{"epoch":5}`, `{}`, `[]`, `{"time":null,"epoch":"x","positions":null}`,
+		`"last"`, `{"last":3}`, `{"last":0}`, `{"last":-2}`, `{"last":1e12}`, `{"last":"3"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -105,6 +106,9 @@ func FuzzParseFrom(f *testing.F) {
 		}
 		if !spec.positions && len(spec.pos) > 0 {
 			t.Fatal("positions without the positions flag")
+		}
+		if spec.last < 0 {
+			t.Fatalf("accepted last %d", spec.last)
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -264,6 +265,9 @@ type fromSpec struct {
 	positions bool
 	epoch     string
 	pos       []engine.Position
+	// last > 0: the newest last records of every matched partition, then
+	// live ("last" is 1, {"last":N} is N).
+	last int
 }
 
 func parseFrom(raw json.RawMessage) (fromSpec, *protoError) {
@@ -277,11 +281,14 @@ func parseFrom(raw json.RawMessage) (fromSpec, *protoError) {
 			return fromSpec{start: engine.Start{Kind: engine.StartLatest}}, nil
 		case "earliest":
 			return fromSpec{start: engine.Start{Kind: engine.StartEarliest}}, nil
+		case "last":
+			return fromSpec{last: 1}, nil
 		}
-		return fromSpec{}, perr(codeBadRequest, `from must be "latest", "earliest", {"time":...} or {"epoch":...,"positions":[...]}`)
+		return fromSpec{}, perr(codeBadRequest, `from must be "latest", "earliest", "last", {"last":N}, {"time":...} or {"epoch":...,"positions":[...]}`)
 	}
 	var obj struct {
 		Time      *string `json:"time"`
+		Last      *int64  `json:"last"`
 		Epoch     *string `json:"epoch"`
 		Positions []struct {
 			Topic     *string `json:"topic"`
@@ -293,6 +300,11 @@ func parseFrom(raw json.RawMessage) (fromSpec, *protoError) {
 		return fromSpec{}, perr(codeBadRequest, "from: %s", jsonErrText(err))
 	}
 	switch {
+	case obj.Last != nil:
+		if *obj.Last < 1 || *obj.Last > math.MaxInt32 {
+			return fromSpec{}, perr(codeBadRequest, "from.last must be at least 1")
+		}
+		return fromSpec{last: int(*obj.Last)}, nil
 	case obj.Time != nil:
 		t, err := time.Parse(time.RFC3339Nano, *obj.Time)
 		if err != nil {
@@ -315,7 +327,7 @@ func parseFrom(raw json.RawMessage) (fromSpec, *protoError) {
 		}
 		return f, nil
 	}
-	return fromSpec{}, perr(codeBadRequest, `from object needs "time" or "epoch"`)
+	return fromSpec{}, perr(codeBadRequest, `from object needs "last", "time" or "epoch"`)
 }
 
 func jsonErrText(err error) string {

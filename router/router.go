@@ -113,6 +113,10 @@ type Options struct {
 	// HTTPPublishRate limits POST /v1/publish per client IP per second
 	// (token bucket, burst the rate rounded down, at least 1); 0: unlimited.
 	HTTPPublishRate float64
+	// MaxLast bounds N of a subscription's {"last": N} (bad_request past
+	// it); default 100: enough for a chart's recent points per series,
+	// while a wildcard over many topics replays at most N records each.
+	MaxLast int
 	// TrustedProxies are the networks whose X-Forwarded-For header names
 	// the client IP (for the per-IP limits); default none: the TCP peer's
 	// address is the client IP.
@@ -150,6 +154,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ShutdownGrace == 0 {
 		o.ShutdownGrace = 5 * time.Second
+	}
+	if o.MaxLast == 0 {
+		o.MaxLast = 100
 	}
 	if o.MaxPartitions == 0 {
 		o.MaxPartitions = engine.MaxPartitions

@@ -166,6 +166,24 @@ type replayPart struct {
 	partition int
 	from      int64
 	gapFrom   int64 // when < from: [gapFrom, from) was trimmed before the client saw it
+	// done: from was the partition's next offset when the plan was made,
+	// so there is nothing to read; later records come from the live tail,
+	// which the subscription was registered with before the plan.
+	done bool
+}
+
+// checkLast applies the bound on {"last": N}; a group resumes from its
+// committed offsets, so "last" is for plain subscriptions only.
+func (rt *Router) checkLast(from fromSpec, group string) *protoError {
+	switch {
+	case from.last == 0:
+		return nil
+	case group != "":
+		return perr(codeBadRequest, `from "last" applies to plain subscriptions; a group resumes from its committed offsets`)
+	case from.last > rt.opts.MaxLast:
+		return perr(codeBadRequest, "from.last must be 1 to %d", rt.opts.MaxLast)
+	}
+	return nil
 }
 
 type partKey struct {
@@ -215,6 +233,11 @@ func (rt *Router) replayPlan(ctx context.Context, s *subscription, from fromSpec
 						part.from, part.gapFrom = want, want
 					}
 				}
+			case from.last > 0:
+				// The newest records only: what lies before them is not
+				// asked for, so it is no gap.
+				part.from = max(p.Earliest, p.Next-int64(from.last))
+				part.gapFrom = part.from
 			case from.start.Kind == engine.StartTime:
 				off, err := rt.eng.Resolve(ctx, k.topic, k.partition, from.start)
 				if err != nil {
@@ -222,6 +245,7 @@ func (rt *Router) replayPlan(ctx context.Context, s *subscription, from fromSpec
 				}
 				part.from, part.gapFrom = off, off
 			}
+			part.done = part.from >= p.Next
 			plan = append(plan, part)
 		}
 	}
@@ -252,6 +276,10 @@ func (s *subscription) catchUp(ctx context.Context, plan []replayPart) {
 		for _, p := range plan {
 			if p.gapFrom < p.from {
 				s.replayGap(p.topic, p.partition, p.gapFrom, p.from)
+			}
+			if p.done {
+				next[partKey{p.topic, p.partition}] = p.from
+				continue
 			}
 			n, err := s.replayPart(ctx, p)
 			if err != nil {

@@ -96,6 +96,7 @@ type config struct {
 	MaxFrameBytes    int64
 	MaxMessageBytes  int
 	MaxSubscriptions int
+	MaxLast          int
 	PublishRate      float64
 	AllowedOrigins   string
 	PingInterval     time.Duration
@@ -158,6 +159,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.Int64Var(&cfg.MaxFrameBytes, "max-frame-bytes", 1<<20, "largest inbound WebSocket frame (close 1009 past it)")
 	fs.IntVar(&cfg.MaxMessageBytes, "max-message-bytes", 1<<20, "largest publish data")
 	fs.IntVar(&cfg.MaxSubscriptions, "max-subscriptions", 1000, "subscriptions per session")
+	fs.IntVar(&cfg.MaxLast, "max-last", 100, `largest N of a subscribe's "from": {"last": N} (records per matched partition)`)
 	fs.Float64Var(&cfg.PublishRate, "publish-rate", 0, "publishes per second per session (0: unlimited)")
 	fs.StringVar(&cfg.AllowedOrigins, "allowed-origins", "", "comma-separated extra browser origins allowed to connect (host patterns)")
 	fs.DurationVar(&cfg.PingInterval, "ping-interval", 25*time.Second, "WebSocket keepalive ping period")
@@ -330,6 +332,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 			PingInterval:  cfg.PingInterval,
 		},
 		MaxSubscriptions: cfg.MaxSubscriptions,
+		MaxLast:          cfg.MaxLast,
 		MaxMessageBytes:  cfg.MaxMessageBytes,
 		PublishRate:      cfg.PublishRate,
 		StatsInterval:    cfg.StatsInterval,
