@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/switchyard/switchyard/engine"
 )
 
 // metrics are the gateway's Prometheus collectors. Labels are bounded: no
@@ -35,6 +37,7 @@ type metrics struct {
 	slowDisconnects prometheus.Counter
 	deadLettersLost prometheus.Counter
 	groupLag        *prometheus.GaugeVec // group, topic, partition
+	deadLettersHeld *prometheus.GaugeVec // reason
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -82,13 +85,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		groupLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "group_lag",
 			Help: "Records a consumer group has not yet committed, per topic partition (refreshed every stats interval)."},
 			[]string{"group", "topic", "partition"}),
+		deadLettersHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "dead_letters_stored",
+			Help: "Dead letters the engine holds (as listed at /v1/deadletters), by reason: max_attempts or queue_full (refreshed with group lag)."},
+			[]string{"reason"}),
 	}
 	m.deliveriesPlain = m.deliveries.WithLabelValues("plain")
 	m.deliveriesGroup = m.deliveries.WithLabelValues("group")
 	m.deliveriesLocal = m.deliveries.WithLabelValues("local")
 	reg.MustRegister(m.connections, m.connectsTotal, m.subscriptions, m.publishes, m.deliveries,
 		m.bytesIn, m.bytesOut, m.queueDepth, m.drops, m.gaps, m.redeliveries, m.deadLetters,
-		m.rejected, m.backpressure, m.appendLatency, m.deliveryLatency, m.slowDisconnects, m.deadLettersLost, m.groupLag,
+		m.rejected, m.backpressure, m.appendLatency, m.deliveryLatency, m.slowDisconnects, m.deadLettersLost, m.groupLag, m.deadLettersHeld,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -98,13 +104,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 // at zero, so a scrape of a fresh gateway shows each documented family and
 // alerts can be written (and tested) before the first incident.
 var (
-	metricTransports    = []string{"ws", "http", "local"}
-	metricPublishResult = []string{"ok", "duplicate"}
-	metricSubKinds      = []string{"plain", "group", "local"}
-	metricDropPolicies  = []string{"drop_old", "drop_new", "disconnect"}
-	metricGapReasons    = []string{"queue_full", "retention"}
-	metricDLReasons     = []string{"queue_full"}
-	metricErrorCodes    = []string{
+	metricTransports      = []string{"ws", "http", "local"}
+	metricPublishResult   = []string{"ok", "duplicate"}
+	metricSubKinds        = []string{"plain", "group", "local"}
+	metricDropPolicies    = []string{"drop_old", "drop_new", "disconnect"}
+	metricGapReasons      = []string{"queue_full", "retention"}
+	metricDLReasons       = []string{"queue_full"}
+	metricStoredDLReasons = []string{"max_attempts", "queue_full"}
+	metricErrorCodes      = []string{
 		codeBadRequest, codeInvalidTopic, codeInvalidPattern, codeUnknownTopic, codeUnauthorized,
 		codeForbidden, codeRateLimited, codeBackpressure, codeTooLarge, codeTooManySubs,
 		codeNotSubscribed, codeGroupConflict, codeShuttingDown, codeInternal, codeTopicExists,
@@ -145,6 +152,9 @@ func (rt *Router) initMetrics() {
 	}
 	for _, r := range metricDLReasons {
 		m.deadLetters.WithLabelValues(r)
+	}
+	for _, r := range metricStoredDLReasons {
+		m.deadLettersHeld.WithLabelValues(r)
 	}
 	for _, c := range metricErrorCodes {
 		m.rejected.WithLabelValues(c)
@@ -187,4 +197,24 @@ func BuildVersion() string {
 		return bi.Main.Version
 	}
 	return "(devel)"
+}
+
+// refreshDeadLetters sets switchyard_dead_letters_stored from the engine's
+// dead-letter list (itself bounded by the engine). A failed listing leaves
+// the last figures.
+func (rt *Router) refreshDeadLetters(ctx context.Context) {
+	dls, err := rt.eng.DeadLetters(ctx, engine.DeadLetterFilter{})
+	if err != nil {
+		return
+	}
+	counts := make(map[string]int, len(metricStoredDLReasons))
+	for _, r := range metricStoredDLReasons {
+		counts[r] = 0
+	}
+	for _, d := range dls {
+		counts[d.Reason]++
+	}
+	for r, n := range counts {
+		rt.m.deadLettersHeld.WithLabelValues(r).Set(float64(n))
+	}
 }

@@ -296,6 +296,7 @@ func (rt *Router) publishTopicsAndGroups() {
 		}
 		rt.publishSys(sysGroups, map[string]any{"groups": out})
 	}
+	rt.refreshDeadLetters(ctx)
 }
 
 func (rt *Router) publishSys(topic string, payload any) {

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -33,7 +34,7 @@ func TestComposeFile(t *testing.T) {
 			DependsOn any `yaml:"depends_on"`
 		} `yaml:"services"`
 		Configs map[string]struct {
-			Content string `yaml:"content"`
+			File string `yaml:"file"`
 		} `yaml:"configs"`
 	}
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -90,7 +91,23 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("%s has no healthcheck", name)
 		}
 	}
-	prom := doc.Configs["prometheus"].Content
+	// Every config file exists, and Prometheus scrapes every gateway.
+	for name, c := range doc.Configs {
+		if _, err := os.Stat(filepath.Join("../..", c.File)); err != nil {
+			t.Errorf("config %s: %v", name, err)
+		}
+	}
+	promFile, err := os.ReadFile(filepath.Join("../..", doc.Configs["prometheus"].File))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prom := string(promFile)
+	if !strings.Contains(prom, "/etc/prometheus/alerts.yml") || doc.Configs["alerts"].File != "./deploy/prometheus/alerts.yml" {
+		t.Error("prometheus does not load deploy/prometheus/alerts.yml")
+	}
+	if _, ok := doc.Services["grafana"]; !ok || doc.Configs["grafana-dashboard"].File != "./deploy/grafana/switchyard.json" {
+		t.Error("grafana does not get deploy/grafana/switchyard.json")
+	}
 	for _, g := range []string{"gateway-1:8080", "gateway-2:8080", "gateway-3:8080"} {
 		if !strings.Contains(prom, g) {
 			t.Errorf("prometheus does not scrape %s", g)
