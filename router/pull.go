@@ -135,6 +135,7 @@ func (rt *Router) httpPoll(c echo.Context) error {
 	pm.mu.Unlock()
 	got := pm.take(req.Max)
 	if len(got) == 0 && req.WaitMS > 0 {
+		rt.extendDeadlines(c.Response(), time.Duration(req.WaitMS)*time.Millisecond)
 		t := time.NewTimer(time.Duration(req.WaitMS) * time.Millisecond)
 		defer t.Stop()
 	wait:

@@ -199,6 +199,9 @@ type Router struct {
 	auth   *authenticator
 	limits *limiter
 	lim    *limitMetrics
+
+	httpm        *httpMetrics
+	writeTimeout atomic.Int64 // the NewServer's write timeout, for long polls
 }
 
 // New creates a Router on opts.Engine and starts its background goroutines
@@ -226,6 +229,7 @@ func New(opts Options) (*Router, error) {
 		auth:   auth,
 		limits: newLimiter(opts),
 		lim:    newLimitMetrics(opts.Registry),
+		httpm:  newHTTPMetrics(opts.Registry),
 	}
 	rt.initMetrics()
 	rt.ctx, rt.cancel = context.WithCancel(context.Background())

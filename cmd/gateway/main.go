@@ -104,6 +104,9 @@ type config struct {
 	ShutdownTimeout  time.Duration
 	DebugAddr        string
 	HandshakeTimeout time.Duration
+	ReadTimeout      time.Duration
+	WriteTimeout     time.Duration
+	IdleTimeout      time.Duration
 
 	JWTHMACSecret       string
 	JWTHMACSecretFile   string
@@ -166,7 +169,10 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&cfg.StatsInterval, "stats-interval", time.Second, "$sys.stats period (negative: no system topics)")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on graceful shutdown")
 	fs.StringVar(&cfg.DebugAddr, "debug-addr", "", "if set, serve Go's pprof profiles on this address (keep it on loopback), e.g. 127.0.0.1:6060")
-	fs.DurationVar(&cfg.HandshakeTimeout, "handshake-timeout", 10*time.Second, "time a client has to send its HTTP request headers (and so the WebSocket handshake)")
+	fs.DurationVar(&cfg.HandshakeTimeout, "handshake-timeout", router.DefaultReadHeaderTimeout, "time a client has to send its HTTP request headers (and so the WebSocket handshake)")
+	fs.DurationVar(&cfg.ReadTimeout, "read-timeout", router.DefaultReadTimeout, "time a client has to send a whole HTTP request, headers and body (not WebSocket sessions once upgraded)")
+	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", router.DefaultWriteTimeout, "time an HTTP response may take to write once its request is read (polls get wait_ms on top; not WebSocket sessions)")
+	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", router.DefaultIdleTimeout, "how long a keep-alive HTTP connection may wait for its next request")
 	fs.StringVar(&cfg.JWTHMACSecret, "jwt-hmac-secret", "", "HS256 token secret, at least 32 bytes (prefer the environment or --jwt-hmac-secret-file)")
 	fs.StringVar(&cfg.JWTHMACSecretFile, "jwt-hmac-secret-file", "", "file of HS256 token secrets, one per line (several during a rotation)")
 	fs.StringVar(&cfg.JWTPublicKey, "jwt-public-key", "", "comma-separated PEM files of RSA (RS256) or ECDSA (ES256/384/512) token verification keys")
@@ -358,12 +364,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		_ = eng.Close(context.Background())
 		return err
 	}
-	srv := &http.Server{
-		Handler:           rt,
+	srv := rt.NewServer(router.ServerOptions{
 		ReadHeaderTimeout: cfg.HandshakeTimeout, // clients that never finish a handshake
-		IdleTimeout:       2 * time.Minute,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	})
+	ln = rt.Listener(ln)
 	log.Info("switchyard gateway listening", "addr", ln.Addr().String(), "version", gatewayVersion(), "engine", cfg.Engine, "epoch", eng.Epoch())
 	logEndpoints(log, ln.Addr())
 	if cfg.DebugAddr != "" {
@@ -426,6 +434,9 @@ func securityOptions(cfg config) (router.AuthOptions, []*net.IPNet, error) {
 	}
 	if cfg.HandshakeTimeout <= 0 {
 		return a, nil, errors.New("handshake-timeout must be positive")
+	}
+	if cfg.ReadTimeout <= 0 || cfg.WriteTimeout <= 0 || cfg.IdleTimeout <= 0 {
+		return a, nil, errors.New("read-timeout, write-timeout and idle-timeout must be positive")
 	}
 	if cfg.JWTHMACSecret != "" {
 		a.HMACSecrets = append(a.HMACSecrets, []byte(cfg.JWTHMACSecret))

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestTrickledBodyClosed: a client that sends its request headers and then
+// trickles the body one byte at a time is disconnected once --read-timeout
+// has passed since the request began, and the timeout is counted.
+func TestTrickledBodyClosed(t *testing.T) {
+	const timeout = time.Second
+	addr := runGateway(t, "--read-timeout", timeout.String())
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	if _, err := io.WriteString(conn, "POST /v1/publish HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // owned by this test: ends on stop, a write error or after 50 bytes
+		defer close(done)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; i < 50; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if _, err := conn.Write([]byte{' '}); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	// Bound the test's own wait well above the server's timeout.
+	_ = conn.SetReadDeadline(time.Now().Add(8 * time.Second))
+	_, err = io.ReadAll(conn) // a reply and the server's close, or the close alone
+	elapsed := time.Since(start)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("still connected after %v", elapsed)
+	}
+	if elapsed < timeout-100*time.Millisecond {
+		t.Fatalf("closed after %v, before the %v timeout", elapsed, timeout)
+	}
+	if n := metricValue(t, addr, `switchyard_http_timeouts_total{phase="read"}`); n < 1 {
+		t.Fatalf("read timeouts counted: %v, want at least 1", n)
+	}
+}
+
+// metricValue scrapes one sample from the gateway's /metrics; 0 when the
+// series is absent.
+func metricValue(t *testing.T, addr, series string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			var f float64
+			if _, err := fmt.Sscan(v, &f); err == nil {
+				return f
+			}
+		}
+	}
+	return 0
+}
+
+// TestTimeoutsSpareWebSocketsAndPolls: with read and write timeouts far
+// shorter than the waits, a WebSocket session outlives both (an upgraded
+// connection has no deadlines) and a long poll keeps its wait_ms.
+func TestTimeoutsSpareWebSocketsAndPolls(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	addr := runGateway(t, "--read-timeout", timeout.String(), "--write-timeout", timeout.String())
+
+	t.Run("websocket outlives the write timeout", func(t *testing.T) {
+		w := dialNode(t, &node{addr: addr})
+		w.send(t, map[string]any{"op": "subscribe", "id": 1, "pattern": "quiet"})
+		w.expect(t, "subscribed")
+		// Stay silent past both timeouts, then use the session both ways.
+		<-time.After(4 * timeout)
+		w.send(t, map[string]any{"op": "publish", "id": 2, "topic": "quiet", "data": 1})
+		for _, op := range []string{"published", "message"} {
+			if m := w.next(t); m["op"] != op && !(op == "published" && m["op"] == "message") {
+				t.Fatalf("got %v, want %s", m, op)
+			}
+		}
+	})
+
+	t.Run("long poll keeps wait_ms", func(t *testing.T) {
+		const wait = 4 * timeout
+		code, m, took := httpJSON(t, "POST", "http://"+addr+"/v1/groups/slow/poll",
+			fmt.Sprintf(`{"pattern":"nothing.here","wait_ms":%d}`, wait.Milliseconds()))
+		if code != http.StatusOK || m["records"] == nil {
+			t.Fatalf("poll: %d %v", code, m)
+		}
+		if took < wait-50*time.Millisecond {
+			t.Fatalf("poll answered after %v, before its wait_ms of %v", took, wait)
+		}
+	})
+	if n := metricValue(t, addr, `switchyard_http_timeouts_total{phase="write"}`); n != 0 {
+		t.Fatalf("write timeouts counted: %v, want 0", n)
+	}
+}
