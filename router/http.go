@@ -24,6 +24,7 @@ func (rt *Router) routes() *echo.Echo {
 	e.HidePort = true
 	e.HTTPErrorHandler = rt.errorHandler
 	e.IPExtractor = clientIPExtractor(rt.opts.TrustedProxies)
+	e.Pre(rt.crossSite)
 	e.Use(rt.authAPI)
 
 	admin, group := rt.requireAdmin, rt.requireGroup
@@ -233,16 +234,26 @@ func parseDuration(field, s string) (time.Duration, error) {
 	return d, nil
 }
 
+// httpTopics serves one page of the topics, in name order (see paging.go).
 func (rt *Router) httpTopics(c echo.Context) error {
+	pr, err := parsePage(c)
+	if err != nil {
+		return err
+	}
 	ts, err := rt.eng.Topics(c.Request().Context())
 	if err != nil {
 		return err
 	}
-	out := make([]topicJSON, 0, len(ts))
-	for _, t := range ts {
-		out = append(out, topicView(t))
+	pw := newPageWriter("topics", pr.limit)
+	for i := startAfter(len(ts), func(i int) string { return ts[i].Config.Name }, pr.after); i < len(ts); i++ {
+		if ok, err := pw.add(ts[i].Config.Name, topicView(ts[i])); err != nil || !ok {
+			if err != nil {
+				return err
+			}
+			break
+		}
 	}
-	return c.JSON(http.StatusOK, map[string]any{"topics": out})
+	return pw.send(c)
 }
 
 func (rt *Router) httpTopic(c echo.Context) error {
@@ -380,16 +391,26 @@ func groupView(g engine.GroupInfo) groupJSON {
 	return out
 }
 
+// httpGroups serves one page of the groups, in name order (see paging.go).
 func (rt *Router) httpGroups(c echo.Context) error {
+	pr, err := parsePage(c)
+	if err != nil {
+		return err
+	}
 	gs, err := rt.eng.Groups(c.Request().Context())
 	if err != nil {
 		return err
 	}
-	out := make([]groupJSON, 0, len(gs))
-	for _, g := range gs {
-		out = append(out, groupView(g))
+	pw := newPageWriter("groups", pr.limit)
+	for i := startAfter(len(gs), func(i int) string { return gs[i].Name }, pr.after); i < len(gs); i++ {
+		if ok, err := pw.add(gs[i].Name, groupView(gs[i])); err != nil || !ok {
+			if err != nil {
+				return err
+			}
+			break
+		}
 	}
-	return c.JSON(http.StatusOK, map[string]any{"groups": out})
+	return pw.send(c)
 }
 
 func (rt *Router) httpGroup(c echo.Context) error {
@@ -465,8 +486,10 @@ type deadLetterJSON struct {
 	Data       json.RawMessage   `json:"data"`
 }
 
+// httpDeadLetters serves one page of the dead letters, oldest first (see
+// paging.go).
 func (rt *Router) httpDeadLetters(c echo.Context) error {
-	limit, err := queryInt(c, "limit", 0)
+	pr, err := parsePage(c)
 	if err != nil {
 		return err
 	}
@@ -474,24 +497,40 @@ func (rt *Router) httpDeadLetters(c echo.Context) error {
 	if reason != "" && reason != engine.ReasonMaxAttempts && reason != engine.ReasonQueueFull {
 		return perr(codeBadRequest, `reason must be "max_attempts" or "queue_full"`)
 	}
-	dls, err := rt.eng.DeadLetters(c.Request().Context(), engine.DeadLetterFilter{
-		Group: c.QueryParam("group"), Reason: reason, Limit: int(limit)})
+	f := engine.DeadLetterFilter{Group: c.QueryParam("group"), Reason: reason}
+	if pr.after == "" {
+		f.Limit = pr.limit + 1 // one more tells whether a next page exists
+	}
+	dls, err := rt.eng.DeadLetters(c.Request().Context(), f)
 	if err != nil {
 		return err
 	}
-	out := make([]deadLetterJSON, 0, len(dls))
-	for _, d := range dls {
+	pw := newPageWriter("deadletters", pr.limit)
+	start := startAfterDeadLetter(len(dls), func(i int) string { return dls[i].ID },
+		func(i int) time.Time { return dls[i].Time }, pr.after)
+	for _, d := range dls[start:] {
 		data := json.RawMessage(d.Record.Data)
 		if len(data) == 0 {
 			data = json.RawMessage("null")
 		}
-		out = append(out, deadLetterJSON{ID: d.ID, Reason: d.Reason, Group: d.Group, Subscriber: d.Subscriber,
+		v := deadLetterJSON{ID: d.ID, Reason: d.Reason, Group: d.Group, Subscriber: d.Subscriber,
 			Topic: d.Record.Topic, Partition: d.Record.Partition, Offset: d.Record.Offset, Key: d.Record.Key,
 			Headers: d.Record.Headers, Attempts: d.Attempts, Error: d.Error,
-			Time: d.Time.UTC().Format(timeFormat), Data: data})
+			Time: d.Time.UTC().Format(timeFormat), Data: data}
+		if ok, err := pw.add(deadLetterCursor(d.Time, d.ID), v); err != nil || !ok {
+			if err != nil {
+				return err
+			}
+			break
+		}
 	}
-	return c.JSON(http.StatusOK, map[string]any{"deadletters": out})
+	return pw.send(c)
 }
+
+// MaxRedriveIDs bounds the ids of one POST /v1/deadletters/redrive, so that
+// a request costs what it returns: 1000 ids fit in well under the body
+// limit and match the largest listing page, which is where ids come from.
+const MaxRedriveIDs = 1000
 
 func (rt *Router) httpRedrive(c echo.Context) error {
 	var req struct {
@@ -503,6 +542,10 @@ func (rt *Router) httpRedrive(c echo.Context) error {
 	}
 	if req.Group == "" && len(req.IDs) == 0 {
 		return perr(codeBadRequest, `give "group", "ids" or both`)
+	}
+	if len(req.IDs) > MaxRedriveIDs {
+		rt.lim.limited.WithLabelValues("redrive_ids").Inc()
+		return perr(codeBadRequest, "at most %d ids per redrive request; send the rest in further requests", MaxRedriveIDs)
 	}
 	n, err := rt.eng.Redrive(c.Request().Context(), req.Group, req.IDs)
 	if err != nil {

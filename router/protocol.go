@@ -118,6 +118,8 @@ func statusOf(code string) int {
 		return http.StatusServiceUnavailable
 	case codeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
+	case codeUnsupportedMedia:
+		return http.StatusUnsupportedMediaType
 	}
 	return http.StatusInternalServerError
 }

@@ -113,6 +113,7 @@ func TestRunSecurityFlags(t *testing.T) {
 	do := func(method, path, cred, body string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		if cred != "" {
 			req.Header.Set("Authorization", "Bearer "+cred)
 		}

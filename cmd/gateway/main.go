@@ -164,7 +164,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.MaxSubscriptions, "max-subscriptions", 1000, "subscriptions per session")
 	fs.IntVar(&cfg.MaxLast, "max-last", 100, `largest N of a subscribe's "from": {"last": N} (records per matched partition)`)
 	fs.Float64Var(&cfg.PublishRate, "publish-rate", 0, "publishes per second per session (0: unlimited)")
-	fs.StringVar(&cfg.AllowedOrigins, "allowed-origins", "", "comma-separated extra browser origins allowed to connect (host patterns)")
+	fs.StringVar(&cfg.AllowedOrigins, "allowed-origins", "", "comma-separated extra browser origins (host patterns) allowed to open WebSockets and to POST/PUT/DELETE over HTTP (CORS answered for them)")
 	fs.DurationVar(&cfg.PingInterval, "ping-interval", 25*time.Second, "WebSocket keepalive ping period")
 	fs.DurationVar(&cfg.StatsInterval, "stats-interval", time.Second, "$sys.stats period (negative: no system topics)")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on graceful shutdown")
