@@ -97,8 +97,7 @@ func TestSlowConsumerPolicies(t *testing.T) {
 			var dls []any
 			deadline := time.Now().Add(waitTimeout)
 			for time.Now().Before(deadline) {
-				_, body, _ := g.httpDo(t, "GET", "/v1/deadletters?reason=queue_full", nil)
-				if dls, _ = body["deadletters"].([]any); len(dls) >= lost {
+				if dls = allPages(t, g, "/v1/deadletters?reason=queue_full&limit=1000", "deadletters", 100); len(dls) >= lost {
 					break
 				}
 				time.Sleep(time.Millisecond)

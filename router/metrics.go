@@ -13,7 +13,7 @@ import (
 
 // metrics are the gateway's Prometheus collectors. Labels are bounded: no
 // per-session or per-topic labels (topic-level figures are in /v1/topics and
-// $sys.topics).
+// the $sys.topics summary).
 type metrics struct {
 	connections     prometheus.Gauge
 	connectsTotal   prometheus.Counter

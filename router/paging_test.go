@@ -172,3 +172,33 @@ func TestRedriveBoundsIDs(t *testing.T) {
 		t.Fatalf("redrive of %d ids: %d %v", router.MaxRedriveIDs, st, m)
 	}
 }
+
+// allPages follows next_cursor from path (at most maxPages pages) and
+// returns every item decoded.
+func allPages(t *testing.T, g *gateway, path, key string, maxPages int) []any {
+	t.Helper()
+	sep := "?"
+	if strings.Contains(path, "?") {
+		sep = "&"
+	}
+	var out []any
+	cursor := ""
+	for range maxPages {
+		p := path
+		if cursor != "" {
+			p += sep + "cursor=" + url.QueryEscape(cursor)
+		}
+		items, next, _ := getPage(t, g, p, key)
+		for _, it := range items {
+			var v any
+			_ = json.Unmarshal(it, &v)
+			out = append(out, v)
+		}
+		if next == "" {
+			return out
+		}
+		cursor = next
+	}
+	t.Fatalf("%s: more than %d pages", path, maxPages)
+	return nil
+}

@@ -135,8 +135,8 @@ func (rt *Router) background() {
 		interval = time.Second
 	}
 	if rt.opts.StatsInterval > 0 {
-		for _, name := range []string{sysStats, sysTopics, sysGroups} {
-			_, err := rt.eng.CreateTopic(rt.ctx, engine.TopicConfig{Name: name, MaxMessages: 600})
+		for name, keep := range map[string]int64{sysStats: 600, sysTopics: sysSummaryRecords, sysGroups: sysSummaryRecords} {
+			_, err := rt.eng.CreateTopic(rt.ctx, engine.TopicConfig{Name: name, MaxMessages: keep})
 			if err != nil && !errors.Is(err, engine.ErrTopicExists) {
 				rt.log.Warn("creating system topic failed", "topic", name, "err", err)
 			}
@@ -147,6 +147,8 @@ func (rt *Router) background() {
 	started := time.Now()
 	prev := snapshot{at: started}
 	prevTopics := map[string]int64{}
+	sys := &sysState{at: started, topicNames: map[string]struct{}{}, groupNames: map[string]struct{}{},
+		topicCounts: map[string]int64{}}
 	for n := 0; ; n++ {
 		select {
 		case <-rt.stopBG:
@@ -160,7 +162,7 @@ func (rt *Router) background() {
 			rt.publishSys(sysStats, rt.statsPayload(cur, prev, prevTopics, started))
 			prev = cur
 			if n%5 == 0 {
-				rt.publishTopicsAndGroups()
+				rt.publishTopicsAndGroups(sys, now)
 			}
 		}
 	}
@@ -270,22 +272,20 @@ func (rt *Router) statsPayload(cur, prev snapshot, prevTopics map[string]int64, 
 	}
 }
 
-func (rt *Router) publishTopicsAndGroups() {
+// publishTopicsAndGroups publishes the $sys.topics and $sys.groups
+// summaries (see syssummary.go) and refreshes the group lag gauges.
+func (rt *Router) publishTopicsAndGroups(st *sysState, now time.Time) {
 	ctx, cancel := context.WithTimeout(rt.ctx, 2*time.Second)
 	defer cancel()
 	if ts, err := rt.eng.Topics(ctx); err == nil {
-		out := make([]topicJSON, 0, len(ts))
-		for _, t := range ts {
-			out = append(out, topicView(t))
-		}
-		rt.publishSys(sysTopics, map[string]any{"topics": out})
+		sum := rt.topicsSummaryOf(st, ts, now)
+		rt.publishSysRecord(sysTopics, &sum, sum.shrink)
 	}
+	st.at = now
 	if gs, err := rt.eng.Groups(ctx); err == nil {
-		out := make([]groupJSON, 0, len(gs))
 		rt.m.groupLag.Reset()
 		series := 0
 		for _, g := range gs {
-			out = append(out, groupView(g))
 			for _, p := range g.Partitions {
 				if series >= maxLagSeries {
 					break
@@ -294,9 +294,20 @@ func (rt *Router) publishTopicsAndGroups() {
 				rt.m.groupLag.WithLabelValues(g.Name, p.Topic, itoa(int64(p.Partition))).Set(float64(p.Lag))
 			}
 		}
-		rt.publishSys(sysGroups, map[string]any{"groups": out})
+		sum := groupsSummaryOf(st, gs, now)
+		rt.publishSysRecord(sysGroups, &sum, sum.shrink)
 	}
 	rt.refreshDeadLetters(ctx)
+}
+
+// publishSysRecord publishes a summary shrunk to maxSysRecordBytes.
+func (rt *Router) publishSysRecord(topic string, v any, shrink func() bool) {
+	data, err := sysRecordFit(v, shrink)
+	if err != nil {
+		rt.log.Error("encoding system payload failed", "topic", topic, "err", err)
+		return
+	}
+	rt.publishSys(topic, json.RawMessage(data))
 }
 
 func (rt *Router) publishSys(topic string, payload any) {
