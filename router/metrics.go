@@ -121,7 +121,7 @@ var (
 	metricAuthReasons     = []string{"missing", "invalid", "invalid_claims", "expired", "not_yet_valid"}
 	metricForbiddenOps    = []string{"publish", "subscribe", "group", "admin", "refresh"}
 	metricRefreshOutcomes = []string{"required", "ok", "refused"}
-	metricLimits          = []string{"connections", "connections_per_ip", "topics", "partitions", "http_publish_rate"}
+	metricLimits          = []string{"connections", "connections_per_ip", "topics", "partitions", "http_publish_rate", "redrive_ids"}
 )
 
 // readyProbeTimeout bounds the engine check behind switchyard_engine_ready,

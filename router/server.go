@@ -103,6 +103,9 @@ func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 	for _, p := range []string{"read_header", "read", "write"} {
 		m.timeouts.WithLabelValues(p)
 	}
+	for _, r := range []string{"content_type", "origin", "preflight_origin"} {
+		m.refused.WithLabelValues(r)
+	}
 	reg.MustRegister(m.timeouts, m.refused)
 	return m
 }
