@@ -215,6 +215,22 @@ func TestReadableOutput(t *testing.T) {
 	}
 }
 
+func TestSubFromLast(t *testing.T) {
+	g := newGateway(t)
+	for _, d := range []string{"1", "2", "3"} {
+		g.ok(t, "pub", "prices.eur", d)
+	}
+	g.ok(t, "pub", "prices.usd", "7")
+	got := lines(t, g.ok(t, "sub", "prices.*", "--from", "last", "--count", "2"))
+	seen := map[string]any{}
+	for _, m := range got {
+		seen[m["topic"].(string)] = m["data"]
+	}
+	if len(got) != 2 || seen["prices.eur"] != 3.0 || seen["prices.usd"] != 7.0 {
+		t.Errorf("--from last printed %v, want the newest record of each topic", got)
+	}
+}
+
 func TestSubLive(t *testing.T) {
 	g := newGateway(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
