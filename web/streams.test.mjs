@@ -265,3 +265,23 @@ test("status() yields open, reconnecting and closed, then ends", async () => {
   assert.equal((await it2.next()).done, true);
   c2.close();
 });
+
+test("on returns a remover; off removes; state events follow the connection", async () => {
+  const { client, ws } = await open();
+  const states = [];
+  const onState = (s) => states.push(s);
+  client.on("state", onState);
+  const opens = [];
+  const removeOpen = client.on("open", (w) => opens.push(w.session));
+  ws.drop();
+  await until(() => FakeWS.sockets.length === 2);
+  latest().welcome("e1", "s2");
+  removeOpen();
+  client.off("state", onState);
+  latest().drop();
+  await until(() => FakeWS.sockets.length === 3);
+  latest().welcome("e1", "s3");
+  assert.deepEqual(states, ["reconnecting", "open"]);
+  assert.deepEqual(opens, ["s2"]);
+  client.close();
+});

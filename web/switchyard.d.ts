@@ -210,6 +210,24 @@ export interface SubscribeOptions {
   autoAck?: boolean;
   /** Unsubscribes when it fires; a subscribe not yet confirmed rejects with `aborted`. */
   signal?: AbortSignal;
+  /** Plain only: announce this session on the matched topics and receive `join` / `leave` events. */
+  presence?: boolean;
+}
+
+/** The server asks for a new token before the current one expires. */
+export interface RefreshRequired {
+  op: "refresh_required";
+  /** RFC 3339. */
+  expires: string;
+}
+
+/** A presence change on a topic subscribed to with `presence: true`. */
+export interface PresenceEvent {
+  op: "join" | "leave";
+  topic: string;
+  session: string;
+  user: string;
+  info?: JSONValue;
 }
 
 /** Options of the async-iterable form of {@link Client.subscribe}. */
@@ -235,6 +253,12 @@ export interface PublishOptions {
 export interface ConnectOptions {
   /** Auth token sent as `?token=`; a function is asked before every attempt. */
   token?: string | (() => string | Promise<string>);
+  /**
+   * Async token source used instead of `token`: called before every
+   * connection attempt and when the server sends `refresh_required`, whose
+   * answer refreshes the open session without reconnecting.
+   */
+  getToken?: () => Promise<string>;
   /** Backoff settings; `false` disables reconnecting. */
   reconnect?: false | { minDelayMs?: number; maxDelayMs?: number };
   /** Timeout of every request and of the wait for `welcome`. */
@@ -288,6 +312,9 @@ export interface ClientEvents {
   reset: (ev: ResetEvent) => void;
   error: (err: SwitchyardError) => void;
   state: (state: ClientState) => void;
+  refresh_required: (frame: RefreshRequired) => void;
+  join: (frame: PresenceEvent) => void;
+  leave: (frame: PresenceEvent) => void;
 }
 
 export type Handler<T = JSONValue> = (msg: Message<T>, sub: Subscription) => unknown;
@@ -345,6 +372,13 @@ export declare class Client {
   closed(): Promise<SwitchyardError | undefined>;
   /** The connection's states as an async iterable, ending after `closed`. */
   status(opts?: { signal?: AbortSignal }): AsyncIterableIterator<Status>;
+
+  /**
+   * Presents a new token on the open session; resolves once the server
+   * accepted it. Rejects with `unauthorized` or `forbidden` (the session
+   * keeps its old token).
+   */
+  refresh(token: string): Promise<{ expires?: string }>;
 
   /** Subscribes with a handler; resolves once the server confirms. */
   subscribe<T = JSONValue>(pattern: string, handler: Handler<T>, opts?: SubscribeOptions): Promise<Subscription>;

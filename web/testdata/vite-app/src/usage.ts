@@ -16,6 +16,7 @@ import {
   type ClientState,
   type ConnectOptions,
   type From,
+  type PresenceEvent,
   type Gap,
   type Message,
   type PublishResult,
@@ -56,6 +57,14 @@ export async function everything(url: string): Promise<void> {
   client.on("state", onState);
   client.off("state", onState);
   offOpen();
+  client.on("refresh_required", (f) => console.log(f.expires));
+  const onJoin = (p: PresenceEvent) => console.log(p.op, p.topic, p.session, p.user, p.info);
+  client.on("join", onJoin);
+  client.on("leave", onJoin);
+  const refreshed: { expires?: string } = await client.refresh("new-jwt");
+  console.log(refreshed.expires);
+  await connect(url, { getToken: async () => "jwt" });
+  await client.subscribe("rooms.lobby", () => undefined, { presence: true });
 
   // Handler form.
   const froms: From[] = ["latest", "earliest", "last", { time: "2026-11-29T08:00:00Z" }, { last: 5 }, { epoch: "e", positions: [{ topic: "a", partition: 0, offset: 3 }] }];
