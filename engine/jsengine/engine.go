@@ -447,7 +447,11 @@ func (w *kvWatch) stop() {
 // heartbeats (10 to 20 s). It exits when the engine closes.
 func (e *Engine) watchLoop(kv jetstream.KeyValue, w *kvWatch, fn func(jetstream.KeyValueEntry, bool), ready chan<- struct{}) {
 	defer e.wg.Done()
-	defer func() { w.stop() }()
+	defer func() {
+		if w != nil { // nil when the engine closed while resuming the watch
+			w.stop()
+		}
+	}()
 	initial := true
 	var last uint64 // revision of the last change applied
 	for {
