@@ -130,6 +130,16 @@
 // node that Closes releases everything at once and deletes its keys; a
 // node that dies is taken over when its key expires. Leases not acked by
 // then are redelivered by the next holder from the committed offset.
+//
+// Attempts. The position also holds, per record not yet done, the delivery
+// attempts started on it, and the holder writes each attempt there before
+// the record reaches its member (the write carries the commit of what was
+// acked meanwhile, so a record costs one bucket write as before; delivery
+// waits for it). The next holder, after a crash or a release, continues
+// those counts, and a record whose every allowed attempt was used by nodes
+// that died with it goes to the dead letters ("holder lost") without
+// another delivery. A node dying between that write and the delivery
+// counts an attempt that never reached a member: at most one per crash.
 // Acks, nacks and ack timeouts are handled by the holding node (an Ack or
 // Nack sent to another node fails with engine.ErrNotInFlight); committed
 // offsets are written by a background committer, so Group on another node

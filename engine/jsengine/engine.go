@@ -619,9 +619,9 @@ func (e *Engine) Close(ctx context.Context) error {
 		clear(g.local)
 		for _, gp := range g.parts {
 			if gp.holding {
+				v := commitVal{Off: gp.Committed, Skipped: gp.Skipped, By: e.node, Leases: gp.leases(false)}
 				gp.dropWindow()
 				gp.holding = false
-				v := commitVal{Off: gp.Committed, Skipped: gp.Skipped, By: e.node}
 				rels = append(rels, release{gp.key, v.marshal(), gp.storedRev})
 			}
 			gp.member = nil

@@ -32,17 +32,40 @@ type groupDef struct {
 
 // commitVal is a group's position on one partition in the group bucket.
 // Holder is the node delivering the partition ("" when none); By is the
-// node that wrote the value.
+// node that wrote the value. Leases are the delivery attempts started on
+// the records not yet done, written before each attempt reaches a member,
+// so a node that takes the partition over continues their counts.
 type commitVal struct {
-	Off     int64  `json:"off"`
-	Skipped int64  `json:"skipped,omitempty"`
-	Holder  string `json:"holder,omitempty"`
-	By      string `json:"by,omitempty"`
+	Off     int64   `json:"off"`
+	Skipped int64   `json:"skipped,omitempty"`
+	Holder  string  `json:"holder,omitempty"`
+	By      string  `json:"by,omitempty"`
+	Leases  []lease `json:"leases,omitempty"`
+}
+
+// lease is one record's delivery attempts started so far.
+type lease struct {
+	Off      int64 `json:"o"`
+	Attempts int   `json:"a"`
 }
 
 func (v commitVal) marshal() []byte {
 	b, _ := json.Marshal(v)
 	return b
+}
+
+func (v commitVal) equal(w commitVal) bool {
+	return v.Off == w.Off && v.Skipped == w.Skipped && v.Holder == w.Holder && v.By == w.By && slices.Equal(v.Leases, w.Leases)
+}
+
+// attempts returns the attempts the value records for offset off.
+func (v commitVal) attempts(off int64) int {
+	for _, l := range v.Leases {
+		if l.Off == off {
+			return l.Attempts
+		}
+	}
+	return 0
 }
 
 func defKey(g string) string       { return "d." + enc(g) }
@@ -88,10 +111,28 @@ type gpart struct {
 	loaded    bool
 	acquiring bool // a claim is queued for the committer
 
-	holding bool             // this node delivers the partition
-	ahead   []*engine.Record // records fetched from NATS past the cache
+	holding  bool             // this node delivers the partition
+	ahead    []*engine.Record // records fetched from NATS past the cache
+	handback []lease          // leases written with a release
 
 	groupstate.Window // this node's window while holding
+}
+
+// leases returns the attempts started on gp's records not yet done; with
+// ahead, a Ready record counts the attempt it is about to get. Caller
+// holds gmu.
+func (gp *gpart) leases(ahead bool) []lease {
+	var out []lease
+	for _, f := range gp.Flights {
+		a := f.Attempt
+		if ahead && f.State == groupstate.Ready {
+			a++
+		}
+		if f.State != groupstate.Done && a > 0 {
+			out = append(out, lease{f.Rec.Offset, a})
+		}
+	}
+	return out
 }
 
 // dropWindow forgets every flight, stopping its timers, and the records
@@ -291,14 +332,37 @@ func (e *Engine) pump(gp *gpart) {
 	m := gp.member
 	outstanding, inFlight, draining := gp.Load(m)
 	if m != nil && !draining {
+		n := len(gp.Flights)
 		gp.Fill(outstanding, e.window(g.def), next, g.def.Filter,
 			func(off int64) *engine.Record { return e.recordAt(gp, off) })
+		for _, f := range gp.Flights[n:] {
+			e.resumeAttempts(gp, f)
+		}
 	}
 	if skipTo > skipFrom && m != nil {
 		m.Consumer.Skipped(g.name, gp.t.name, gp.p.index, skipFrom, skipTo)
 	}
 	if m != nil && !draining {
-		e.flights.DeliverReady(gp, &gp.Window, m)
+		// Each attempt is written to the bucket before it reaches the
+		// member: the committer writes it, then pumps again.
+		unwritten := false
+		for _, f := range gp.Flights {
+			if f.State != groupstate.Ready {
+				continue
+			}
+			if gp.stored.attempts(f.Rec.Offset) <= f.Attempt {
+				unwritten = true
+				continue
+			}
+			if !m.Room() {
+				m.Starved = true // as DeliverReady: pumped again once m settles one
+				break
+			}
+			e.flights.Deliver(gp, f, m)
+		}
+		if unwritten {
+			e.markDirty(gp)
+		}
 	}
 	gp.Advance()
 	if gp.Committed != before {
@@ -313,10 +377,23 @@ func (e *Engine) pump(gp *gpart) {
 	}
 	if m == nil && inFlight == 0 {
 		// Owned elsewhere (or by nobody): hand the partition back.
+		gp.handback = gp.leases(false)
 		gp.dropWindow()
 		gp.holding = false
 		e.markDirty(gp)
 		e.updateFloor(gp.p)
+	}
+}
+
+// resumeAttempts gives a new flight the attempts the bucket records for
+// it: delivered by a node that died, they continue from there. One whose
+// attempts are used up goes to the dead letters. Caller holds gmu.
+func (e *Engine) resumeAttempts(gp *gpart, f *groupstate.Flight) {
+	if f.State != groupstate.Ready || f.Attempt != 0 {
+		return
+	}
+	if f.Attempt = gp.stored.attempts(f.Rec.Offset); f.Attempt >= e.policy.MaxAttempts {
+		e.flights.Fail(gp, f, "holder lost", false)
 	}
 }
 
@@ -411,7 +488,7 @@ func (e *Engine) sync(gp *gpart) {
 		claim := false
 		switch {
 		case gp.holding:
-			want = commitVal{Off: gp.Committed, Skipped: gp.Skipped, Holder: e.node, By: e.node}
+			want = commitVal{Off: gp.Committed, Skipped: gp.Skipped, Holder: e.node, By: e.node, Leases: gp.leases(gp.member != nil)}
 		case gp.acquiring:
 			if gp.member == nil {
 				gp.acquiring = false
@@ -424,15 +501,15 @@ func (e *Engine) sync(gp *gpart) {
 				return
 			}
 			claim = true
-			want = commitVal{Off: gp.stored.Off, Skipped: gp.stored.Skipped, Holder: e.node, By: e.node}
+			want = commitVal{Off: gp.stored.Off, Skipped: gp.stored.Skipped, Holder: e.node, By: e.node, Leases: gp.stored.Leases}
 		default:
 			if !loaded || gp.stored.Holder != e.node {
 				e.gmu.Unlock()
 				return // nothing of ours to release
 			}
-			want = commitVal{Off: gp.Committed, Skipped: gp.Skipped, By: e.node}
+			want = commitVal{Off: gp.Committed, Skipped: gp.Skipped, By: e.node, Leases: gp.handback}
 		}
-		if loaded && !claim && gp.stored == want {
+		if loaded && !claim && gp.stored.equal(want) {
 			e.gmu.Unlock()
 			return
 		}
@@ -484,6 +561,9 @@ func (e *Engine) sync(gp *gpart) {
 		e.gmu.Lock()
 		if newRev > gp.storedRev {
 			gp.stored, gp.storedRev, gp.loaded = want, newRev, true
+		}
+		if !claim && gp.holding && !gp.removed {
+			e.pump(gp) // attempts just written may be delivered now
 		}
 		if claim && !gp.removed {
 			gp.acquiring = false
@@ -911,6 +991,7 @@ func (e *Engine) seekOne(ctx context.Context, gp *gpart, off int64) error {
 		if gp.holding {
 			gp.dropWindow()
 			gp.Committed, gp.Next = off, off
+			gp.stored.Leases = nil // attempts before a seek do not count
 			e.updateFloor(gp.p)
 			e.markDirty(gp)
 			e.pump(gp)
@@ -919,7 +1000,7 @@ func (e *Engine) seekOne(ctx context.Context, gp *gpart, off int64) error {
 		}
 		v, rev, loaded := gp.stored, gp.storedRev, gp.loaded
 		e.gmu.Unlock()
-		v.Off, v.By = off, e.node
+		v.Off, v.By, v.Leases = off, e.node, nil
 		var err error
 		if loaded {
 			_, err = e.groupKV.Update(ctx, gp.key, v.marshal(), rev)

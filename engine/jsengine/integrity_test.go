@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/enginetest"
+	"github.com/switchyard/switchyard/engine/jsengine"
 	"github.com/switchyard/switchyard/engine/jsengine/natstest"
 )
 
@@ -189,5 +192,85 @@ func TestMsgIDUncertainAppend(t *testing.T) {
 	t.Logf("%d of %d publishes needed a retry; %d of them had landed (duplicate)", retried, workers*each, dups)
 	if dups == 0 {
 		t.Errorf("no retry found its earlier try stored: the deadlines did not land mid-flight")
+	}
+}
+
+// newConnNode starts an engine on a connection the test owns: closing it
+// makes the node die as a crashed process would, without handing anything
+// over (its live keys expire after ttl).
+func newConnNode(t *testing.T, url, prefix string, policy engine.GroupPolicy, ttl time.Duration) (*jsengine.Engine, *nats.Conn) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.ReconnectBufSize(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e, err := jsengine.New(ctx, jsengine.Options{Conn: nc, Prefix: prefix, Policy: policy, MemberTTL: ttl})
+	if err != nil {
+		t.Fatalf("jsengine.New: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := e.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return e, nc
+}
+
+// TestAttemptsSurviveTakeover: a record whose holder dies with it leased
+// is redelivered by the next node with its attempt count continued, and
+// once every allowed attempt died with its node it goes to the dead
+// letters instead of being delivered again.
+func TestAttemptsSurviveTakeover(t *testing.T) {
+	url := natstest.URL(t)
+	prefix := natstest.Prefix(t, url)
+	policy := engine.GroupPolicy{MaxAttempts: 2, AckTimeout: time.Minute}
+	const ttl = time.Second
+	a, ncA := newConnNode(t, url, prefix, policy, ttl)
+	b, ncB := newConnNode(t, url, prefix, policy, ttl)
+	c, _ := newConnNode(t, url, prefix, policy, ttl)
+	ctx := context.Background()
+	if _, err := c.CreateTopic(ctx, engine.TopicConfig{Name: "crash", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	cons := map[string]*manualConsumer{}
+	for id, e := range map[string]*jsengine.Engine{"m1": a, "m2": b, "m3": c} {
+		cons[id] = newManual()
+		if _, err := e.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "crash", Member: id}, cons[id]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitMembers(t, "g", []string{"m1", "m2", "m3"}, a, b, c)
+	for _, data := range []string{`"poison"`, `"next"`} {
+		if _, err := c.Append(ctx, engine.Message{Topic: "crash", Data: []byte(data)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The partition goes to m1 (the lowest ID); each node holding the
+	// poison record dies with it.
+	for i, n := range []struct {
+		member string
+		nc     *nats.Conn
+	}{{"m1", ncA}, {"m2", ncB}} {
+		d := cons[n.member].next(t, 20*time.Second)
+		if d.Record.Offset != 0 || d.Attempt != i+1 {
+			t.Fatalf("%s got offset %d attempt %d, want offset 0 attempt %d", n.member, d.Record.Offset, d.Attempt, i+1)
+		}
+		n.nc.Close()
+	}
+	d := cons["m3"].next(t, 20*time.Second)
+	if d.Record.Offset != 1 || d.Attempt != 1 {
+		t.Fatalf("m3 got offset %d attempt %d, want the poison record dead-lettered and offset 1 attempt 1", d.Record.Offset, d.Attempt)
+	}
+	dls, err := c.DeadLetters(ctx, engine.DeadLetterFilter{Group: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 || dls[0].Record.Offset != 0 || dls[0].Attempts != 2 {
+		t.Fatalf("dead letters %+v, want offset 0 after 2 attempts", dls)
 	}
 }
