@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -16,6 +17,49 @@ import (
 // <prefix>.dl.ma for max_attempts letters (kept until redriven) and
 // <prefix>.dl.qf for queue_full ones (trimmed to Policy.DeadLetterLimit
 // with a keep-purge after each add).
+
+// letterJob is a max_attempts letter waiting for the letter writer, and
+// how to tell its group the outcome.
+type letterJob struct {
+	dl     *engine.DeadLetter
+	settle func(error) // called with gmu held
+}
+
+// letterWriter stores the max_attempts letters groups queue (see
+// Engine.deadLetter), each publish bounded by 5 s, with no lock held
+// across it; then it settles each letter's flight under gmu. It exits when
+// the engine closes: letters still queued then are not stored, and their
+// records stay owed (the next holder dead-letters them again).
+func (e *Engine) letterWriter() {
+	defer e.wg.Done()
+	for {
+		select {
+		case <-e.closeCh:
+			return
+		case <-e.letterKick:
+		}
+		e.lmu.Lock()
+		jobs := e.letterQ
+		e.letterQ = nil
+		e.lmu.Unlock()
+		for _, j := range jobs {
+			if e.closed.Load() {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, done := e.onConn(ctx)
+			err := done(e.storeDeadLetter(ctx, j.dl))
+			cancel()
+			if err != nil {
+				e.log.Warn("jsengine: dead letter not stored; retrying", "group", j.dl.Group,
+					"topic", j.dl.Record.Topic, "offset", j.dl.Record.Offset, "err", err)
+			}
+			e.gmu.Lock()
+			j.settle(err)
+			e.gmu.Unlock()
+		}
+	}
+}
 
 func (e *Engine) dlSubject(reason string) string {
 	if reason == engine.ReasonQueueFull {

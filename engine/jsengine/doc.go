@@ -33,10 +33,23 @@
 // Reading. Read and group catch-up use direct gets of the record stream
 // filtered by the partition's subject (one round trip per record), after a
 // binary search over stream sequences for the first wanted offset (offsets
-// grow with sequences within a subject). The tail keeps the last 512
-// records of every partition in memory, so reads and deliveries near the
-// head cost no round trip. Reading a long backlog is therefore slower than
-// a consumer-based scan would be; it keeps Read stateless on the server.
+// grow with sequences within a subject). The search is bounded above by
+// the highest sequence known: the subject's last as just loaded (Read) or
+// the highest this node saw of the subject or of the stream (catch-up), so
+// it takes about log2 of the sequences in between (a dozen round trips
+// over thousands of records, not 63 over all of uint64). A group cursor
+// fetches 64 records at a time, in a goroutine of its own and without the
+// group lock, then pumps; its next fetch starts at the sequence after the
+// last, with no search. The tail keeps the last 512 records of every
+// partition in memory, so reads and deliveries near the head cost no round
+// trip. Reading a long backlog is therefore slower than a consumer-based
+// scan would be; it keeps Read stateless on the server.
+//
+// Listing. Topics loads every partition's state from NATS at most once a
+// second (or at once after a topic was created or deleted); in between it
+// answers from that load, with earliest and next offsets brought up to
+// what the tail and this node's appends saw. Readiness probes, replaying
+// subscribes and the system topics call it often.
 //
 // Live tail. Each engine runs one ordered consumer over <prefix>.rec.>,
 // starting after the last record stored when it was created. It sees every
@@ -189,8 +202,10 @@
 // (run by nats.go's consumer), one watcher loop per bucket (topics,
 // groups, live), the connection watcher (tracks the connection's status
 // for the fail-fast and watcher-resume rules above), the committer (writes
-// positions, claims and releases) and the heartbeat; short-lived retry
-// timers; and Clock timer callbacks (ack timeouts, backoffs, block
+// positions, claims and releases), the letter writer (stores max_attempts
+// dead letters and settles their records) and the heartbeat; short-lived
+// retry timers and group fetches (one at most per cursor, each bounded by
+// 5 s); and Clock timer callbacks (ack timeouts, backoffs, block
 // timeouts).
 //
 // Observer.Appended is called from the tail goroutine, TopicDeleted from the
@@ -212,8 +227,11 @@
 //  4. partition.smu: one partition's shared view, cache and block floor.
 //
 // Leaf locks: the mutexes in Engine.life and Engine.observers,
-// Engine.tailMu, Engine.dmu and Engine.connMu.
-// Group code does NATS round trips under gmu only to fetch records missing
-// from the cache and to store dead letters; positions are written by the
-// committer without it.
+// Engine.tailMu, Engine.dmu, Engine.lmu, Engine.topicsMu and Engine.connMu.
+// No NATS round trip happens under gmu: records missing from the cache are
+// fetched by a goroutine per cursor, dead letters are stored by the letter
+// writer, and positions are written by the committer, each without it,
+// taking gmu afterwards only to apply the outcome. A slow or stalled NATS
+// therefore delays the cursors waiting on it, never the tail, acks, nacks
+// and heartbeats of the others.
 package jsengine

@@ -120,6 +120,10 @@ type Engine struct {
 
 	life lifecycle.Guard // engine-closed flag, timer callbacks and afterReal goroutines
 
+	topicsGen atomic.Uint64 // bumped when a topic is installed or dropped
+	topicsMu  sync.Mutex    // guards topicsC
+	topicsC   *topicsCache
+
 	tmu    sync.RWMutex // guards following
 	topics map[string]*topic
 	// deleted remembers the KV revision of each topic name's last delete
@@ -154,6 +158,10 @@ type Engine struct {
 
 	dmu   sync.Mutex // guards following
 	dedup map[string]*dedupCall
+
+	lmu        sync.Mutex    // guards following
+	letterQ    []letterJob   // max_attempts letters for letterWriter
+	letterKick chan struct{} // capacity 1: wakes letterWriter
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -165,25 +173,26 @@ var _ engine.Engine = (*Engine)(nil)
 // with an error wrapping engine.ErrUnavailable when NATS cannot be reached.
 func New(ctx context.Context, opts Options) (*Engine, error) {
 	e := &Engine{
-		prefix:   opts.Prefix,
-		clock:    opts.Clock,
-		newID:    opts.NewID,
-		defaults: opts.Defaults.WithDefaults(engine.Defaults),
-		strict:   opts.Strict,
-		policy:   opts.Policy.WithDefaults(engine.DefaultGroupPolicy),
-		log:      opts.Logger,
-		ttl:      opts.MemberTTL,
-		closeCh:  make(chan struct{}),
-		topics:   make(map[string]*topic),
-		deleted:  make(map[string]uint64),
-		groups:   make(map[string]*group),
-		reg:      make(map[string]map[string]string),
-		nodes:    make(map[string]bool),
-		dirty:    make(map[*gpart]struct{}),
-		kick:     make(chan struct{}, 1),
-		tailWake: make(chan struct{}),
-		dedup:    make(map[string]*dedupCall),
-		node:     randomID()[:16],
+		prefix:     opts.Prefix,
+		clock:      opts.Clock,
+		newID:      opts.NewID,
+		defaults:   opts.Defaults.WithDefaults(engine.Defaults),
+		strict:     opts.Strict,
+		policy:     opts.Policy.WithDefaults(engine.DefaultGroupPolicy),
+		log:        opts.Logger,
+		ttl:        opts.MemberTTL,
+		closeCh:    make(chan struct{}),
+		topics:     make(map[string]*topic),
+		deleted:    make(map[string]uint64),
+		groups:     make(map[string]*group),
+		reg:        make(map[string]map[string]string),
+		nodes:      make(map[string]bool),
+		dirty:      make(map[*gpart]struct{}),
+		kick:       make(chan struct{}, 1),
+		letterKick: make(chan struct{}, 1),
+		tailWake:   make(chan struct{}),
+		dedup:      make(map[string]*dedupCall),
+		node:       randomID()[:16],
 	}
 	if e.prefix == "" {
 		e.prefix = DefaultPrefix
@@ -360,9 +369,10 @@ func (e *Engine) setup(ctx context.Context) error {
 	}
 	e.tailCC = cc
 
-	e.wg.Add(2)
-	go e.committer() // exits when closeCh is closed
-	go e.heartbeat() // exits when closeCh is closed
+	e.wg.Add(3)
+	go e.committer()    // exits when closeCh is closed
+	go e.heartbeat()    // exits when closeCh is closed
+	go e.letterWriter() // exits when closeCh is closed
 	return nil
 }
 

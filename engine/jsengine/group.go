@@ -113,6 +113,9 @@ type gpart struct {
 
 	holding  bool             // this node delivers the partition
 	ahead    []*engine.Record // records fetched from NATS past the cache
+	aheadEnd int64            // the offset after ahead's last record
+	aheadSeq uint64           // the stream sequence after it
+	fetching bool             // a fetchAhead is running
 	handback []lease          // leases written with a release
 
 	groupstate.Window // this node's window while holding
@@ -275,8 +278,13 @@ func (e *Engine) markDirty(gp *gpart) {
 	}
 }
 
-// recordAt returns the record at off for gp, from the tail's cache or
-// from NATS. Caller holds gmu.
+// fetchBatch is how many records a group cursor fetches from NATS at once
+// when it reads past the tail's cache.
+const fetchBatch = 64
+
+// recordAt returns the record at off for gp from the tail's cache or the
+// records fetched ahead; nil while they are being fetched from NATS, which
+// happens without gmu (see fetchAhead). Caller holds gmu.
 func (e *Engine) recordAt(gp *gpart, off int64) *engine.Record {
 	if r := gp.p.cachedAt(off); r != nil {
 		return r
@@ -284,26 +292,57 @@ func (e *Engine) recordAt(gp *gpart, off int64) *engine.Record {
 	if n := len(gp.ahead); n > 0 && off >= gp.ahead[0].Offset && off < gp.ahead[0].Offset+int64(n) {
 		return gp.ahead[off-gp.ahead[0].Offset]
 	}
-	if e.reachable() != nil {
-		return nil // the tail pumps again once NATS is back
+	if !gp.fetching && e.reachable() == nil {
+		e.fetchAhead(gp, off)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ctx, done := e.onConn(ctx) // gmu is held: give up at once if NATS goes
-	defer done(nil)
-	recs, err := e.fetch(ctx, gp.p, off, 64, 0)
-	if err != nil || len(recs) == 0 {
-		return nil
+	return nil // the fetch pumps gp when done; the tail once NATS is back
+}
+
+// fetchAhead reads up to fetchBatch records of gp's partition from off in
+// a goroutine of its own, holding no lock across the round trips, so a
+// slow NATS delays only this cursor; then it pumps gp. The search for off
+// is bounded by the highest sequence known, and skipped when off follows
+// the previous fetch. Caller holds gmu.
+func (e *Engine) fetchAhead(gp *gpart, off int64) {
+	if !e.life.Enter() {
+		return
 	}
-	if recs[0].Offset != off { // trimmed by retention (perhaps on another node)
-		p := gp.p
-		p.smu.Lock()
-		p.earliest = max(p.earliest, recs[0].Offset)
-		p.smu.Unlock()
-		return nil
+	gp.fetching = true
+	var hint uint64
+	if gp.aheadEnd == off {
+		hint = gp.aheadSeq
 	}
-	gp.ahead = recs
-	return recs[0]
+	p := gp.p
+	go func() { // exits after one fetch, bounded by its 5 s timeout
+		defer e.life.Exit()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, done := e.onConn(ctx)
+		recs, next, err := e.fetch(ctx, p, off, fetchBatch, e.lastSeen(p), hint)
+		done(nil)
+		cancel()
+		e.gmu.Lock()
+		defer e.gmu.Unlock()
+		gp.fetching = false
+		switch {
+		case err != nil:
+			e.log.Debug("jsengine: group fetch", "subject", p.subject, "err", err)
+			e.afterReal(200*time.Millisecond, func() {
+				e.gmu.Lock()
+				defer e.gmu.Unlock()
+				e.pump(gp)
+			})
+			return
+		case len(recs) == 0:
+			return
+		case recs[0].Offset != off: // trimmed by retention (perhaps on another node)
+			p.smu.Lock()
+			p.earliest = max(p.earliest, recs[0].Offset)
+			p.smu.Unlock()
+		default:
+			gp.ahead, gp.aheadEnd, gp.aheadSeq = recs, off+int64(len(recs)), next
+		}
+		e.pump(gp)
+	}()
 }
 
 // pump brings gp up to date: a node whose member owns the partition claims
@@ -413,18 +452,23 @@ func (e *Engine) newMachine() groupstate.Machine[*gpart] {
 	}
 }
 
-// deadLetter stores a record that ran out of attempts. A letter that
-// cannot be stored is reported to the group machine, which keeps the
-// record owed and tries again. Caller holds gmu.
-func (e *Engine) deadLetter(dl *engine.DeadLetter, _ func(error)) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ctx, done := e.onConn(ctx) // gmu is held: give up at once if NATS goes
-	err := done(e.storeDeadLetter(ctx, dl))
-	if err != nil {
-		e.log.Warn("jsengine: dead letter not stored; retrying", "group", dl.Group, "topic", dl.Record.Topic, "offset", dl.Record.Offset, "err", err)
+// deadLetter queues a record that ran out of attempts for the letter
+// writer, which stores it without gmu and then settles the flight; while
+// NATS is unreachable it refuses at once and the group machine tries again
+// after the backoff. Until the letter is stored the record stays owed.
+// Caller holds gmu.
+func (e *Engine) deadLetter(dl *engine.DeadLetter, settle func(error)) error {
+	if err := e.reachable(); err != nil {
+		return err
 	}
-	return err
+	e.lmu.Lock()
+	e.letterQ = append(e.letterQ, letterJob{dl, settle})
+	e.lmu.Unlock()
+	select {
+	case e.letterKick <- struct{}{}:
+	default:
+	}
+	return groupstate.ErrPending
 }
 
 // applyStored takes in a position written to the bucket. A value another

@@ -274,3 +274,130 @@ func TestAttemptsSurviveTakeover(t *testing.T) {
 		t.Fatalf("dead letters %+v, want offset 0 after 2 attempts", dls)
 	}
 }
+
+// TestSlowNATSDoesNotStall: while NATS stops answering (every byte the
+// node sends is held), a dead letter being published must not hold up an
+// ack of another partition, and Topics answers from what it loaded; once
+// NATS answers again the letter is stored and both partitions commit.
+func TestSlowNATSDoesNotStall(t *testing.T) {
+	url := natstest.URL(t)
+	px := newStallProxy(t, url)
+	policy := engine.GroupPolicy{MaxAttempts: 1, AckTimeout: time.Minute, BackoffMin: 50 * time.Millisecond}
+	e := newNode(t, nodeOpts{url: px.URL(), prefix: natstest.Prefix(t, url), c: enginetest.Config{Policy: policy}})
+	ctx := context.Background()
+	if _, err := e.CreateTopic(ctx, engine.TopicConfig{Name: "slow", Partitions: 2, Partitioner: engine.RoundRobin}); err != nil {
+		t.Fatal(err)
+	}
+	mc := newManual()
+	if _, err := e.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "slow", Member: "m"}, mc); err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range []string{`"poison"`, `"fine"`} {
+		if _, err := e.Append(ctx, engine.Message{Topic: "slow", Data: []byte(data)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byPart := map[int]engine.Delivery{}
+	for range 2 {
+		d := mc.next(t, 10*time.Second)
+		byPart[d.Record.Partition] = d
+	}
+	if _, err := e.Topics(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	px.Stall()
+	nacked := make(chan error, 1)
+	go func() { nacked <- e.Nack(ctx, "g", "m", posOf(byPart[0].Record), "boom") }() // its letter's publish stalls
+	acked := make(chan error, 1)
+	go func() { acked <- e.Ack(ctx, "g", "m", posOf(byPart[1].Record)) }()
+	// The stalled publish would give up after 5 s; an ack that waits for
+	// it was blocked behind I/O.
+	for _, c := range []struct {
+		name string
+		ch   chan error
+	}{{"Ack", acked}, {"Nack", nacked}} {
+		name, ch := c.name, c.ch
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Errorf("%s while NATS stalls: %v", name, err)
+			}
+		case <-time.After(3 * time.Second):
+			px.Resume()
+			t.Fatalf("%s did not return while a dead letter's publish was stalled", name)
+		}
+	}
+	tctx, cancel := context.WithTimeout(ctx, time.Second)
+	ts, err := e.Topics(tctx)
+	cancel()
+	if err != nil || len(ts) != 1 || ts[0].Parts[0].Next != 1 || ts[0].Parts[1].Next != 1 {
+		t.Errorf("Topics while NATS stalls: %+v, %v; want the listing loaded before", ts, err)
+	}
+	px.Resume()
+
+	waitUntil(t, "the dead letter stored and both partitions committed", func() bool {
+		dls, err := e.DeadLetters(ctx, engine.DeadLetterFilter{Group: "g"})
+		if err != nil || len(dls) != 1 {
+			return false
+		}
+		info, err := e.Group(ctx, "g")
+		return err == nil && info.Partitions[0].Committed == 1 && info.Partitions[1].Committed == 1
+	})
+}
+
+// ackAll acks every delivery on e until want records were acked or
+// bound passes; it returns how many it acked.
+func ackAll(t *testing.T, e *jsengine.Engine, mc *manualConsumer, group, member string, want int, bound time.Duration) int {
+	t.Helper()
+	deadline := time.After(bound)
+	for n := 0; n < want; n++ {
+		select {
+		case d := <-mc.q:
+			if err := e.Ack(context.Background(), group, member, posOf(d.Record)); err != nil {
+				t.Fatalf("Ack %v: %v", posOf(d.Record), err)
+			}
+		case <-deadline:
+			return n
+		}
+	}
+	return want
+}
+
+// TestCatchUpRoundTrips: a group reading a backlog this node's tail never
+// saw fetches it from NATS; the search for where to start is bounded by
+// the sequence the node knows is last, and later fetches continue from
+// where the previous one ended. Counted in messages the node sends per
+// record consumed: one direct get, one position write, and little else.
+func TestCatchUpRoundTrips(t *testing.T) {
+	url := natstest.URL(t)
+	prefix := natstest.Prefix(t, url)
+	w := newNode(t, nodeOpts{url: url, prefix: prefix})
+	ctx := context.Background()
+	const n = 400
+	for i := range n {
+		if _, err := w.Append(ctx, engine.Message{Topic: "backlog", Data: fmt.Appendf(nil, "%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, nc := newConnNode(t, url, prefix, engine.GroupPolicy{}, 0)
+	mc := newManual()
+	if _, err := r.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "backlog", Member: "m"}, mc); err != nil {
+		t.Fatal(err)
+	}
+	if got := ackAll(t, r, mc, "g", "m", 1, 10*time.Second); got != 1 {
+		t.Fatal("no first delivery")
+	}
+	before := nc.Stats().OutMsgs
+	if got := ackAll(t, r, mc, "g", "m", n-1, 30*time.Second); got != n-1 {
+		t.Fatalf("acked %d of %d records", got, n-1)
+	}
+	sent := nc.Stats().OutMsgs - before
+	perRecord := float64(sent) / float64(n-1)
+	t.Logf("%d messages sent for %d records: %.2f per record", sent, n-1, perRecord)
+	// A search per fetch of 64 records with no known last sequence costs
+	// about 63 more round trips each, one per record.
+	if perRecord > 2.5 {
+		t.Errorf("%.2f messages per record caught up, want at most 2.5", perRecord)
+	}
+}

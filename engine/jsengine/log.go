@@ -74,6 +74,7 @@ type partition struct {
 	smu      sync.Mutex // guards following: the view the tail and appends keep
 	next     int64
 	earliest int64
+	seen     uint64   // the highest stream sequence of the subject seen here
 	cache    []cached // contiguous ascending offsets
 	// Block policy, written by group code under Engine.gmu then smu.
 	readers int
@@ -210,6 +211,7 @@ func (e *Engine) loadState(ctx context.Context, p *partition) error {
 func (e *Engine) updateView(p *partition) {
 	p.smu.Lock()
 	p.next = max(p.next, p.nextW)
+	p.seen = max(p.seen, p.lastSeq)
 	p.earliest = max(p.earliest, p.earliestW)
 	if len(p.cache) > 0 && p.cache[0].rec.Offset < p.earliest {
 		i := min(int(p.earliest-p.cache[0].rec.Offset), len(p.cache))
@@ -325,6 +327,7 @@ func (e *Engine) install(name string, v topicVal, inc uint64) (*topic, bool) {
 	t := e.newTopic(name, v, inc)
 	e.topics[name] = t
 	e.tmu.Unlock()
+	e.topicsGen.Add(1)
 	if cur != nil {
 		e.dropTopic(cur)
 	}
@@ -350,6 +353,7 @@ func (e *Engine) dropTopic(t *topic) {
 		delete(e.topics, t.name)
 	}
 	e.tmu.Unlock()
+	e.topicsGen.Add(1)
 	for _, p := range t.parts {
 		p.smu.Lock()
 		close(p.space) // wake blocked appenders; they see deleted
@@ -553,20 +557,45 @@ func (e *Engine) topicInfo(ctx context.Context, t *topic) (engine.TopicInfo, err
 	return info, nil
 }
 
-// Topics returns every topic, sorted by name. It fails with an error
-// wrapping engine.ErrUnavailable at once while NATS is unreachable, even
-// when there are no topics, so it serves as a readiness check.
+// topicsMaxAge is how long Topics serves the partition states it loaded
+// from NATS before loading them again (offsets are kept current from the
+// tail meanwhile): readiness probes, replaying subscribes and the system
+// topics ask often, and each load is a round trip per partition.
+const topicsMaxAge = time.Second
+
+// topicsCache is the last listing Topics loaded.
+type topicsCache struct {
+	at    time.Time // real time of the load
+	gen   uint64    // Engine.topicsGen at the load
+	ts    []*topic
+	infos []engine.TopicInfo
+}
+
+// Topics returns every topic, sorted by name. Partition states are loaded
+// from NATS at most once per topicsMaxAge (a topic created or deleted meanwhile
+// reloads them at once); in between, earliest and next offsets come from
+// what this node's tail and appends saw, and Bytes from the last load. It
+// fails with an error wrapping engine.ErrUnavailable at once while NATS is
+// unreachable, even when there are no topics, so it serves as a readiness
+// check.
 func (e *Engine) Topics(ctx context.Context) (_ []engine.TopicInfo, err error) {
 	ctx, done := e.onConn(ctx)
 	defer func() { err = done(err) }()
 	if err := e.reachable(); err != nil {
 		return nil, err
 	}
+	gen := e.topicsGen.Load()
+	e.topicsMu.Lock()
+	c := e.topicsC
+	e.topicsMu.Unlock()
+	if c != nil && c.gen == gen && time.Since(c.at) < topicsMaxAge {
+		return c.current(), nil
+	}
 	e.tmu.RLock()
 	ts := slices.Collect(maps.Values(e.topics))
 	e.tmu.RUnlock()
 	slices.SortFunc(ts, func(a, b *topic) int { return strings.Compare(a.name, b.name) })
-	out := make([]engine.TopicInfo, 0, len(ts))
+	c = &topicsCache{at: time.Now(), gen: gen}
 	for _, t := range ts {
 		info, err := e.topicInfo(ctx, t)
 		if err != nil {
@@ -575,9 +604,34 @@ func (e *Engine) Topics(ctx context.Context) (_ []engine.TopicInfo, err error) {
 			}
 			continue // deleted meanwhile
 		}
+		c.ts, c.infos = append(c.ts, t), append(c.infos, info)
+	}
+	e.topicsMu.Lock()
+	e.topicsC = c
+	e.topicsMu.Unlock()
+	return c.current(), nil
+}
+
+// current returns a copy of the listing with offsets brought up to what
+// the node has seen since.
+func (c *topicsCache) current() []engine.TopicInfo {
+	out := make([]engine.TopicInfo, 0, len(c.infos))
+	for i, info := range c.infos {
+		t := c.ts[i]
+		if t.deleted.Load() {
+			continue
+		}
+		info.Parts = slices.Clone(info.Parts)
+		for j, p := range t.parts {
+			earliest, next := p.view()
+			pi := &info.Parts[j]
+			pi.Next = max(pi.Next, next)
+			pi.Earliest = min(max(pi.Earliest, earliest), pi.Next)
+			pi.Dropped = pi.Earliest
+		}
 		out = append(out, info)
 	}
-	return out, nil
+	return out
 }
 
 // errTopicGone: the topic was deleted between lookup and append.
@@ -866,7 +920,7 @@ func (e *Engine) Read(ctx context.Context, topicName string, partition int, from
 	if n == 0 {
 		return []*engine.Record{}, from, nil
 	}
-	recs, err := e.fetch(ctx, p, from, n, lastSeq)
+	recs, _, err := e.fetch(ctx, p, from, n, lastSeq, 0)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -876,8 +930,11 @@ func (e *Engine) Read(ctx context.Context, topicName string, partition int, from
 	return recs, from + int64(len(recs)), nil
 }
 
-// fetch returns up to n records of p from offset from.
-func (e *Engine) fetch(ctx context.Context, p *partition, from int64, n int, lastSeq uint64) ([]*engine.Record, error) {
+// fetch returns up to n records of p from offset from, and the stream
+// sequence after the last one returned. lastSeq bounds the subject's
+// sequences (0: unknown); hint, when not 0, is the sequence of the record
+// at from or of an earlier one, which spares the search.
+func (e *Engine) fetch(ctx context.Context, p *partition, from int64, n int, lastSeq, hint uint64) ([]*engine.Record, uint64, error) {
 	recs := make([]*engine.Record, 0, n)
 	var seq uint64
 	p.smu.Lock()
@@ -891,17 +948,19 @@ func (e *Engine) fetch(ctx context.Context, p *partition, from int64, n int, las
 		}
 	}
 	p.smu.Unlock()
-	if len(recs) == 0 {
+	if len(recs) == 0 && hint > 0 {
+		seq = hint
+	} else if len(recs) == 0 {
 		s, err := e.seekSeq(ctx, p, lastSeq, func(m parsed) bool { return m.off >= from })
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		seq = s
 	}
 	for len(recs) < n && seq > 0 {
 		m, ok, err := e.getMsg(ctx, p, seq)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if !ok {
 			break
@@ -912,7 +971,19 @@ func (e *Engine) fetch(ctx context.Context, p *partition, from int64, n int, las
 		}
 		recs = append(recs, m.rec)
 	}
-	return recs, nil
+	return recs, seq, nil
+}
+
+// lastSeen bounds the stream sequences of p's records this node can know
+// of: the highest it saw of the subject, or the tail's position (every
+// record stored before the tail's start or announced since is below it).
+func (e *Engine) lastSeen(p *partition) uint64 {
+	p.smu.Lock()
+	seen := p.seen
+	p.smu.Unlock()
+	e.tailMu.Lock()
+	defer e.tailMu.Unlock()
+	return max(seen, e.tailSeq)
 }
 
 // seekSeq returns the smallest sequence s at which the first message of p's
@@ -1041,6 +1112,7 @@ func (e *Engine) tailMsg(msg jetstream.Msg) {
 	}
 	p.smu.Lock()
 	p.next = max(p.next, pm.off+1)
+	p.seen = max(p.seen, seq)
 	if pm.mark {
 		p.earliest = max(p.earliest, pm.off+1)
 		p.cache = p.cache[:0]
