@@ -120,16 +120,22 @@ func npm(t *testing.T) string {
 
 func run(t *testing.T, ctx context.Context, dir, name string, args ...string) string {
 	t.Helper()
+	out, err := tryRun(ctx, dir, name, args...)
+	if err != nil {
+		t.Fatalf("%s %s in %s: %v\n%s", name, strings.Join(args, " "), dir, err, out)
+	}
+	return out
+}
+
+func tryRun(ctx context.Context, dir, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "NO_COLOR=1", "npm_config_update_notifier=false")
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %s in %s: %v\n%s", name, strings.Join(args, " "), dir, err, out.String())
-	}
-	return out.String()
+	err := cmd.Run()
+	return out.String(), err
 }
 
 // TestPackageInViteApp packs the client with npm, installs the tarball into
@@ -194,9 +200,14 @@ func TestPackageInViteApp(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	quiet := []string{"--no-audit", "--no-fund", "--prefer-offline"}
-	run(t, ctx, app, npmPath, append([]string{"ci"}, quiet...)...)
-	run(t, ctx, app, npmPath, append([]string{"install", "--no-save", filepath.Join(tmp, packed[0].Filename)}, quiet...)...)
+	// npm's cache makes --prefer-offline fast, but cached metadata older
+	// than the lock file's versions makes it fail; then ask the registry.
+	quiet := []string{"--no-audit", "--no-fund"}
+	if out, err := tryRun(ctx, app, npmPath, append([]string{"ci", "--prefer-offline"}, quiet...)...); err != nil {
+		t.Logf("npm ci --prefer-offline failed, retrying online: %v\n%s", err, out)
+		run(t, ctx, app, npmPath, append([]string{"ci"}, quiet...)...)
+	}
+	run(t, ctx, app, npmPath, append([]string{"install", "--no-save", "--prefer-offline", filepath.Join(tmp, packed[0].Filename)}, quiet...)...)
 	run(t, ctx, app, filepath.Join(app, "node_modules", ".bin", "tsc"), "--noEmit", "-p", ".")
 	run(t, ctx, app, filepath.Join(app, "node_modules", ".bin", "vite"), "build", "--logLevel", "warn")
 
