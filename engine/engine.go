@@ -333,6 +333,9 @@ const MaxGroupInFlight = 1000
 type MemberRef struct {
 	Group  string
 	Member string
+	// Unsent lists records leased to the member that never reached it (a
+	// HandBack does not count those deliveries as attempts).
+	Unsent []Position
 }
 
 // GroupPolicy holds the delivery rules an engine applies to every group.
@@ -497,9 +500,11 @@ type Engine interface {
 	Leave(ctx context.Context, group, member string) error
 	// HandBack removes every listed member in one step, as a node does when
 	// it shuts down: no record they held is delivered to another of the
-	// listed members, and each record they held goes back without its last
-	// delivery counting as an attempt (a graceful hand-back never
-	// dead-letters). Members that are gone already are skipped.
+	// listed members, and each record they held goes back to the group. A
+	// delivery listed in MemberRef.Unsent never reached the member and is
+	// not an attempt; the others count as delivered. A hand-back never
+	// dead-letters: a record handed back after its last attempt is
+	// delivered once more. Members that are gone already are skipped.
 	HandBack(ctx context.Context, members []MemberRef) error
 	// Ack settles a record leased to member. member "" settles the record
 	// whoever holds it; any other member that does not hold the lease now

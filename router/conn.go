@@ -437,7 +437,7 @@ func (rt *Router) dropSub(s *subscription) {
 	}
 	rt.m.subscriptions.WithLabelValues("group").Dec()
 	rt.stats.groupSubs.Add(-1)
-	if s.member != "" {
+	if s.member != "" && !s.handedBack.Load() {
 		// Leave with a fresh context: the session's may be canceled, and
 		// the member's records must go back.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

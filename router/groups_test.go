@@ -1,9 +1,14 @@
 package router_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/memengine"
+	"github.com/switchyard/switchyard/session"
 )
 
 // TestGroupFilter: a group fixed to a header filter never delivers what the
@@ -95,5 +100,165 @@ func TestPushAndPullShareAGroup(t *testing.T) {
 	_, grp, _ = g.httpDo(t, "GET", "/v1/groups/shared", nil)
 	if after := fmt.Sprint(grp["partitions"]); after != before {
 		t.Fatalf("a late ack moved the group: %s -> %s", before, after)
+	}
+}
+
+// TestShutdownKeepsAttempts: a clean shutdown does not burn attempts. Two
+// members on gateway A hold a record each (both reached the client, so
+// each was one attempt) when A shuts down; with two attempts allowed,
+// nothing is dead-lettered and a member on gateway B gets both records as
+// their second attempt. Before the fix A closed its sessions first and
+// then let members leave one by one, so the first member's record was
+// "delivered" to the second member's closed queue (attempt 2) and
+// dead-lettered when that one left, no client having seen it twice.
+func TestShutdownKeepsAttempts(t *testing.T) {
+	eng := memengine.New(memengine.Options{Policy: engine.GroupPolicy{MaxAttempts: 2, AckTimeout: time.Hour}})
+	t.Cleanup(func() { _ = eng.Close(context.Background()) })
+	a, b := newGatewayOn(t, eng), newGatewayOn(t, eng)
+	if code, _, _ := a.httpDo(t, "POST", "/v1/topics", map[string]any{"name": "jobs", "partitions": 2, "partitioner": "round_robin"}); code != 201 {
+		t.Fatal("create failed")
+	}
+	c1, c2 := a.dial(t), a.dial(t)
+	c1.subscribe(t, "jobs", "group", "workers")
+	c2.subscribe(t, "jobs", "group", "workers")
+	a.httpDo(t, "POST", "/v1/publish", map[string]any{"topic": "jobs", "data": 1})
+	a.httpDo(t, "POST", "/v1/publish", map[string]any{"topic": "jobs", "data": 2})
+	c1.nextOp(t, "message")
+	c2.nextOp(t, "message")
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := a.rt.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if dls, _ := eng.DeadLetters(ctx, engine.DeadLetterFilter{Group: "workers"}); len(dls) != 0 {
+		t.Fatalf("a clean shutdown dead-lettered %d records: %+v", len(dls), dls)
+	}
+	c3 := b.dial(t)
+	c3.subscribe(t, "jobs", "group", "workers")
+	for range 2 {
+		m := c3.nextOp(t, "message")
+		if num(m, "attempt") != 2 {
+			t.Fatalf("after a clean shutdown got %v, want attempt 2", m)
+		}
+		c3.mustOK(t, map[string]any{"op": "ack", "group": "workers", "topic": "jobs", "partition": m["partition"], "offset": m["offset"]}, "acked")
+	}
+}
+
+// TestManyPartitionsJoinNotDisconnected: a member assigned more partitions
+// with backlog than four times its queue bound is not closed with 1013
+// while joining: the engine holds back what the member's window (the
+// session's queue bound) cannot take and delivers it as the member acks.
+// Before the fix the engine pushed one delivery per partition at once and
+// the session overflowed on every join.
+func TestManyPartitionsJoinNotDisconnected(t *testing.T) {
+	const queue, partitions = 4, 64
+	g := newGateway(t, func(c *gwConfig) { c.router.Session = session.Options{QueueMessages: queue} })
+	if code, _, _ := g.httpDo(t, "POST", "/v1/topics", map[string]any{"name": "wide", "partitions": partitions, "partitioner": "round_robin"}); code != 201 {
+		t.Fatal("create failed")
+	}
+	for i := range partitions {
+		g.httpDo(t, "POST", "/v1/publish", map[string]any{"topic": "wide", "data": i})
+	}
+	c := g.dial(t)
+	c.subscribe(t, "wide", "group", "wide-readers")
+	seen := map[int64]bool{}
+	for len(seen) < partitions {
+		m := c.next(t)
+		if m["op"] != "message" {
+			t.Fatalf("after %d records got %v, want messages", len(seen), m)
+		}
+		if seen[num(m, "partition")] {
+			t.Fatalf("partition %d twice: %v", num(m, "partition"), m)
+		}
+		seen[num(m, "partition")] = true
+		c.send(t, map[string]any{"op": "ack", "group": "wide-readers", "topic": "wide", "partition": m["partition"], "offset": m["offset"]})
+	}
+	c.noFrame(t)
+}
+
+// TestGroupMaxInFlightAndDelete: max_in_flight on a group subscribe is the
+// group's window (a different value is group_conflict, on a plain
+// subscribe bad_request); a poll returns a batch; DELETE /v1/groups/{group}
+// ends the group and its members.
+func TestGroupMaxInFlightAndDelete(t *testing.T) {
+	g := newGateway(t)
+	for i := range 5 {
+		g.httpDo(t, "POST", "/v1/publish", map[string]any{"topic": "batch", "data": i})
+	}
+	c := g.dial(t)
+	c.subscribe(t, "batch", "group", "wide", "max_in_flight", 3)
+	for want := range int64(3) {
+		if m := c.nextOp(t, "message"); num(m, "offset") != want {
+			t.Fatalf("got %v, want offset %d", m, want)
+		}
+	}
+	c.noFrame(t) // the window is full
+	d := g.dial(t)
+	if m := d.call(t, map[string]any{"op": "subscribe", "pattern": "batch", "group": "wide", "max_in_flight": 2}); m["code"] != "group_conflict" {
+		t.Fatalf("other max_in_flight: %v", m)
+	}
+	if m := d.call(t, map[string]any{"op": "subscribe", "pattern": "batch", "max_in_flight": 2}); m["code"] != "bad_request" {
+		t.Fatalf("max_in_flight on a plain subscribe: %v", m)
+	}
+	if _, body, _ := g.httpDo(t, "GET", "/v1/groups/wide", nil); num(body, "max_in_flight") != 3 {
+		t.Fatalf("group %v, want max_in_flight 3", body)
+	}
+
+	// A poll of a one-partition topic with 5 records returns all 5.
+	_, body, _ := g.httpDo(t, "POST", "/v1/groups/pulled/poll", map[string]any{"pattern": "batch", "max": 10, "wait_ms": 5000})
+	if recs := body["records"].([]any); len(recs) != 5 {
+		t.Fatalf("poll returned %d records, want 5: %v", len(recs), recs)
+	}
+
+	if code, _, _ := g.httpDo(t, "DELETE", "/v1/groups/wide", nil); code != 204 {
+		t.Fatalf("delete: %d", code)
+	}
+	if m := c.nextOp(t, "unsubscribed"); m["group"] != "wide" || m["reason"] != "group_deleted" {
+		t.Fatalf("member told %v", m)
+	}
+	if code, body, _ := g.httpDo(t, "GET", "/v1/groups/wide", nil); code != 404 || body["code"] != "unknown_group" {
+		t.Fatalf("after delete: %d %v", code, body)
+	}
+	if code, body, _ := g.httpDo(t, "DELETE", "/v1/groups/wide", nil); code != 404 || body["code"] != "unknown_group" {
+		t.Fatalf("second delete: %d %v", code, body)
+	}
+}
+
+// TestShutdownPullBufferIsUnsent: records a pull member had buffered but no
+// poll had taken are handed back as never delivered (attempt not counted);
+// the one a poll returned counts.
+func TestShutdownPullBufferIsUnsent(t *testing.T) {
+	eng := memengine.New(memengine.Options{Policy: engine.GroupPolicy{MaxAttempts: 1, AckTimeout: time.Hour}})
+	t.Cleanup(func() { _ = eng.Close(context.Background()) })
+	a, b := newGatewayOn(t, eng), newGatewayOn(t, eng)
+	for i := range 2 {
+		a.httpDo(t, "POST", "/v1/publish", map[string]any{"topic": "pulljobs", "data": i})
+	}
+	_, body, _ := a.httpDo(t, "POST", "/v1/groups/pw/poll", map[string]any{"pattern": "pulljobs", "max": 1, "wait_ms": 5000})
+	if recs := body["records"].([]any); len(recs) != 1 {
+		t.Fatalf("poll: %v", body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := a.rt.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if dls, _ := eng.DeadLetters(ctx, engine.DeadLetterFilter{Group: "pw"}); len(dls) != 0 {
+		t.Fatalf("a clean shutdown dead-lettered %+v", dls)
+	}
+	var got []any
+	for range 3 {
+		_, body, _ := b.httpDo(t, "POST", "/v1/groups/pw/poll", map[string]any{"pattern": "pulljobs", "max": 10, "wait_ms": 5000})
+		if got = append(got, body["records"].([]any)...); len(got) >= 2 {
+			break
+		}
+	}
+	attempts := map[int64]int64{}
+	for _, r := range got {
+		attempts[num(r.(map[string]any), "offset")] = num(r.(map[string]any), "attempt")
+	}
+	if attempts[0] != 2 || attempts[1] != 1 {
+		t.Fatalf("attempts by offset %v, want 0: 2 (it was polled), 1: 1 (only buffered)", attempts)
 	}
 }

@@ -273,6 +273,7 @@ func (rt *Router) Shutdown(ctx context.Context) error {
 		conns = append(conns, c)
 	}
 	rt.mu.Unlock()
+	rt.handBack(ctx, conns)
 	for _, c := range conns {
 		c.sess.Close(websocket.StatusGoingAway, "server shutting down")
 	}

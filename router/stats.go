@@ -31,8 +31,13 @@ const latencySample = 16
 // onSent implements session.Options.OnSent: sampled publish-to-write
 // latency of plain deliveries.
 func (rt *Router) onSent(ref any, at time.Time) {
-	if rec, ok := ref.(*engine.Record); ok && rec.Offset%latencySample == 0 {
-		rt.m.deliveryLatency.Observe(at.Sub(rec.Time).Seconds())
+	switch r := ref.(type) {
+	case *engine.Record:
+		if r.Offset%latencySample == 0 {
+			rt.m.deliveryLatency.Observe(at.Sub(r.Time).Seconds())
+		}
+	case *groupRef:
+		r.sent()
 	}
 }
 

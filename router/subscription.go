@@ -32,6 +32,9 @@ type subscription struct {
 	member  string
 	// maxInFlight is a group subscribe's max_in_flight (0: the group's).
 	maxInFlight int
+	// handedBack is set once shutdown handed the member back to the
+	// engine: ending the subscription then does not leave again.
+	handedBack atomic.Bool
 	// local is set for in-process subscribers (see Router.Subscribe); c
 	// is nil then.
 	local *LocalSubscription
@@ -47,6 +50,40 @@ type subscription struct {
 	holding    bool             // group deliveries wait for the "subscribed" reply
 	held       []session.Item
 	ended      bool
+	// unsent counts group deliveries queued and not yet written to the
+	// socket, by position: a graceful shutdown hands them back as never
+	// delivered (see shutdown.go).
+	unsent map[engine.Position]int
+}
+
+// groupRef is the session.Item Ref of a group delivery: once the writer
+// has written it, the delivery reached the wire.
+type groupRef struct {
+	s   *subscription
+	pos engine.Position
+}
+
+// sent records that a group delivery was written.
+func (r *groupRef) sent() {
+	s := r.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := s.unsent[r.pos]; n > 1 {
+		s.unsent[r.pos] = n - 1
+	} else {
+		delete(s.unsent, r.pos)
+	}
+}
+
+// unsentPositions returns the group deliveries not yet written.
+func (s *subscription) unsentPositions() []engine.Position {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]engine.Position, 0, len(s.unsent))
+	for p := range s.unsent {
+		out = append(out, p)
+	}
+	return out
 }
 
 // accepts applies the subscription's header filter.
@@ -107,6 +144,8 @@ func (s *subscription) Deliver(d engine.Delivery) {
 		Offset:   d.Record.Offset,
 		Priority: d.Record.Priority,
 		Policy:   session.Reliable,
+		Ref: &groupRef{s: s, pos: engine.Position{
+			Topic: d.Record.Topic, Partition: d.Record.Partition, Offset: d.Record.Offset}},
 	}
 	if d.Attempt > 1 {
 		s.c.rt.m.redeliveries.Inc()
@@ -132,6 +171,12 @@ func (s *subscription) Skipped(group, topic string, partition int, from, to int6
 func (s *subscription) enqueueReliable(it session.Item) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if r, ok := it.Ref.(*groupRef); ok && !s.ended {
+		if s.unsent == nil {
+			s.unsent = make(map[engine.Position]int)
+		}
+		s.unsent[r.pos]++
+	}
 	switch {
 	case s.ended:
 	case s.holding:

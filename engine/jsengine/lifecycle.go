@@ -190,19 +190,23 @@ func (e *Engine) dropGroup(name string) {
 // group loses all of them before it rebalances, so no record goes to a
 // member leaving with them, and what they held goes back Ready with its
 // last attempt not counted. Their registrations are deleted afterwards, so
-// other nodes take over the partitions.
+// other nodes take over the partitions. A delivery listed as unsent does
+// not count as an attempt.
 func (e *Engine) HandBack(ctx context.Context, refs []engine.MemberRef) (err error) {
 	ctx, done := e.onConn(ctx)
 	defer func() { err = done(err) }()
 	var gone []engine.MemberRef
 	e.gmu.Lock()
 	byGroup := make(map[string][]*groupstate.Member)
+	unsent := make(map[*groupstate.Member]groupstate.Unsent)
 	for _, r := range refs {
 		g := e.groups[r.Group]
 		if g == nil || g.local[r.Member] == nil {
 			continue
 		}
-		byGroup[r.Group] = append(byGroup[r.Group], g.local[r.Member])
+		m := g.local[r.Member]
+		byGroup[r.Group] = append(byGroup[r.Group], m)
+		unsent[m] = groupstate.NewUnsent(r.Unsent)
 		delete(g.local, r.Member)
 		delete(e.reg[r.Group], r.Member)
 		gone = append(gone, r)
@@ -211,7 +215,7 @@ func (e *Engine) HandBack(ctx context.Context, refs []engine.MemberRef) (err err
 		g := e.groups[name]
 		for _, gp := range g.order {
 			for _, m := range ms {
-				e.flights.HandBack(&gp.Window, m)
+				e.flights.HandBack(&gp.Window, m, unsent[m].Of(gp.t.name, gp.p.index))
 			}
 		}
 		e.rebalance(g)

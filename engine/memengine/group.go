@@ -405,12 +405,13 @@ func (e *Engine) Leave(ctx context.Context, groupName, memberID string) error {
 }
 
 // HandBack removes the listed members group by group, each group in one
-// step: what they held goes back Ready with its last attempt not counted,
-// and no record goes to a member that is leaving with them.
+// step: what they held goes back Ready (a delivery listed as unsent does
+// not count as an attempt), and no record goes to a member that is leaving
+// with them.
 func (e *Engine) HandBack(ctx context.Context, refs []engine.MemberRef) error {
-	byGroup := make(map[string][]string)
+	byGroup := make(map[string][]engine.MemberRef)
 	for _, r := range refs {
-		byGroup[r.Group] = append(byGroup[r.Group], r.Member)
+		byGroup[r.Group] = append(byGroup[r.Group], r)
 	}
 	for _, name := range slices.Sorted(maps.Keys(byGroup)) {
 		g, err := e.lockGroup(name)
@@ -418,16 +419,18 @@ func (e *Engine) HandBack(ctx context.Context, refs []engine.MemberRef) error {
 			continue
 		}
 		var gone []*groupstate.Member
-		for _, id := range byGroup[name] {
-			if m := g.members[id]; m != nil {
+		var unsent []groupstate.Unsent
+		for _, r := range byGroup[name] {
+			if m := g.members[r.Member]; m != nil {
 				gone = append(gone, m)
-				delete(g.members, id)
+				unsent = append(unsent, groupstate.NewUnsent(r.Unsent))
+				delete(g.members, r.Member)
 			}
 		}
 		if len(gone) > 0 {
 			for _, gp := range g.order {
-				for _, m := range gone {
-					e.flights.HandBack(&gp.Window, m)
+				for i, m := range gone {
+					e.flights.HandBack(&gp.Window, m, unsent[i].Of(gp.t.name, gp.p.index))
 				}
 			}
 			e.rebalance(g)

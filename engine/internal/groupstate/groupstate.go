@@ -441,16 +441,43 @@ func (ma *Machine[P]) Release(p P, w *Window, m *Member) {
 	}
 }
 
-// HandBack returns, without counting the attempt, every flight of w leased
-// to m: a graceful hand-back (a node shutting down) is no failure of the
-// record, so it becomes Ready with the attempts it had before that
-// delivery. The caller pumps afterwards.
-func (ma *Machine[P]) HandBack(w *Window, m *Member) {
+// HandBack makes every flight of w leased to m Ready again: a graceful
+// hand-back (a node shutting down) is no failure of the record, so it is
+// never dead-lettered here. A delivery for which unsent reports true never
+// reached the member and does not count as an attempt. The caller pumps
+// afterwards.
+func (ma *Machine[P]) HandBack(w *Window, m *Member, unsent func(offset int64) bool) {
 	for _, f := range w.Flights {
 		if f.State == InFlight && f.To == m {
 			f.stop()
-			f.Attempt = max(f.Attempt-1, 0)
+			if unsent(f.Rec.Offset) {
+				f.Attempt = max(f.Attempt-1, 0)
+			}
 			f.State = Ready
 		}
 	}
+}
+
+// Unsent indexes positions by (topic, partition) for HandBack.
+type Unsent map[string]map[int]map[int64]bool
+
+// NewUnsent indexes ps.
+func NewUnsent(ps []engine.Position) Unsent {
+	u := Unsent{}
+	for _, p := range ps {
+		if u[p.Topic] == nil {
+			u[p.Topic] = map[int]map[int64]bool{}
+		}
+		if u[p.Topic][p.Partition] == nil {
+			u[p.Topic][p.Partition] = map[int64]bool{}
+		}
+		u[p.Topic][p.Partition][p.Offset] = true
+	}
+	return u
+}
+
+// Of returns the test HandBack takes for one partition.
+func (u Unsent) Of(topic string, partition int) func(int64) bool {
+	offs := u[topic][partition]
+	return func(o int64) bool { return offs[o] }
 }
