@@ -356,3 +356,26 @@ func TestBrowserClientRecoversAfterOutage(t *testing.T) {
 		}
 	}
 }
+
+// TestBrowserDashboardPagesTopics: the dashboard lists topics a page at a
+// time from GET /v1/topics, pages on with the cursor, and shows the totals
+// of the $sys.topics summary.
+func TestBrowserDashboardPagesTopics(t *testing.T) {
+	ctx := browser(t)
+	srv, _, eng := newWebGateway(t, 20*time.Millisecond)
+	for i := range 120 {
+		if _, err := eng.CreateTopic(context.Background(), engine.TopicConfig{Name: fmt.Sprintf("page.t%03d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/")); err != nil {
+		t.Fatal(err)
+	}
+	evalUntil(t, ctx, `document.querySelectorAll("#topics tbody tr").length === 50 && !document.getElementById("topics-next").disabled`, "a first page of 50 topics")
+	evalUntil(t, ctx, `document.getElementById("topics-status").textContent.includes("topics")`, "the summary's totals")
+	// Page 1 is the $sys topics and page.t000 to page.t046, in name order.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](`document.getElementById("topics-next").click()`)); err != nil {
+		t.Fatal(err)
+	}
+	evalUntil(t, ctx, `document.querySelector("#topics tbody tr td").textContent === "page.t047" && !document.getElementById("topics-prev").disabled`, "the second page")
+}

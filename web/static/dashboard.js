@@ -1,5 +1,7 @@
 // The Switchyard dashboard: live gateway statistics from the $sys topics,
-// consumer groups, dead letters, a topic browser and a try-it panel.
+// topics and consumer groups paged from the HTTP API (refreshed when the
+// $sys.topics and $sys.groups summaries arrive), dead letters, a topic
+// browser and a try-it panel.
 //
 // Everything inserted into the page goes through textContent or DOM
 // properties, never parsed as HTML, because topic names, keys, headers and
@@ -431,9 +433,93 @@ function bar(fraction, extra = "") {
 /** @type {Map<string, object>} */
 const topics = new Map();
 
-function onTopics(d) {
-  const list = Array.isArray(d) ? d : d && Array.isArray(d.topics) ? d.topics : null;
-  if (!list) return;
+// ---- paged listings ----------------------------------------------------------
+
+const TOPICS_PAGE = 50;
+const GROUPS_PAGE = 20;
+
+/**
+ * A pager walks one of the gateway's paged listings (GET /v1/topics,
+ * /v1/groups): cursors[i] is the cursor of page i ("" for the first), next
+ * the cursor of the page after the shown one, if any. The dashboard holds
+ * one page at a time, however many topics or groups exist.
+ */
+function pager(path, key, limit, render, ids) {
+  const p = { cursors: [""], i: 0, next: "", loading: false, again: false };
+  async function load() {
+    if (p.loading) {
+      p.again = true;
+      return;
+    }
+    p.loading = true;
+    try {
+      const q = new URLSearchParams({ limit: String(limit) });
+      if (p.cursors[p.i]) q.set("cursor", p.cursors[p.i]);
+      const d = await api(`${path}?${q}`);
+      const list = Array.isArray(d?.[key]) ? d[key] : [];
+      if (!list.length && p.i > 0) {
+        // The page emptied (items deleted): go back to the first.
+        p.cursors = [""];
+        p.i = 0;
+        p.loading = false;
+        return load();
+      }
+      p.next = typeof d?.next_cursor === "string" ? d.next_cursor : "";
+      render(list);
+      $(ids.prev).disabled = p.i === 0;
+      $(ids.next).disabled = !p.next;
+      setText(ids.page, p.i || p.next ? `page ${p.i + 1}` : "");
+    } catch (err) {
+      setText(ids.page, "could not load: " + apiError(err));
+    } finally {
+      p.loading = false;
+      if (p.again) {
+        p.again = false;
+        load();
+      }
+    }
+  }
+  $(ids.prev).addEventListener("click", () => {
+    if (p.i > 0) {
+      p.i--;
+      load();
+    }
+  });
+  $(ids.next).addEventListener("click", () => {
+    if (p.next) {
+      p.cursors[p.i + 1] = p.next;
+      p.i++;
+      load();
+    }
+  });
+  return { load };
+}
+
+const topicsPager = pager("/v1/topics", "topics", TOPICS_PAGE, renderTopics, {
+  prev: "topics-prev",
+  next: "topics-next",
+  page: "topics-page",
+});
+const groupsPager = pager("/v1/groups", "groups", GROUPS_PAGE, renderGroups, {
+  prev: "groups-prev",
+  next: "groups-next",
+  page: "groups-page",
+});
+
+/** $sys.topics is a summary (counts, busiest, what changed): show the totals and refresh the page shown. */
+function onTopicsSummary(d) {
+  if (!d || typeof d.count !== "number") return;
+  setText("topics-status", `${fmtInt(d.count)} topics · ${fmtInt(d.partitions)} partitions · ${fmtInt(d.records)} retained · ${fmtBytes(d.bytes)}`);
+  topicsPager.load();
+}
+
+/** $sys.groups is a summary likewise. */
+function onGroupsSummary(d) {
+  if (!d || typeof d.count !== "number") return;
+  groupsPager.load();
+}
+
+function renderTopics(list) {
   topics.clear();
   for (const t of list) if (t && typeof t.name === "string") topics.set(t.name, t);
   const names = Array.from(topics.keys()).sort();
@@ -473,9 +559,7 @@ function onTopics(d) {
 /** Groups the user collapsed, kept across refreshes. */
 const collapsedGroups = new Set();
 
-function onGroups(d) {
-  const list = Array.isArray(d) ? d : d && Array.isArray(d.groups) ? d.groups : null;
-  if (!list) return;
+function renderGroups(list) {
   const box = $("groups");
   const els = list
     .slice()
@@ -711,7 +795,7 @@ async function partitionBounds(topic, partition) {
     t = await api("/v1/topics/" + encodeURIComponent(topic));
     if (t && t.name) topics.set(t.name, t);
   } catch {
-    /* fall back to the last $sys.topics snapshot */
+    /* fall back to the topic as last listed */
   }
   const o = (t?.offsets || []).find((x) => x.partition === partition) || { earliest: 0, next: 0 };
   return { earliest: Number(o.earliest) || 0, next: Number(o.next) || 0 };
@@ -888,8 +972,8 @@ function showState(state) {
 async function subscribeSystem(c) {
   const subs = [
     ["$sys.stats", (m) => onStats(m.data)],
-    ["$sys.topics", (m) => onTopics(m.data)],
-    ["$sys.groups", (m) => onGroups(m.data)],
+    ["$sys.topics", (m) => onTopicsSummary(m.data)],
+    ["$sys.groups", (m) => onGroupsSummary(m.data)],
   ];
   for (const [pattern, fn] of subs) {
     try {
@@ -901,16 +985,8 @@ async function subscribeSystem(c) {
 }
 
 async function loadSnapshots() {
-  try {
-    onTopics(await api("/v1/topics"));
-  } catch {
-    /* $sys.topics fills in within 5 s */
-  }
-  try {
-    onGroups(await api("/v1/groups"));
-  } catch {
-    /* $sys.groups fills in within 5 s */
-  }
+  await topicsPager.load();
+  await groupsPager.load();
   await loadDeadLetters();
   if ($("tb-topic").value) browse("newest");
 }
