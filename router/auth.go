@@ -569,7 +569,7 @@ func (rt *Router) authWS(c echo.Context) (*principal, error) {
 func (rt *Router) authAPI(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		path := c.Request().URL.Path
-		if !rt.auth.enabled || !strings.HasPrefix(path, "/v1/") || path == "/v1/ws" {
+		if !rt.auth.enabled || !strings.HasPrefix(path, "/v1/") || path == "/v1/ws" || path == "/v1/sse" {
 			return next(c)
 		}
 		cred, ok := bearer(c.Request())

@@ -29,6 +29,7 @@ func (rt *Router) routes() *echo.Echo {
 
 	admin, group := rt.requireAdmin, rt.requireGroup
 	e.GET("/v1/ws", rt.serveWS)
+	e.GET("/v1/sse", rt.serveSSE)
 	e.POST("/v1/publish", rt.httpPublish)
 	e.POST("/v1/topics", rt.httpCreateTopic, admin)
 	e.GET("/v1/topics", rt.httpTopics)

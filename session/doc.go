@@ -34,6 +34,13 @@
 // the connection with status 1003, invalid UTF-8 with 1007, and a frame over
 // Options.ReadLimit with 1009.
 //
+// # One-way sessions
+//
+// NewOneWay runs the same queue and writer over a Transport instead of a
+// WebSocket (the gateway's Server-Sent Events): no inbound frames, the
+// keepalive is whatever the transport writes, and Run returns once the
+// transport is closed.
+//
 // # Concurrency
 //
 // All methods of Session are safe for concurrent use by multiple goroutines,

@@ -39,9 +39,12 @@ type Stats struct {
 type Session struct {
 	id   string
 	opts Options
-	conn *websocket.Conn // nil when the socket is injected (tests)
-	sock socket
-	q    *Queue
+	conn *websocket.Conn // nil when the socket is injected (tests) or one-way
+	// oneWay, for a NewOneWay session, is closed once its transport is
+	// closed; Run waits for it instead of reading frames.
+	oneWay chan struct{}
+	sock   socket
+	q      *Queue
 
 	running   atomic.Bool
 	closeReq  chan struct{} // closed when a close is requested
@@ -210,7 +213,9 @@ func (s *Session) Run(ctx context.Context, h Handler) error {
 		return ErrRunTwice
 	}
 	defer close(s.done)
-	s.conn.SetReadLimit(s.opts.ReadLimit)
+	if s.conn != nil {
+		s.conn.SetReadLimit(s.opts.ReadLimit)
+	}
 	s.wg.Add(1) // for the AfterFunc below
 	stop := context.AfterFunc(ctx, func() {
 		defer s.wg.Done()
@@ -221,7 +226,12 @@ func (s *Session) Run(ctx context.Context, h Handler) error {
 	go s.writeLoop()
 	// The reader is unblocked by the writer closing the connection, so its
 	// reads need no deadline (and allocate none).
-	err := s.readLoop(context.WithoutCancel(ctx), h)
+	var err error
+	if s.oneWay != nil {
+		<-s.oneWay // the writer closes the transport once the session ends
+	} else {
+		err = s.readLoop(context.WithoutCancel(ctx), h)
+	}
 	s.setCause(err)
 	close(s.readEnded)
 	s.kick()
