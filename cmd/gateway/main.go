@@ -91,6 +91,7 @@ type config struct {
 	BackoffMax   time.Duration
 	MaxInFlight  int
 	DedupeWindow time.Duration
+	GroupIdleTTL time.Duration
 
 	QueueMessages    int
 	MaxFrameBytes    int64
@@ -158,6 +159,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&cfg.BackoffMax, "backoff-max", p.BackoffMax, "redelivery backoff cap")
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", p.MaxInFlight, "unacked records per group, topic and partition")
 	fs.DurationVar(&cfg.DedupeWindow, "dedupe-window", p.DedupeWindow, "msg_id deduplication window")
+	fs.DurationVar(&cfg.GroupIdleTTL, "group-idle-ttl", p.IdleTTL, "delete a consumer group (and its positions) after it has had no member this long (0: keep groups)")
 	fs.IntVar(&cfg.QueueMessages, "queue-messages", 1024, "outbound queue bound per session, in message frames")
 	fs.Int64Var(&cfg.MaxFrameBytes, "max-frame-bytes", 1<<20, "largest inbound WebSocket frame (close 1009 past it)")
 	fs.IntVar(&cfg.MaxMessageBytes, "max-message-bytes", 1<<20, "largest publish data")
@@ -293,6 +295,7 @@ func newEngine(cfg config, log *slog.Logger) (engine.Engine, error) {
 		BackoffMax:   cfg.BackoffMax,
 		MaxInFlight:  cfg.MaxInFlight,
 		DedupeWindow: cfg.DedupeWindow,
+		IdleTTL:      idleTTL(cfg.GroupIdleTTL),
 	}.WithDefaults(engine.DefaultGroupPolicy)
 	switch cfg.Engine {
 	case "memory":
@@ -555,4 +558,13 @@ func logEndpoints(log *slog.Logger, addr net.Addr) {
 	log.Info("dashboard", "url", "http://"+hp+"/")
 	log.Info("websocket endpoint", "url", "ws://"+hp+"/v1/ws")
 	log.Info("metrics", "url", "http://"+hp+"/metrics")
+}
+
+// idleTTL maps --group-idle-ttl onto engine.GroupPolicy.IdleTTL, where 0
+// means the default and a negative value keeps groups.
+func idleTTL(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }
