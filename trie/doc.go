@@ -37,10 +37,13 @@
 // A pattern's subscribers are one slice shared between snapshots: Add
 // appends in place only beyond the length any published snapshot can see,
 // and Remove always builds a new slice, so a reader's view never changes
-// under it. Adding to a pattern thus costs amortized O(1) besides the check
-// that the subscriber is not already there, and removing one costs a copy
-// of that pattern's subscribers. Writes leave the replaced path as garbage
-// for the collector; readers pay nothing for them.
+// under it. A pattern with 64 subscribers or more also keeps a set of them
+// that only writers use, so that Add finds a duplicate without a scan.
+// Adding a subscriber to a pattern thus costs amortized O(1), whatever the
+// number of others; removing one still copies that pattern's remaining
+// subscribers (about 8 bytes each for pointers), the price of handing
+// Match one contiguous, never-changing slice per pattern. Writes leave the
+// replaced path as garbage for the collector; readers pay nothing for it.
 //
 // A Trie made by New also keeps a bounded, direct-mapped cache of recent
 // Match results (4096 topics), admitting a topic on its second consecutive

@@ -82,3 +82,40 @@ func TestTablePersistent(t *testing.T) {
 		t.Fatalf("snapshot len %d, want 100", snap.len)
 	}
 }
+
+// FuzzTable runs a table against a map: each byte of ops writes one of 64
+// keys (the low 6 bits) or deletes it (the top bit), and hashBits keeps
+// only some bits of each key's hash, so that keys share long hash prefixes
+// and meet at the collision level.
+func FuzzTable(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 0x80, 0x81, 4}, uint64(0))
+	f.Add([]byte{5, 6, 7, 0x85, 0x86, 0x87}, uint64(1)<<63|1)
+	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8, 0x81, 0x83}, ^uint64(0))
+	f.Fuzz(func(t *testing.T, ops []byte, hashBits uint64) {
+		hash := func(k int) uint64 { return uint64(k) * 0x9e3779b97f4a7c15 & hashBits }
+		var tb table[int]
+		want := map[int]*node[int]{}
+		for _, op := range ops {
+			k := int(op & 63)
+			key := strconv.Itoa(k)
+			if op&0x80 != 0 {
+				if _, ok := want[k]; ok {
+					tb = tb.without(key, hash(k))
+					delete(want, k)
+				}
+				continue
+			}
+			c := &node[int]{}
+			tb = tb.with(key, hash(k), c)
+			want[k] = c
+		}
+		if tb.len != len(want) {
+			t.Fatalf("len %d, want %d", tb.len, len(want))
+		}
+		for k := range 64 {
+			if got := tb.get(strconv.Itoa(k), hash(k)); got != want[k] {
+				t.Fatalf("get(%d) = %p, want %p", k, got, want[k])
+			}
+		}
+	})
+}
