@@ -97,6 +97,19 @@ type Options struct {
 	// queued frames with '\n'. Default 64 KiB: large enough to amortise the
 	// per-write cost, small enough to keep latency and buffers low.
 	MaxBatchBytes int
+	// ControlBytes bounds the bytes of queued control items (replies and
+	// errors). A control item that would take them past it closes the
+	// session with status 1008: the client keeps sending requests without
+	// reading the replies. An item is always queued when no other control
+	// item is. Default 1 MiB (1<<20): thousands of replies, while a client
+	// that never reads costs the gateway at most that much.
+	ControlBytes int
+	// MessageTimeout bounds the time from the first frame of an inbound
+	// message to its end; a message still unfinished then (a client parking
+	// a half-sent or fragmented message) closes the session with status
+	// 1008. Default 10s: a message at the 1 MiB frame limit needs about
+	// 100 KiB/s.
+	MessageTimeout time.Duration
 	// EncodeGap appends a gap frame for offsets [from,to) of s to dst and
 	// returns it. Required. It runs on the writer goroutine with the queue's
 	// lock held.
@@ -114,13 +127,15 @@ type Options struct {
 
 // Defaults for Options.
 const (
-	DefaultQueueMessages = 1024
-	DefaultReadLimit     = 1 << 20
-	DefaultPingInterval  = 25 * time.Second
-	DefaultPongTimeout   = 10 * time.Second
-	DefaultWriteTimeout  = 10 * time.Second
-	DefaultFlushTimeout  = 5 * time.Second
-	DefaultMaxBatchBytes = 64 << 10
+	DefaultQueueMessages  = 1024
+	DefaultReadLimit      = 1 << 20
+	DefaultPingInterval   = 25 * time.Second
+	DefaultPongTimeout    = 10 * time.Second
+	DefaultWriteTimeout   = 10 * time.Second
+	DefaultFlushTimeout   = 5 * time.Second
+	DefaultMaxBatchBytes  = 64 << 10
+	DefaultControlBytes   = 1 << 20
+	DefaultMessageTimeout = 10 * time.Second
 )
 
 func (o Options) withDefaults() Options {
@@ -145,6 +160,12 @@ func (o Options) withDefaults() Options {
 	if o.MaxBatchBytes <= 0 {
 		o.MaxBatchBytes = DefaultMaxBatchBytes
 	}
+	if o.ControlBytes <= 0 {
+		o.ControlBytes = DefaultControlBytes
+	}
+	if o.MessageTimeout <= 0 {
+		o.MessageTimeout = DefaultMessageTimeout
+	}
 	if o.EncodeGap == nil {
 		panic("session: Options.EncodeGap is required")
 	}
@@ -162,6 +183,12 @@ var (
 	ErrInvalidUTF8 = errors.New("session: invalid UTF-8")
 	// ErrWriteTimeout: a write took longer than Options.WriteTimeout.
 	ErrWriteTimeout = errors.New("session: write timeout")
+	// ErrControlOverflow: queued control items would exceed
+	// Options.ControlBytes (close status 1008).
+	ErrControlOverflow = errors.New("session: too many unread replies")
+	// ErrMessageTimeout: an inbound message was not complete within
+	// Options.MessageTimeout (close status 1008).
+	ErrMessageTimeout = errors.New("session: message not completed in time")
 	// ErrRunTwice: Run was called more than once.
 	ErrRunTwice = errors.New("session: Run called twice")
 )

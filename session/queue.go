@@ -20,6 +20,10 @@ const (
 	Overflow
 	// Closed: the queue no longer accepts items.
 	Closed
+	// ControlFull: the control item was not queued because the queued
+	// control items would exceed Options.ControlBytes; the session must
+	// close with 1008.
+	ControlFull
 )
 
 // String returns a lower-case name for the outcome.
@@ -33,15 +37,19 @@ func (o Outcome) String() string {
 		return "overflow"
 	case Closed:
 		return "closed"
+	case ControlFull:
+		return "control_full"
 	}
 	return "unknown"
 }
 
 // QueueStats is a snapshot of a Queue's counters.
 type QueueStats struct {
-	Queued  int    // items queued now: control, reliable and message
-	Dropped uint64 // messages dropped since the queue was made
-	Gaps    uint64 // gap frames taken by AppendBatch
+	Queued int // items queued now: control, reliable and message
+	// ControlBytes is the bytes of the control items queued now.
+	ControlBytes int
+	Dropped      uint64 // messages dropped since the queue was made
+	Gaps         uint64 // gap frames taken by AppendBatch
 }
 
 // Queue is the bounded, multi-lane outbound queue of a session, with its drop
@@ -53,6 +61,7 @@ type QueueStats struct {
 type Queue struct {
 	limit     int // bound on message items
 	hardLimit int // bound on control and reliable items
+	ctlLimit  int // bound on the bytes of control items
 	encodeGap func(dst []byte, s Stream, from, to int64) []byte
 	onDrop    func(it *Item)
 	ready     chan struct{}
@@ -63,6 +72,7 @@ type Queue struct {
 	lanes    [numLanes]ring
 	msgs     int // queued message items (bounded by limit)
 	others   int // queued control and reliable items (bounded by hardLimit)
+	ctlBytes int // bytes of the queued control items
 	streams  map[Stream]*streamState
 	idle     []Stream       // streams that may have gaps and nothing queued
 	free     []*streamState // recycled stream states (with their gap slices)
@@ -89,12 +99,13 @@ type gapRange struct{ from, to int64 }
 const maxFree = 256
 
 // NewQueue returns an empty queue configured by opts: it uses QueueMessages,
-// EncodeGap (required; NewQueue panics without it) and OnDrop.
+// ControlBytes, EncodeGap (required; NewQueue panics without it) and OnDrop.
 func NewQueue(opts Options) *Queue {
 	opts = opts.withDefaults()
 	return &Queue{
 		limit:     opts.QueueMessages,
 		hardLimit: 4 * opts.QueueMessages,
+		ctlLimit:  opts.ControlBytes,
 		encodeGap: opts.EncodeGap,
 		onDrop:    opts.OnDrop,
 		ready:     make(chan struct{}, 1),
@@ -134,7 +145,11 @@ func (q *Queue) push(it *Item) Outcome {
 		if q.others >= q.hardLimit {
 			return Overflow
 		}
+		if q.control.n > 0 && q.ctlBytes+len(it.Frame) > q.ctlLimit {
+			return ControlFull
+		}
 		q.others++
+		q.ctlBytes += len(it.Frame)
 		q.control.push(*it, nil)
 		return Queued
 	}
@@ -304,6 +319,7 @@ func (q *Queue) AppendBatch(dst []byte, maxBytes int) ([]byte, int) {
 		if !b.add(q.control.at(0).it.Frame) {
 			return b.buf, b.n
 		}
+		q.ctlBytes -= len(q.control.at(0).it.Frame)
 		q.control.popFront()
 		q.others--
 	}
@@ -447,7 +463,7 @@ func (q *Queue) Close() {
 func (q *Queue) Stats() QueueStats {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return QueueStats{Queued: q.msgs + q.others, Dropped: q.dropped, Gaps: q.gapsSent}
+	return QueueStats{Queued: q.msgs + q.others, ControlBytes: q.ctlBytes, Dropped: q.dropped, Gaps: q.gapsSent}
 }
 
 // slot is one ring position; an item evicted from the middle of a ring

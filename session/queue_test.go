@@ -287,3 +287,36 @@ func checkInvariants(t *testing.T, q *Queue) {
 		}
 	}
 }
+
+// TestQueueControlBytes: control items are bounded in bytes as well as in
+// items; one item is always taken into an empty control queue.
+func TestQueueControlBytes(t *testing.T) {
+	q := NewQueue(Options{EncodeGap: testGap, ControlBytes: 10})
+	big := Item{Frame: []byte("c:0123456789abcdef")} // 18 bytes: over the bound alone
+	if got := q.Push(big); got != Queued {
+		t.Fatalf("first item: %v", got)
+	}
+	if got := q.Push(ctl("x")); got != ControlFull {
+		t.Fatalf("past the bound: %v", got)
+	}
+	if st := q.Stats(); st.ControlBytes != len(big.Frame) || st.Queued != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	drain(q, 1<<10)
+	for i := range 3 {
+		if got := q.Push(ctl("ab")); got != Queued { // 4 bytes each
+			t.Fatalf("item %d: %v", i, got)
+		}
+		if i == 1 {
+			if got := q.Push(ctl("abc")); got != ControlFull { // 8+5 > 10
+				t.Fatalf("item past the bound: %v", got)
+			}
+		}
+		if i == 1 {
+			drain(q, 1<<10)
+		}
+	}
+	if st := q.Stats(); st.ControlBytes != 4 {
+		t.Fatalf("control bytes %d after draining, want 4", st.ControlBytes)
+	}
+}

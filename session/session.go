@@ -2,9 +2,7 @@ package session
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -23,13 +21,15 @@ type Handler interface {
 
 // Stats is a snapshot of a session's counters.
 type Stats struct {
-	Queued   int    // items queued now: control, reliable and message
-	Sent     uint64 // JSON objects written: messages, gaps, control frames
-	Writes   uint64 // text frames written to the socket
-	BytesOut uint64 // payload bytes written
-	BytesIn  uint64 // payload bytes of the text frames handled
-	Dropped  uint64 // messages dropped by the queue
-	Gaps     uint64 // gap frames written
+	Queued int // items queued now: control, reliable and message
+	// ControlBytes is the bytes of the control items queued now.
+	ControlBytes int
+	Sent         uint64 // JSON objects written: messages, gaps, control frames
+	Writes       uint64 // text frames written to the socket
+	BytesOut     uint64 // payload bytes written
+	BytesIn      uint64 // payload bytes of the text frames handled
+	Dropped      uint64 // messages dropped by the queue
+	Gaps         uint64 // gap frames written
 }
 
 // Session is one WebSocket connection of a Switchyard client.
@@ -56,7 +56,13 @@ type Session struct {
 	// Owned by the writer goroutine.
 	watchdog *time.Timer // write timeout, reused
 
-	// wg counts the writer, the keepalive ping and the watchdog callback.
+	// Owned by the reader goroutine.
+	msgTimer *time.Timer // message timeout, reused
+	chunks   []*[]byte   // the chunks of the long message being read
+	reading  atomic.Int64
+
+	// wg counts the writer, the keepalive ping and the watchdog and
+	// message timer callbacks.
 	wg sync.WaitGroup
 
 	writes, sent, bytesOut, bytesIn atomic.Uint64
@@ -105,6 +111,8 @@ func newSession(id string, opts Options, sock socket) *Session {
 	}
 	s.watchdog = time.AfterFunc(time.Hour, s.onWriteTimeout)
 	s.watchdog.Stop()
+	s.msgTimer = time.AfterFunc(time.Hour, s.onMessageTimeout)
+	s.msgTimer.Stop()
 	return s
 }
 
@@ -115,15 +123,22 @@ func (s *Session) ID() string { return s.id }
 // Run returns).
 func (s *Session) Done() <-chan struct{} { return s.done }
 
+// Closing returns a channel that is closed once the session's close has
+// been requested (by Close, by the peer or by a limit), before it ends.
+func (s *Session) Closing() <-chan struct{} { return s.closeReq }
+
 // Send queues a message or control item without blocking and reports
 // whether it was queued: false when it was dropped, when the session is
-// closing, or when the queue overflowed, which closes the session with 1013.
+// closing, or when the queue overflowed, which closes the session with 1013
+// (or 1008 when control items would exceed Options.ControlBytes).
 func (s *Session) Send(it Item) bool {
 	switch s.q.Push(it) {
 	case Queued:
 		return true
 	case Overflow:
 		s.closeWith(websocket.StatusTryAgainLater, "slow consumer", false, ErrSlowConsumer)
+	case ControlFull:
+		s.closeWith(websocket.StatusPolicyViolation, "too many unread replies", false, ErrControlOverflow)
 	}
 	return false
 }
@@ -187,13 +202,14 @@ func truncateReason(reason string) string {
 func (s *Session) Stats() Stats {
 	qs := s.q.Stats()
 	return Stats{
-		Queued:   qs.Queued,
-		Sent:     s.sent.Load(),
-		Writes:   s.writes.Load(),
-		BytesOut: s.bytesOut.Load(),
-		BytesIn:  s.bytesIn.Load(),
-		Dropped:  qs.Dropped,
-		Gaps:     qs.Gaps,
+		Queued:       qs.Queued,
+		ControlBytes: qs.ControlBytes,
+		Sent:         s.sent.Load(),
+		Writes:       s.writes.Load(),
+		BytesOut:     s.bytesOut.Load(),
+		BytesIn:      s.bytesIn.Load(),
+		Dropped:      qs.Dropped,
+		Gaps:         qs.Gaps,
 	}
 }
 
@@ -249,61 +265,4 @@ func (s *Session) Run(ctx context.Context, h Handler) error {
 		return nil
 	}
 	return err
-}
-
-// readLoop reads frames until the connection fails or the peer breaks the
-// protocol, in which case it requests the close and returns the reason.
-func (s *Session) readLoop(ctx context.Context, h Handler) error {
-	for {
-		// Wait for a frame without holding a buffer: idle sessions cost
-		// no read buffer.
-		typ, r, err := s.conn.Reader(ctx)
-		if err != nil {
-			return err
-		}
-		if typ != websocket.MessageText {
-			s.closeWith(websocket.StatusUnsupportedData, "binary frames are not supported", false, ErrBinaryFrame)
-			return ErrBinaryFrame
-		}
-		if err := s.readFrame(r, h); err != nil {
-			return err
-		}
-	}
-}
-
-// readFrame reads one text frame into a pooled buffer and handles it.
-func (s *Session) readFrame(r io.Reader, h Handler) error {
-	bp := getBuf()
-	defer putBuf(bp)
-	// Past ReadLimit the websocket package sends the 1009 close itself.
-	buf, err := readAll(r, *bp)
-	*bp = buf
-	if err != nil {
-		return err
-	}
-	if !utf8.Valid(buf) {
-		s.closeWith(websocket.StatusInvalidFramePayloadData, "invalid UTF-8", false, ErrInvalidUTF8)
-		return ErrInvalidUTF8
-	}
-	s.bytesIn.Add(uint64(len(buf)))
-	h.HandleFrame(s, buf)
-	return nil
-}
-
-// readAll reads r to EOF into buf[:0], growing it as needed.
-func readAll(r io.Reader, buf []byte) ([]byte, error) {
-	buf = buf[:0]
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if errors.Is(err, io.EOF) {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
-	}
 }

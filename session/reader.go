@@ -1,0 +1,161 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/coder/websocket"
+)
+
+// The reader: one inbound message at a time, read into pooled buffers so
+// that what a message holds while it arrives is about what has arrived.
+//
+// A message is read into a small pooled buffer (4 KiB, or up to 64 KiB
+// when the pool hands out a grown one). A longer message continues in
+// fixed chunks of chunkSize from their own pool, the first chunk taking
+// over the small buffer's bytes: no buffer is ever grown by copying, so an
+// unfinished message (a fragmented message its sender parks, or a partial
+// frame) holds what arrived plus at most one chunk, never a multiple of
+// it. A complete message of one chunk is handled in place; a longer one
+// is joined into one buffer of its exact size for the handler. The
+// message's first byte starts Options.MessageTimeout; a message not
+// complete by then closes the session with 1008.
+
+// chunkSize is the size of the buffers long messages are read into.
+const chunkSize = 64 << 10
+
+var chunkPool = sync.Pool{New: func() any {
+	b := make([]byte, 0, chunkSize)
+	return &b
+}}
+
+// readLoop reads frames until the connection fails or the peer breaks the
+// protocol, in which case it requests the close and returns the reason.
+func (s *Session) readLoop(ctx context.Context, h Handler) error {
+	for {
+		// Wait for a frame without holding a buffer: idle sessions cost
+		// no read buffer.
+		typ, r, err := s.conn.Reader(ctx)
+		if err != nil {
+			return err
+		}
+		if typ != websocket.MessageText {
+			s.closeWith(websocket.StatusUnsupportedData, "binary frames are not supported", false, ErrBinaryFrame)
+			return ErrBinaryFrame
+		}
+		if err := s.readFrame(r, h); err != nil {
+			return err
+		}
+	}
+}
+
+// readFrame reads one text message from r within Options.MessageTimeout
+// and hands it to h.
+func (s *Session) readFrame(r io.Reader, h Handler) error {
+	s.wg.Add(1) // for the timer's callback; released by Stop or by it
+	s.msgTimer.Reset(s.opts.MessageTimeout)
+	bp := getBuf()
+	defer putBuf(bp)
+	// Past ReadLimit the websocket package sends the 1009 close itself.
+	data, err := s.readMessage(r, bp)
+	defer s.releaseChunks()
+	if s.msgTimer.Stop() {
+		s.wg.Done()
+	} else {
+		return ErrMessageTimeout // the callback requested the close
+	}
+	if err != nil {
+		return err
+	}
+	if !utf8.Valid(data) {
+		s.closeWith(websocket.StatusInvalidFramePayloadData, "invalid UTF-8", false, ErrInvalidUTF8)
+		return ErrInvalidUTF8
+	}
+	s.bytesIn.Add(uint64(len(data)))
+	h.HandleFrame(s, data)
+	return nil
+}
+
+// readMessage reads r to its end into *bp, then into chunks (s.chunks) if
+// it does not fit, and returns the message's bytes.
+func (s *Session) readMessage(r io.Reader, bp *[]byte) ([]byte, error) {
+	buf, end, err := fill(r, (*bp)[:0])
+	*bp = buf
+	if err != nil || end {
+		return buf, err
+	}
+	c := s.chunk()
+	*c = append(*c, buf...)
+	for {
+		*c, end, err = fill(r, *c)
+		if err != nil {
+			return nil, err
+		}
+		if end {
+			break
+		}
+		c = s.chunk()
+	}
+	if len(s.chunks) == 1 || len(s.chunks) == 2 && len(*c) == 0 {
+		return *s.chunks[0], nil
+	}
+	total := 0
+	for _, c := range s.chunks {
+		total += len(*c)
+	}
+	out := make([]byte, 0, total)
+	for _, c := range s.chunks {
+		out = append(out, *c...)
+	}
+	return out, nil
+}
+
+// chunk takes an empty chunk from the pool and adds it to s.chunks.
+func (s *Session) chunk() *[]byte {
+	c := chunkPool.Get().(*[]byte)
+	*c = (*c)[:0]
+	s.chunks = append(s.chunks, c)
+	s.reading.Add(int64(cap(*c)))
+	return c
+}
+
+// releaseChunks gives the chunks of the last message back to the pool.
+func (s *Session) releaseChunks() {
+	if len(s.chunks) == 0 {
+		return
+	}
+	n := 0
+	for i, c := range s.chunks {
+		n += cap(*c)
+		chunkPool.Put(c)
+		s.chunks[i] = nil
+	}
+	s.chunks = s.chunks[:0]
+	s.reading.Add(-int64(n))
+}
+
+// fill reads r into buf[len(buf):cap(buf)] until buf is full or r ends;
+// end reports that the message ended. It never grows buf.
+func fill(r io.Reader, buf []byte) (_ []byte, end bool, err error) {
+	for len(buf) < cap(buf) {
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			return buf, true, nil
+		}
+		if err != nil {
+			return buf, false, err
+		}
+	}
+	return buf, false, nil
+}
+
+// onMessageTimeout runs when an inbound message took longer than
+// Options.MessageTimeout: the reader is still waiting for its rest.
+func (s *Session) onMessageTimeout() {
+	defer s.wg.Done()
+	s.closeWith(websocket.StatusPolicyViolation, "message not completed in time", false, ErrMessageTimeout)
+}
