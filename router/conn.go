@@ -35,6 +35,9 @@ type conn struct {
 	byID   map[uint64]*subscription
 	nextID uint64
 	closed bool
+	// filterBytes is the filter bytes of the subscriptions in subs
+	// (bounded by Bounds.MaxSessionFilterBytes).
+	filterBytes int
 }
 
 type subKey struct{ pattern, group string }
@@ -83,13 +86,7 @@ func (rt *Router) serveWS(c echo.Context) error {
 	cn.sess.Send(session.Item{Frame: encodeReply("welcome", nil, map[string]any{
 		"session": cn.id,
 		"epoch":   rt.eng.Epoch(),
-		"limits": map[string]any{
-			"max_frame_bytes":   sopts.ReadLimit,
-			"max_message_bytes": rt.opts.MaxMessageBytes,
-			"max_subscriptions": rt.opts.MaxSubscriptions,
-			"queue_messages":    sopts.QueueMessages,
-			"publish_rate":      rt.opts.PublishRate,
-		},
+		"limits":  rt.welcomeLimits(sopts),
 	})})
 	// The session ends when its token does unless it is refreshed (see
 	// refresh.go); the timers stop when the session ends first.
@@ -99,6 +96,7 @@ func (rt *Router) serveWS(c echo.Context) error {
 	if errors.Is(err, session.ErrSlowConsumer) {
 		rt.m.slowDisconnects.Inc()
 	}
+	rt.countSessionEnd(err)
 	rt.log.Debug("session ended", "session", cn.id, "err", err)
 	cn.teardown()
 	return nil
@@ -125,10 +123,16 @@ func (cn *conn) teardown() {
 func (cn *conn) HandleFrame(_ *session.Session, data []byte) {
 	cn.rt.m.bytesIn.Add(float64(len(data)))
 	req, pe := decodeRequest(data)
+	if max := cn.rt.opts.Bounds.MaxIDBytes; len(req.ID) > max {
+		// Too long to echo: the error goes without it.
+		pe = refuse(limitIDBytes, codeBadRequest, "id is %d bytes; the limit is %d", len(req.ID), max)
+		req.ID = nil
+	}
 	if pe == nil {
 		pe = cn.dispatch(req)
 	}
 	if pe != nil {
+		cn.rt.countLimit(pe)
 		cn.rt.m.rejected.WithLabelValues(pe.code).Inc()
 		cn.sess.Send(session.Item{Frame: encodeError(req.ID, pe.code, pe.msg)})
 	}
@@ -147,7 +151,7 @@ func (cn *conn) dispatch(req *request) *protoError {
 	case "refresh":
 		return cn.refresh(req)
 	}
-	return perr(codeBadRequest, "unknown op %q", req.Op)
+	return perr(codeBadRequest, "unknown op %s", quoteInput(req.Op))
 }
 
 func toProto(err error) *protoError {
@@ -164,7 +168,7 @@ func (cn *conn) publish(req *request) *protoError {
 		cn.rt.m.publishes.WithLabelValues("ws", codeRateLimited).Inc()
 		return perr(codeRateLimited, "publish rate limit of %g/s exceeded", cn.rt.opts.PublishRate)
 	}
-	msg, pe := parsePublish(req, cn.rt.opts.MaxMessageBytes)
+	msg, pe := parsePublish(req, cn.rt.opts.MaxMessageBytes, &cn.rt.opts.Bounds)
 	if pe != nil {
 		return pe
 	}
@@ -228,8 +232,8 @@ func (cn *conn) subscribe(req *request) *protoError {
 		return perr(codeBadRequest, `missing field "pattern"`)
 	}
 	pattern := *req.Pattern
-	if err := trie.ValidatePattern(pattern); err != nil {
-		return perr(codeInvalidPattern, "%s", err.Error())
+	if pe := validPattern(&cn.rt.opts.Bounds, pattern); pe != nil {
+		return pe
 	}
 	if !cn.who.canSubscribe(pattern) {
 		return cn.rt.forbidden("subscribe", "not allowed to subscribe to %q", pattern)
@@ -267,8 +271,13 @@ func (cn *conn) subscribe(req *request) *protoError {
 		}
 	}
 	var filter map[string]string
+	filterBytes := 0
 	if req.Filter != nil && len(req.Filter.Headers) > 0 {
-		filter = maps.Clone(req.Filter.Headers)
+		n, pe := checkFilter(&cn.rt.opts.Bounds, req.Filter.Headers)
+		if pe != nil {
+			return pe
+		}
+		filter, filterBytes = maps.Clone(req.Filter.Headers), n
 	}
 	if group != "" && from.positions {
 		return perr(codeBadRequest, "a group resumes from its committed offsets; from.positions applies to plain subscriptions")
@@ -286,12 +295,19 @@ func (cn *conn) subscribe(req *request) *protoError {
 	}
 	if _, ok := cn.subs[key]; ok {
 		cn.mu.Unlock()
-		return perr(codeBadRequest, "already subscribed to %q", pattern)
+		return perr(codeBadRequest, "already subscribed to %s", quoteInput(pattern))
 	}
 	if len(cn.subs) >= cn.rt.opts.MaxSubscriptions {
 		cn.mu.Unlock()
 		return perr(codeTooManySubs, "a session may hold at most %d subscriptions", cn.rt.opts.MaxSubscriptions)
 	}
+	if max := cn.rt.opts.Bounds.MaxSessionFilterBytes; cn.filterBytes+filterBytes > max {
+		held := cn.filterBytes
+		cn.mu.Unlock()
+		return refuse(limitSessionFilterBytes, codeBadRequest,
+			"the session's filters hold %d bytes; this one would pass the limit of %d", held, max)
+	}
+	cn.filterBytes += filterBytes
 	cn.nextID++
 	s := &subscription{c: cn, id: cn.nextID, pattern: pattern, group: group, policy: policy, filter: filter, maxInFlight: maxInFlight}
 	cn.subs[key] = s
@@ -353,6 +369,7 @@ func (cn *conn) forget(s *subscription) {
 	cn.mu.Lock()
 	if cn.subs[subKey{s.pattern, s.group}] == s {
 		delete(cn.subs, subKey{s.pattern, s.group})
+		cn.filterBytes -= mapSize(s.filter)
 	}
 	cn.mu.Unlock()
 }
@@ -409,10 +426,11 @@ func (cn *conn) unsubscribe(req *request) *protoError {
 	s, ok := cn.subs[key]
 	if ok {
 		delete(cn.subs, key)
+		cn.filterBytes -= mapSize(s.filter)
 	}
 	cn.mu.Unlock()
 	if !ok {
-		return perr(codeNotSubscribed, "not subscribed to %q", *req.Pattern)
+		return perr(codeNotSubscribed, "not subscribed to %s", quoteInput(*req.Pattern))
 	}
 	cn.rt.dropSub(s)
 	cn.sess.Send(session.Item{Frame: encodeReply("unsubscribed", req.ID, map[string]any{"pattern": s.pattern})})
@@ -472,7 +490,7 @@ func (cn *conn) ack(req *request) *protoError {
 	}
 	cn.mu.Unlock()
 	if !subscribed {
-		return perr(codeNotSubscribed, "this session is not a member of group %q", *req.Group)
+		return perr(codeNotSubscribed, "this session is not a member of group %s", quoteInput(*req.Group))
 	}
 	pos := engine.Position{Topic: *req.Topic, Partition: *req.Partition, Offset: *req.Offset}
 	var err error
@@ -483,7 +501,7 @@ func (cn *conn) ack(req *request) *protoError {
 		op = "nacked"
 		reason := ""
 		if req.Error != nil {
-			reason = *req.Error
+			reason = nackReason(*req.Error)
 		}
 		err = cn.rt.eng.Nack(cn.ctx, *req.Group, member, pos, reason)
 	}
@@ -517,37 +535,39 @@ func (cn *conn) encodeGap(dst []byte, st session.Stream, from, to int64) []byte 
 }
 
 // onDrop implements session.Options.OnDrop: a plain subscription's queue
-// dropped a message. It is counted and recorded as a queue_full dead letter
-// (asynchronously: this runs under the session's queue lock, on the engine's
-// fan-out path).
+// dropped a message. It is counted, and recorded as a queue_full dead letter
+// when the subscription's dead-letter bucket allows (Bounds.DeadLetterRate),
+// asynchronously: this runs under the session's queue lock, on the engine's
+// fan-out path, so a mass of non-reading subscribers must cost little here.
 func (cn *conn) onDrop(it *session.Item) {
 	cn.rt.stats.drops.Add(1)
-	var policy string
-	switch it.Policy {
-	case session.DropNew:
-		policy = "drop_new"
-	case session.Disconnect:
-		policy = "disconnect"
-	default:
-		policy = "drop_old"
+	policy := it.Policy
+	if policy > session.Disconnect {
+		policy = session.DropOld
 	}
-	cn.rt.m.drops.WithLabelValues(policy).Inc()
+	cn.rt.bm.drops[policy].Inc()
 	rec, ok := it.Ref.(*engine.Record)
 	if !ok {
 		return
 	}
-	pattern := ""
+	pattern, record := "", false
+	now := time.Now()
 	cn.mu.Lock()
 	if s := cn.byID[it.Stream.Sub]; s != nil {
 		pattern = s.pattern
+		record = s.dl.take(&cn.rt.opts.Bounds, now)
 	}
 	cn.mu.Unlock()
+	if !record {
+		cn.rt.bm.deadLettersSkipped.Inc()
+		return
+	}
 	cn.rt.deadLetter(engine.DeadLetter{
 		Reason:     engine.ReasonQueueFull,
 		Subscriber: cn.id + " " + pattern,
 		Record:     *rec,
-		Error:      "outbound queue full (" + policy + ")",
-		Time:       time.Now(),
+		Error:      "outbound queue full (" + policy.String() + ")",
+		Time:       now,
 	})
 }
 
@@ -578,7 +598,12 @@ func (rt *Router) errorHandler(err error, c echo.Context) {
 			code, msg = codeBadRequest, http.StatusText(status)
 		}
 	} else {
+		var pe *protoError
+		if errors.As(err, &pe) {
+			rt.countLimit(pe)
+		}
 		code, msg, status = classify(err)
+		msg = capMessage(msg)
 		if code == codeInternal {
 			rt.log.Error("request failed", "path", c.Path(), "err", err)
 		}

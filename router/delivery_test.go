@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,7 +27,10 @@ func TestSlowConsumerPolicies(t *testing.T) {
 	payload := strings.Repeat("x", 32<<10) // 32 KiB: n records overflow socket buffers
 	for _, policy := range []string{"drop_old", "drop_new"} {
 		t.Run(policy, func(t *testing.T) {
-			g := newGateway(t, func(c *gwConfig) { c.router.Session = session.Options{QueueMessages: 8} })
+			g := newGateway(t, func(c *gwConfig) {
+				c.router.Session = session.Options{QueueMessages: 8}
+				c.router.Bounds.DeadLetterRate = math.Inf(1) // every drop is a dead letter
+			})
 			slow := g.dialPaused(t)
 			slow.send(t, map[string]any{"op": "subscribe", "id": 1, "pattern": "feed", "on_full": policy})
 			fast := g.dial(t)
@@ -92,8 +96,9 @@ func TestSlowConsumerPolicies(t *testing.T) {
 				t.Fatal("a client that did not read lost nothing: the test did not fill its queue")
 			}
 			slow.noFrame(t)
-			// Every dropped record is a queue_full dead letter naming the
-			// subscriber, with the record's data.
+			// With no dead-letter rate limit, every dropped record is a
+			// queue_full dead letter naming the subscriber, with the
+			// record's data.
 			var dls []any
 			deadline := time.Now().Add(waitTimeout)
 			for time.Now().Before(deadline) {

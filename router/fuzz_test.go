@@ -50,7 +50,8 @@ func FuzzDecodeRequest(f *testing.F) {
 		if len(req.ID) > 0 {
 			checkFrame(t, encodeError(req.ID, codeInternal, "x"))
 		}
-		msg, pe := parsePublish(req, 1<<10)
+		bounds := Bounds{}.withDefaults()
+		msg, pe := parsePublish(req, 1<<10, &bounds)
 		if pe != nil {
 			switch pe.code {
 			case codeBadRequest, codeInvalidTopic, codeForbidden, codeTooLarge:

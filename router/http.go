@@ -98,7 +98,7 @@ func (rt *Router) httpPublish(c echo.Context) error {
 	if err := rt.bind(c, &req); err != nil {
 		return err
 	}
-	msg, pe := parsePublish(&req, rt.opts.MaxMessageBytes)
+	msg, pe := parsePublish(&req, rt.opts.MaxMessageBytes, &rt.opts.Bounds)
 	if pe != nil {
 		rt.m.rejected.WithLabelValues(pe.code).Inc()
 		return pe
@@ -187,8 +187,8 @@ func (rt *Router) httpCreateTopic(c echo.Context) error {
 	if req.Name == nil {
 		return perr(codeBadRequest, `missing field "name"`)
 	}
-	if err := trie.ValidateTopic(*req.Name); err != nil {
-		return perr(codeInvalidTopic, "%s", err.Error())
+	if pe := validTopic(&rt.opts.Bounds, *req.Name); pe != nil {
+		return pe
 	}
 	if trie.IsSystem(*req.Name) {
 		return perr(codeForbidden, "topics starting with $ are reserved for the server")

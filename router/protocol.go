@@ -42,8 +42,9 @@ const (
 // protoError is an error with a protocol code; the router's handlers return
 // it and the transport (WebSocket or HTTP) renders it.
 type protoError struct {
-	code string
-	msg  string
+	code  string
+	msg   string
+	limit string // the limit that refused the request, if one did (see refuse)
 }
 
 func (e *protoError) Error() string { return e.code + ": " + e.msg }
@@ -165,7 +166,7 @@ func decodeRequest(data []byte) (*request, *protoError) {
 			if te.Field == "" {
 				return &req, perr(codeBadRequest, "frame must be a JSON object")
 			}
-			return &req, perr(codeBadRequest, "field %q has the wrong type (want %s)", te.Field, te.Type.String())
+			return &req, perr(codeBadRequest, "field %s has the wrong type (want %s)", quoteInput(te.Field), te.Type.String())
 		}
 		return &req, perr(codeBadRequest, "frame is not valid JSON")
 	}
@@ -213,16 +214,17 @@ func truncate(b []byte, n int) string {
 // maxPriority is the highest publish priority.
 const maxPriority = 3
 
-// parsePublish validates the publish fields shared by WebSocket and HTTP.
-func parsePublish(req *request, maxBytes int) (engine.Message, *protoError) {
+// parsePublish validates the publish fields shared by WebSocket and HTTP
+// against the size limits maxBytes (data) and b.
+func parsePublish(req *request, maxBytes int, b *Bounds) (engine.Message, *protoError) {
 	if req.Topic == nil {
 		return engine.Message{}, perr(codeBadRequest, `missing field "topic"`)
 	}
 	if len(req.Data) == 0 {
 		return engine.Message{}, perr(codeBadRequest, `missing field "data"`)
 	}
-	if err := trie.ValidateTopic(*req.Topic); err != nil {
-		return engine.Message{}, perr(codeInvalidTopic, "%s", err.Error())
+	if pe := validTopic(b, *req.Topic); pe != nil {
+		return engine.Message{}, pe
 	}
 	if trie.IsSystem(*req.Topic) {
 		return engine.Message{}, perr(codeForbidden, "topics starting with $ are reserved for the server")
@@ -252,6 +254,9 @@ func parsePublish(req *request, maxBytes int) (engine.Message, *protoError) {
 			return engine.Message{}, perr(codeBadRequest, "priority must be 0 to 3")
 		}
 		m.Priority = uint8(*req.Priority)
+	}
+	if pe := checkPublishSizes(b, &m); pe != nil {
+		return engine.Message{}, pe
 	}
 	for k, v := range m.Headers {
 		if !utf8.ValidString(k) || !utf8.ValidString(v) {
@@ -320,7 +325,7 @@ func parseFrom(raw json.RawMessage) (fromSpec, *protoError) {
 				return fromSpec{}, perr(codeBadRequest, "from.positions[%d] needs topic, partition and offset", i)
 			}
 			if err := trie.ValidateTopic(*p.Topic); err != nil {
-				return fromSpec{}, perr(codeInvalidTopic, "%s", err.Error())
+				return fromSpec{}, nameError(codeInvalidTopic, *p.Topic, err)
 			}
 			if *p.Partition < 0 || *p.Offset < -1 {
 				return fromSpec{}, perr(codeBadRequest, "from.positions[%d] is out of range", i)
@@ -464,8 +469,9 @@ func encodePublished(id json.RawMessage, topic string, a engine.Appended) []byte
 	return append(dst, '}')
 }
 
-// encodeError builds an error frame.
+// encodeError builds an error frame; msg is cut to maxErrorMessage bytes.
 func encodeError(id json.RawMessage, code, msg string) []byte {
+	msg = capMessage(msg)
 	dst := make([]byte, 0, 64+len(msg))
 	dst = append(dst, `{"op":"error"`...)
 	if len(id) > 0 {

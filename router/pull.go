@@ -12,7 +12,6 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/session"
-	"github.com/switchyard/switchyard/trie"
 )
 
 // pullIdle is how long a pull member lives without a poll before it leaves
@@ -114,8 +113,8 @@ func (rt *Router) httpPoll(c echo.Context) error {
 	if req.Pattern == nil {
 		return perr(codeBadRequest, `missing field "pattern"`)
 	}
-	if err := trie.ValidatePattern(*req.Pattern); err != nil {
-		return perr(codeInvalidPattern, "%s", err.Error())
+	if pe := validPattern(&rt.opts.Bounds, *req.Pattern); pe != nil {
+		return pe
 	}
 	if req.Max == 0 {
 		req.Max = 10
@@ -187,7 +186,7 @@ func (rt *Router) httpAck(c echo.Context) error {
 	rt.mu.Unlock()
 	var err error
 	if strings.HasSuffix(c.Path(), "/nack") {
-		err = rt.eng.Nack(c.Request().Context(), group, member, pos, req.Error)
+		err = rt.eng.Nack(c.Request().Context(), group, member, pos, nackReason(req.Error))
 	} else {
 		err = rt.eng.Ack(c.Request().Context(), group, member, pos)
 	}

@@ -117,6 +117,9 @@ type Options struct {
 	// it); default 100: enough for a chart's recent points per series,
 	// while a wildcard over many topics replays at most N records each.
 	MaxLast int
+	// Bounds limit the sizes of names, keys, headers, filters and ids, and
+	// the queue_full dead letters of slow subscriptions (see Bounds).
+	Bounds Bounds
 	// TrustedProxies are the networks whose X-Forwarded-For header names
 	// the client IP (for the per-IP limits); default none: the TCP peer's
 	// address is the client IP.
@@ -167,6 +170,13 @@ func (o Options) withDefaults() Options {
 	if o.Session.ReadLimit == 0 {
 		o.Session.ReadLimit = 1 << 20
 	}
+	if o.Session.ControlBytes == 0 {
+		o.Session.ControlBytes = session.DefaultControlBytes
+	}
+	if o.Session.MessageTimeout == 0 {
+		o.Session.MessageTimeout = session.DefaultMessageTimeout
+	}
+	o.Bounds = o.Bounds.withDefaults()
 	return o
 }
 
@@ -202,6 +212,7 @@ type Router struct {
 
 	httpm        *httpMetrics
 	writeTimeout atomic.Int64 // the NewServer's write timeout, for long polls
+	bm           *boundMetrics
 }
 
 // New creates a Router on opts.Engine and starts its background goroutines
@@ -211,6 +222,9 @@ func New(opts Options) (*Router, error) {
 		return nil, errors.New("router: Options.Engine is required")
 	}
 	opts = opts.withDefaults()
+	if err := opts.Bounds.validate(); err != nil {
+		return nil, err
+	}
 	auth, err := newAuthenticator(opts.Auth)
 	if err != nil {
 		return nil, err
@@ -232,6 +246,7 @@ func New(opts Options) (*Router, error) {
 		httpm:  newHTTPMetrics(opts.Registry),
 	}
 	rt.initMetrics()
+	rt.bm = newBoundMetrics(opts.Registry, rt.m, rt.lim)
 	rt.ctx, rt.cancel = context.WithCancel(context.Background())
 	rt.echo = rt.routes()
 	rt.stopTap = rt.eng.Watch(rt)

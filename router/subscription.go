@@ -35,6 +35,7 @@ type subscription struct {
 	// handedBack is set once shutdown handed the member back to the
 	// engine: ending the subscription then does not leave again.
 	handedBack atomic.Bool
+	dl         dlBucket // queue_full dead letters; guarded by conn.mu
 	// local is set for in-process subscribers (see Router.Subscribe); c
 	// is nil then.
 	local *LocalSubscription
