@@ -14,11 +14,11 @@ import (
 // their drop counters and gap frames stay exact.
 func TestQueueFullDeadLettersRateLimited(t *testing.T) {
 	const (
-		subs  = 20
+		subs  = 8
 		n     = 300
 		queue = 4
 	)
-	pad := strings.Repeat("p", 32<<10) // n records are ~10 MiB: past any socket buffer
+	pad := strings.Repeat("p", 16<<10) // n records are ~5 MiB: past the socket buffers
 	g := newGateway(t, func(c *gwConfig) { c.router.Session = session.Options{QueueMessages: queue} })
 	start := time.Now()
 	stuck := make([]*client, subs)

@@ -254,6 +254,7 @@ func (rt *Router) endGroup(group string) {
 			if k.group == group {
 				ended = append(ended, s)
 				delete(cn.subs, k)
+				cn.filterBytes -= mapSize(s.filter)
 			}
 		}
 		cn.mu.Unlock()

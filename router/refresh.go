@@ -164,6 +164,7 @@ func (cn *conn) revoke() {
 			continue
 		}
 		delete(cn.subs, k)
+		cn.filterBytes -= mapSize(s.filter)
 		gone = append(gone, s)
 	}
 	cn.mu.Unlock()
