@@ -108,6 +108,7 @@ type config struct {
 	ReadTimeout      time.Duration
 	WriteTimeout     time.Duration
 	IdleTimeout      time.Duration
+	Wire             wireConfig
 
 	JWTHMACSecret       string
 	JWTHMACSecretFile   string
@@ -175,6 +176,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&cfg.ReadTimeout, "read-timeout", router.DefaultReadTimeout, "time a client has to send a whole HTTP request, headers and body (not WebSocket sessions once upgraded)")
 	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", router.DefaultWriteTimeout, "time an HTTP response may take to write once its request is read (polls get wait_ms on top; not WebSocket sessions)")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", router.DefaultIdleTimeout, "how long a keep-alive HTTP connection may wait for its next request")
+	addWireFlags(fs, &cfg.Wire)
 	fs.StringVar(&cfg.JWTHMACSecret, "jwt-hmac-secret", "", "HS256 token secret, at least 32 bytes (prefer the environment or --jwt-hmac-secret-file)")
 	fs.StringVar(&cfg.JWTHMACSecretFile, "jwt-hmac-secret-file", "", "file of HS256 token secrets, one per line (several during a rotation)")
 	fs.StringVar(&cfg.JWTPublicKey, "jwt-public-key", "", "comma-separated PEM files of RSA (RS256) or ECDSA (ES256/384/512) token verification keys")
@@ -336,10 +338,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		Logger: log,
 		Static: web.FS(),
 		Session: session.Options{
-			QueueMessages: cfg.QueueMessages,
-			ReadLimit:     cfg.MaxFrameBytes,
-			PingInterval:  cfg.PingInterval,
+			QueueMessages:  cfg.QueueMessages,
+			ReadLimit:      cfg.MaxFrameBytes,
+			PingInterval:   cfg.PingInterval,
+			ControlBytes:   cfg.Wire.ControlQueueBytes,
+			MessageTimeout: cfg.Wire.MessageTimeout,
 		},
+		Bounds:           cfg.Wire.bounds(),
 		MaxSubscriptions: cfg.MaxSubscriptions,
 		MaxLast:          cfg.MaxLast,
 		MaxMessageBytes:  cfg.MaxMessageBytes,
