@@ -14,6 +14,12 @@
 // inc is the topic bucket revision that created the topic: a deleted and
 // recreated topic gets fresh subjects, so stale appends by a node that has
 // not yet heard of the delete can never leak into the new incarnation.
+// A node whose tail meets a record of an incarnation newer than the one it
+// knows (its topic watcher has not yet reached the delete and the create
+// made on another node) asks the bucket for the topic at once, announces
+// the old incarnation's delete to its observers, then the record: records
+// of a re-created topic are never dropped by a lagging watcher. While the
+// bucket cannot be reached the tail waits and retries rather than drop it.
 // One stream rather than one per topic or partition because streams are
 // heavy in NATS (a Raft group each when replicated, files, consumers,
 // limits bookkeeping): a gateway with thousands of auto-created topics
@@ -209,7 +215,9 @@
 // timeouts).
 //
 // Observer.Appended is called from the tail goroutine, TopicDeleted from the
-// topic watcher. Consumer.Deliver and Consumer.Skipped are called with the
+// topic watcher or from whichever goroutine first installs a newer
+// incarnation of the topic (the tail, or a call such as Append), before
+// any record of it. Consumer.Deliver and Consumer.Skipped are called with the
 // group lock held, from the tail, a watcher, the committer, a timer, or
 // inside Join, Leave, Ack, Nack and Seek. None of them may block or call
 // back into the Engine.

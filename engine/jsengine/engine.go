@@ -593,7 +593,9 @@ func (e *Engine) afterFunc(d time.Duration, f func()) engine.Timer {
 // Watch registers o for the live tail until stop is called; stop may be
 // called more than once. Appended is called from the engine's tail
 // goroutine for every record stored by any node sharing the Prefix, in
-// offset order per partition; TopicDeleted from the topic watcher.
+// offset order per partition; TopicDeleted from the topic watcher (or,
+// for a topic re-created on another node, from whichever goroutine first
+// meets the new incarnation, before its first record).
 func (e *Engine) Watch(o engine.Observer) (stop func()) {
 	return e.observers.Add(o)
 }

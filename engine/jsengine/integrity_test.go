@@ -3,6 +3,7 @@ package jsengine_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -399,5 +400,104 @@ func TestCatchUpRoundTrips(t *testing.T) {
 	// about 63 more round trips each, one per record.
 	if perRecord > 2.5 {
 		t.Errorf("%.2f messages per record caught up, want at most 2.5", perRecord)
+	}
+}
+
+// stallObs is an observer whose TopicDeleted for one topic waits until
+// released, holding up the topic watcher that calls it (as a busy watcher
+// lags behind the tail); everything else it records.
+type stallObs struct {
+	tailObs
+	topic   string
+	release chan struct{}
+}
+
+func (o *stallObs) TopicDeleted(topic string) {
+	if topic == o.topic {
+		<-o.release
+	}
+	o.tailObs.TopicDeleted(topic)
+}
+
+// TestRecreatedTopicReachesTail: a topic deleted and created again on
+// another node, with records appended to the new incarnation before this
+// node's topic watcher has caught up, must not lose those records in this
+// node's tail; the delete is announced before the new records.
+func TestRecreatedTopicReachesTail(t *testing.T) {
+	url := natstest.URL(t)
+	prefix := natstest.Prefix(t, url)
+	a := newNode(t, nodeOpts{url: url, prefix: prefix})
+	b := newNode(t, nodeOpts{url: url, prefix: prefix})
+	ctx := context.Background()
+	obs := &stallObs{topic: "blocker", release: make(chan struct{})}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(obs.release)
+		}
+	}
+	defer release()
+	defer b.Watch(obs)()
+	for _, name := range []string{"blocker", "again", "sentinel"} {
+		if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Append(ctx, engine.Message{Topic: "again", Data: []byte(`"old"`)}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "b to know the topics", func() bool {
+		ts, err := b.Topics(ctx)
+		return err == nil && len(ts) == 3
+	})
+	waitUntil(t, "b's tail to see the old record", func() bool {
+		recs, _ := obs.snapshot()
+		return len(recs) == 1
+	})
+
+	if err := a.DeleteTopic(ctx, "blocker"); err != nil { // b's watcher stalls on it
+		t.Fatal(err)
+	}
+	if err := a.DeleteTopic(ctx, "again"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: "again"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Append(ctx, engine.Message{Topic: "again", Data: []byte(`"new"`)}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		recs, _ := obs.snapshot()
+		if len(recs) == 2 {
+			if r := recs[1]; r.Topic != "again" || r.Offset != 0 || string(r.Data) != `"new"` {
+				t.Errorf("b's tail saw %s@%d %s, want again@0 \"new\"", r.Topic, r.Offset, r.Data)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			release()
+			t.Fatal("b's tail never announced the record of the re-created topic")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_, deleted := obs.snapshot()
+	if !slices.Equal(deleted, []string{"again"}) {
+		t.Errorf("deletes announced before the new record: %v, want [again]", deleted)
+	}
+	release()
+	if err := a.DeleteTopic(ctx, "sentinel"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the watcher to catch up", func() bool {
+		_, deleted := obs.snapshot()
+		return slices.Contains(deleted, "sentinel")
+	})
+	// The watcher reached the old delete after the new incarnation: it is
+	// not announced a second time.
+	if _, deleted := obs.snapshot(); !slices.Equal(deleted, []string{"again", "blocker", "sentinel"}) {
+		t.Errorf("deletes announced: %v, want [again blocker sentinel]", deleted)
 	}
 }

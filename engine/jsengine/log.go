@@ -314,9 +314,34 @@ func (e *Engine) lookup(ctx context.Context, name string) (*topic, error) {
 	return t, nil
 }
 
+// refresh asks the bucket for the topic's current incarnation, even when
+// this node knows one: the tail calls it for a record of a newer
+// incarnation than the local one, which another node created after a
+// delete this node's topic watcher has not reached yet.
+func (e *Engine) refresh(ctx context.Context, name string) (*topic, error) {
+	if t := e.local(name); t == nil {
+		return e.lookup(ctx, name)
+	}
+	ent, err := e.topicKV.Get(ctx, enc(name))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return e.local(name), nil // deleted again since: the watcher drops it
+	}
+	if err != nil {
+		return nil, unavailable("topic", err)
+	}
+	var v topicVal
+	if err := json.Unmarshal(ent.Value(), &v); err != nil {
+		return nil, fmt.Errorf("jsengine: topic %q: bad config: %w", name, err)
+	}
+	t, _ := e.install(name, v, ent.Revision())
+	return t, nil
+}
+
 // install makes (name, inc) the local incarnation unless a newer one or a
-// later delete is known, replacing an older one. It returns the current
-// incarnation and whether it was added.
+// later delete is known, replacing an older one: that one's deletion is
+// announced to observers here (before any record of the new one), and the
+// topic watcher, reaching it later, does not announce it again. It returns
+// the current incarnation and whether it was added.
 func (e *Engine) install(name string, v topicVal, inc uint64) (*topic, bool) {
 	e.tmu.Lock()
 	cur := e.topics[name]
@@ -330,6 +355,9 @@ func (e *Engine) install(name string, v topicVal, inc uint64) (*topic, bool) {
 	e.topicsGen.Add(1)
 	if cur != nil {
 		e.dropTopic(cur)
+		for _, o := range e.observers.List() {
+			o.TopicDeleted(name)
+		}
 	}
 	e.gmu.Lock()
 	for _, g := range e.groups {
@@ -388,7 +416,9 @@ func (e *Engine) topicEvent(ent jetstream.KeyValueEntry, initial bool) {
 		if cur != nil && cur.inc < ent.Revision() {
 			e.dropTopic(cur)
 		}
-		if !initial {
+		// A newer incarnation installed first (see install) announced
+		// this delete already.
+		if !initial && (cur == nil || cur.inc < ent.Revision()) {
 			for _, o := range e.observers.List() {
 				o.TopicDeleted(name)
 			}
@@ -1098,9 +1128,7 @@ func (e *Engine) tailMsg(msg jetstream.Msg) {
 	name := subj[:i]
 	t := e.local(name)
 	if t == nil || t.inc < inc {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		t, _ = e.lookup(ctx, name)
-		cancel()
+		t = e.tailTopic(name, inc)
 	}
 	if t == nil || t.inc != inc || part >= len(t.parts) || t.deleted.Load() {
 		return
@@ -1136,6 +1164,27 @@ func (e *Engine) tailMsg(msg jetstream.Msg) {
 		e.pump(gp)
 	}
 	e.gmu.Unlock()
+}
+
+// tailTopic returns the incarnation of name the bucket holds for a tail
+// record of incarnation inc that this node does not know yet. It retries
+// while the bucket cannot be reached, holding the tail back rather than
+// dropping the record, until the engine closes.
+func (e *Engine) tailTopic(name string, inc uint64) *topic {
+	for delay := 20 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		t, err := e.refresh(ctx, name)
+		cancel()
+		if err == nil || errors.Is(err, engine.ErrUnknownTopic) {
+			return t
+		}
+		e.log.Warn("jsengine: tail: topic of a new incarnation", "topic", name, "inc", inc, "err", err)
+		select {
+		case <-time.After(delay):
+		case <-e.closeCh:
+			return nil
+		}
+	}
 }
 
 func (e *Engine) advanceTail(seq uint64) {
