@@ -8,7 +8,10 @@
 //	fanout    N subscribers on one topic, publishers at a total rate R
 //	wildcard  N subscribers over P patterns across T topics
 //	groups    M members of one consumer group acking, a share nacking
-//	          first attempts and a share stalling (never acking)
+//	          first attempts and a share stalling (never acking), with
+//	          the group window --max-in-flight; reports acked records/s,
+//	          publish-to-ack latency, records lost and records acked
+//	          then delivered again
 //	slow      N subscribers on one topic, a share of them reading slowly,
 //	          under the --on-full drop policy
 //	connect   N connections opened as fast as possible
@@ -84,6 +87,7 @@ type config struct {
 	patterns    int
 	members     int
 	partitions  int
+	maxInFlight int
 	nackShare   float64
 	stallShare  float64
 	slowShare   float64
@@ -194,6 +198,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&cfg.patterns, "patterns", 4, "patterns (wildcard); the last one is a '#' over every topic")
 	fs.IntVar(&cfg.members, "members", 4, "group members (groups, soak)")
 	fs.IntVar(&cfg.partitions, "partitions", 0, "partitions of the groups topic; 0: --members")
+	fs.IntVar(&cfg.maxInFlight, "max-in-flight", 0, "the group's window per partition, sent as max_in_flight on subscribe (groups); 0: the gateway's default")
 	fs.Float64Var(&cfg.nackShare, "nack-share", d.nackShare, "share of first deliveries a member nacks (groups, soak)")
 	fs.Float64Var(&cfg.stallShare, "stall-share", 0, "share of members that never ack until publishing stops (groups)")
 	fs.Float64Var(&cfg.slowShare, "slow-share", d.slowShare, "share of subscribers that read slowly (slow, soak)")
@@ -270,6 +275,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("--size must be at least %d", minPayload)
 	case c.topics < 1 || c.patterns < 1 || c.members < 1 || c.churners < 0 || c.sampleInterval <= 0 || c.queueMessages < 0:
 		return errors.New("--topics, --patterns and --members must be >= 1, --churners and --queue-messages >= 0, --sample-interval positive")
+	case c.maxInFlight < 0 || c.maxInFlight > 1000:
+		return errors.New("--max-in-flight must be 0 to 1000")
 	case c.nackShare < 0 || c.nackShare > 1 || c.stallShare < 0 || c.stallShare >= 1 || c.slowShare < 0 || c.slowShare > 1:
 		return errors.New("--nack-share and --slow-share must be in [0,1], --stall-share in [0,1)")
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -125,6 +126,8 @@ func (r *runner) params() map[string]string {
 	switch c.scenario {
 	case "groups":
 		p["members"] = itoa(c.members)
+		p["partitions"] = itoa(cmp.Or(c.partitions, c.members))
+		p["max_in_flight"] = itoa(c.maxInFlight)
 		p["nack_share"] = strconv.FormatFloat(c.nackShare, 'f', -1, 64)
 		p["stall_share"] = strconv.FormatFloat(c.stallShare, 'f', -1, 64)
 	case "connect":
@@ -266,6 +269,9 @@ func (s *subscriber) start(ctx context.Context, onFull, from string, line func([
 	req := map[string]any{"op": "subscribe", "id": 1, "pattern": s.pattern}
 	if s.group != "" {
 		req["group"] = s.group
+		if r.cfg.maxInFlight > 0 {
+			req["max_in_flight"] = r.cfg.maxInFlight
+		}
 	}
 	if onFull != "" {
 		req["on_full"] = onFull
@@ -691,8 +697,6 @@ func (s *subscriber) memberLine(l []byte) bool {
 		attempt, _ := intAfter(l, keyAttempt)
 		if attempt > 1 {
 			r.c.redeliveries.Add(1)
-		} else if t, ok := sendTime(l); ok {
-			r.lat.record(s.idx, time.Duration(time.Now().UnixNano()-t))
 		}
 		if s.stalled.Load() {
 			return true
@@ -721,8 +725,12 @@ func (s *subscriber) memberLine(l []byte) bool {
 		s.ackBuf = strconv.AppendInt(s.ackBuf, off, 10)
 		s.ackBuf = append(s.ackBuf, '}')
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = s.conn.Write(ctx, websocket.MessageText, s.ackBuf) // a broken connection ends the reader
+		err := s.conn.Write(ctx, websocket.MessageText, s.ackBuf) // a broken connection ends the reader
 		cancel()
+		// Latency of a group is publish to ack written, first attempts only.
+		if t, ok := sendTime(l); ok && err == nil && op == "ack" && attempt <= 1 {
+			r.lat.record(s.idx, time.Duration(time.Now().UnixNano()-t))
+		}
 	default:
 		return s.line(l)
 	}
@@ -801,6 +809,7 @@ func (r *runner) runGroups(ctx context.Context) (*Report, error) {
 	}
 	sent := r.c.sent.Load()
 	r.drain(ctx, func() bool { return tracker.len() >= sent })
+	ackedIn := time.Since(start) // until the last record was acked (or the drain gave up)
 	r.closeAll(members)
 	r.closeAll(pubs)
 	uniq := tracker.len()
@@ -809,9 +818,13 @@ func (r *runner) runGroups(ctx context.Context) (*Report, error) {
 		Sent: sent, Expected: sent, Delivered: uniq, Lost: max(0, sent-uniq),
 		Duplicates: r.c.duplicates.Load(),
 	}
+	if s := ackedIn.Seconds(); s > 0 {
+		rep.AckedPerS = float64(uniq) / s
+	}
 	if stall > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d stalled member(s) left when publishing stopped", len(stalled)))
 	}
-	rep.Notes = append(rep.Notes, "delivered counts distinct records acked; duplicates are acks of records already acked")
+	rep.Notes = append(rep.Notes, "delivered counts distinct records acked; duplicates are records acked and then delivered (and acked) again",
+		"latency: publish to ack written, first attempts; acked/s: distinct records acked over publishing plus drain")
 	return rep, nil
 }

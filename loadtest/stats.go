@@ -128,6 +128,7 @@ type Report struct {
 	Disconnects    int64             `json:"disconnects"`
 	PublishesPerS  float64           `json:"publishes_per_s"`
 	DeliveriesPerS float64           `json:"deliveries_per_s"`
+	AckedPerS      float64           `json:"acked_per_s,omitempty"` // groups
 	Latency        Percentiles       `json:"latency"`
 	Connect        Percentiles       `json:"connect"`
 	ConnectPhase   float64           `json:"connect_phase_s"` // dialing and subscribing every subscriber
@@ -269,6 +270,9 @@ func writeTable(w io.Writer, r *Report) {
 		p("lost", r.Lost)
 		p("duplicates", r.Duplicates)
 		p("gaps", fmt.Sprintf("%d (%d records)", r.Gaps, r.GapRecords))
+		if r.AckedPerS > 0 {
+			p("acked records/s", fmt.Sprintf("%.0f", r.AckedPerS))
+		}
 		if r.Acks+r.Nacks+r.Redeliveries > 0 {
 			p("acks / nacks / redeliveries", fmt.Sprintf("%d / %d / %d", r.Acks, r.Nacks, r.Redeliveries))
 		}
