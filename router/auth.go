@@ -359,8 +359,10 @@ type principal struct {
 	admin   bool
 	subject string
 	grants  Grants
-	expires time.Time // zero: never (admin, anonymous)
-	issued  time.Time // the token's iat; zero when absent
+	expires time.Time       // zero: never (admin, anonymous)
+	issued  time.Time       // the token's iat; zero when absent
+	hooked  bool            // admitted by the connect hook
+	info    json.RawMessage // the connect hook's info, compact JSON; nil when none
 }
 
 // openPrincipal is the principal of every client when no key is configured.
@@ -546,7 +548,11 @@ func (rt *Router) unauthorized(c echo.Context, ae *authError) error {
 // authWS authenticates a WebSocket upgrade: the Authorization header, else
 // the token query parameter.
 func (rt *Router) authWS(c echo.Context) (*principal, error) {
+	hook := rt.hooks.enabled(hookConnect)
 	if !rt.auth.enabled {
+		if hook {
+			return rt.hookConnect(c)
+		}
 		return openPrincipal, nil
 	}
 	cred, ok := bearer(c.Request())
@@ -555,6 +561,10 @@ func (rt *Router) authWS(c echo.Context) (*principal, error) {
 	}
 	if cred == "" {
 		cred = c.QueryParam("token")
+	}
+	if cred == "" && hook {
+		// A token's grants, else the application's answer.
+		return rt.hookConnect(c)
 	}
 	p, ae := rt.auth.authenticate(cred)
 	if ae != nil {

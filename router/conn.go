@@ -172,8 +172,8 @@ func (cn *conn) publish(req *request) *protoError {
 	if pe != nil {
 		return pe
 	}
-	if !cn.who.canPublish(msg.Topic) {
-		return cn.rt.forbidden("publish", "not allowed to publish to %q", msg.Topic)
+	if pe := cn.authorizePublish(req, &msg.Data, &msg.Headers, msg.Topic); pe != nil {
+		return pe
 	}
 	a, err := cn.rt.append(cn.ctx, msg, "ws")
 	if err != nil {
@@ -235,18 +235,16 @@ func (cn *conn) subscribe(req *request) *protoError {
 	if pe := validPattern(&cn.rt.opts.Bounds, pattern); pe != nil {
 		return pe
 	}
-	if !cn.who.canSubscribe(pattern) {
-		return cn.rt.forbidden("subscribe", "not allowed to subscribe to %q", pattern)
-	}
 	group := ""
 	if req.Group != nil {
 		group = *req.Group
 		if pe := validGroup(group); pe != nil {
 			return pe
 		}
-		if !cn.who.canJoin(group) {
-			return cn.rt.forbidden("group", "not allowed to join group %q", group)
-		}
+	}
+	viaHook, pe := cn.authorizeSubscribe(pattern, group)
+	if pe != nil {
+		return pe
 	}
 	from, pe := parseFrom(req.From)
 	if pe != nil {
@@ -309,7 +307,7 @@ func (cn *conn) subscribe(req *request) *protoError {
 	}
 	cn.filterBytes += filterBytes
 	cn.nextID++
-	s := &subscription{c: cn, id: cn.nextID, pattern: pattern, group: group, policy: policy, filter: filter, maxInFlight: maxInFlight}
+	s := &subscription{c: cn, id: cn.nextID, pattern: pattern, group: group, policy: policy, filter: filter, maxInFlight: maxInFlight, hookAllowed: viaHook}
 	cn.subs[key] = s
 	cn.byID[s.id] = s
 	cn.mu.Unlock()
@@ -477,7 +475,7 @@ func (cn *conn) ack(req *request) *protoError {
 	case req.Offset == nil:
 		return perr(codeBadRequest, `missing field "offset"`)
 	}
-	if !cn.who.canJoin(*req.Group) {
+	if !cn.who.canJoin(*req.Group) && !cn.hookMember(*req.Group) {
 		return cn.rt.forbidden("group", "not allowed to use group %q", *req.Group)
 	}
 	cn.mu.Lock()

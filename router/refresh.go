@@ -179,8 +179,13 @@ func (cn *conn) revoke() {
 	}
 }
 
-// allowedStill reports whether the session's principal still allows s.
+// allowedStill reports whether the session's principal still allows s: by
+// its grants, or because the subscribe hook allowed it for this user (a
+// refresh keeps the user).
 func (cn *conn) allowedStill(s *subscription) bool {
+	if s.hookAllowed {
+		return true
+	}
 	if s.group != "" && !cn.who.canJoin(s.group) {
 		return false
 	}

@@ -97,6 +97,9 @@ type Options struct {
 	// Auth configures tokens, the admin key and anonymous access; the zero
 	// value leaves everything open (see AuthOptions).
 	Auth AuthOptions
+	// Hooks configure the backend authorization hooks (see HookOptions);
+	// the zero value configures none.
+	Hooks HookOptions
 	// MaxConnections bounds open WebSocket sessions (503
 	// too_many_connections past it); 0: unlimited.
 	MaxConnections int
@@ -207,6 +210,7 @@ type Router struct {
 	dlq    chan engine.DeadLetter // queue_full dead letters to record
 
 	auth   *authenticator
+	hooks  *hooks // nil without hooks
 	limits *limiter
 	lim    *limitMetrics
 
@@ -247,6 +251,9 @@ func New(opts Options) (*Router, error) {
 	}
 	rt.initMetrics()
 	rt.bm = newBoundMetrics(opts.Registry, rt.m, rt.lim)
+	if rt.hooks, err = newHooks(opts.Hooks, opts.Registry); err != nil {
+		return nil, err
+	}
 	rt.ctx, rt.cancel = context.WithCancel(context.Background())
 	rt.echo = rt.routes()
 	rt.stopTap = rt.eng.Watch(rt)

@@ -30,6 +30,8 @@ type subscription struct {
 	policy  session.Policy
 	filter  map[string]string
 	member  string
+	// hookAllowed: the subscribe hook allowed it (the grants did not).
+	hookAllowed bool
 	// maxInFlight is a group subscribe's max_in_flight (0: the group's).
 	maxInFlight int
 	// handedBack is set once shutdown handed the member back to the

@@ -121,6 +121,15 @@ type config struct {
 	JWTJWKSRefresh      time.Duration
 	JWTClaimsPrefix     string
 	JWTClaims           string
+	HookURL             string
+	Hooks               string
+	HookTimeout         time.Duration
+	HookFailOpen        bool
+	HookHeaders         string
+	HookCookies         string
+	HookMaxConcurrent   int
+	HookCacheEntries    int
+	HookCacheBytes      int
 	AdminKey            string
 	AdminKeyFile        string
 	AllowAnonymous      bool
@@ -187,6 +196,15 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&cfg.JWTJWKSRefresh, "jwt-jwks-refresh", 5*time.Minute, "how often the JWKS is read again (also on an unknown kid, at most every 10s)")
 	fs.StringVar(&cfg.JWTClaimsPrefix, "jwt-claims-prefix", "", "prefix of the grant claims (publish, subscribe, groups), e.g. https://example.com/")
 	fs.StringVar(&cfg.JWTClaims, "jwt-claims", "", "grant claim names, e.g. publish=pub,subscribe=https://x/sub,groups=grp (overrides --jwt-claims-prefix)")
+	fs.StringVar(&cfg.HookURL, "hook-url", "", "base URL of the application's authorization hooks (POST URL/connect, URL/subscribe, URL/publish)")
+	fs.StringVar(&cfg.Hooks, "hooks", "connect,subscribe", "comma-separated hooks to call with --hook-url: connect, subscribe, publish")
+	fs.DurationVar(&cfg.HookTimeout, "hook-timeout", 2*time.Second, "bound on each hook call, waiting for a free slot included")
+	fs.BoolVar(&cfg.HookFailOpen, "hook-fail-open", false, "allow subscribes and publishes when their hook fails (default: refuse)")
+	fs.StringVar(&cfg.HookHeaders, "hook-headers", "", "comma-separated request headers sent to the connect hook")
+	fs.StringVar(&cfg.HookCookies, "hook-cookies", "", "comma-separated cookie names sent to the connect hook")
+	fs.IntVar(&cfg.HookMaxConcurrent, "hook-max-concurrent", 64, "hook requests in flight at most")
+	fs.IntVar(&cfg.HookCacheEntries, "hook-cache-entries", 10000, "cached subscribe hook answers at most")
+	fs.IntVar(&cfg.HookCacheBytes, "hook-cache-bytes", 4<<20, "bytes of cached subscribe hook answers at most")
 	fs.DurationVar(&cfg.JWTRefreshLead, "jwt-refresh-lead", 0, "how long before a session's token expires it gets refresh_required (0: 30s or a tenth of the token's lifetime, whichever is less; negative: never)")
 	fs.StringVar(&cfg.AdminKey, "admin-key", "", "bearer key for the admin calls (topic create/delete, seek, dead letters), at least 16 characters")
 	fs.StringVar(&cfg.AdminKeyFile, "admin-key-file", "", "file holding the admin key")
@@ -333,6 +351,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		_ = eng.Close(context.Background())
 		return err
 	}
+	hooks, err := hookOptions(cfg)
+	if err != nil {
+		_ = eng.Close(context.Background())
+		return err
+	}
 	rt, err := router.New(router.Options{
 		Engine: eng,
 		Logger: log,
@@ -354,6 +377,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		ShutdownGrace:    cfg.ShutdownTimeout / 2,
 
 		Auth:                auth,
+		Hooks:               hooks,
 		MaxConnections:      cfg.MaxConnections,
 		MaxConnectionsPerIP: cfg.MaxConnectionsPerIP,
 		MaxTopics:           cfg.MaxTopics,
@@ -525,6 +549,36 @@ func securityOptions(cfg config) (router.AuthOptions, []*net.IPNet, error) {
 		proxies = append(proxies, n)
 	}
 	return a, proxies, nil
+}
+
+// hookOptions builds the router's authorization hook options.
+func hookOptions(cfg config) (router.HookOptions, error) {
+	h := router.HookOptions{
+		URL:           cfg.HookURL,
+		Timeout:       cfg.HookTimeout,
+		FailOpen:      cfg.HookFailOpen,
+		Headers:       splitList(cfg.HookHeaders),
+		Cookies:       splitList(cfg.HookCookies),
+		MaxConcurrent: cfg.HookMaxConcurrent,
+		CacheEntries:  cfg.HookCacheEntries,
+		CacheBytes:    cfg.HookCacheBytes,
+	}
+	if cfg.HookURL == "" {
+		return router.HookOptions{}, nil
+	}
+	for _, name := range splitList(cfg.Hooks) {
+		switch name {
+		case "connect":
+			h.Connect = true
+		case "subscribe":
+			h.Subscribe = true
+		case "publish":
+			h.Publish = true
+		default:
+			return h, fmt.Errorf("hooks: unknown hook %q (connect, subscribe or publish)", name)
+		}
+	}
+	return h, nil
 }
 
 // healthcheck GETs url and succeeds on a 200 reply.
