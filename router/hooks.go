@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -114,7 +115,7 @@ type hooks struct {
 	now     func() time.Time
 }
 
-func newHooks(o HookOptions, reg prometheus.Registerer) (*hooks, error) {
+func newHooks(o HookOptions, m *hookMetrics) (*hooks, error) {
 	if o.URL == "" || !(o.Connect || o.Subscribe || o.Publish) {
 		if o.Connect || o.Subscribe || o.Publish {
 			return nil, errors.New("router: hooks are enabled but HookOptions.URL is empty")
@@ -145,19 +146,50 @@ func newHooks(o HookOptions, reg prometheus.Registerer) (*hooks, error) {
 		h.client = &http.Client{Transport: tr}
 	}
 	h.cache = newHookCache(o.CacheEntries, o.CacheBytes)
+	h.calls, h.latency = m.calls, m.latency
+	m.hooks.Store(h)
+	return h, nil
+}
+
+// hookMetrics are registered whether or not hooks are configured, so that
+// dashboards and alerts find their series at zero.
+type hookMetrics struct {
+	calls   *prometheus.CounterVec   // hook, outcome
+	latency *prometheus.HistogramVec // hook
+	hooks   atomic.Pointer[hooks]    // nil without hooks
+}
+
+func newHookMetrics(reg prometheus.Registerer) *hookMetrics {
 	const ns = "switchyard"
-	h.calls = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "hook_calls_total",
+	m := &hookMetrics{}
+	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "hook_calls_total",
 		Help: "Authorization hook calls by hook (connect, subscribe, publish) and outcome (allow, refuse, cached, timeout, overloaded, error, malformed)."},
 		[]string{"hook", "outcome"})
-	h.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "hook_seconds",
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "hook_seconds",
 		Help: "Time of authorization hook requests (not counting cache hits or waits for a slot that failed).", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)},
 		[]string{"hook"})
-	reg.MustRegister(h.calls, h.latency,
+	for _, h := range []string{hookConnect, hookSubscribe, hookPublish} {
+		m.latency.WithLabelValues(h)
+		for _, o := range []string{"allow", "refuse", "cached", "timeout", "overloaded", "error", "malformed"} {
+			m.calls.WithLabelValues(h, o)
+		}
+	}
+	reg.MustRegister(m.calls, m.latency,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "hook_in_flight",
-			Help: "Authorization hook requests in flight."}, func() float64 { return float64(len(h.slots)) }),
+			Help: "Authorization hook requests in flight."}, func() float64 {
+			if h := m.hooks.Load(); h != nil {
+				return float64(len(h.slots))
+			}
+			return 0
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "hook_cache_entries",
-			Help: "Cached subscribe hook answers."}, func() float64 { return float64(h.cache.len()) }))
-	return h, nil
+			Help: "Cached subscribe hook answers."}, func() float64 {
+			if h := m.hooks.Load(); h != nil {
+				return float64(h.cache.len())
+			}
+			return 0
+		}))
+	return m
 }
 
 // enabled reports whether the named hook is configured; h may be nil.

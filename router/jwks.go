@@ -323,24 +323,38 @@ func b64Int(s string) (*big.Int, error) {
 	return new(big.Int).SetBytes(b), nil
 }
 
-// startJWKS registers the key set's metrics and starts its refresh
-// goroutine, which exits when Shutdown closes stopBG.
+// startJWKS registers the key set's metrics (at zero without a JWKS) and
+// starts its refresh goroutine, which exits when Shutdown closes stopBG.
 func (rt *Router) startJWKS() {
 	j := rt.auth.jwks
-	if j == nil {
-		return
-	}
 	const ns = "switchyard"
-	for outcome, v := range map[string]*atomic.Uint64{"ok": &j.ok, "error": &j.failed, "rate_limited": &j.limited} {
+	for _, outcome := range []string{"ok", "error", "rate_limited"} {
 		rt.opts.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "jwks_fetches_total",
 			Help:        "JWKS fetches by outcome (rate_limited: an unknown kid arrived within the minimum interval).",
-			ConstLabels: prometheus.Labels{"outcome": outcome}}, func() float64 { return float64(v.Load()) }))
+			ConstLabels: prometheus.Labels{"outcome": outcome}}, func() float64 {
+			if j == nil {
+				return 0
+			}
+			switch outcome {
+			case "ok":
+				return float64(j.ok.Load())
+			case "error":
+				return float64(j.failed.Load())
+			}
+			return float64(j.limited.Load())
+		}))
 	}
 	rt.opts.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "jwks_keys",
 		Help: "Keys in the current JWKS."}, func() float64 {
+		if j == nil {
+			return 0
+		}
 		s := j.set.Load()
 		return float64(len(s.byKID) + len(s.unnamed))
 	}))
+	if j == nil {
+		return
+	}
 	if p := j.lastErr.Load(); p != nil && j.ok.Load() == 0 {
 		rt.log.Warn("JWKS not loaded yet; tokens are refused until it is", "err", *p)
 	}

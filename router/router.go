@@ -251,7 +251,7 @@ func New(opts Options) (*Router, error) {
 	}
 	rt.initMetrics()
 	rt.bm = newBoundMetrics(opts.Registry, rt.m, rt.lim)
-	if rt.hooks, err = newHooks(opts.Hooks, opts.Registry); err != nil {
+	if rt.hooks, err = newHooks(opts.Hooks, newHookMetrics(opts.Registry)); err != nil {
 		return nil, err
 	}
 	rt.ctx, rt.cancel = context.WithCancel(context.Background())
