@@ -116,7 +116,7 @@ var (
 		codeForbidden, codeRateLimited, codeBackpressure, codeTooLarge, codeTooManySubs,
 		codeNotSubscribed, codeGroupConflict, codeShuttingDown, codeInternal, codeTopicExists,
 		codeUnknownGroup, codeNotInFlight, codeUnavailable, codeNotFound, codeMethodNotAllowed,
-		codeTooManyConnections, codeTooManyTopics,
+		codeTooManyConnections, codeTooManyTopics, codeUnsupportedMedia,
 	}
 	metricAuthReasons     = []string{"missing", "invalid", "invalid_claims", "expired", "not_yet_valid"}
 	metricForbiddenOps    = []string{"publish", "subscribe", "group", "admin", "refresh"}
