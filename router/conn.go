@@ -63,9 +63,7 @@ func (rt *Router) serveWS(c echo.Context) error {
 	sopts.EncodeGap = cn.encodeGap
 	sopts.OnDrop = cn.onDrop
 	sopts.OnSent = rt.onSent
-	sess, err := session.Accept(c.Response(), c.Request(), &websocket.AcceptOptions{
-		OriginPatterns: rt.opts.OriginPatterns,
-	}, cn.id, sopts)
+	sess, err := session.Accept(c.Response(), c.Request(), rt.acceptOptions(), cn.id, sopts)
 	if err != nil {
 		// Accept has written the HTTP error response.
 		rt.log.Debug("websocket accept failed", "err", err)

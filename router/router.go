@@ -116,6 +116,19 @@ type Options struct {
 	// HTTPPublishRate limits POST /v1/publish per client IP per second
 	// (token bucket, burst the rate rounded down, at least 1); 0: unlimited.
 	HTTPPublishRate float64
+	// Compression negotiates permessage-deflate with clients that offer
+	// it, without context takeover: every frame is compressed on its own
+	// with a pooled compressor, so an idle session holds no compressor
+	// state. Default off: the gateway encodes a message once for all its
+	// subscribers, while compression costs CPU per subscriber and frame,
+	// and the JSON frames of typical dashboards are small; turn it on when
+	// clients pay for bandwidth (mobile) and payloads are large (see
+	// docs/BENCHMARKS.md). The read limit applies to the inflated frame.
+	Compression bool
+	// CompressionThreshold is the smallest frame compressed when
+	// Compression is on; default 512 bytes, below which deflate saves
+	// little and costs a compressor.
+	CompressionThreshold int
 	// MaxLast bounds N of a subscription's {"last": N} (bad_request past
 	// it); default 100: enough for a chart's recent points per series,
 	// while a wildcard over many topics replays at most N records each.
@@ -160,6 +173,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ShutdownGrace == 0 {
 		o.ShutdownGrace = 5 * time.Second
+	}
+	if o.CompressionThreshold == 0 {
+		o.CompressionThreshold = 512
 	}
 	if o.MaxLast == 0 {
 		o.MaxLast = 100

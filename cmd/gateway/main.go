@@ -98,6 +98,7 @@ type config struct {
 	MaxMessageBytes  int
 	MaxSubscriptions int
 	MaxLast          int
+	Compression      onOff
 	PublishRate      float64
 	AllowedOrigins   string
 	PingInterval     time.Duration
@@ -174,6 +175,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.Int64Var(&cfg.MaxFrameBytes, "max-frame-bytes", 1<<20, "largest inbound WebSocket frame (close 1009 past it)")
 	fs.IntVar(&cfg.MaxMessageBytes, "max-message-bytes", 1<<20, "largest publish data")
 	fs.IntVar(&cfg.MaxSubscriptions, "max-subscriptions", 1000, "subscriptions per session")
+	fs.Var(&cfg.Compression, "compression", `WebSocket permessage-deflate, "off" or "on" (no context takeover; frames of 512 bytes and more): off by default since it costs CPU per subscriber and frame, which pays only when clients are short of bandwidth and payloads are large`)
 	fs.IntVar(&cfg.MaxLast, "max-last", 100, `largest N of a subscribe's "from": {"last": N} (records per matched partition)`)
 	fs.Float64Var(&cfg.PublishRate, "publish-rate", 0, "publishes per second per session (0: unlimited)")
 	fs.StringVar(&cfg.AllowedOrigins, "allowed-origins", "", "comma-separated extra browser origins (host patterns) allowed to open WebSockets and to POST/PUT/DELETE over HTTP (CORS answered for them)")
@@ -285,6 +287,28 @@ func loadConfig(args []string, getenv func(string) string, out io.Writer) (confi
 	return cfg, nil
 }
 
+// onOff is a flag that takes "off" or "on".
+type onOff bool
+
+func (v *onOff) String() string {
+	if v != nil && *v {
+		return "on"
+	}
+	return "off"
+}
+
+func (v *onOff) Set(s string) error {
+	switch s {
+	case "on":
+		*v = true
+	case "off":
+		*v = false
+	default:
+		return fmt.Errorf(`must be "off" or "on", not %q`, s)
+	}
+	return nil
+}
+
 func newLogger(cfg config, out io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
@@ -370,6 +394,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		Bounds:           cfg.Wire.bounds(),
 		MaxSubscriptions: cfg.MaxSubscriptions,
 		MaxLast:          cfg.MaxLast,
+		Compression:      bool(cfg.Compression),
 		MaxMessageBytes:  cfg.MaxMessageBytes,
 		PublishRate:      cfg.PublishRate,
 		StatsInterval:    cfg.StatsInterval,
