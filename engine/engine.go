@@ -21,6 +21,38 @@
 //     dead-lettered, filtered out or trimmed by retention; it never moves
 //     backwards except by an explicit Seek.
 //
+// # Consumer groups
+//
+// A group is created by its first Join and fixed to that join's Pattern,
+// Filter and MaxInFlight (its window: how many records of one partition may
+// be leased at once; GroupPolicy.MaxInFlight for a join that does not say).
+// Within a partition records are delivered in offset order, up to the
+// window; acks may come in any order and the committed offset moves over
+// the contiguous prefix of settled records. Each member may also have its
+// own window over all its partitions (JoinRequest.MaxLeased): the engine
+// holds back what it cannot take and delivers it as the member settles
+// records, instead of pushing one delivery per partition at once.
+//
+// A lease belongs to the member it was delivered to. Ack and Nack name the
+// member; a member that does not hold the lease now (a previous holder
+// answering late, after a timeout or a hand-off) gets ErrNotInFlight and
+// changes nothing, so a stale nack never uses up the holder's attempts.
+//
+// Lifecycle: a group with no member holds nothing back (a Block topic is
+// trimmed past it; its member is told with Consumer.Skipped when it comes
+// back) and costs an append nothing. After GroupPolicy.IdleTTL without a
+// member it is deleted with its positions, as DeleteGroup does at once.
+// HandBack removes a node's members in one step for a graceful shutdown:
+// no record goes to another of them, deliveries that never reached their
+// member (MemberRef.Unsent) are not attempts, and nothing is dead-lettered
+// by the hand-back itself.
+//
+// What can never be lost: a record is only committed past as listed above;
+// a dead letter is stored before its record is. What is redelivered: every
+// record leased and not acked when its member leaves, times out, is handed
+// back or its node stops; after a crash, from the committed offset (an
+// in-memory engine loses everything with its process).
+//
 // # Concurrency
 //
 // Every Engine method is safe for concurrent use by multiple goroutines.

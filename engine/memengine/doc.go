@@ -23,7 +23,8 @@
 //   - Observer.Appended runs inside Append while the record's partition is
 //     locked, which is what makes appends and their announcement atomic and
 //     ordered per partition. TopicDeleted runs with no engine lock held.
-//   - Consumer.Deliver and Consumer.Skipped run with the group lock held.
+//   - Consumer.Deliver and Consumer.Skipped run with that group's lock
+//     held.
 //
 // Neither may block, and neither may call back into the Engine: doing so
 // deadlocks. A consumer hands the delivery to its own goroutine or queue and
@@ -34,21 +35,27 @@
 // Locks are taken only in this order (a lock may be skipped, never taken
 // out of order):
 //
-//  1. Engine.gmu: all consumer-group state, every group, and each
-//     partition's list of group readers.
-//  2. Engine.topicsMu: creating and deleting topics (lookups are lock-free
+//  1. Engine.gmu: the map of groups and their pattern index (not the
+//     groups' state); held only to find, create or delete a group.
+//  2. group.mu: one group's members, cursors and flight windows; timer
+//     callbacks of the group take it. Never two groups' locks at once.
+//  3. Engine.topicsMu: creating and deleting topics (lookups are lock-free
 //     through a sync.Map).
-//  3. partition.mu: one partition's records, retention counters and its
-//     block-policy floor; observers are called under it.
-//  4. Engine.dlMu: the dead-letter list.
+//  4. partition.mu: one partition's records, retention counters, its
+//     block-policy floor and the list of cursors with members on it;
+//     observers are called under it.
+//  5. Engine.dlMu: the dead-letter store.
 //
 // Leaf locks, never held while taking another: topic.dmu (the dedupe map),
 // the mutex in Engine.life (closed flag and the running timer callbacks),
 // and the mutex in Engine.observers (registering observers; Append reads
 // the observer list through an atomic pointer).
 //
-// Append takes partition.mu, releases it, and only then takes gmu to hand
-// new records to the groups reading the partition, so a publisher never
-// holds a partition while waiting for group state. A block-policy Append
-// waits with no lock held.
+// Append takes partition.mu, releases it, and only then hands new records
+// to the groups with a member on the partition (the partition's active
+// list, read with one atomic load), taking each one's group.mu in turn: no
+// engine-wide lock, and an append costs what those live groups need, not
+// O(all groups). Groups are indexed by pattern, so creating or deleting a
+// topic visits only the groups whose pattern matches it. A block-policy
+// Append waits with no lock held.
 package memengine
