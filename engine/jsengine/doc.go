@@ -159,8 +159,12 @@
 // that died with it goes to the dead letters ("holder lost") without
 // another delivery. A node dying between that write and the delivery
 // counts an attempt that never reached a member: at most one per crash.
-// Acks, nacks and ack timeouts are handled by the holding node (an Ack or
-// Nack sent to another node fails with engine.ErrNotInFlight); committed
+// Acks, nacks and ack timeouts are handled by the holding node. An Ack or
+// Nack made on another node (a pull consumer's poll and ack behind a load
+// balancer) is forwarded to the holder named in the position, as a NATS
+// request on the holder's subject <prefix>.settle.<node>, and returns the
+// holder's answer (engine.ErrNotInFlight when the holder is gone: its
+// leases ended with it, and the next holder redelivers). Committed
 // offsets are written by a background committer, so Group on another node
 // shows them a moment later. Seek works from any node: the holder adopts
 // a position written by someone else.

@@ -146,6 +146,8 @@ type Engine struct {
 	tailWait int
 	tailCC   jetstream.ConsumeContext
 
+	settleSub *nats.Subscription // serves acks and nacks forwarded to this node
+
 	statusCh chan nats.Status // the connection's status changes, for watchConn
 	connMu   sync.Mutex       // guards following
 	// connCtx is canceled when the connection to NATS is lost and replaced
@@ -369,6 +371,9 @@ func (e *Engine) setup(ctx context.Context) error {
 	}
 	e.tailCC = cc
 
+	if err := e.subscribeSettle(); err != nil {
+		return err
+	}
 	e.wg.Add(3)
 	go e.committer()    // exits when closeCh is closed
 	go e.heartbeat()    // exits when closeCh is closed
@@ -672,6 +677,9 @@ func (e *Engine) Close(ctx context.Context) error {
 // The watch loops stop their watchers themselves once closeCh is closed.
 func (e *Engine) shutdown() {
 	e.nc.RemoveStatusListener(e.statusCh)
+	if e.settleSub != nil {
+		_ = e.settleSub.Unsubscribe()
+	}
 	if e.tailCC != nil {
 		e.tailCC.Stop()
 		<-e.tailCC.Closed()

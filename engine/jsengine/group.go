@@ -116,6 +116,7 @@ type gpart struct {
 	aheadEnd int64            // the offset after ahead's last record
 	aheadSeq uint64           // the stream sequence after it
 	fetching bool             // a fetchAhead is running
+	lost     bool             // held since a claim from a holder that died
 	handback []lease          // leases written with a release
 
 	groupstate.Window // this node's window while holding
@@ -425,13 +426,15 @@ func (e *Engine) pump(gp *gpart) {
 }
 
 // resumeAttempts gives a new flight the attempts the bucket records for
-// it: delivered by a node that died, they continue from there. One whose
-// attempts are used up goes to the dead letters. Caller holds gmu.
+// it: delivered by another node, they continue from there. When that node
+// died holding it and its attempts are used up, it goes to the dead
+// letters (its last lease ended unsettled, as by an ack timeout); after a
+// release, a graceful hand-back, it is delivered again. Caller holds gmu.
 func (e *Engine) resumeAttempts(gp *gpart, f *groupstate.Flight) {
 	if f.State != groupstate.Ready || f.Attempt != 0 {
 		return
 	}
-	if f.Attempt = gp.stored.attempts(f.Rec.Offset); f.Attempt >= e.policy.MaxAttempts {
+	if f.Attempt = gp.stored.attempts(f.Rec.Offset); gp.lost && f.Attempt >= e.policy.MaxAttempts {
 		e.flights.Fail(gp, f, "holder lost", false)
 	}
 }
@@ -530,6 +533,7 @@ func (e *Engine) sync(gp *gpart) {
 		var want commitVal
 		rev, loaded := gp.storedRev, gp.loaded
 		claim := false
+		lost := false // claiming from a holder that died without releasing
 		switch {
 		case gp.holding:
 			want = commitVal{Off: gp.Committed, Skipped: gp.Skipped, Holder: e.node, By: e.node, Leases: gp.leases(gp.member != nil)}
@@ -545,6 +549,7 @@ func (e *Engine) sync(gp *gpart) {
 				return
 			}
 			claim = true
+			lost = loaded && gp.stored.Holder != "" && gp.stored.Holder != e.node
 			want = commitVal{Off: gp.stored.Off, Skipped: gp.stored.Skipped, Holder: e.node, By: e.node, Leases: gp.stored.Leases}
 		default:
 			if !loaded || gp.stored.Holder != e.node {
@@ -614,6 +619,7 @@ func (e *Engine) sync(gp *gpart) {
 			if !gp.holding {
 				gp.Committed, gp.Next, gp.Skipped = want.Off, want.Off, want.Skipped
 				gp.Flights, gp.ahead = nil, nil
+				gp.lost = lost
 				if gp.member != nil {
 					gp.holding = true
 					e.updateFloor(gp.p)
@@ -949,34 +955,19 @@ func (e *Engine) inFlight(groupName, member string, pos engine.Position) (*gpart
 		groupName, pos.Topic, pos.Partition, pos.Offset, engine.ErrNotInFlight)
 }
 
-// Ack completes a delivery made by this node; the committed offset moves
-// past every contiguous completed record and is written to the group
-// bucket in the background.
+// Ack completes a delivery, on any node: the node holding the partition
+// settles it (see remote.go); the committed offset moves past every
+// contiguous completed record and is written to the group bucket in the
+// background.
 func (e *Engine) Ack(ctx context.Context, groupName, member string, pos engine.Position) error {
-	e.gmu.Lock()
-	defer e.gmu.Unlock()
-	gp, f, err := e.inFlight(groupName, member, pos)
-	if err != nil {
-		return err
-	}
-	f.Ack()
-	e.pump(gp)
-	return nil
+	return e.settle(ctx, false, groupName, member, pos, "")
 }
 
-// Nack fails a delivery made by this node: it is redelivered after the
-// policy's backoff for this attempt, or dead-lettered with reason as its
-// error after the last.
+// Nack fails a delivery, on any node: it is redelivered after the policy's
+// backoff for this attempt, or dead-lettered with reason as its error
+// after the last.
 func (e *Engine) Nack(ctx context.Context, groupName, member string, pos engine.Position, reason string) error {
-	e.gmu.Lock()
-	defer e.gmu.Unlock()
-	gp, f, err := e.inFlight(groupName, member, pos)
-	if err != nil {
-		return err
-	}
-	e.flights.Fail(gp, f, reason, true)
-	e.pump(gp)
-	return nil
+	return e.settle(ctx, true, groupName, member, pos, reason)
 }
 
 // Seek moves the group's position on one partition, or on every partition

@@ -2,6 +2,7 @@ package jsengine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -500,4 +501,91 @@ func TestRecreatedTopicReachesTail(t *testing.T) {
 	if _, deleted := obs.snapshot(); !slices.Equal(deleted, []string{"again", "blocker", "sentinel"}) {
 		t.Errorf("deletes announced: %v, want [again blocker sentinel]", deleted)
 	}
+}
+
+// TestAckOnAnyNode: three nodes, a member on each; every delivery is
+// settled through another node than the one that delivered it, as behind
+// a load balancer. Acks and nacks reach the holder: every record is acked
+// once, a nacked one comes back with its next attempt, and positions
+// commit.
+func TestAckOnAnyNode(t *testing.T) {
+	url := natstest.URL(t)
+	prefix := natstest.Prefix(t, url)
+	policy := engine.GroupPolicy{BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond}
+	nodes := []*jsengine.Engine{
+		newNode(t, nodeOpts{url: url, prefix: prefix, c: enginetest.Config{Policy: policy}}),
+		newNode(t, nodeOpts{url: url, prefix: prefix, c: enginetest.Config{Policy: policy}}),
+		newNode(t, nodeOpts{url: url, prefix: prefix, c: enginetest.Config{Policy: policy}}),
+	}
+	ctx := context.Background()
+	const topic, parts, n = "anynode", 3, 30
+	if _, err := nodes[0].CreateTopic(ctx, engine.TopicConfig{Name: topic, Partitions: parts, Partitioner: engine.RoundRobin}); err != nil {
+		t.Fatal(err)
+	}
+	cons := make([]*manualConsumer, len(nodes))
+	ids := []string{"m0", "m1", "m2"}
+	for i, e := range nodes {
+		cons[i] = newManual()
+		if _, err := e.Join(ctx, engine.JoinRequest{Group: "g", Pattern: topic, Member: ids[i]}, cons[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitMembers(t, "g", ids, nodes...)
+	for i := range n {
+		if _, err := nodes[i%3].Append(ctx, engine.Message{Topic: topic, Data: fmt.Appendf(nil, "%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acked := map[engine.Position]int{}
+	nacked := false
+	deadline := time.After(30 * time.Second)
+	for len(acked) < n {
+		for i, mc := range cons {
+			select {
+			case d := <-mc.q:
+				via := nodes[(i+1)%len(nodes)] // never the delivering node
+				pos := posOf(d.Record)
+				if !nacked && d.Attempt == 1 {
+					nacked = true
+					if err := via.Nack(ctx, "g", ids[i], pos, "retry elsewhere"); err != nil {
+						t.Fatalf("Nack of %v (delivered by node %d) through node %d: %v", pos, i, (i+1)%3, err)
+					}
+					continue
+				}
+				if err := via.Ack(ctx, "g", ids[i], pos); err != nil {
+					t.Fatalf("Ack of %v (delivered by node %d) through node %d: %v", pos, i, (i+1)%3, err)
+				}
+				acked[pos]++
+				if d.Attempt != 1 && acked[pos] == 1 {
+					t.Logf("%v acked on attempt %d", pos, d.Attempt)
+				}
+			case <-deadline:
+				t.Fatalf("acked %d of %d records", len(acked), n)
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	for pos, k := range acked {
+		if k != 1 {
+			t.Errorf("%v acked %d times", pos, k)
+		}
+	}
+	// An ack for a record no one holds is still refused, wherever it goes.
+	if err := nodes[1].Ack(ctx, "g", "m0", engine.Position{Topic: topic, Partition: 0, Offset: 0}); !errors.Is(err, engine.ErrNotInFlight) {
+		t.Errorf("a second ack through another node: %v, want ErrNotInFlight", err)
+	}
+	waitUntil(t, "every partition committed", func() bool {
+		info, err := nodes[0].Group(ctx, "g")
+		if err != nil {
+			return false
+		}
+		total := int64(0)
+		for _, p := range info.Partitions {
+			if p.Lag != 0 {
+				return false
+			}
+			total += p.Committed
+		}
+		return total == n
+	})
 }

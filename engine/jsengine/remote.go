@@ -1,0 +1,160 @@
+package jsengine
+
+// Acks on any node. Leases live on the node holding a partition (its
+// flights, ack timers and backoffs are local state); an Ack or Nack that
+// reaches another node, as a poll and its ack behind a load balancer do,
+// is forwarded to the holder: every node serves requests on its own
+// subject <prefix>.settle.<node>, and a node that does not hold the
+// partition sends the settle there, naming the holder it sees in the
+// group bucket, and returns the holder's answer.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// settleReq is an Ack (Nack false) or Nack forwarded to the holder.
+type settleReq struct {
+	Nack      bool   `json:"nack,omitempty"`
+	Group     string `json:"g"`
+	Member    string `json:"m"`
+	Topic     string `json:"t"`
+	Partition int    `json:"p"`
+	Offset    int64  `json:"o"`
+	Reason    string `json:"r,omitempty"`
+}
+
+// settleResp is the holder's answer: Code names the sentinel error, Msg
+// describes it; both empty on success.
+type settleResp struct {
+	Code string `json:"c,omitempty"`
+	Msg  string `json:"m,omitempty"`
+}
+
+// Codes of settleResp.Code, one per sentinel a settle can fail with.
+var settleCodes = map[string]error{
+	"not_in_flight":  engine.ErrNotInFlight,
+	"unknown_group":  engine.ErrUnknownGroup,
+	"unknown_member": engine.ErrUnknownMember,
+	"closed":         engine.ErrClosed,
+	"unavailable":    engine.ErrUnavailable,
+}
+
+func (e *Engine) settleSubject(node string) string { return e.prefix + ".settle." + node }
+
+// subscribeSettle starts serving settles forwarded to this node. The
+// subscription's callback runs on a goroutine of the NATS client, which
+// shutdown ends by unsubscribing.
+func (e *Engine) subscribeSettle() error {
+	sub, err := e.nc.Subscribe(e.settleSubject(e.node), e.settleMsg)
+	if err != nil {
+		return unavailable("settle subscription", err)
+	}
+	e.settleSub = sub
+	return nil
+}
+
+// settleMsg serves one forwarded settle, on this node only (never
+// forwarded again).
+func (e *Engine) settleMsg(msg *nats.Msg) {
+	var req settleReq
+	var err error
+	if json.Unmarshal(msg.Data, &req) != nil {
+		err = fmt.Errorf("jsengine: bad settle request: %w", engine.ErrInvalidConfig)
+	} else if e.closed.Load() {
+		err = closedErr()
+	} else {
+		pos := engine.Position{Topic: req.Topic, Partition: req.Partition, Offset: req.Offset}
+		_, err = e.settleLocal(req.Nack, req.Group, req.Member, pos, req.Reason)
+	}
+	var resp settleResp
+	if err != nil {
+		resp.Msg = err.Error()
+		for code, sentinel := range settleCodes {
+			if errors.Is(err, sentinel) {
+				resp.Code = code
+			}
+		}
+	}
+	b, _ := json.Marshal(resp)
+	_ = msg.Respond(b)
+}
+
+// settle acks (nack false) or nacks a delivery: on this node when it
+// holds the partition, else on the holder.
+func (e *Engine) settle(ctx context.Context, nack bool, group, member string, pos engine.Position, reason string) error {
+	holder, err := e.settleLocal(nack, group, member, pos, reason)
+	if holder == "" {
+		return err
+	}
+	return e.settleRemote(ctx, holder, settleReq{
+		Nack: nack, Group: group, Member: member,
+		Topic: pos.Topic, Partition: pos.Partition, Offset: pos.Offset, Reason: reason,
+	})
+}
+
+// settleLocal settles a delivery this node holds. When another node holds
+// the partition it returns that node (and ErrNotInFlight) instead.
+func (e *Engine) settleLocal(nack bool, group, member string, pos engine.Position, reason string) (holder string, _ error) {
+	e.gmu.Lock()
+	defer e.gmu.Unlock()
+	gp, f, err := e.inFlight(group, member, pos)
+	if err != nil {
+		if g := e.groups[group]; g != nil {
+			if o := g.parts[partKey{pos.Topic, pos.Partition}]; o != nil && !o.holding && o.loaded &&
+				o.stored.Holder != "" && o.stored.Holder != e.node {
+				return o.stored.Holder, err
+			}
+		}
+		return "", err
+	}
+	if nack {
+		e.flights.Fail(gp, f, reason, true)
+	} else {
+		f.Ack()
+	}
+	e.pump(gp)
+	return "", nil
+}
+
+// settleRemote sends a settle to the holder and returns its answer. A
+// holder that is gone had its leases end with it: ErrNotInFlight.
+func (e *Engine) settleRemote(ctx context.Context, holder string, req settleReq) (err error) {
+	if err := e.reachable(); err != nil {
+		return err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	ctx, done := e.onConn(ctx)
+	defer func() { err = done(err) }()
+	b, _ := json.Marshal(req)
+	msg, err := e.nc.RequestWithContext(ctx, e.settleSubject(holder), b)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("jsengine: group %q %s/%d@%d: holder %s is gone: %w",
+			req.Group, req.Topic, req.Partition, req.Offset, holder, engine.ErrNotInFlight)
+	case err != nil:
+		return unavailable("settle on "+holder, err)
+	}
+	var resp settleResp
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return fmt.Errorf("jsengine: settle on %s: bad answer: %w", holder, err)
+	}
+	if resp.Code == "" && resp.Msg == "" {
+		return nil
+	}
+	if sentinel := settleCodes[resp.Code]; sentinel != nil {
+		return fmt.Errorf("jsengine: on holder %s: %s: %w", holder, resp.Msg, sentinel)
+	}
+	return fmt.Errorf("jsengine: on holder %s: %s", holder, resp.Msg)
+}
