@@ -148,6 +148,8 @@ func (cn *conn) dispatch(req *request) *protoError {
 		return cn.ack(req)
 	case "refresh":
 		return cn.refresh(req)
+	case "presence":
+		return cn.presenceOp(req)
 	}
 	return perr(codeBadRequest, "unknown op %s", quoteInput(req.Op))
 }
@@ -244,6 +246,10 @@ func (cn *conn) subscribe(req *request) *protoError {
 	if pe != nil {
 		return pe
 	}
+	withPresence, pe := cn.checkPresence(req, pattern, group)
+	if pe != nil {
+		return pe
+	}
 	from, pe := parseFrom(req.From)
 	if pe != nil {
 		return pe
@@ -305,7 +311,7 @@ func (cn *conn) subscribe(req *request) *protoError {
 	}
 	cn.filterBytes += filterBytes
 	cn.nextID++
-	s := &subscription{c: cn, id: cn.nextID, pattern: pattern, group: group, policy: policy, filter: filter, maxInFlight: maxInFlight, hookAllowed: viaHook}
+	s := &subscription{c: cn, id: cn.nextID, pattern: pattern, group: group, policy: policy, filter: filter, maxInFlight: maxInFlight, hookAllowed: viaHook, presence: withPresence}
 	cn.subs[key] = s
 	cn.byID[s.id] = s
 	cn.mu.Unlock()
@@ -324,6 +330,12 @@ func (cn *conn) subscribe(req *request) *protoError {
 		return nil
 	}
 
+	if s.presence {
+		if pe := cn.rt.presenceJoin(cn.ctx, s); pe != nil {
+			cn.forget(s)
+			return pe
+		}
+	}
 	cn.rt.m.subscriptions.WithLabelValues("plain").Inc()
 	cn.rt.stats.plainSubs.Add(1)
 	if !from.positions && from.last == 0 && (from.start.Kind == engine.StartDefault || from.start.Kind == engine.StartLatest) {
@@ -442,6 +454,9 @@ func (rt *Router) dropSub(s *subscription) {
 	s.mu.Unlock()
 	if already {
 		return
+	}
+	if s.presence {
+		rt.presenceLeave(s)
 	}
 	if s.group == "" {
 		rt.subs.Remove(s.pattern, s)

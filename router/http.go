@@ -36,6 +36,7 @@ func (rt *Router) routes() *echo.Echo {
 	e.GET("/v1/topics/:name", rt.httpTopic)
 	e.DELETE("/v1/topics/:name", rt.httpDeleteTopic, admin)
 	e.GET("/v1/topics/:name/messages", rt.httpMessages)
+	e.GET("/v1/presence/:topic", rt.httpPresence)
 	e.GET("/v1/groups", rt.httpGroups)
 	e.GET("/v1/groups/:group", rt.httpGroup, group)
 	e.POST("/v1/groups/:group/seek", rt.httpSeek, admin)

@@ -149,6 +149,8 @@ type request struct {
 	Error     *string `json:"error"`
 	// Token of refresh.
 	Token *string `json:"token"`
+	// Presence of a plain subscribe.
+	Presence *bool `json:"presence"`
 }
 
 type filterSpec struct {

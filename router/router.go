@@ -100,6 +100,9 @@ type Options struct {
 	// Hooks configure the backend authorization hooks (see HookOptions);
 	// the zero value configures none.
 	Hooks HookOptions
+	// MaxPresencePerTopic bounds the members a topic's presence lists and
+	// announces; members beyond it are only counted. Default 1000.
+	MaxPresencePerTopic int
 	// MaxConnections bounds open WebSocket sessions (503
 	// too_many_connections past it); 0: unlimited.
 	MaxConnections int
@@ -227,6 +230,7 @@ type Router struct {
 
 	auth   *authenticator
 	hooks  *hooks // nil without hooks
+	pres   *presenceHub
 	limits *limiter
 	lim    *limitMetrics
 
@@ -275,6 +279,7 @@ func New(opts Options) (*Router, error) {
 	rt.stopTap = rt.eng.Watch(rt)
 	rt.startBackground()
 	rt.startJWKS()
+	rt.startPresence()
 	return rt, nil
 }
 
@@ -339,6 +344,7 @@ func (rt *Router) Shutdown(ctx context.Context) error {
 	rt.cancel()
 	rt.stopPulls()
 	rt.stopTap()
+	rt.pres.close()
 	return err
 }
 

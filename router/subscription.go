@@ -32,6 +32,8 @@ type subscription struct {
 	member  string
 	// hookAllowed: the subscribe hook allowed it (the grants did not).
 	hookAllowed bool
+	// presence: the session is in the topic's presence set (presence.go).
+	presence bool
 	// maxInFlight is a group subscribe's max_in_flight (0: the group's).
 	maxInFlight int
 	// handedBack is set once shutdown handed the member back to the

@@ -123,6 +123,7 @@ type config struct {
 	JWTClaimsPrefix     string
 	JWTClaims           string
 	HookURL             string
+	MaxPresencePerTopic int
 	Hooks               string
 	HookTimeout         time.Duration
 	HookFailOpen        bool
@@ -198,6 +199,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&cfg.JWTJWKSRefresh, "jwt-jwks-refresh", 5*time.Minute, "how often the JWKS is read again (also on an unknown kid, at most every 10s)")
 	fs.StringVar(&cfg.JWTClaimsPrefix, "jwt-claims-prefix", "", "prefix of the grant claims (publish, subscribe, groups), e.g. https://example.com/")
 	fs.StringVar(&cfg.JWTClaims, "jwt-claims", "", "grant claim names, e.g. publish=pub,subscribe=https://x/sub,groups=grp (overrides --jwt-claims-prefix)")
+	fs.IntVar(&cfg.MaxPresencePerTopic, "max-presence-per-topic", 1000, "members a topic's presence lists and announces; beyond it they are only counted")
 	fs.StringVar(&cfg.HookURL, "hook-url", "", "base URL of the application's authorization hooks (POST URL/connect, URL/subscribe, URL/publish)")
 	fs.StringVar(&cfg.Hooks, "hooks", "connect,subscribe", "comma-separated hooks to call with --hook-url: connect, subscribe, publish")
 	fs.DurationVar(&cfg.HookTimeout, "hook-timeout", 2*time.Second, "bound on each hook call, waiting for a free slot included")
@@ -403,6 +405,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 
 		Auth:                auth,
 		Hooks:               hooks,
+		MaxPresencePerTopic: cfg.MaxPresencePerTopic,
 		MaxConnections:      cfg.MaxConnections,
 		MaxConnectionsPerIP: cfg.MaxConnectionsPerIP,
 		MaxTopics:           cfg.MaxTopics,

@@ -55,6 +55,8 @@ type Engine struct {
 
 	life lifecycle.Guard // engine-closed flag and running timer callbacks
 
+	pres presence // see presence.go
+
 	gmu     sync.Mutex // guards following (not the groups' own state)
 	groups  map[string]*group
 	index   *trie.Trie[*group]         // groups by pattern
