@@ -354,7 +354,8 @@ var boundLimits = []string{
 	limitControlQueueBytes, limitMessageTimeout,
 }
 
-func newBoundMetrics(reg prometheus.Registerer, m *metrics, lim *limitMetrics) *boundMetrics {
+func newBoundMetrics(rt *Router) *boundMetrics {
+	reg, m, lim := rt.opts.Registry, rt.m, rt.lim
 	bm := &boundMetrics{
 		deadLettersSkipped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "switchyard", Name: "dead_letters_skipped_total",
 			Help: "queue_full drops not recorded as dead letters because the subscription's dead-letter rate was exceeded (the drops are still counted and reported as gaps)."}),
@@ -365,7 +366,16 @@ func newBoundMetrics(reg prometheus.Registerer, m *metrics, lim *limitMetrics) *
 	for _, l := range boundLimits {
 		lim.limited.WithLabelValues(l)
 	}
-	reg.MustRegister(bm.deadLettersSkipped)
+	reg.MustRegister(bm.deadLettersSkipped, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "switchyard", Name: "inbound_partial_bytes",
+		Help: "Bytes of read buffers held by inbound WebSocket messages still arriving (fragmented or partial), beyond each session's small pooled buffer; summed at each scrape.",
+	}, func() float64 {
+		var n int64
+		for _, c := range rt.connList() {
+			n += c.sess.Stats().Reading
+		}
+		return float64(n)
+	}))
 	return bm
 }
 

@@ -232,3 +232,40 @@ func TestUnfinishedMessageTimesOut(t *testing.T) {
 	time.Sleep(2 * timeout) // idle on purpose: nothing to wait for
 	c.publish(t, "idle", 1)
 }
+
+// TestUnfinishedMessageHoldsWhatArrived: sessions parking unfinished
+// fragmented messages hold about the bytes that arrived (in 64 KiB chunks),
+// as switchyard_inbound_partial_bytes shows, and nothing once they end.
+func TestUnfinishedMessageHoldsWhatArrived(t *testing.T) {
+	const (
+		sessions = 4
+		sent     = 960 << 10 // per session
+		chunk    = 64 << 10
+	)
+	g := newGateway(t)
+	var ws []*rawWS
+	for range sessions {
+		w := g.dialRawWS(t)
+		w.writeFrame(t, false, opText, []byte(`{"op":"publish","topic":"frag","data":"`), 0)
+		for i := 0; i < sent/(32<<10); i++ {
+			w.writeFrame(t, false, opContinuation, []byte(strings.Repeat("x", 32<<10)), 0)
+		}
+		ws = append(ws, w)
+	}
+	// The first 4 KiB stay in each session's small buffer; the rest is in
+	// chunks, at most one of them not full.
+	low, high := float64(sessions*(sent-(4<<10))), float64(sessions*(sent+chunk))
+	var held float64
+	waitUntil(t, "the fragments have arrived", func() bool {
+		held = counterSum(t, g, "switchyard_inbound_partial_bytes")
+		return held >= low
+	})
+	if held > high {
+		t.Fatalf("%d sessions with %d bytes unfinished each hold %v bytes (at most %v)", sessions, sent, held, high)
+	}
+	t.Logf("%d sessions parking %d bytes each hold %v bytes of chunks", sessions, sent, held)
+	for _, w := range ws {
+		w.conn.Close()
+	}
+	waitUntil(t, "the sessions let go", func() bool { return counterSum(t, g, "switchyard_inbound_partial_bytes") == 0 })
+}

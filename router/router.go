@@ -270,7 +270,7 @@ func New(opts Options) (*Router, error) {
 		httpm:  newHTTPMetrics(opts.Registry),
 	}
 	rt.initMetrics()
-	rt.bm = newBoundMetrics(opts.Registry, rt.m, rt.lim)
+	rt.bm = newBoundMetrics(rt)
 	if rt.hooks, err = newHooks(opts.Hooks, newHookMetrics(opts.Registry)); err != nil {
 		return nil, err
 	}

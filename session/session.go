@@ -28,8 +28,11 @@ type Stats struct {
 	Writes       uint64 // text frames written to the socket
 	BytesOut     uint64 // payload bytes written
 	BytesIn      uint64 // payload bytes of the text frames handled
-	Dropped      uint64 // messages dropped by the queue
-	Gaps         uint64 // gap frames written
+	// Reading is the bytes of buffers held by the inbound message being
+	// read beyond the small pooled buffer every read starts with.
+	Reading int64
+	Dropped uint64 // messages dropped by the queue
+	Gaps    uint64 // gap frames written
 }
 
 // Session is one WebSocket connection of a Switchyard client.
@@ -208,6 +211,7 @@ func (s *Session) Stats() Stats {
 		Writes:       s.writes.Load(),
 		BytesOut:     s.bytesOut.Load(),
 		BytesIn:      s.bytesIn.Load(),
+		Reading:      s.reading.Load(),
 		Dropped:      qs.Dropped,
 		Gaps:         qs.Gaps,
 	}
