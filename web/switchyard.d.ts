@@ -267,6 +267,17 @@ export interface ConnectOptions {
   recentGroupRecords?: number;
   /** WebSocket constructor to use instead of `globalThis.WebSocket`. */
   WebSocket?: WebSocketConstructor;
+  /**
+   * Transports tried in order for the first connection; default
+   * `["websocket", "sse"]` where `EventSource` exists, else `["websocket"]`.
+   * Over `"sse"` the client receives from `/v1/sse` and publishes with
+   * `POST /v1/publish`; groups, refresh and presence are `unsupported`.
+   */
+  transports?: Array<"websocket" | "sse">;
+  /** EventSource constructor for the SSE transport. */
+  EventSource?: new (url: string) => EventSource;
+  /** fetch for publishing over the SSE transport. */
+  fetch?: typeof fetch;
   /** The client's lifetime: a pending connect rejects with `aborted`, an open client closes. */
   signal?: AbortSignal;
 }
@@ -315,6 +326,8 @@ export interface ClientEvents {
   refresh_required: (frame: RefreshRequired) => void;
   join: (frame: PresenceEvent) => void;
   leave: (frame: PresenceEvent) => void;
+  /** The first connection falls back to the next transport. */
+  transport: (ev: { transport: "websocket" | "sse"; code: number; reason: string }) => void;
 }
 
 export type Handler<T = JSONValue> = (msg: Message<T>, sub: Subscription) => unknown;
@@ -355,6 +368,8 @@ export declare class MessageStream<T = JSONValue> implements AsyncIterableIterat
 export declare class Client {
   private constructor();
   state: ClientState;
+  /** The transport in use or being tried. */
+  transport: "websocket" | "sse";
   /** Session id from the last `welcome`. */
   session: string | undefined;
   /** Log epoch from the last `welcome`. */
