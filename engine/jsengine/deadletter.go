@@ -15,8 +15,13 @@ import (
 
 // Dead letters live in the <prefix>_dl stream, one JSON message each:
 // <prefix>.dl.ma for max_attempts letters (kept until redriven) and
-// <prefix>.dl.qf for queue_full ones (trimmed to Policy.DeadLetterLimit
-// with a keep-purge after each add).
+// <prefix>.dl.qf for queue_full ones, bounded by Policy.DeadLetterLimit.
+// At the cap a queue_full letter costs one publish: every node purges the
+// subject down to the limit once per qfPurgeEvery of its adds (one round
+// trip for the batch, whose reply says exactly how many letters it
+// dropped, counted in EvictedDeadLetters), and listings show only the
+// newest DeadLetterLimit queue_full letters, so the few stored past the
+// cap between purges are never seen.
 
 // letterJob is a max_attempts letter waiting for the letter writer, and
 // how to tell its group the outcome.
@@ -68,6 +73,44 @@ func (e *Engine) dlSubject(reason string) string {
 	return e.prefix + ".dl.ma"
 }
 
+// qfPurgeEvery is how many queue_full letters a node adds between purges
+// of the subject down to limit: a sixteenth of the cap bounds what is
+// stored past it while making the purge's cost per letter small.
+func qfPurgeEvery(limit int) int64 { return int64(max(limit/16, 1)) }
+
+// EvictedDeadLetters returns how many queue_full letters this node's
+// purges dropped at the DeadLetterLimit cap to make room for newer ones.
+func (e *Engine) EvictedDeadLetters() int64 { return e.qfEvicted.Load() }
+
+// purgeQueueFull trims the queue_full letters to the limit with one purge
+// request and counts what it dropped.
+func (e *Engine) purgeQueueFull(ctx context.Context) error {
+	req, _ := json.Marshal(map[string]any{"filter": e.dlSubject(engine.ReasonQueueFull), "keep": e.policy.DeadLetterLimit})
+	msg, err := e.nc.RequestWithContext(ctx, "$JS.API.STREAM.PURGE."+e.prefix+"_dl", req)
+	if err != nil {
+		return unavailable("dead letter trim", err)
+	}
+	var resp struct {
+		Success bool   `json:"success"`
+		Purged  uint64 `json:"purged"`
+		Error   *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return fmt.Errorf("jsengine: dead letter trim: %w", err)
+	}
+	if resp.Error != nil || !resp.Success {
+		d := "failed"
+		if resp.Error != nil {
+			d = resp.Error.Description
+		}
+		return fmt.Errorf("jsengine: dead letter trim: %s", d)
+	}
+	e.qfEvicted.Add(int64(resp.Purged))
+	return nil
+}
+
 func (e *Engine) storeDeadLetter(ctx context.Context, dl *engine.DeadLetter) error {
 	b, err := json.Marshal(dl)
 	if err != nil {
@@ -80,9 +123,10 @@ func (e *Engine) storeDeadLetter(ctx context.Context, dl *engine.DeadLetter) err
 	if _, err := e.js.Publish(ctx, subj, b); err != nil {
 		return unavailable("dead letter", err)
 	}
-	if dl.Reason == engine.ReasonQueueFull {
-		if err := e.dl.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeKeep(uint64(e.policy.DeadLetterLimit))); err != nil {
-			return unavailable("dead letter trim", err)
+	if dl.Reason == engine.ReasonQueueFull && e.qfAdded.Add(1)%qfPurgeEvery(e.policy.DeadLetterLimit) == 0 {
+		if err := e.purgeQueueFull(ctx); err != nil {
+			// Stored; the next batch's purge trims what this one left.
+			e.log.Warn("jsengine: dead letter trim", "err", err)
 		}
 	}
 	return nil
@@ -130,6 +174,29 @@ func (e *Engine) letters(ctx context.Context) ([]storedLetter, error) {
 	}
 }
 
+// visible drops from all, oldest first, the queue_full letters past the
+// newest DeadLetterLimit: stored between two purges, they are already
+// evicted as far as anyone can tell.
+func (e *Engine) visible(all []storedLetter) []storedLetter {
+	qf := 0
+	for _, s := range all {
+		if s.dl.Reason == engine.ReasonQueueFull {
+			qf++
+		}
+	}
+	skip := qf - e.policy.DeadLetterLimit
+	if skip <= 0 {
+		return all
+	}
+	return slices.DeleteFunc(all, func(s storedLetter) bool {
+		if s.dl.Reason == engine.ReasonQueueFull && skip > 0 {
+			skip--
+			return true
+		}
+		return false
+	})
+}
+
 // DeadLetters returns the letters f selects, oldest first.
 func (e *Engine) DeadLetters(ctx context.Context, f engine.DeadLetterFilter) (_ []engine.DeadLetter, err error) {
 	ctx, done := e.onConn(ctx)
@@ -138,6 +205,7 @@ func (e *Engine) DeadLetters(ctx context.Context, f engine.DeadLetterFilter) (_ 
 	if err != nil {
 		return nil, err
 	}
+	all = e.visible(all)
 	var out []engine.DeadLetter
 	for _, s := range all {
 		if f.Limit > 0 && len(out) >= f.Limit {
@@ -165,13 +233,20 @@ func (e *Engine) Redrive(ctx context.Context, group string, ids []string) (_ int
 	if err != nil {
 		return 0, err
 	}
+	all = e.visible(all)
+	// An index of the ids asked for: the scan costs O(letters + ids).
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
 	n := 0
 	var errs []error
 	for _, s := range all {
 		d := s.dl
-		if (group != "" && d.Group != group) || (len(ids) > 0 && !slices.Contains(ids, d.ID)) {
+		if (group != "" && d.Group != group) || (len(ids) > 0 && !want[d.ID]) {
 			continue
 		}
+		delete(want, d.ID) // each id once
 		// Remove first: two nodes redriving at once append a letter once.
 		if err := e.dl.DeleteMsg(ctx, s.seq); err != nil {
 			continue

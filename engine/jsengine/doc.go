@@ -171,12 +171,17 @@
 //
 // Dead letters live in the <prefix>_dl stream (<prefix>.dl.ma for
 // max_attempts, kept until redriven; <prefix>.dl.qf for queue_full,
-// trimmed to DeadLetterLimit). A record whose max_attempts letter cannot
+// bounded by DeadLetterLimit). A record whose max_attempts letter cannot
 // be stored (NATS unreachable) stays owed: the committed offset does not
 // move past it, and the letter is tried again after the backoff until it
-// is stored. Listing reads the stream; Redrive deletes a
-// letter before appending it again (restoring it if the append fails), so
-// two nodes redriving at once append it once.
+// is stored. At the cap a queue_full letter costs one publish: each node
+// purges the subject down to the limit once per DeadLetterLimit/16 of its
+// adds, counting exactly what each purge dropped (EvictedDeadLetters), and
+// listings show only the newest DeadLetterLimit queue_full letters.
+// Listing reads the stream; Redrive with ids looks each letter up in a set
+// of the ids (O(letters + ids), no lock held), and deletes a letter
+// before appending it again (restoring it if the append fails), so two
+// nodes redriving at once append it once.
 //
 // # Availability
 //

@@ -161,6 +161,9 @@ type Engine struct {
 	dmu   sync.Mutex // guards following
 	dedup map[string]*dedupCall
 
+	qfAdded   atomic.Int64 // queue_full letters this node stored
+	qfEvicted atomic.Int64 // queue_full letters its purges dropped at the cap
+
 	lmu        sync.Mutex    // guards following
 	letterQ    []letterJob   // max_attempts letters for letterWriter
 	letterKick chan struct{} // capacity 1: wakes letterWriter

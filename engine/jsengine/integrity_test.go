@@ -589,3 +589,48 @@ func TestAckOnAnyNode(t *testing.T) {
 		return total == n
 	})
 }
+
+// TestQueueFullLettersAtTheCap: queue_full letters past DeadLetterLimit
+// cost about one publish each, not a publish and a purge; the listing
+// holds the newest DeadLetterLimit, and the eviction counter counts
+// exactly the letters dropped to make room.
+func TestQueueFullLettersAtTheCap(t *testing.T) {
+	url := natstest.URL(t)
+	const limit, n = 160, 400 // purged every limit/16 = 10 letters
+	e, nc := newConnNode(t, url, natstest.Prefix(t, url), engine.GroupPolicy{DeadLetterLimit: limit}, 0)
+	ctx := context.Background()
+	add := func(i int) {
+		t.Helper()
+		err := e.AddDeadLetter(ctx, engine.DeadLetter{Reason: engine.ReasonQueueFull, Subscriber: fmt.Sprintf("s%d", i),
+			Record: engine.Record{Topic: "qf", Offset: int64(i), Data: []byte("x")}})
+		if err != nil {
+			t.Fatalf("AddDeadLetter %d: %v", i, err)
+		}
+	}
+	for i := range limit {
+		add(i)
+	}
+	before := nc.Stats().OutMsgs
+	for i := limit; i < n; i++ {
+		add(i)
+	}
+	perLetter := float64(nc.Stats().OutMsgs-before) / float64(n-limit)
+	t.Logf("%.2f messages sent per letter at the cap", perLetter)
+	if perLetter > 1.3 {
+		t.Errorf("%.2f messages per letter at the cap, want at most 1.3 (a publish, and a purge per batch)", perLetter)
+	}
+	dls, err := e.DeadLetters(ctx, engine.DeadLetterFilter{Reason: engine.ReasonQueueFull})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != limit || dls[0].Subscriber != fmt.Sprintf("s%d", n-limit) || dls[limit-1].Subscriber != fmt.Sprintf("s%d", n-1) {
+		t.Fatalf("listing holds %d letters (%v ... ), want the newest %d", len(dls), dls[0].Subscriber, limit)
+	}
+	ev, ok := any(e).(interface{ EvictedDeadLetters() int64 })
+	if !ok {
+		t.Fatal("the engine counts no evicted letters")
+	}
+	if got := ev.EvictedDeadLetters(); got != n-limit {
+		t.Errorf("EvictedDeadLetters = %d, want %d", got, n-limit)
+	}
+}
