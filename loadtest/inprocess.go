@@ -36,13 +36,21 @@ func startInProcess(cfg *config) (*inproc, error) {
 		Policy: engine.GroupPolicy{AckTimeout: cfg.ackTimeout},
 	})
 	problems := &problemLog{}
-	rt, err := router.New(router.Options{
+	opts := router.Options{
 		Engine:        eng,
 		Registry:      prometheus.NewRegistry(),
 		StatsInterval: -1,
 		Logger:        slog.New(problems),
 		Session:       session.Options{QueueMessages: cfg.queueMessages},
-	})
+	}
+	srvOpts := router.ServerOptions{ErrorLog: log.New(problems.writer(), "http: ", 0)}
+	if cfg.hostile {
+		// Short HTTP timeouts, so that trickling and stalled clients meet
+		// them within the run, and a topic limit for the spray.
+		opts.MaxTopics = hostileMaxTopics
+		srvOpts.ReadTimeout, srvOpts.WriteTimeout, srvOpts.IdleTimeout = 2*time.Second, 2*time.Second, 5*time.Second
+	}
+	rt, err := router.New(opts)
 	if err != nil {
 		_ = eng.Close(context.Background())
 		return nil, fmt.Errorf("in-process gateway: %w", err)
@@ -54,8 +62,8 @@ func startInProcess(cfg *config) (*inproc, error) {
 	if cfg.scenario == "soak" {
 		ln = smallSendBuffers{ln}
 	}
-	srv := &http.Server{Handler: rt, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: log.New(problems.writer(), "http: ", 0)}
+	srv := rt.NewServer(srvOpts)
+	ln = rt.Listener(ln)
 	done := make(chan struct{})
 	var serveErr error
 	go func() { // exits when stop closes the server

@@ -27,6 +27,10 @@
 //	          subscribers that disconnect and resume from their positions.
 //	          It samples the gateway's goroutines and heap and exits
 //	          non-zero when an invariant fails (see soak.go). Used by CI.
+//	          With --hostile, hostile clients run beside it (oversized
+//	          errors, huge filters and ids, unfinished fragments, stalled
+//	          readers, topic spray, trickling HTTP, cross-site POSTs) and
+//	          the gateway's peak heap is bounded too (see hostile.go).
 //
 // The generator refuses gateways that are not on a loopback address. Every
 // loop is bounded by --duration (and --messages), so a run ends by itself;
@@ -107,6 +111,8 @@ type config struct {
 	sampleInterval  time.Duration
 	goroutineSlack  int
 	maxHeapGrowthMB int
+	hostile         bool
+	hostileHeapMB   int
 }
 
 var scenarios = []string{"fanout", "wildcard", "groups", "slow", "connect", "idle", "smoke", "soak"}
@@ -216,6 +222,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&cfg.sampleInterval, "sample-interval", 5*time.Second, "how often the gateway's goroutines and memory are sampled (soak)")
 	fs.IntVar(&cfg.goroutineSlack, "goroutine-slack", 10, "goroutines the gateway may keep above its baseline once the load has stopped (soak)")
 	fs.IntVar(&cfg.maxHeapGrowthMB, "max-heap-growth-mib", 64, "heap growth in MiB allowed from the first sample after warm-up to the last (soak)")
+	fs.BoolVar(&cfg.hostile, "hostile", false, "run hostile clients beside the load (soak; see hostile.go)")
+	fs.IntVar(&cfg.hostileHeapMB, "hostile-heap-mib", 192, "with --hostile: peak live heap in MiB allowed above the baseline during the load (soak)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return nil, err
 	}
@@ -299,7 +307,11 @@ func (c *config) connections() int {
 	case "groups":
 		return c.members + c.publishers
 	case "soak":
-		return c.subscribers + c.churners + c.members + c.publishers
+		n := c.subscribers + c.churners + c.members + c.publishers
+		if c.hostile {
+			n += hostileConns
+		}
+		return n
 	}
 	return c.subscribers + c.publishers
 }

@@ -108,20 +108,21 @@ var (
 
 // SoakReport is the soak scenario's part of the report.
 type SoakReport struct {
-	Bounds     SoakBounds  `json:"bounds"`
-	Samples    []Sample    `json:"samples"`
-	Goroutines SoakDelta   `json:"goroutines"`
-	Heap       SoakDelta   `json:"heap_bytes"`
-	LogRecords int64       `json:"log_records"`
-	LogBytes   int64       `json:"log_bytes"`
-	WSPublish  int64       `json:"ws_publishes"`
-	HTTPPub    int64       `json:"http_publishes"`
-	Classes    []SoakClass `json:"classes"`
-	Group      SoakGroup   `json:"group"`
-	ErrorFrame int64       `json:"error_frames"`
-	Gateway    []string    `json:"gateway_problems,omitempty"`
-	Violations []string    `json:"violations"`
-	Passed     bool        `json:"passed"`
+	Bounds     SoakBounds     `json:"bounds"`
+	Samples    []Sample       `json:"samples"`
+	Goroutines SoakDelta      `json:"goroutines"`
+	Heap       SoakDelta      `json:"heap_bytes"`
+	LogRecords int64          `json:"log_records"`
+	LogBytes   int64          `json:"log_bytes"`
+	WSPublish  int64          `json:"ws_publishes"`
+	HTTPPub    int64          `json:"http_publishes"`
+	Classes    []SoakClass    `json:"classes"`
+	Group      SoakGroup      `json:"group"`
+	ErrorFrame int64          `json:"error_frames"`
+	Gateway    []string       `json:"gateway_problems,omitempty"`
+	Hostile    *HostileReport `json:"hostile,omitempty"`
+	Violations []string       `json:"violations"`
+	Passed     bool           `json:"passed"`
 }
 
 // SoakBounds are the limits the run was checked against.
@@ -219,6 +220,16 @@ func (s *SoakReport) writeTable(p func(string, any)) {
 		g.Records, g.Acked, g.Unacked, g.Deliveries, g.Redeliveries, g.Nacks, g.LateAcks, g.AckedRedelivered, g.Lag, g.DeadLetters))
 	p("group churn", fmt.Sprintf("rejoins=%d mid_ack_closes=%d in_flight_closes=%d", g.Rejoins, g.MidAck, g.InFlightCloses))
 	p("error frames", s.ErrorFrame)
+	if h := s.Hostile; h != nil {
+		p("hostile bound", fmt.Sprintf("peak heap during the load <= baseline + %s", mib(h.MaxHeapBytes)))
+		p("hostile peak", fmt.Sprintf("heap %s, rss %s", mib(h.PeakHeap), mib(h.PeakRSS)))
+		for _, a := range h.Actors {
+			p("hostile "+a.Name, fmt.Sprintf("attempts=%d ended_by_gateway=%d", a.Attempts, a.Closed))
+		}
+		for _, name := range hostileEvidence {
+			p("hostile evidence", fmt.Sprintf("%s %d", name, h.Evidence[name]))
+		}
+	}
 	p("samples", "t_s phase goroutines heap rss sent delivered")
 	for _, x := range s.Samples {
 		rss := "-"
@@ -1156,6 +1167,17 @@ func (r *runner) runSoak(ctx context.Context) (*Report, error) {
 			churnWG.Go(func() { m.churnLoop(ctx, stopChurn) })
 		}
 	}
+	var hc *hostile
+	stopHostile := make(chan struct{})
+	if cfg.hostile {
+		var err error
+		if hc, err = newHostile(cfg.url); err != nil {
+			closeEverything()
+			r.wg.Wait()
+			return nil, err
+		}
+		hc.start(ctx, stopHostile)
+	}
 	start := time.Now()
 	deadline := start.Add(cfg.duration)
 	wsRate := cfg.rate * (1 - soakHTTPShare) / float64(cfg.publishers)
@@ -1177,6 +1199,24 @@ func (r *runner) runSoak(ctx context.Context) (*Report, error) {
 	elapsed := time.Since(start)
 	close(stopChurn)
 	churnWG.Wait()
+	if hc != nil {
+		close(stopHostile)
+		hc.wait()
+		sr.Hostile = &HostileReport{Actors: hc.report(), MaxHeapBytes: int64(cfg.hostileHeapMB) << 20}
+		ev, err := scrapeSeries(ctx, st.metricsClient, cfg.httpURL, hostileEvidence)
+		if err != nil {
+			sr.violate("hostile: scraping /metrics: %v", err)
+		}
+		sr.Hostile.Evidence = ev
+		for _, name := range hostileEvidence {
+			if ev[name] == 0 {
+				sr.violate("hostile: %s did not move: that limit was never met", name)
+			}
+		}
+		if e := hc.badPost.Load(); e != nil {
+			sr.violate("hostile: %v", e)
+		}
+	}
 	for _, c := range pubConns {
 		if c != nil {
 			_ = c.Close(websocket.StatusNormalClosure, "")
@@ -1265,6 +1305,17 @@ func (r *runner) runSoak(ctx context.Context) (*Report, error) {
 			if s.Phase == "load" {
 				ref = s
 			}
+		}
+	}
+	if h := sr.Hostile; h != nil {
+		for _, x := range sr.Samples {
+			if x.Phase == "load" {
+				h.PeakHeap, h.PeakRSS = max(h.PeakHeap, x.HeapBytes), max(h.PeakRSS, x.RSSBytes)
+			}
+		}
+		if growth := h.PeakHeap - baseline.HeapBytes; growth > h.MaxHeapBytes {
+			sr.violate("hostile: peak heap during the load %.1f MiB above the baseline, over %d MiB",
+				float64(growth)/(1<<20), cfg.hostileHeapMB)
 		}
 	}
 	sr.Goroutines = SoakDelta{Baseline: baseline.Goroutines, Final: final.Goroutines, Growth: final.Goroutines - baseline.Goroutines}
