@@ -47,7 +47,10 @@ func startInProcess(cfg *config) (*inproc, error) {
 	if cfg.hostile {
 		// Short HTTP timeouts, so that trickling and stalled clients meet
 		// them within the run, and a topic limit for the spray.
+		// A shorter unfinished-message timeout, so that parked fragments
+		// are closed within a short run.
 		opts.MaxTopics = hostileMaxTopics
+		opts.Session.MessageTimeout = time.Second
 		srvOpts.ReadTimeout, srvOpts.WriteTimeout, srvOpts.IdleTimeout = 2*time.Second, 2*time.Second, 5*time.Second
 	}
 	rt, err := router.New(opts)

@@ -71,6 +71,31 @@ func TestSoakShort(t *testing.T) {
 	}
 }
 
+// TestSoakHostileShort runs the soak with its hostile clients for five
+// seconds: the soak's invariants and the hostile bounds hold, every hostile
+// client ran, and the limits they aim at were met.
+func TestSoakHostileShort(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"soak", "--inprocess", "--hostile", "--duration", "5s",
+		"--sample-interval", "1s", "--json", "--quiet"}, &stdout, &stderr)
+	var rep Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("exit code %d, report: %v\nstderr:\n%s", code, err, stderr.String())
+	}
+	if code != 0 || rep.Soak == nil || !rep.Soak.Passed {
+		t.Fatalf("exit code %d; stderr:\n%s", code, stderr.String())
+	}
+	h := rep.Soak.Hostile
+	if h == nil || len(h.Actors) == 0 || h.PeakHeap == 0 {
+		t.Fatalf("hostile report %+v", h)
+	}
+	for _, a := range h.Actors {
+		if a.Attempts == 0 {
+			t.Errorf("hostile client %s never ran", a.Name)
+		}
+	}
+}
+
 // TestSoakReaderAccounting feeds one subscriber's frames and checks how
 // they are accounted: per stream, offsets delivered and gap ranges must
 // cover the log exactly once, in order.
