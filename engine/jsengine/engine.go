@@ -164,6 +164,8 @@ type Engine struct {
 	qfAdded   atomic.Int64 // queue_full letters this node stored
 	qfEvicted atomic.Int64 // queue_full letters its purges dropped at the cap
 
+	pres presence // see presence.go
+
 	lmu        sync.Mutex    // guards following
 	letterQ    []letterJob   // max_attempts letters for letterWriter
 	letterKick chan struct{} // capacity 1: wakes letterWriter
