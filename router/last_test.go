@@ -1,11 +1,14 @@
 package router_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/switchyard/switchyard/engine"
 )
@@ -136,4 +139,41 @@ func TestFromLastRefused(t *testing.T) {
 		})
 	}
 	c.subscribe(t, "a", "from", map[string]any{"last": 10})
+}
+
+// BenchmarkFromLastWildcard10k subscribes from "last" with a wildcard over
+// 10,000 topics (one op: the subscribe and every topic's newest record
+// received over the socket).
+func BenchmarkFromLastWildcard10k(b *testing.B) {
+	rt, _, url := benchGateway(b, false)
+	ctx := context.Background()
+	const topics = 10_000
+	for i := range topics {
+		for j := range 3 {
+			if _, err := rt.Publish(ctx, engine.Message{Topic: fmt.Sprintf("sensor.%d", i), Data: []byte(strconv.Itoa(j))}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		conn, _, err := websocket.Dial(ctx, url, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		conn.SetReadLimit(16 << 20)
+		if err := conn.Write(ctx, websocket.MessageText, []byte(`{"op":"subscribe","id":1,"pattern":"sensor.*","from":"last"}`)); err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		for n < topics {
+			_, data, err := conn.Read(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n += bytes.Count(data, []byte(`{"op":"message"`))
+		}
+		conn.CloseNow()
+	}
 }
