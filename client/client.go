@@ -455,6 +455,8 @@ func (c *Client) handle(f *inFrame) {
 		// Only the first frame of a connection; connect reads it.
 	case "refresh_required":
 		c.onRefreshRequired()
+	case "join", "leave":
+		c.onPresence(f)
 	case "unsubscribed":
 		if len(f.ID) == 0 && f.Reason != "" {
 			c.onRevoked(f)

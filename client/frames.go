@@ -31,6 +31,11 @@ type inFrame struct {
 	Reason    string            `json:"reason"`
 	// refreshed, refresh_required
 	Expires string `json:"expires"`
+	// join, leave, presence
+	User    string          `json:"user"`
+	Info    json.RawMessage `json:"info"`
+	Count   int             `json:"count"`
+	Members []Member        `json:"members"`
 	// error
 	Code    string `json:"code"`
 	Message string `json:"message"`
@@ -54,13 +59,14 @@ type Limits struct {
 }
 
 type subscribeReq struct {
-	Op      string      `json:"op"`
-	ID      uint64      `json:"id"`
-	Pattern string      `json:"pattern"`
-	Group   string      `json:"group,omitempty"`
-	From    *From       `json:"from,omitempty"`
-	OnFull  OnFull      `json:"on_full,omitempty"`
-	Filter  *filterSpec `json:"filter,omitempty"`
+	Op       string      `json:"op"`
+	ID       uint64      `json:"id"`
+	Pattern  string      `json:"pattern"`
+	Group    string      `json:"group,omitempty"`
+	From     *From       `json:"from,omitempty"`
+	OnFull   OnFull      `json:"on_full,omitempty"`
+	Filter   *filterSpec `json:"filter,omitempty"`
+	Presence bool        `json:"presence,omitempty"`
 }
 
 type filterSpec struct {

@@ -57,6 +57,10 @@ type Options struct {
 	// subscription the gateway refused while resubscribing (that
 	// subscription is then closed). Default: the error is only logged.
 	OnError func(error)
+	// OnPresence is called, on the dispatcher goroutine, for every join
+	// and leave on the topics this client subscribed to with presence.
+	// Default: none (the frames are ignored).
+	OnPresence func(PresenceEvent)
 }
 
 // TokenFunc returns the token to present to the gateway.
@@ -169,6 +173,11 @@ type SubscribeOptions struct {
 	// Filter delivers only records whose headers hold every given pair.
 	// Default: no filter.
 	Filter map[string]string
+	// Presence makes this session present on the subscription's topic
+	// (the pattern must be a topic; plain subscriptions only): other
+	// sessions' joins and leaves on it go to Options.OnPresence.
+	// Default: false.
+	Presence bool
 	// Buffer is the capacity of C for SubscribeChan. Default: 256.
 	Buffer int
 	// MaxPending bounds the deliveries received but not yet handled for

@@ -173,7 +173,7 @@ func (s *Subscription) isEnded() bool {
 // the new connection's, and a plain subscription continues from its
 // positions.
 func (s *Subscription) request(id uint64, resume bool, epoch string) subscribeReq {
-	req := subscribeReq{Op: "subscribe", ID: id, Pattern: s.pattern, Group: s.group, OnFull: s.opts.OnFull}
+	req := subscribeReq{Op: "subscribe", ID: id, Pattern: s.pattern, Group: s.group, OnFull: s.opts.OnFull, Presence: s.opts.Presence}
 	if len(s.opts.Filter) > 0 {
 		req.Filter = &filterSpec{Headers: s.opts.Filter}
 	}
@@ -371,6 +371,7 @@ const (
 	evState
 	evError
 	evExit
+	evPresence
 )
 
 type event struct {
@@ -381,6 +382,8 @@ type event struct {
 	reset *Reset
 	state State
 	err   error
+	// presence of evPresence
+	presence *PresenceEvent
 }
 
 // dispatcher is an unbounded FIFO of events from the reader to the
@@ -510,6 +513,8 @@ func (c *Client) deliver(e *event) {
 		if c.opts.OnState != nil {
 			c.opts.OnState(e.state, e.err)
 		}
+	case evPresence:
+		c.opts.OnPresence(*e.presence)
 	case evError:
 		if c.opts.OnError != nil {
 			c.opts.OnError(e.err)

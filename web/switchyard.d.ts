@@ -395,6 +395,12 @@ export declare class Client {
    */
   refresh(token: string): Promise<{ expires?: string }>;
 
+  /**
+   * Who is present on a topic (sessions subscribed to it with
+   * `presence: true`); rejects with `forbidden` without a subscribe grant.
+   */
+  presence(topic: string): Promise<{ topic: string; count: number; members: Array<{ session: string; user: string; info?: JSONValue }> }>;
+
   /** Subscribes with a handler; resolves once the server confirms. */
   subscribe<T = JSONValue>(pattern: string, handler: Handler<T>, opts?: SubscribeOptions): Promise<Subscription>;
   /** Subscribes without a handler: iterate the result with `for await`. */

@@ -354,3 +354,23 @@ test("a revoked subscription ends with a forbidden error", async () => {
   assert.equal((await r).expires, "2026-12-01T10:05:00Z");
   client.close();
 });
+
+test("presence: subscribe flag, join/leave events and the presence op", async () => {
+  const { client, ws } = await open({ token: "jwt" });
+  const p = client.subscribe("rooms.1", () => {}, { presence: true });
+  const sreq = ws.last("subscribe");
+  assert.equal(sreq.presence, true);
+  ws.recv({ op: "subscribed", id: sreq.id, pattern: "rooms.1" });
+  await p;
+  const seen = [];
+  client.on("join", (f) => seen.push("join " + f.user));
+  client.on("leave", (f) => seen.push("leave " + f.user));
+  ws.recv({ op: "join", topic: "rooms.1", session: "s2", user: "bob" }, { op: "leave", topic: "rooms.1", session: "s2", user: "bob" });
+  assert.deepEqual(seen, ["join bob", "leave bob"]);
+  const q = client.presence("rooms.1");
+  const preq = ws.last("presence");
+  assert.equal(preq.topic, "rooms.1");
+  ws.recv({ op: "presence", id: preq.id, topic: "rooms.1", count: 1, members: [{ session: "s1", user: "ann" }] });
+  assert.equal((await q).count, 1);
+  client.close();
+});

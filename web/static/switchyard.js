@@ -510,6 +510,7 @@ export class Subscription {
     const o = this._opts;
     if (o.on_full !== undefined) f.on_full = o.on_full;
     if (o.filter !== undefined) f.filter = o.filter;
+    if (o.presence) f.presence = true;
     if (!this.group && this._last.size > 0) {
       f.from = { epoch: this._epoch, positions: this.positions() };
     } else if (o.from !== undefined) {
@@ -697,6 +698,8 @@ export class Client {
    *   partition (the latest value), `{last: N}` with the newest N of each
    * @param {"drop_old"|"drop_new"|"disconnect"} [opts.on_full] plain only: what a full outbound queue does
    * @param {{headers: Object<string, string>}} [opts.filter] deliver only records with these headers
+   * @param {boolean} [opts.presence] plain subscription to a topic only: be
+   *   present on it and receive `join` / `leave` events for other sessions
    * @param {boolean} [opts.autoAck=false] group only: ack when the handler
    *   returns (or its promise resolves), nack with the error when it throws
    *   (or its promise rejects); without a handler: ack each message when
@@ -1246,6 +1249,17 @@ export class Client {
       if (typeof this._opts.token !== "function") this._opts.token = token;
       return r || {};
     });
+  }
+
+  /**
+   * Who is present on a topic (sessions subscribed to it with
+   * `presence: true`). Resolves with `{topic, count, members: [{session,
+   * user, info?}]}`; rejects with `forbidden` without a subscribe grant.
+   * @param {string} topic
+   * @returns {Promise<{topic: string, count: number, members: Array<{session: string, user: string, info?: any}>}>}
+   */
+  presence(topic) {
+    return this._request({ op: "presence", topic });
   }
 
   /** The server asks for a new token before the current one expires. @private */
