@@ -214,12 +214,18 @@ func TestTopicLimits(t *testing.T) {
 		if st, body, _ := g.httpDo(t, "POST", "/v1/groups/g/poll", map[string]any{"pattern": name}); st != 400 || body["code"] != "invalid_pattern" {
 			t.Errorf("http poll %q: %d %v", name, st, body)
 		}
+		if st, body, _ := g.httpDo(t, "GET", "/v1/sse?pattern="+name, nil); st != 400 || body["code"] != "invalid_pattern" {
+			t.Errorf("sse %q: %d %v", name, st, body)
+		}
+		if st, body, _ := g.httpDo(t, "GET", "/v1/presence/"+name, nil); st != 400 || body["code"] != "invalid_topic" {
+			t.Errorf("presence %q: %d %v", name, st, body)
+		}
 	}
-	if got := metricValue(t, g.reg, "switchyard_limit_rejections_total", map[string]string{"limit": "topic_bytes"}); got != 5 {
-		t.Errorf("limit_rejections_total{limit=topic_bytes} = %v, want 5", got)
+	if got := metricValue(t, g.reg, "switchyard_limit_rejections_total", map[string]string{"limit": "topic_bytes"}); got != 7 {
+		t.Errorf("limit_rejections_total{limit=topic_bytes} = %v, want 7", got)
 	}
-	if got := metricValue(t, g.reg, "switchyard_limit_rejections_total", map[string]string{"limit": "topic_depth"}); got != 5 {
-		t.Errorf("limit_rejections_total{limit=topic_depth} = %v, want 5", got)
+	if got := metricValue(t, g.reg, "switchyard_limit_rejections_total", map[string]string{"limit": "topic_depth"}); got != 7 {
+		t.Errorf("limit_rejections_total{limit=topic_depth} = %v, want 7", got)
 	}
 	t.Run("above the protocol's limits", func(t *testing.T) {
 		for _, b := range []router.Bounds{{MaxTopicBytes: 256}, {MaxTopicDepth: 17}, {MaxIDBytes: -1}} {

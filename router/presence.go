@@ -180,8 +180,8 @@ func (rt *Router) presenceLeave(s *subscription) {
 
 // presenceReply builds {"topic","count","members"?}.
 func (rt *Router) presenceReply(ctx context.Context, topic string, countOnly bool) (map[string]any, *protoError) {
-	if err := trie.ValidateTopic(topic); err != nil {
-		return nil, perr(codeInvalidTopic, "%s", err.Error())
+	if pe := validTopic(&rt.opts.Bounds, topic); pe != nil {
+		return nil, pe
 	}
 	if rt.pres.eng == nil {
 		return nil, perr(codeBadRequest, "this gateway's engine does not support presence")

@@ -80,8 +80,8 @@ func (rt *Router) serveSSE(c echo.Context) error {
 		return perr(codeTooManySubs, "a session may hold at most %d subscriptions", rt.opts.MaxSubscriptions)
 	}
 	for _, p := range patterns {
-		if err := trie.ValidatePattern(p); err != nil {
-			return perr(codeInvalidPattern, "%s", err.Error())
+		if pe := validPattern(&rt.opts.Bounds, p); pe != nil {
+			return pe
 		}
 	}
 	var from json.RawMessage
