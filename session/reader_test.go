@@ -91,3 +91,24 @@ func TestReadFrameHoldsWhatArrived(t *testing.T) {
 	}
 	t.Logf("%d bytes arrived, %d allocated", size, allocated)
 }
+
+// BenchmarkReadFrame reads one message per iteration from memory: small
+// messages take the pooled buffer only, long ones the chunks.
+func BenchmarkReadFrame(b *testing.B) {
+	s := newSession("b", Options{EncodeGap: testGap}, newFakeSocket().socket())
+	h := handlerFunc(func(*Session, []byte) {})
+	for _, size := range []int{200, 40 << 10, 300 << 10} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			data := bytes.Repeat([]byte("x"), size)
+			r := &pieceReader{max: 64 << 10, rng: rand.New(rand.NewPCG(5, 6)), end: io.EOF}
+			b.ReportAllocs()
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				r.data = data
+				if err := s.readFrame(r, h); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
