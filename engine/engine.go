@@ -43,9 +43,8 @@
 // back) and costs an append nothing. After GroupPolicy.IdleTTL without a
 // member it is deleted with its positions, as DeleteGroup does at once.
 // HandBack removes a node's members in one step for a graceful shutdown:
-// no record goes to another of them, deliveries that never reached their
-// member (MemberRef.Unsent) are not attempts, and nothing is dead-lettered
-// by the hand-back itself.
+// no record goes to another of them, and deliveries that never reached
+// their member (MemberRef.Unsent) are not attempts.
 //
 // What can never be lost: a record is only committed past as listed above;
 // a dead letter is stored before its record is. What is redelivered: every
@@ -534,9 +533,9 @@ type Engine interface {
 	// it shuts down: no record they held is delivered to another of the
 	// listed members, and each record they held goes back to the group. A
 	// delivery listed in MemberRef.Unsent never reached the member and is
-	// not an attempt; the others count as delivered. A hand-back never
-	// dead-letters: a record handed back after its last attempt is
-	// delivered once more. Members that are gone already are skipped.
+	// not an attempt; the others count as delivered, as on Leave (a record
+	// that reached members on all its attempts is dead-lettered). Members
+	// that are gone already are skipped.
 	HandBack(ctx context.Context, members []MemberRef) error
 	// Ack settles a record leased to member. member "" settles the record
 	// whoever holds it; any other member that does not hold the lease now

@@ -229,7 +229,7 @@ func TestGroupMaxInFlightAndDelete(t *testing.T) {
 // poll had taken are handed back as never delivered (attempt not counted);
 // the one a poll returned counts.
 func TestShutdownPullBufferIsUnsent(t *testing.T) {
-	eng := memengine.New(memengine.Options{Policy: engine.GroupPolicy{MaxAttempts: 1, AckTimeout: time.Hour}})
+	eng := memengine.New(memengine.Options{Policy: engine.GroupPolicy{MaxAttempts: 2, AckTimeout: time.Hour}})
 	t.Cleanup(func() { _ = eng.Close(context.Background()) })
 	a, b := newGatewayOn(t, eng), newGatewayOn(t, eng)
 	for i := range 2 {

@@ -50,11 +50,6 @@ type Features struct {
 	// Timeout bounds each wait for an event; default 5 s. A backend behind
 	// a network may need more.
 	Timeout time.Duration
-	// AttemptsLostOnHandOff: a record whose partition is handed to another
-	// holder starts again at attempt 1 (the attempt count is not kept with
-	// the position). Tests then accept attempt 1 where a delivered attempt
-	// should have been counted.
-	AttemptsLostOnHandOff bool
 }
 
 // Config is what a test asks of the engine the Factory builds. Zero fields

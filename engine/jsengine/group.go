@@ -776,6 +776,9 @@ func (e *Engine) liveChange(key string, put bool, val []byte) {
 		reg := e.reg[gname]
 		if put {
 			node := string(val)
+			if g := e.groups[gname]; node == e.node && (g == nil || g.local[id] == nil) {
+				return // a late echo of a member of ours that has left since
+			}
 			if reg == nil {
 				reg = make(map[string]string)
 				e.reg[gname] = reg

@@ -53,8 +53,7 @@ func newNode(t testing.TB, o nodeOpts) *jsengine.Engine {
 
 func TestConformance(t *testing.T) {
 	url := natstest.URL(t)
-	// Attempts are not yet kept with the position across a hand-off.
-	enginetest.Run(t, enginetest.Features{FakeClock: true, Timeout: 10 * time.Second, AttemptsLostOnHandOff: true}, func(t *testing.T, c enginetest.Config) engine.Engine {
+	enginetest.Run(t, enginetest.Features{FakeClock: true, Timeout: 10 * time.Second}, func(t *testing.T, c enginetest.Config) engine.Engine {
 		return newNode(t, nodeOpts{url: url, prefix: natstest.Prefix(t, url), c: c})
 	})
 }

@@ -215,7 +215,7 @@ func (e *Engine) HandBack(ctx context.Context, refs []engine.MemberRef) (err err
 		g := e.groups[name]
 		for _, gp := range g.order {
 			for _, m := range ms {
-				e.flights.HandBack(&gp.Window, m, unsent[m].Of(gp.t.name, gp.p.index))
+				e.flights.HandBack(gp, &gp.Window, m, unsent[m].Of(gp.t.name, gp.p.index))
 			}
 		}
 		e.rebalance(g)

@@ -430,7 +430,7 @@ func (e *Engine) HandBack(ctx context.Context, refs []engine.MemberRef) error {
 		if len(gone) > 0 {
 			for _, gp := range g.order {
 				for i, m := range gone {
-					e.flights.HandBack(&gp.Window, m, unsent[i].Of(gp.t.name, gp.p.index))
+					e.flights.HandBack(gp, &gp.Window, m, unsent[i].Of(gp.t.name, gp.p.index))
 				}
 			}
 			e.rebalance(g)

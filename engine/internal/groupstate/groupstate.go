@@ -441,20 +441,24 @@ func (ma *Machine[P]) Release(p P, w *Window, m *Member) {
 	}
 }
 
-// HandBack makes every flight of w leased to m Ready again: a graceful
-// hand-back (a node shutting down) is no failure of the record, so it is
-// never dead-lettered here. A delivery for which unsent reports true never
-// reached the member and does not count as an attempt. The caller pumps
-// afterwards.
-func (ma *Machine[P]) HandBack(w *Window, m *Member, unsent func(offset int64) bool) {
+// HandBack gives back every flight of w leased to m, as a node shutting
+// down does. A delivery for which unsent reports true never reached the
+// member: it is no attempt, and the flight is Ready with the attempts it
+// had before. One that reached the member counts, as when a member leaves:
+// Ready again, or dead-lettered when it was the last attempt. The caller
+// pumps afterwards.
+func (ma *Machine[P]) HandBack(p P, w *Window, m *Member, unsent func(offset int64) bool) {
 	for _, f := range w.Flights {
-		if f.State == InFlight && f.To == m {
-			f.stop()
-			if unsent(f.Rec.Offset) {
-				f.Attempt = max(f.Attempt-1, 0)
-			}
-			f.State = Ready
+		if f.State != InFlight || f.To != m {
+			continue
 		}
+		if unsent(f.Rec.Offset) {
+			f.stop()
+			f.Attempt = max(f.Attempt-1, 0)
+			f.State = Ready
+			continue
+		}
+		ma.Fail(p, f, "handed back", false)
 	}
 }
 
