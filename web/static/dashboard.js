@@ -1024,4 +1024,42 @@ async function start() {
   await loadSnapshots();
 }
 
+// ---- presence -----------------------------------------------------------------
+
+// Who is connected to a topic: GET /v1/presence/{topic}, polled while a topic
+// is watched (the dashboard does not join the topic itself).
+const PRESENCE_POLL_MS = 2000;
+let presenceTopic = "";
+let presenceTimer = null;
+
+async function loadPresence() {
+  const topic = presenceTopic;
+  if (!topic) return;
+  try {
+    const d = await api("/v1/presence/" + encodeURIComponent(topic));
+    if (topic !== presenceTopic) return;
+    const rows = (d.members || []).map((m) => h("tr", {}, h("td", {}, m.user || "–"), h("td", { className: "mono" }, m.session), dataCell(m.info === undefined ? "" : m.info)));
+    fillBody("presence", rows, "presence-empty");
+    const listed = (d.members || []).length;
+    setStatus("presence-status", `${fmtInt(d.count)} present` + (d.count > listed ? ` (${fmtInt(listed)} listed)` : ""));
+  } catch (err) {
+    fillBody("presence", [], "presence-empty");
+    setStatus("presence-status", apiError(err), "error");
+  }
+}
+
+$("presence-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  presenceTopic = $("presence-topic").value.trim();
+  clearInterval(presenceTimer);
+  presenceTimer = null;
+  if (!presenceTopic) {
+    fillBody("presence", [], "presence-empty");
+    setStatus("presence-status", "");
+    return;
+  }
+  loadPresence();
+  presenceTimer = setInterval(loadPresence, PRESENCE_POLL_MS);
+});
+
 start();
