@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -119,5 +120,49 @@ func TestTimeoutsSpareWebSocketsAndPolls(t *testing.T) {
 	})
 	if n := metricValue(t, addr, `switchyard_http_timeouts_total{phase="write"}`); n != 0 {
 		t.Fatalf("write timeouts counted: %v, want 0", n)
+	}
+}
+
+// TestSSEOutlivesReadTimeout: an SSE stream is a long response to a
+// request without a body; the server's read timeout (which net/http's
+// background read would hit, canceling the request) must not end it.
+func TestSSEOutlivesReadTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	addr := runGateway(t, "--read-timeout", timeout.String(), "--write-timeout", timeout.String())
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/v1/sse?pattern=sse.t", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("sse: %d", resp.StatusCode)
+	}
+	lines := make(chan string, 64)
+	go func() { // ends when the body closes (the deferred Close or cancel)
+		defer close(lines)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	<-time.After(4 * timeout)
+	if code, m, _ := httpJSON(t, "POST", "http://"+addr+"/v1/publish", `{"topic":"sse.t","data":42}`); code != 200 {
+		t.Fatalf("publish: %d %v", code, m)
+	}
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("the stream ended before the record arrived")
+			}
+			if strings.HasPrefix(l, "data:") && strings.Contains(l, `"data":42`) {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("no record on the stream")
+		}
 	}
 }
