@@ -37,7 +37,8 @@ package router
 // Each write extends the response's write deadline by the session's write
 // timeout (http.ResponseController), so a server-wide WriteTimeout does not
 // cut a long-lived stream, while a client that stops reading is still
-// dropped after that timeout.
+// dropped after that timeout; the read deadline is lifted once the stream
+// starts.
 //
 // Concurrency: the session's writer goroutine calls Write and Close, its
 // keepalive goroutine Keepalive; sseTransport.mu serializes them. The
@@ -218,6 +219,9 @@ func (t *sseTransport) start() error {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	t.w.WriteHeader(http.StatusOK)
+	// A stream reads nothing more; a server read timeout expiring under
+	// net/http's background read would cancel the request's context.
+	_ = t.rc.SetReadDeadline(time.Time{})
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.flush([]byte("retry: " + strconv.Itoa(int(sseRetry/time.Millisecond)) + "\n\n"))

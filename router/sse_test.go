@@ -230,9 +230,10 @@ func TestSSERefused(t *testing.T) {
 	h.nextEvent(t, "subscribed")
 }
 
-// TestSSEOutlivesWriteTimeout runs the gateway under an http.Server write
-// timeout shorter than the stream: every write extends the deadline, so
-// keepalives and records keep flowing past it.
+// TestSSEOutlivesWriteTimeout runs the gateway under http.Server read and
+// write timeouts shorter than the stream: every write extends the write
+// deadline and the read deadline is lifted, so keepalives and records keep
+// flowing past them.
 func TestSSEOutlivesWriteTimeout(t *testing.T) {
 	const writeTimeout = 150 * time.Millisecond
 	g := newGateway(t, func(c *gwConfig) {
@@ -240,6 +241,7 @@ func TestSSEOutlivesWriteTimeout(t *testing.T) {
 	})
 	srv := httptest.NewUnstartedServer(g.rt)
 	srv.Config.WriteTimeout = writeTimeout
+	srv.Config.ReadTimeout = writeTimeout // its expiry would cancel the request's context
 	srv.Start()
 	t.Cleanup(srv.Close) // after the stream's own cleanup has closed it
 	s, _ := openSSE(t, srv.URL, "/v1/sse?pattern=tick", nil)
