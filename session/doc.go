@@ -6,10 +6,12 @@
 //
 // Every outbound object is an Item. Control items (replies and errors, with a
 // zero Stream) go to their own FIFO, which the writer always empties first;
-// they are never dropped. Stream items go to one of four priority lanes, the
-// writer draining higher lanes first. While a stream (subscription, topic,
-// partition) has items queued, its new items join the lane it is already in,
-// so the order within a stream never changes.
+// they are never dropped. Their bytes are bounded by Options.ControlBytes:
+// a control item past it closes the session with 1008 (the client sends
+// requests and does not read the replies). Stream items go to one of four
+// priority lanes, the writer draining higher lanes first. While a stream
+// (subscription, topic, partition) has items queued, its new items join the
+// lane it is already in, so the order within a stream never changes.
 //
 // Message items (a non-zero Stream.Sub and a policy other than Reliable)
 // count toward Options.QueueMessages. When that bound is reached, a lower
@@ -32,7 +34,11 @@
 //
 // Text frames of valid UTF-8 go to Handler.HandleFrame. A binary frame closes
 // the connection with status 1003, invalid UTF-8 with 1007, and a frame over
-// Options.ReadLimit with 1009.
+// Options.ReadLimit with 1009. A message (all its fragments) must arrive
+// within Options.MessageTimeout of its first frame, or the session closes
+// with 1008. A message is read into a small pooled buffer and, when longer,
+// into fixed 64 KiB chunks: an unfinished message holds about the bytes
+// that arrived (Stats.Reading), never a buffer grown by copying.
 //
 // # One-way sessions
 //
