@@ -71,12 +71,14 @@ func main() {
 
 // config is every setting of the gateway.
 type config struct {
-	Addr       string
-	Engine     string
-	NATSURL    string
-	NATSPrefix string
-	LogLevel   string
-	LogJSON    bool
+	Addr        string
+	Engine      string
+	NATSURL     string
+	NATSPrefix  string
+	DataDir     string
+	EmbedListen string
+	LogLevel    string
+	LogJSON     bool
 
 	Strict            bool
 	Partitions        int
@@ -154,8 +156,10 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	p := engine.DefaultGroupPolicy
 	fs.String("config", "", "YAML file of settings (keys are the flag names)")
 	fs.StringVar(&cfg.Addr, "addr", ":8080", "listen address for WebSocket, HTTP API, metrics and dashboard")
-	fs.StringVar(&cfg.Engine, "engine", "memory", `log engine: "memory" (embedded) or "nats" (JetStream)`)
+	fs.StringVar(&cfg.Engine, "engine", "memory", `log engine: "memory" (in process, lost on restart), "embedded" (JetStream in process, files in --data-dir) or "nats" (an external JetStream at --nats-url)`)
 	fs.StringVar(&cfg.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL(s) for --engine nats")
+	fs.StringVar(&cfg.DataDir, "data-dir", "data", "directory of the log's files for --engine embedded (created if missing); one gateway per directory")
+	fs.StringVar(&cfg.EmbedListen, "embedded-nats-listen", "", "host:port where the embedded NATS server accepts clients, for other gateway nodes (--engine nats) and NATS tools (empty: no TCP port)")
 	fs.StringVar(&cfg.NATSPrefix, "nats-prefix", "switchyard", "name prefix of the JetStream streams and buckets; nodes with the same prefix share a log")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&cfg.LogJSON, "log-json", false, "log JSON lines instead of text")
@@ -323,7 +327,9 @@ func newLogger(cfg config, out io.Writer) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(out, opts)), nil
 }
 
-func newEngine(cfg config, log *slog.Logger) (engine.Engine, error) {
+// newEngine makes the engine --engine names. emb is the embedded NATS server
+// for "embedded" and nil otherwise.
+func newEngine(cfg config, emb *embeddedNATS, log *slog.Logger) (engine.Engine, error) {
 	defaults := engine.TopicConfig{
 		Partitions:   cfg.Partitions,
 		MaxMessages:  cfg.RetentionMessages,
@@ -346,10 +352,12 @@ func newEngine(cfg config, log *slog.Logger) (engine.Engine, error) {
 	switch cfg.Engine {
 	case "memory":
 		return memengine.New(memengine.Options{Defaults: defaults, Strict: cfg.Strict, Policy: policy}), nil
+	case "embedded":
+		return newEmbeddedEngine(cfg, emb, defaults, policy, log)
 	case "nats":
 		return newNATSEngine(cfg, defaults, policy, log)
 	}
-	return nil, fmt.Errorf(`engine must be "memory" or "nats", not %q`, cfg.Engine)
+	return nil, fmt.Errorf(`engine must be "memory", "embedded" or "nats", not %q`, cfg.Engine)
 }
 
 // run starts the gateway and blocks until ctx is done, then shuts down
@@ -367,7 +375,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if err != nil {
 		return err
 	}
-	eng, err := newEngine(cfg, log)
+	var emb *embeddedNATS
+	switch cfg.Engine {
+	case "embedded":
+		if emb, err = startEmbeddedNATS(cfg.DataDir, cfg.EmbedListen, log); err != nil {
+			return err
+		}
+		// Deferred, so it runs after every path below has closed the
+		// engine: gateway, engine, then the server.
+		defer emb.stop()
+	case "memory", "nats":
+		if cfg.EmbedListen != "" {
+			return errors.New("embedded-nats-listen needs --engine embedded")
+		}
+	}
+	eng, err := newEngine(cfg, emb, log)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,173 @@
+package main
+
+// The embedded engine: --engine embedded runs a NATS server with JetStream
+// inside the gateway process, storing its files in --data-dir, and puts the
+// JetStream engine on it through an in-process connection (no socket). The
+// log, the topics, the groups' committed offsets and the epoch live in those
+// files, so a gateway stopped in any way (kill -9 included) and started again
+// on the same directory finds every record it acknowledged, its groups resume
+// from their committed offsets, and clients resuming with positions get
+// recovered: true. The server writes each record to its file before the
+// publish is acknowledged and syncs the files to disk every two minutes (the
+// NATS default), so a process crash loses nothing acknowledged; a power loss
+// may lose what was written since the last sync.
+//
+// The server listens on no TCP port unless --embedded-nats-listen names one:
+// then other gateway nodes (--engine nats --nats-url nats://that-address,
+// same --nats-prefix) and NATS tools can use the same log while this gateway
+// runs.
+//
+// Shutdown order: the gateway (sessions and HTTP), then the engine, then
+// the in-process connection, then the server, whose end run waits for (see
+// embeddedNATS.stop).
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/jsengine"
+)
+
+// embeddedReadyTimeout bounds the embedded server's start, which includes
+// recovering the streams from their files: generous, since a large log takes
+// a while to index.
+const embeddedReadyTimeout = 60 * time.Second
+
+// embeddedNATS is a NATS server running in the gateway process, with the
+// connection the engine uses. Its methods are not safe for concurrent use.
+type embeddedNATS struct {
+	ns *server.Server
+	nc *nats.Conn
+}
+
+// startEmbeddedNATS starts a JetStream server storing in dir (created if
+// missing), listening on listen (host:port) or, when listen is empty, on no
+// TCP port, and connects to it in process. It returns once the server has
+// recovered its streams and accepts clients. The caller must call stop.
+func startEmbeddedNATS(dir, listen string, log *slog.Logger) (*embeddedNATS, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("data-dir must be set for --engine embedded")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("data-dir: %w", err)
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, fmt.Errorf("data-dir: %w", err)
+	}
+	opts := &server.Options{
+		ServerName: "switchyard-embedded",
+		JetStream:  true,
+		StoreDir:   abs,
+		DontListen: true,
+		NoSigs:     true, // the gateway handles signals and stops the server
+	}
+	if listen != "" {
+		host, port, err := net.SplitHostPort(listen)
+		if err != nil {
+			return nil, fmt.Errorf("embedded-nats-listen: %w", err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil || p < 0 || p > 65535 {
+			return nil, fmt.Errorf("embedded-nats-listen: bad port %q", port)
+		}
+		if p == 0 {
+			p = server.RANDOM_PORT // the server reads 0 as its default port, 4222
+		} else {
+			// The server would only log a busy port and never become
+			// ready: fail at once instead.
+			l, err := net.Listen("tcp", listen)
+			if err != nil {
+				return nil, fmt.Errorf("embedded-nats-listen: %w", err)
+			}
+			l.Close()
+		}
+		opts.Host, opts.Port, opts.DontListen = host, p, false
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	ns.SetLogger(natsLogger{log}, log.Enabled(context.Background(), slog.LevelDebug), false)
+	ns.Start()
+	if !ns.ReadyForConnections(embeddedReadyTimeout) {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return nil, fmt.Errorf("embedded nats: not ready within %v (data-dir %s)", embeddedReadyTimeout, abs)
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(ns), nats.Name("switchyard-gateway"),
+		// What jsengine asks of a connection it is given (see
+		// jsengine.Options.Conn); in process it only matters while the
+		// server shuts down.
+		nats.MaxReconnects(-1), nats.ReconnectBufSize(-1))
+	if err != nil {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return nil, fmt.Errorf("embedded nats: connect: %w", err)
+	}
+	attrs := []any{"data_dir", abs}
+	if addr := ns.Addr(); addr != nil {
+		attrs = append(attrs, "nats_url", "nats://"+addr.String())
+	}
+	log.Info("embedded NATS server ready", attrs...)
+	return &embeddedNATS{ns: ns, nc: nc}, nil
+}
+
+// stop closes the connection and shuts the server down, waiting until it has
+// closed its files. The engine must be closed first. Calling stop on a nil
+// embeddedNATS does nothing.
+func (e *embeddedNATS) stop() {
+	if e == nil {
+		return
+	}
+	e.nc.Close()
+	e.ns.Shutdown()
+	e.ns.WaitForShutdown()
+}
+
+// newEmbeddedEngine is the JetStream engine on the embedded server's
+// in-process connection.
+func newEmbeddedEngine(cfg config, emb *embeddedNATS, defaults engine.TopicConfig, policy engine.GroupPolicy, log *slog.Logger) (engine.Engine, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	e, err := jsengine.New(ctx, jsengine.Options{
+		Conn:     emb.nc,
+		Prefix:   cfg.NATSPrefix,
+		Defaults: defaults,
+		Strict:   cfg.Strict,
+		Policy:   policy,
+		Logger:   log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine embedded (%s): %w", cfg.DataDir, err)
+	}
+	return e, nil
+}
+
+// natsLogger sends the embedded server's log to the gateway's: notices at
+// debug level (the server's start-up banner is long), warnings and errors as
+// such, debug lines only when the gateway logs at debug level, never traces.
+type natsLogger struct{ log *slog.Logger }
+
+func (l natsLogger) Noticef(format string, v ...any) { l.at(slog.LevelDebug, format, v) }
+func (l natsLogger) Warnf(format string, v ...any)   { l.at(slog.LevelWarn, format, v) }
+func (l natsLogger) Fatalf(format string, v ...any)  { l.at(slog.LevelError, format, v) }
+func (l natsLogger) Errorf(format string, v ...any)  { l.at(slog.LevelError, format, v) }
+func (l natsLogger) Debugf(format string, v ...any)  { l.at(slog.LevelDebug, format, v) }
+func (l natsLogger) Tracef(string, ...any)           {}
+
+func (l natsLogger) at(level slog.Level, format string, v []any) {
+	if l.log.Enabled(context.Background(), level) {
+		l.log.Log(context.Background(), level, "nats: "+fmt.Sprintf(format, v...))
+	}
+}
