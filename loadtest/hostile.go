@@ -8,7 +8,8 @@ package main
 //   - oversized errors: invalid publishes with kilobyte topic names, sent as
 //     fast as the socket takes them, replies never read. The gateway must
 //     refuse each by the topic limits, cap what each error echoes, and
-//     close the session (1008) should its control queue fill in bytes.
+//     close the session once the unread replies fill its queue (1008 by
+//     bytes, or 1013 by the queue's item bound, whichever comes first).
 //   - huge filters and ids: subscribes with a filter of thousands of headers
 //     (about 600 KiB), publishes with a 512 KiB msg_id and a 64 KiB key;
 //     replies never read. Each must be refused by the size limits.
@@ -81,17 +82,16 @@ var hostileEvidence = [][]string{
 	{`switchyard_limit_rejections_total{limit="msg_id_bytes"}`, `switchyard_limit_rejections_total{limit="key_bytes"}`},
 	{`switchyard_limit_rejections_total{limit="message_timeout"}`},
 	{`switchyard_dead_letters_skipped_total`},
+	// Unread error replies end the session: by their bytes (1008) or,
+	// with small replies, first by the queue's item bound (1013).
+	{`switchyard_limit_rejections_total{limit="control_queue_bytes"}`, `switchyard_slow_consumer_disconnects_total`},
 }
 
 // hostileReported are further counters the report shows without
-// requiring them: the oversized-errors client has not been seen to fill a
-// session's control queue (the gateway answers its refusals without the
-// replies piling up past the bound), so 1008 closes are reported only.
+// requiring them.
 var hostileReported = []string{
-	`switchyard_limit_rejections_total{limit="control_queue_bytes"}`,
 	`switchyard_http_timeouts_total{phase="write"}`,
 	`switchyard_http_timeouts_total{phase="read_header"}`,
-	`switchyard_slow_consumer_disconnects_total`,
 }
 
 func evidenceNames() []string {
