@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -245,7 +246,7 @@ type partKey struct {
 // partition of every topic its pattern matches. recovered is false when the
 // client's epoch is not ours or one of its positions was already trimmed.
 func (rt *Router) replayPlan(ctx context.Context, s *subscription, from fromSpec) ([]replayPart, bool, error) {
-	topics, err := rt.eng.Topics(ctx)
+	topics, err := rt.matchingTopics(ctx, s.pattern)
 	if err != nil {
 		return nil, false, err
 	}
@@ -305,6 +306,33 @@ func (rt *Router) replayPlan(ctx context.Context, s *subscription, from fromSpec
 		}
 	}
 	return plan, recovered, nil
+}
+
+// matchingTopics returns the topics a replay of pattern reads: for a
+// pattern without wildcards (a dashboard tile's usual subscription) one
+// Topic call, else every topic, which the caller filters.
+func (rt *Router) matchingTopics(ctx context.Context, pattern string) ([]engine.TopicInfo, error) {
+	if !literalPattern(pattern) {
+		return rt.eng.Topics(ctx)
+	}
+	t, err := rt.eng.Topic(ctx, pattern)
+	switch {
+	case errors.Is(err, engine.ErrUnknownTopic):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return []engine.TopicInfo{t}, nil
+}
+
+// literalPattern reports whether pattern has no wildcard segment.
+func literalPattern(pattern string) bool {
+	for seg := range strings.SplitSeq(pattern, ".") {
+		if seg == "*" || seg == "#" {
+			return false
+		}
+	}
+	return true
 }
 
 // catchUp replays the log for a subscription, then switches it to live with
