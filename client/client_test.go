@@ -652,7 +652,7 @@ func TestLocalGap(t *testing.T) {
 	}})
 	ctx := testCtx(t)
 	release := make(chan struct{})
-	_, err := c.Subscribe(ctx, "burst", client.SubscribeOptions{MaxPending: 2}, func(m *client.Message) {
+	sub, err := c.Subscribe(ctx, "burst", client.SubscribeOptions{MaxPending: 2}, func(m *client.Message) {
 		if m.Offset == 0 {
 			<-release
 		}
@@ -666,9 +666,16 @@ func TestLocalGap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Offsets 1 and 2 wait in the queue; 3 to 9 are dropped. The publish
-	// replies come after the deliveries on the same connection, so the
-	// drops have happened by now.
+	// Offsets 1 and 2 wait in the queue; 3 to 9 are dropped. A publish
+	// reply may overtake the deliveries (replies are written first), so
+	// wait until the client has dropped all of them.
+	deadline := time.Now().Add(wait)
+	for client.DroppedThrough(sub, "burst", 0) < 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("drops reach offset %d, want 10", client.DroppedThrough(sub, "burst", 0))
+		}
+		time.Sleep(time.Millisecond)
+	}
 	close(release)
 	var got []string
 	next := func() string {
