@@ -361,7 +361,6 @@ type principal struct {
 	grants  Grants
 	expires time.Time       // zero: never (admin, anonymous)
 	issued  time.Time       // the token's iat; zero when absent
-	hooked  bool            // admitted by the connect hook
 	info    json.RawMessage // the connect hook's info, compact JSON; nil when none
 }
 

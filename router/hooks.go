@@ -356,7 +356,7 @@ func (rt *Router) hookConnect(c echo.Context) (*principal, error) {
 		}
 		return nil, pe
 	}
-	p := &principal{subject: a.User, hooked: true}
+	p := &principal{subject: a.User}
 	if a.Grants != nil {
 		g, err := validGrants(*a.Grants)
 		if err != nil {
