@@ -357,6 +357,16 @@ type JoinRequest struct {
 	MaxLeased int
 }
 
+// AnyMember ends a member argument of Ack or Nack that names a family of
+// members: "pull-" + AnyMember settles a record leased to any member whose
+// ID starts with "pull-", on whichever node it is, and refuses one leased
+// to any other member. Member IDs never contain it.
+const AnyMember = "*"
+
+// MembersOf returns the Ack and Nack member argument that stands for every
+// member whose ID starts with prefix.
+func MembersOf(prefix string) string { return prefix + AnyMember }
+
 // MaxGroupInFlight bounds JoinRequest.MaxInFlight.
 const MaxGroupInFlight = 1000
 
@@ -538,9 +548,10 @@ type Engine interface {
 	// that are gone already are skipped.
 	HandBack(ctx context.Context, members []MemberRef) error
 	// Ack settles a record leased to member. member "" settles the record
-	// whoever holds it; any other member that does not hold the lease now
-	// (a previous holder answering late) gets ErrNotInFlight and changes
-	// nothing.
+	// whoever holds it; a member ending in AnyMember (MembersOf) settles it
+	// when its holder's ID starts with what precedes AnyMember, on any
+	// node; any other member that does not hold the lease now (a previous
+	// holder answering late) gets ErrNotInFlight and changes nothing.
 	Ack(ctx context.Context, group, member string, p Position) error
 	// Nack starts the record's redelivery backoff at once; after the last
 	// attempt it is dead-lettered with reason as its error. member is

@@ -27,6 +27,11 @@ const pullWindow = 100
 // its buffer): the largest poll.
 const pullLeased = 1000
 
+// pullPrefix begins the member ID of every pull member, on every node: an
+// HTTP ack or nack settles a record leased to any pull member of the group
+// (engine.MembersOf), wherever it was polled.
+const pullPrefix = "pull-"
+
 // pullMember is a group member driven by HTTP polls instead of a session.
 // The engine leases each delivery for the ack timeout as for push members;
 // the lease starts when the record reaches the member's buffer.
@@ -74,7 +79,7 @@ func (rt *Router) pullMemberFor(ctx context.Context, group, pattern string) (*pu
 		}
 		return pm, nil
 	}
-	pm = &pullMember{group: group, pattern: pattern, member: "pull-" + newID(), wake: make(chan struct{}, 1), lastPoll: time.Now()}
+	pm = &pullMember{group: group, pattern: pattern, member: pullPrefix + newID(), wake: make(chan struct{}, 1), lastPoll: time.Now()}
 	req := engine.JoinRequest{Group: group, Pattern: pattern, Member: pm.member, MaxLeased: pullLeased}
 	if _, err := rt.eng.Group(ctx, group); errors.Is(err, engine.ErrUnknownGroup) {
 		req.MaxInFlight = pullWindow // a new group: batches
@@ -175,15 +180,11 @@ func (rt *Router) httpAck(c echo.Context) error {
 	}
 	pos := engine.Position{Topic: *req.Topic, Partition: *req.Partition, Offset: *req.Offset}
 	group := param(c, "group")
-	// The lease belongs to this node's pull member of the group; with none
-	// here (the poll was served elsewhere) the engine settles it for
-	// whoever holds it.
-	member := ""
-	rt.mu.Lock()
-	if pm := rt.pulls[group]; pm != nil {
-		member = pm.member
-	}
-	rt.mu.Unlock()
+	// Behind a load balancer the poll may have been served by another
+	// node, whose pull member holds the lease: settle the record for
+	// whichever pull member holds it (the engine reaches its node). A
+	// record that went on to a WebSocket member is not_in_flight here.
+	member := engine.MembersOf(pullPrefix)
 	var err error
 	if strings.HasSuffix(c.Path(), "/nack") {
 		err = rt.eng.Nack(c.Request().Context(), group, member, pos, nackReason(req.Error))

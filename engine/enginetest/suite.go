@@ -113,6 +113,7 @@ func Run(t *testing.T, f Features, newEngine Factory) {
 		{"Groups/Errors", testGroupErrors},
 		{"Groups/LateAckFromPreviousHolder", testLateAckFromPreviousHolder},
 		{"Groups/LateAckAfterTimeout", testLateAckAfterTimeout},
+		{"Groups/SettleByMemberFamily", testSettleByMemberFamily},
 		{"Groups/Window", testGroupWindow},
 		{"Groups/MemberWindow", testMemberWindow},
 		{"Groups/Delete", testDeleteGroup},

@@ -890,6 +890,9 @@ func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Cons
 	if id == "" {
 		id = e.newID()
 	}
+	if strings.Contains(id, engine.AnyMember) {
+		return "", fmt.Errorf("jsengine: member ID %q contains %q: %w", id, engine.AnyMember, engine.ErrInvalidConfig)
+	}
 	e.gmu.Lock()
 	if e.closed.Load() {
 		e.gmu.Unlock()

@@ -373,6 +373,9 @@ func (e *Engine) joinLocked(g *group, req engine.JoinRequest, c engine.Consumer)
 	if id == "" {
 		id = e.newID()
 	}
+	if strings.Contains(id, engine.AnyMember) {
+		return "", fmt.Errorf("memengine: member ID %q contains %q: %w", id, engine.AnyMember, engine.ErrInvalidConfig)
+	}
 	if g.members[id] != nil {
 		return "", fmt.Errorf("memengine: group %q already has member %q: %w", g.name, id, engine.ErrInvalidConfig)
 	}

@@ -23,6 +23,7 @@ package groupstate
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -92,9 +93,22 @@ type Flight struct {
 }
 
 // HeldBy reports whether the flight is leased to member; member "" stands
-// for whoever holds it.
+// for whoever holds it, and a member ending in engine.AnyMember for every
+// member whose ID starts with what precedes it.
 func (f *Flight) HeldBy(member string) bool {
-	return f.State == InFlight && (member == "" || f.To != nil && f.To.ID == member)
+	if f.State != InFlight {
+		return false
+	}
+	if member == "" {
+		return true
+	}
+	if f.To == nil {
+		return false
+	}
+	if prefix, ok := strings.CutSuffix(member, engine.AnyMember); ok {
+		return strings.HasPrefix(f.To.ID, prefix)
+	}
+	return f.To.ID == member
 }
 
 // stop stops the flight's timer and invalidates any callback already due.
