@@ -44,9 +44,9 @@ type presence struct {
 
 	notifyMu sync.Mutex // serializes announcements, taken before mu
 
-	mu       sync.Mutex                       // guards the fields below
-	view     map[string]presenceEntry         // key -> member, every node's
-	local    map[string]localMember // key -> member joined here
+	mu       sync.Mutex               // guards the fields below
+	view     map[string]presenceEntry // key -> member, every node's
+	local    map[string]localMember   // key -> member joined here
 	watchers map[int]engine.PresenceObserver
 	nextW    int
 	applied  uint64        // last revision applied to view
@@ -281,7 +281,8 @@ func (e *Engine) PresenceJoin(ctx context.Context, m engine.PresenceMember) erro
 	return nil
 }
 
-// PresenceLeave implements engine.Presence.
+// PresenceLeave implements engine.Presence. It returns once this node's
+// view no longer holds the member.
 func (e *Engine) PresenceLeave(ctx context.Context, topic, session string) error {
 	p, err := e.presenceStart()
 	if err != nil {
@@ -299,7 +300,28 @@ func (e *Engine) PresenceLeave(ctx context.Context, topic, session string) error
 	if err := p.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return unavailable("presence leave", err)
 	}
+	p.waitGone(ctx, key)
 	return nil
+}
+
+// waitGone waits until the view no longer holds key, so that a list on
+// this node after a leave returns no longer includes the member, as after
+// a join it includes it.
+func (p *presence) waitGone(ctx context.Context, key string) {
+	for {
+		p.mu.Lock()
+		_, held := p.view[key]
+		ch := p.progress
+		p.mu.Unlock()
+		if !held {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // PresenceList implements engine.Presence from this node's view, ordered by
