@@ -15,14 +15,14 @@ const (
 	// Dropped: the incoming message was dropped and recorded as a gap.
 	Dropped
 	// Overflow: the item was not queued and the session must close with 1013
-	// (the Disconnect policy on a full queue, or too many reliable and
-	// control items).
+	// (the Disconnect policy on a full queue, or too many reliable items).
 	Overflow
 	// Closed: the queue no longer accepts items.
 	Closed
 	// ControlFull: the control item was not queued because the queued
-	// control items would exceed Options.ControlBytes; the session must
-	// close with 1008.
+	// control items would exceed Options.ControlBytes, or the control and
+	// reliable items already reach their count bound (4 x QueueMessages);
+	// the session must close with 1008.
 	ControlFull
 )
 
@@ -143,7 +143,9 @@ func (q *Queue) push(it *Item) Outcome {
 	}
 	if it.Stream.Sub == 0 {
 		if q.others >= q.hardLimit {
-			return Overflow
+			// Unread replies filled the item bound: the same refusal as
+			// filling the byte bound.
+			return ControlFull
 		}
 		if q.control.n > 0 && q.ctlBytes+len(it.Frame) > q.ctlLimit {
 			return ControlFull

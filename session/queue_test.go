@@ -63,7 +63,7 @@ func TestQueue(t *testing.T) {
 			push(ctl("b"), Q),
 			push(ctl("c"), Q),
 			push(ctl("d"), Q),
-			push(ctl("e"), O),
+			push(ctl("e"), ControlFull),
 			drained("c:a", "c:b", "c:c", "c:d", "m1:0"),
 		}},
 		{"higher priority evicts lower first", 3, []op{

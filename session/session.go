@@ -133,7 +133,7 @@ func (s *Session) Closing() <-chan struct{} { return s.closeReq }
 // Send queues a message or control item without blocking and reports
 // whether it was queued: false when it was dropped, when the session is
 // closing, or when the queue overflowed, which closes the session with 1013
-// (or 1008 when control items would exceed Options.ControlBytes).
+// (or 1008 when unread control items fill their bytes or count bound).
 func (s *Session) Send(it Item) bool {
 	switch s.q.Push(it) {
 	case Queued:
