@@ -59,8 +59,10 @@ func mint(t *testing.T, life time.Duration, subscribe, publish []string) string 
 // every refresh_required, so one connection outlives three tokens and no
 // message is lost.
 func TestTokenFuncRefreshesThreeLifetimes(t *testing.T) {
-	const life = time.Second
-	g := authGateway(t, 300*time.Millisecond)
+	// A lead of most of a second leaves each refresh round trip time to
+	// finish under the race detector on a loaded machine.
+	const life = 2 * time.Second
+	g := authGateway(t, 900*time.Millisecond)
 	var calls atomic.Int32
 	var mu sync.Mutex
 	var states []client.State

@@ -41,8 +41,10 @@ func withLead(d time.Duration) func(*gwConfig) {
 // every message published meanwhile arrives, in order, on the same
 // connection.
 func TestRefreshThreeLifetimes(t *testing.T) {
-	const life = time.Second
-	g := newGateway(t, withAuth(t), withLead(300*time.Millisecond))
+	// A lead of most of a second leaves each refresh round trip time to
+	// finish under the race detector on a loaded machine.
+	const life = 2 * time.Second
+	g := newGateway(t, withAuth(t), withLead(900*time.Millisecond))
 	grants := []string{"r.#"}
 	tok, _ := lifeToken(t, "alice", life, grants, grants, nil)
 	start := time.Now()
