@@ -186,6 +186,18 @@ func (rt *Router) initMetrics() {
 		}
 		return 1
 	}))
+	if ev, ok := rt.eng.(deadLetterEvictor); ok {
+		rt.opts.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "switchyard", Name: "dead_letters_evicted_total",
+			Help: "queue_full dead letters the engine dropped at its cap (the newest 10,000 are kept) to make room for newer ones, counted exactly (JetStream: by this node's purges).",
+		}, func() float64 { return float64(ev.EvictedDeadLetters()) }))
+	}
+}
+
+// deadLetterEvictor is an engine that counts the queue_full dead letters it
+// dropped at its cap (both engines do; a wrapper may not).
+type deadLetterEvictor interface {
+	EvictedDeadLetters() int64
 }
 
 // BuildVersion returns the main module's version from the build

@@ -9,6 +9,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
 )
 
 // scrape returns the text exposition of g's /metrics.
@@ -83,6 +86,7 @@ func TestMetricsFromStartup(t *testing.T) {
 		`switchyard_gaps_total{reason="queue_full"} 0`,
 		`switchyard_gaps_total{reason="retention"} 0`,
 		`switchyard_dead_letters_total{reason="queue_full"} 0`,
+		`switchyard_dead_letters_evicted_total 0`,
 		`switchyard_subscriptions{kind="plain"} 0`,
 		`switchyard_subscriptions{kind="group"} 0`,
 		`switchyard_subscriptions{kind="local"} 0`,
@@ -141,5 +145,25 @@ func TestHealthzVersion(t *testing.T) {
 	}
 	if !strings.Contains(g.scrape(t), `switchyard_build_info{version="v1.2.3-test"} 1`) {
 		t.Error("build_info does not carry the version")
+	}
+}
+
+// TestDeadLettersEvictedMetric: switchyard_dead_letters_evicted_total is
+// the engine's exact count of queue_full dead letters dropped at its cap.
+func TestDeadLettersEvictedMetric(t *testing.T) {
+	const limit, added = 3, 8
+	g := newGateway(t, func(c *gwConfig) { c.engine.Policy.DeadLetterLimit = limit })
+	if v := metricValue(t, g.reg, "switchyard_dead_letters_evicted_total", nil); v != 0 {
+		t.Fatalf("evicted = %v on a fresh gateway", v)
+	}
+	for i := range added {
+		dl := engine.DeadLetter{Reason: engine.ReasonQueueFull, Subscriber: "s",
+			Record: engine.Record{Topic: "t", Offset: int64(i)}, Time: time.Now()}
+		if err := g.eng.AddDeadLetter(context.Background(), dl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := metricValue(t, g.reg, "switchyard_dead_letters_evicted_total", nil); v != added-limit {
+		t.Errorf("evicted = %v, want %d", v, added-limit)
 	}
 }

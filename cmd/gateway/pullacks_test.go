@@ -80,6 +80,16 @@ func TestClusterPullAcksOnAnyNode(t *testing.T) {
 	args := []string{"--engine", "nats", "--nats-url", url, "--nats-prefix", prefix, "--ack-timeout", "20s"}
 	nodes := []*node{startNode(t, args...), startNode(t, args...), startNode(t, args...)}
 	const parts, records, group = 3, 30, "lb"
+	// The JetStream engine's exact eviction count is exposed from start-up.
+	if resp, err := http.Get("http://" + nodes[0].addr + "/metrics"); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), "\nswitchyard_dead_letters_evicted_total 0\n") {
+			t.Error("a fresh JetStream node does not expose switchyard_dead_letters_evicted_total 0")
+		}
+	}
 	if st, body := postJSON(t, nodes[0], "/v1/topics", fmt.Sprintf(`{"name":"lbjobs","partitions":%d}`, parts), nil); st != http.StatusOK && st != http.StatusCreated {
 		t.Fatalf("create topic: %d %s", st, body)
 	}
