@@ -46,14 +46,17 @@ const embeddedReadyTimeout = 60 * time.Second
 // embeddedNATS is a NATS server running in the gateway process, with the
 // connection the engine uses. Its methods are not safe for concurrent use.
 type embeddedNATS struct {
-	ns *server.Server
-	nc *nats.Conn
+	ns   *server.Server
+	nc   *nats.Conn
+	lock *os.File // holds the data dir's lock (see lockDataDir)
 }
 
 // startEmbeddedNATS starts a JetStream server storing in dir (created if
 // missing), listening on listen (host:port) or, when listen is empty, on no
 // TCP port, and connects to it in process. It returns once the server has
-// recovered its streams and accepts clients. The caller must call stop.
+// recovered its streams and accepts clients. It locks dir first, so a
+// second gateway on the same directory fails at once. The caller must call
+// stop.
 func startEmbeddedNATS(dir, listen string, log *slog.Logger) (*embeddedNATS, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("data-dir must be set for --engine embedded")
@@ -65,6 +68,21 @@ func startEmbeddedNATS(dir, listen string, log *slog.Logger) (*embeddedNATS, err
 	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return nil, fmt.Errorf("data-dir: %w", err)
 	}
+	lock, err := lockDataDir(abs)
+	if err != nil {
+		return nil, err
+	}
+	emb, err := startLocked(abs, listen, log)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	emb.lock = lock
+	return emb, nil
+}
+
+// startLocked is startEmbeddedNATS once the data dir abs is locked.
+func startLocked(abs, listen string, log *slog.Logger) (*embeddedNATS, error) {
 	opts := &server.Options{
 		ServerName: "switchyard-embedded",
 		JetStream:  true,
@@ -133,6 +151,7 @@ func (e *embeddedNATS) stop() {
 	e.nc.Close()
 	e.ns.Shutdown()
 	e.ns.WaitForShutdown()
+	e.lock.Close()
 }
 
 // newEmbeddedEngine is the JetStream engine on the embedded server's

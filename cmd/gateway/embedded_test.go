@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -57,12 +59,51 @@ func TestEmbeddedListen(t *testing.T) {
 			t.Fatal("a second server on the same port started")
 		}
 	})
+	t.Run("data-dir in use", func(t *testing.T) {
+		dir := t.TempDir()
+		emb, err := startEmbeddedNATS(dir, "", log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer emb.stop()
+		if second, err := startEmbeddedNATS(dir, "", log); err == nil {
+			second.stop()
+			t.Fatal("a second server on the same data dir started")
+		} else if !strings.Contains(err.Error(), "in use") {
+			t.Errorf("second server: %v", err)
+		}
+	})
 	t.Run("no data-dir", func(t *testing.T) {
 		if emb, err := startEmbeddedNATS("", "", log); err == nil {
 			emb.stop()
 			t.Fatal("started without a data dir")
 		}
 	})
+}
+
+// TestEmbeddedJoin starts a gateway with --engine embedded and a client
+// port, and a second gateway node with --engine nats on that port: they
+// share one log, as two nodes on an external NATS do.
+func TestEmbeddedJoin(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	first := startNode(t, "--engine", "embedded", "--data-dir", t.TempDir(), "--embedded-nats-listen", addr)
+	second := startNode(t, "--engine", "nats", "--nats-url", "nats://"+addr)
+	if a, b := welcomeEpoch(t, first), welcomeEpoch(t, second); a != b {
+		t.Errorf("epochs %q and %q: want one log", a, b)
+	}
+	for i, n := range []*node{second, first, second} {
+		if m := httpPublish(t, n, fmt.Sprintf(`{"topic":"joined","data":"d%d"}`, i)); m["offset"] != float64(i) {
+			t.Errorf("publish %d on %s: %v", i, n.addr, m)
+		}
+	}
+	if got := readLog(t, first, "joined"); !slices.Equal(got, []string{"d0", "d1", "d2"}) {
+		t.Errorf("log on the embedded node: %q", got)
+	}
 }
 
 // TestEmbeddedCrashRecovery runs the gateway with --engine embedded in a
@@ -120,13 +161,23 @@ func TestEmbeddedCrashRecovery(t *testing.T) {
 	member := dialNode(t, p1.node)
 	member.send(t, map[string]any{"op": "subscribe", "id": 1, "pattern": "orders", "group": "billing", "max_in_flight": 1})
 	member.expect(t, "subscribed")
+	var early []map[string]any // deliveries that came before an ack's reply
 	for want := 0; want <= k; want++ {
-		m := member.expect(t, "message")
-		if off := int(m["offset"].(float64)); off != want {
-			t.Fatalf("group delivery: offset %d, want %d", off, want)
+		var m map[string]any
+		if len(early) > 0 {
+			m, early = early[0], early[1:]
+		} else {
+			m = member.expect(t, "message")
 		}
-		if want < k {
-			member.ack(t, m)
+		if m["op"] != "message" || int(m["offset"].(float64)) != want {
+			t.Fatalf("group delivery %v, want offset %d", m, want)
+		}
+		if want == k {
+			break
+		}
+		member.send(t, map[string]any{"op": "ack", "id": 100 + want, "group": "billing", "topic": "orders", "partition": 0, "offset": want})
+		for f := member.next(t); f["op"] != "acked"; f = member.next(t) {
+			early = append(early, f)
 		}
 	}
 
