@@ -49,7 +49,21 @@
 // last, with no search. The tail keeps the last 512 records of every
 // partition in memory, so reads and deliveries near the head cost no round
 // trip. Reading a long backlog is therefore slower than a consumer-based
-// scan would be; it keeps Read stateless on the server.
+// scan would be; it keeps Read stateless on the server. A load of a
+// partition's state (Topics, Topic, Read) keeps the newest record it
+// fetched in that cache, and records Read fetches that end where the cache
+// starts are put in front of it, so reading a partition's last records
+// again costs no fetch; a search before the cache is bounded by the
+// cache's first sequence.
+//
+// Latest value. A replaying subscribe (the router's "from":"last" over a
+// wildcard, or any catch-up) reads through engine.SeenReader: ReadSeen
+// answers from the partition's view and cache, with no round trip, when
+// the state was loaded once and the records asked for are cached and not
+// past MaxAge; records this node's tail has not announced yet reach the
+// subscription live. So {"last": N} over thousands of topics costs the
+// listing's load (two direct gets per partition, at most once a second)
+// plus, for records older than the cache holds, one Read per partition.
 //
 // Listing. Topics loads every partition's state from NATS at most once a
 // second (or at once after a topic was created or deleted); in between it

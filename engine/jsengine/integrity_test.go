@@ -200,7 +200,7 @@ func TestMsgIDUncertainAppend(t *testing.T) {
 // newConnNode starts an engine on a connection the test owns: closing it
 // makes the node die as a crashed process would, without handing anything
 // over (its live keys expire after ttl).
-func newConnNode(t *testing.T, url, prefix string, policy engine.GroupPolicy, ttl time.Duration) (*jsengine.Engine, *nats.Conn) {
+func newConnNode(t testing.TB, url, prefix string, policy engine.GroupPolicy, ttl time.Duration) (*jsengine.Engine, *nats.Conn) {
 	t.Helper()
 	nc, err := nats.Connect(url, nats.ReconnectBufSize(-1))
 	if err != nil {

@@ -204,6 +204,15 @@ func (e *Engine) loadState(ctx context.Context, p *partition) error {
 	p.known = true
 	p.loaded.Store(true)
 	e.updateView(p)
+	if !lp.mark {
+		// The newest record came with the load: keep it, so that a read of
+		// the last record (a subscribe with "last") costs no round trip.
+		p.smu.Lock()
+		if lp.off >= p.earliest {
+			p.cacheAdd(cached{rec: lp.rec, seq: lp.seq})
+		}
+		p.smu.Unlock()
+	}
 	return nil
 }
 
@@ -966,7 +975,7 @@ func (e *Engine) Read(ctx context.Context, topicName string, partition int, from
 // at from or of an earlier one, which spares the search.
 func (e *Engine) fetch(ctx context.Context, p *partition, from int64, n int, lastSeq, hint uint64) ([]*engine.Record, uint64, error) {
 	recs := make([]*engine.Record, 0, n)
-	var seq uint64
+	var seq, below uint64
 	p.smu.Lock()
 	if len(p.cache) > 0 {
 		base := p.cache[0].rec.Offset
@@ -975,6 +984,10 @@ func (e *Engine) fetch(ctx context.Context, p *partition, from int64, n int, las
 				recs = append(recs, p.cache[i].rec)
 				seq = p.cache[i].seq + 1
 			}
+		} else if from < base && p.cache[0].seq > 1 && (lastSeq == 0 || p.cache[0].seq <= lastSeq) {
+			// Everything before the cache lies below its first sequence.
+			below = p.cache[0].seq
+			lastSeq = below - 1
 		}
 	}
 	p.smu.Unlock()
@@ -985,8 +998,12 @@ func (e *Engine) fetch(ctx context.Context, p *partition, from int64, n int, las
 		if err != nil {
 			return nil, 0, err
 		}
+		if s == 0 {
+			s = below // purged meanwhile: the cache's first record is next
+		}
 		seq = s
 	}
+	var got []cached // fetched from NATS
 	for len(recs) < n && seq > 0 {
 		m, ok, err := e.getMsg(ctx, p, seq)
 		if err != nil {
@@ -1000,8 +1017,42 @@ func (e *Engine) fetch(ctx context.Context, p *partition, from int64, n int, las
 			continue
 		}
 		recs = append(recs, m.rec)
+		got = append(got, cached{rec: m.rec, seq: m.seq})
 	}
+	p.cachePrepend(got)
 	return recs, seq, nil
+}
+
+// cachePrepend puts records fetched from NATS in front of p's cache when
+// they end where it starts and there is room, so that reading the newest
+// records again (the next subscribe with "last") costs no round trip. It
+// never evicts a newer record.
+func (p *partition) cachePrepend(got []cached) {
+	if len(got) == 0 {
+		return
+	}
+	p.smu.Lock()
+	defer p.smu.Unlock()
+	if len(p.cache) == 0 || len(p.cache) >= cacheSize {
+		return
+	}
+	base := p.cache[0].rec.Offset
+	i := 0
+	for i < len(got) && got[i].rec.Offset < base {
+		i++
+	}
+	// got[:i] must end just before the cache, be contiguous and retained.
+	if i == 0 || got[i-1].rec.Offset != base-1 || got[0].rec.Offset+int64(i-1) != base-1 {
+		return
+	}
+	start := max(0, i-(cacheSize-len(p.cache)))
+	for start < i && got[start].rec.Offset < p.earliest {
+		start++
+	}
+	if start == i {
+		return
+	}
+	p.cache = slices.Insert(p.cache, 0, got[start:i]...)
 }
 
 // lastSeen bounds the stream sequences of p's records this node can know
@@ -1147,13 +1198,7 @@ func (e *Engine) tailMsg(msg jetstream.Msg) {
 		p.smu.Unlock()
 		return
 	}
-	if n := len(p.cache); n > 0 && p.cache[n-1].rec.Offset+1 != pm.off {
-		p.cache = p.cache[:0]
-	}
-	if len(p.cache) >= cacheSize {
-		p.cache = slices.Delete(p.cache, 0, len(p.cache)-cacheSize+1)
-	}
-	p.cache = append(p.cache, cached{rec: pm.rec, seq: seq})
+	p.cacheAdd(cached{rec: pm.rec, seq: seq})
 	p.smu.Unlock()
 
 	for _, o := range e.observers.List() {
@@ -1197,6 +1242,26 @@ func (e *Engine) advanceTail(seq uint64) {
 		e.tailWake = make(chan struct{})
 	}
 	e.tailMu.Unlock()
+}
+
+// cacheAdd appends c to p's cache of newest records, keeping it contiguous
+// (a record past a gap starts it again) and at most cacheSize long. A
+// record it holds already (cached by a load before the tail reached it) is
+// left as it is. Caller holds smu.
+func (p *partition) cacheAdd(c cached) {
+	if n := len(p.cache); n > 0 {
+		last := p.cache[n-1].rec.Offset
+		if c.rec.Offset <= last {
+			return
+		}
+		if c.rec.Offset != last+1 {
+			p.cache = p.cache[:0]
+		}
+	}
+	if len(p.cache) >= cacheSize {
+		p.cache = slices.Delete(p.cache, 0, len(p.cache)-cacheSize+1)
+	}
+	p.cache = append(p.cache, c)
 }
 
 // cachedAt returns the record at offset off from p's cache, or nil.
