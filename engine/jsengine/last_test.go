@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/enginetest"
 	"github.com/switchyard/switchyard/engine/jsengine"
 	"github.com/switchyard/switchyard/engine/jsengine/natstest"
 )
@@ -125,5 +127,93 @@ func BenchmarkFromLast(b *testing.B) {
 		if got := subscribeLast(ctx, b, r, 1); got != topics {
 			b.Fatalf("read %d records, want %d", got, topics)
 		}
+	}
+}
+
+// TestReadSeen: ReadSeen answers from memory only what a load, a Read or
+// the tail put there, and says so when it cannot answer.
+func TestReadSeen(t *testing.T) {
+	url := natstest.URL(t)
+	prefix := natstest.Prefix(t, url)
+	w := newNode(t, nodeOpts{url: url, prefix: prefix})
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := w.Append(ctx, engine.Message{Topic: "seen", Data: fmt.Appendf(nil, "%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := newNode(t, nodeOpts{url: url, prefix: prefix})
+	offsets := func(recs []*engine.Record) []int64 {
+		var out []int64
+		for _, rec := range recs {
+			out = append(out, rec.Offset)
+		}
+		return out
+	}
+	if _, _, ok := r.ReadSeen("seen", 0, 0, 10); ok {
+		t.Fatal("ReadSeen answered before the partition's state was loaded")
+	}
+	if _, _, ok := r.ReadSeen("nope", 0, 0, 10); ok {
+		t.Fatal("ReadSeen answered for an unknown topic")
+	}
+	if _, err := r.Topic(ctx, "seen"); err != nil {
+		t.Fatal(err)
+	}
+	if recs, next, ok := r.ReadSeen("seen", 0, 2, 10); !ok || next != 3 || fmt.Sprint(offsets(recs)) != "[2]" {
+		t.Fatalf("last record after a load: %v %d %v, want [2] 3 true", offsets(recs), next, ok)
+	}
+	if _, _, ok := r.ReadSeen("seen", 0, 0, 10); ok {
+		t.Fatal("ReadSeen answered for records never fetched")
+	}
+	if recs, _, err := r.Read(ctx, "seen", 0, 0, 10); err != nil || len(recs) != 3 {
+		t.Fatalf("Read: %d records, %v", len(recs), err)
+	}
+	if recs, next, ok := r.ReadSeen("seen", 0, 0, 10); !ok || next != 3 || fmt.Sprint(offsets(recs)) != "[0 1 2]" {
+		t.Fatalf("after a Read: %v %d %v, want [0 1 2] 3 true", offsets(recs), next, ok)
+	}
+	if recs, next, ok := r.ReadSeen("seen", 0, 3, 10); !ok || next != 3 || len(recs) != 0 {
+		t.Fatalf("at the end: %v %d %v, want [] 3 true", offsets(recs), next, ok)
+	}
+	if _, err := w.Append(ctx, engine.Message{Topic: "seen", Data: []byte("3")}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		recs, next, ok := r.ReadSeen("seen", 0, 3, 10)
+		if ok && len(recs) == 1 && next == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tail's record never reached ReadSeen: %v %d %v", offsets(recs), next, ok)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestReadSeenAge: records past the topic's MaxAge on the engine's clock
+// are left to Read, which applies age retention.
+func TestReadSeenAge(t *testing.T) {
+	url := natstest.URL(t)
+	clock := enginetest.NewFakeClock(time.Unix(1_700_000_000, 0))
+	e := newNode(t, nodeOpts{url: url, prefix: natstest.Prefix(t, url), c: enginetest.Config{Clock: clock}})
+	ctx := context.Background()
+	if _, err := e.CreateTopic(ctx, engine.TopicConfig{Name: "aged", Partitions: 1, MaxAge: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Append(ctx, engine.Message{Topic: "aged", Data: []byte("old")}); err != nil {
+		t.Fatal(err)
+	}
+	if recs, _, ok := e.ReadSeen("aged", 0, 0, 10); !ok || len(recs) != 1 {
+		t.Fatalf("fresh record: %d records, ok %v", len(recs), ok)
+	}
+	clock.Advance(2 * time.Minute)
+	if _, _, ok := e.ReadSeen("aged", 0, 0, 10); ok {
+		t.Fatal("ReadSeen answered with a record past MaxAge")
+	}
+	if recs, next, err := e.Read(ctx, "aged", 0, 0, 10); err != nil || len(recs) != 0 || next != 1 {
+		t.Fatalf("Read after MaxAge: %d records, next %d, %v", len(recs), next, err)
+	}
+	if recs, next, ok := e.ReadSeen("aged", 0, 0, 10); !ok || len(recs) != 0 || next != 1 {
+		t.Fatalf("ReadSeen after the trim: %d records, next %d, ok %v", len(recs), next, ok)
 	}
 }
