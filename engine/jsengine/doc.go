@@ -178,7 +178,10 @@
 // balancer) is forwarded to the holder named in the position, as a NATS
 // request on the holder's subject <prefix>.settle.<node>, and returns the
 // holder's answer (engine.ErrNotInFlight when the holder is gone: its
-// leases ended with it, and the next holder redelivers). Committed
+// leases ended with it, and the next holder redelivers). The holder checks
+// the member named as for a local settle: a member family
+// (engine.MembersOf, as the router's HTTP pull members use) matches a
+// lease held by any member of the family on the holder. Committed
 // offsets are written by a background committer, so Group on another node
 // shows them a moment later. Seek works from any node: the holder adopts
 // a position written by someone else.
