@@ -262,3 +262,25 @@ func TestShutdownPullBufferIsUnsent(t *testing.T) {
 		t.Fatalf("attempts by offset %v, want 0: 2 (it was polled), 1: 1 (only buffered)", attempts)
 	}
 }
+
+// TestHTTPAckDoesNotSettleWebSocketLease: an HTTP ack or nack settles
+// records leased to pull members only; one for a record a WebSocket member
+// holds is not_in_flight and leaves the lease to its member.
+func TestHTTPAckDoesNotSettleWebSocketLease(t *testing.T) {
+	g := newGateway(t)
+	push := g.dial(t)
+	push.subscribe(t, "wsonly", "group", "wsg")
+	g.httpDo(t, "POST", "/v1/publish", map[string]any{"topic": "wsonly", "data": 1})
+	m := push.nextOp(t, "message")
+	pos := map[string]any{"topic": "wsonly", "partition": m["partition"], "offset": m["offset"]}
+	for _, op := range []string{"ack", "nack"} {
+		if code, body, _ := g.httpDo(t, "POST", "/v1/groups/wsg/"+op, pos); code != 409 || body["code"] != "not_in_flight" {
+			t.Fatalf("HTTP %s of a WebSocket member's lease: %d %v, want 409 not_in_flight", op, code, body)
+		}
+	}
+	_, grp, _ := g.httpDo(t, "GET", "/v1/groups/wsg", nil)
+	if p := grp["partitions"].([]any)[0].(map[string]any); p["in_flight"] != 1.0 || p["committed"] != 0.0 {
+		t.Fatalf("after the HTTP settles: %v, want the WebSocket lease intact", p)
+	}
+	push.mustOK(t, map[string]any{"op": "ack", "id": 7, "group": "wsg", "topic": "wsonly", "partition": m["partition"], "offset": m["offset"]}, "acked")
+}
