@@ -48,6 +48,8 @@ func Example_embedded() {
 		}
 	}
 	wg.Wait()
+	// Unsubscribe waits for the worker, so its counters are final.
+	async.Unsubscribe()
 	fmt.Println("async delivered", async.Stats().Delivered)
 	fmt.Println("broken failed", broken.Stats().Failed)
 
