@@ -676,3 +676,54 @@ func testClose(t *testing.T, s *suite) {
 		t.Errorf("goroutines left after Close: %v", err)
 	}
 }
+
+// testSeekThenMemberChange: a seek replays to the member that holds the
+// partition; when that member leaves with the replayed record unacked and
+// another joins, the newcomer gets the replay in offset order, starting at
+// the record the first member held, and nothing is skipped.
+func testSeekThenMemberChange(t *testing.T, s *suite) {
+	for _, leaveFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("leaveFirst=%v", leaveFirst), func(t *testing.T) { seekThenMemberChange(t, s, leaveFirst) })
+	}
+}
+
+func seekThenMemberChange(t *testing.T, s *suite, leaveFirst bool) {
+	policy := fastRetry
+	policy.BackoffMin, policy.BackoffMax = 50*time.Millisecond, 50*time.Millisecond
+	env := s.env(t, Config{Policy: policy})
+	topic := env.topic("seekleave")
+	env.create(engine.TopicConfig{Name: topic, Partitions: 1})
+	sk := newSink()
+	g := env.group("g")
+	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m1"}, sk.consumer("m1"))
+	env.publish(topic, 3, nil)
+	env.consume(sk, newFlow(t), 3)
+	if err := env.e.Seek(ctx(), g, topic, 0, engine.Start{Kind: engine.StartOffset, Offset: 1}); err != nil {
+		t.Fatalf("Seek: %v", err)
+	}
+	if ev := sk.delivery(t, env.timeout); ev.member != "m1" || ev.d.Record.Offset != 1 {
+		t.Fatalf("after the seek got %v, want offset 1 to m1", ev)
+	}
+	sk2 := newSink()
+	if leaveFirst {
+		if err := env.e.Leave(ctx(), g, "m1"); err != nil {
+			t.Fatalf("Leave: %v", err)
+		}
+	}
+	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m2"}, sk2.consumer("m2"))
+	if !leaveFirst {
+		if err := env.e.Leave(ctx(), g, "m1"); err != nil {
+			t.Fatalf("Leave: %v", err)
+		}
+	}
+	for want := int64(1); want < 3; want++ {
+		ev := sk2.delivery(t, env.timeout)
+		if ev.d.Record.Offset != want {
+			t.Fatalf("after m1 left m2 got %v, want offset %d", ev, want)
+		}
+		env.ack(ev)
+	}
+	if extra := sk.pending(); len(extra) > 0 {
+		t.Errorf("m1 got records after it left: %v", extra)
+	}
+}

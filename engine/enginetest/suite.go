@@ -105,6 +105,7 @@ func Run(t *testing.T, f Features, newEngine Factory) {
 		{"Groups/Redrive", testRedrive},
 		{"Groups/SeekOffset", testSeekOffset},
 		{"Groups/SeekTime", testSeekTime},
+		{"Groups/SeekThenMemberChange", testSeekThenMemberChange},
 		{"Groups/RebalanceJoinLeave", testRebalance},
 		{"Groups/LeaveHandsBack", testLeaveHandsBack},
 		{"Groups/Conflict", testConflict},
