@@ -24,14 +24,15 @@ import (
 // HookOptions.URL set, the gateway POSTs a JSON body to URL+"/connect",
 // URL+"/subscribe" or URL+"/publish", for the hooks that are enabled only:
 //
-//   - connect: a WebSocket upgrade without a token (or any upgrade when no
-//     key is configured). The body holds the configured request headers and
+//   - connect: a WebSocket upgrade or an SSE stream (GET /v1/sse) without
+//     a token (or any of them when no key is configured). The body holds the configured request headers and
 //     cookies and the client's address; the answer names the user, and may
 //     give grants, info (shown to presence subscribers) and an expiry.
 //   - subscribe: a subscription the session's grants do not allow. Answers
 //     may be cached per (user, pattern, group) for the TTL they carry.
-//   - publish: a publish the session's grants do not allow. An allowing
-//     answer may replace the record's data and headers.
+//   - publish: a publish the session's grants (or, for POST /v1/publish,
+//     the token's) do not allow. An allowing answer may replace the
+//     record's data and headers.
 //
 // A token's grants always come first: a hook is asked only about what they
 // do not allow. Every answer is {"allow":true,…} or
@@ -45,7 +46,7 @@ import (
 // call that cannot get a slot within its timeout fails as "overloaded", so
 // a slow backend makes callers wait at most the timeout and never piles up
 // requests or goroutines (calls run on the caller's goroutine: the HTTP
-// handler of the upgrade, or the session's reader). The subscribe cache is
+// handler of the upgrade, SSE stream or publish, or the session's reader). The subscribe cache is
 // bounded in entries and bytes (least recently used entries go first).
 //
 // Concurrency: a hooks value is safe for concurrent use; the cache has its
@@ -447,18 +448,29 @@ func (cn *conn) authorizePublish(req *request, data *[]byte, headers *map[string
 	if cn.who.canPublish(topic) {
 		return nil
 	}
-	h := cn.rt.hooks
-	if !h.enabled(hookPublish) {
+	if !cn.rt.hooks.enabled(hookPublish) {
 		return cn.rt.forbidden("publish", "not allowed to publish to %q", topic)
 	}
-	body := map[string]any{"hook": hookPublish, "session": cn.id, "user": cn.who.subject, "topic": topic, "data": json.RawMessage(*data)}
+	return cn.rt.hookPublish(cn.ctx, cn.id, cn.who, req.Key, data, headers, topic)
+}
+
+// hookPublish asks the publish hook about a publish the grants of who do
+// not allow, for a WebSocket session (session is its id) or POST
+// /v1/publish (session ""). An allowing answer may replace *data and
+// *headers. The hook must be enabled.
+func (rt *Router) hookPublish(ctx context.Context, session string, who *principal, key *string, data *[]byte, headers *map[string]string, topic string) *protoError {
+	h := rt.hooks
+	body := map[string]any{"hook": hookPublish, "user": who.subject, "topic": topic, "data": json.RawMessage(*data)}
+	if session != "" {
+		body["session"] = session
+	}
 	if len(*headers) > 0 {
 		body["headers"] = *headers
 	}
-	if req.Key != nil {
-		body["key"] = *req.Key
+	if key != nil {
+		body["key"] = *key
 	}
-	a, err := h.call(cn.ctx, hookPublish, body)
+	a, err := h.call(ctx, hookPublish, body)
 	if err != nil {
 		if h.opts.FailOpen {
 			return nil
@@ -466,7 +478,7 @@ func (cn *conn) authorizePublish(req *request, data *[]byte, headers *map[string
 		return h.failed(hookPublish)
 	}
 	if !*a.Allow {
-		cn.rt.lim.forbidden.WithLabelValues("publish").Inc()
+		rt.lim.forbidden.WithLabelValues("publish").Inc()
 		return a.refusal()
 	}
 	if len(a.Data) > 0 {
@@ -474,7 +486,7 @@ func (cn *conn) authorizePublish(req *request, data *[]byte, headers *map[string
 		if json.Compact(&buf, a.Data) != nil {
 			return h.failed(hookPublish)
 		}
-		if max := cn.rt.opts.MaxMessageBytes; max > 0 && buf.Len() > max {
+		if max := rt.opts.MaxMessageBytes; max > 0 && buf.Len() > max {
 			return perr(codeTooLarge, "the data the application returned is %d bytes; the limit is %d", buf.Len(), max)
 		}
 		*data = buf.Bytes()

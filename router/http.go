@@ -104,7 +104,11 @@ func (rt *Router) httpPublish(c echo.Context) error {
 		rt.m.rejected.WithLabelValues(pe.code).Inc()
 		return pe
 	}
-	if !rt.principalOf(c).canPublish(msg.Topic) {
+	// The token's grants, else the publish hook (after the rate limit, so
+	// that a flood does not reach the application).
+	who := rt.principalOf(c)
+	granted := who.canPublish(msg.Topic)
+	if !granted && !rt.hooks.enabled(hookPublish) {
 		return rt.forbidden("publish", "not allowed to publish to %q", msg.Topic)
 	}
 	if !rt.limits.allowHTTPPublish(c.RealIP(), time.Now()) {
@@ -112,6 +116,11 @@ func (rt *Router) httpPublish(c echo.Context) error {
 		rt.m.publishes.WithLabelValues("http", codeRateLimited).Inc()
 		c.Response().Header().Set("Retry-After", "1")
 		return perr(codeRateLimited, "publish rate limit of %g/s per client exceeded", rt.opts.HTTPPublishRate)
+	}
+	if !granted {
+		if pe := rt.hookPublish(c.Request().Context(), "", who, req.Key, &msg.Data, &msg.Headers, msg.Topic); pe != nil {
+			return pe
+		}
 	}
 	a, err := rt.append(c.Request().Context(), msg, "http")
 	if err != nil {
