@@ -727,3 +727,31 @@ func seekThenMemberChange(t *testing.T, s *suite, leaveFirst bool) {
 		t.Errorf("m1 got records after it left: %v", extra)
 	}
 }
+
+// testSeekWithoutMembers: a seek on a group that has no member replays to
+// the next member that joins, from the offset sought.
+func testSeekWithoutMembers(t *testing.T, s *suite) {
+	env := s.env(t, Config{Policy: fastRetry})
+	topic := env.topic("seekidle")
+	env.create(engine.TopicConfig{Name: topic, Partitions: 1})
+	sk := newSink()
+	g := env.group("g")
+	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m1"}, sk.consumer("m1"))
+	env.publish(topic, 3, nil)
+	env.consume(sk, newFlow(t), 3)
+	if err := env.e.Leave(ctx(), g, "m1"); err != nil {
+		t.Fatalf("Leave: %v", err)
+	}
+	if err := env.e.Seek(ctx(), g, topic, 0, engine.Start{Kind: engine.StartOffset, Offset: 1}); err != nil {
+		t.Fatalf("Seek: %v", err)
+	}
+	sk2 := newSink()
+	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m2"}, sk2.consumer("m2"))
+	for want := int64(1); want < 3; want++ {
+		ev := sk2.delivery(t, env.timeout)
+		if ev.d.Record.Offset != want {
+			t.Fatalf("after the seek m2 got %v, want offset %d", ev, want)
+		}
+		env.ack(ev)
+	}
+}

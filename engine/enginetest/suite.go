@@ -106,6 +106,7 @@ func Run(t *testing.T, f Features, newEngine Factory) {
 		{"Groups/SeekOffset", testSeekOffset},
 		{"Groups/SeekTime", testSeekTime},
 		{"Groups/SeekThenMemberChange", testSeekThenMemberChange},
+		{"Groups/SeekWithoutMembers", testSeekWithoutMembers},
 		{"Groups/RebalanceJoinLeave", testRebalance},
 		{"Groups/LeaveHandsBack", testLeaveHandsBack},
 		{"Groups/Conflict", testConflict},
