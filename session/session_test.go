@@ -292,7 +292,20 @@ func TestSessionContextCancelCloses(t *testing.T) {
 
 func TestSessionRunTwice(t *testing.T) {
 	sv := serve(t, Options{}, echo{}, nil)
-	if err := sv.sess.Run(context.Background(), echo{}); !errors.Is(err, ErrRunTwice) {
-		t.Errorf("second Run = %v", err)
+	// The server's Run and this one race to start: whichever comes second
+	// must return ErrRunTwice at once; the other runs the session.
+	mine := make(chan error, 1)
+	go func() { mine <- sv.sess.Run(context.Background(), echo{}) }()
+	var first error
+	select {
+	case first = <-mine:
+	case first = <-sv.runErr:
+	case <-time.After(10 * time.Second):
+		t.Fatal("neither Run returned")
 	}
+	if !errors.Is(first, ErrRunTwice) {
+		t.Errorf("the second Run returned %v, want ErrRunTwice", first)
+	}
+	_ = sv.client.CloseNow()
+	<-sv.sess.Done()
 }
