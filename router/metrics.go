@@ -141,36 +141,16 @@ func (rt *Router) initMetrics() {
 			m.publishes.WithLabelValues(t, c)
 		}
 	}
-	for _, k := range metricSubKinds {
-		m.subscriptions.WithLabelValues(k)
-	}
-	for _, p := range metricDropPolicies {
-		m.drops.WithLabelValues(p)
-	}
-	for _, r := range metricGapReasons {
-		m.gaps.WithLabelValues(r)
-	}
-	for _, r := range metricDLReasons {
-		m.deadLetters.WithLabelValues(r)
-	}
-	for _, r := range metricStoredDLReasons {
-		m.deadLettersHeld.WithLabelValues(r)
-	}
-	for _, c := range metricErrorCodes {
-		m.rejected.WithLabelValues(c)
-	}
-	for _, r := range metricAuthReasons {
-		lim.authFailures.WithLabelValues(r)
-	}
-	for _, op := range metricForbiddenOps {
-		lim.forbidden.WithLabelValues(op)
-	}
-	for _, o := range metricRefreshOutcomes {
-		lim.refreshes.WithLabelValues(o)
-	}
-	for _, l := range metricLimits {
-		lim.limited.WithLabelValues(l)
-	}
+	touch(m.subscriptions, metricSubKinds)
+	touch(m.drops, metricDropPolicies)
+	touch(m.gaps, metricGapReasons)
+	touch(m.deadLetters, metricDLReasons)
+	touch(m.deadLettersHeld, metricStoredDLReasons)
+	touch(m.rejected, metricErrorCodes)
+	touch(lim.authFailures, metricAuthReasons)
+	touch(lim.forbidden, metricForbiddenOps)
+	touch(lim.refreshes, metricRefreshOutcomes)
+	touch(lim.limited, metricLimits)
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "switchyard", Name: "build_info",
 		Help: "Always 1; the version label is the gateway's version (as /healthz reports it)."}, []string{"version"})
 	build.WithLabelValues(rt.opts.Version).Set(1)
@@ -228,5 +208,13 @@ func (rt *Router) refreshDeadLetters(ctx context.Context) {
 	}
 	for r, n := range counts {
 		rt.m.deadLettersHeld.WithLabelValues(r).Set(float64(n))
+	}
+}
+
+// touch creates the series of a one-label vector for each of values, so
+// they are exported at zero before the first event.
+func touch[M any](vec interface{ WithLabelValues(...string) M }, values []string) {
+	for _, v := range values {
+		vec.WithLabelValues(v)
 	}
 }
