@@ -677,81 +677,89 @@ func testClose(t *testing.T, s *suite) {
 	}
 }
 
-// testSeekThenMemberChange: a seek replays to the member that holds the
-// partition; when that member leaves with the replayed record unacked and
-// another joins, the newcomer gets the replay in offset order, starting at
-// the record the first member held, and nothing is skipped.
-func testSeekThenMemberChange(t *testing.T, s *suite) {
-	for _, leaveFirst := range []bool{false, true} {
-		t.Run(fmt.Sprintf("leaveFirst=%v", leaveFirst), func(t *testing.T) { seekThenMemberChange(t, s, leaveFirst) })
+// seekFixture is a one-partition topic with three records that member m1
+// of group g has consumed and acked.
+type seekFixture struct {
+	env   *env
+	topic string
+	g     string
+	m1    *sink
+}
+
+func newSeekFixture(t *testing.T, s *suite, name string, policy engine.GroupPolicy) seekFixture {
+	env := s.env(t, Config{Policy: policy})
+	f := seekFixture{env: env, topic: env.topic(name), g: env.group("g"), m1: newSink()}
+	env.create(engine.TopicConfig{Name: f.topic, Partitions: 1})
+	env.join(engine.JoinRequest{Group: f.g, Pattern: f.topic, Member: "m1"}, f.m1.consumer("m1"))
+	env.publish(f.topic, 3, nil)
+	env.consume(f.m1, newFlow(t), 3)
+	return f
+}
+
+func (f seekFixture) seek(t *testing.T, offset int64) {
+	t.Helper()
+	if err := f.env.e.Seek(ctx(), f.g, f.topic, 0, engine.Start{Kind: engine.StartOffset, Offset: offset}); err != nil {
+		t.Fatalf("Seek: %v", err)
 	}
 }
 
-func seekThenMemberChange(t *testing.T, s *suite, leaveFirst bool) {
-	policy := fastRetry
-	policy.BackoffMin, policy.BackoffMax = 50*time.Millisecond, 50*time.Millisecond
-	env := s.env(t, Config{Policy: policy})
-	topic := env.topic("seekleave")
-	env.create(engine.TopicConfig{Name: topic, Partitions: 1})
-	sk := newSink()
-	g := env.group("g")
-	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m1"}, sk.consumer("m1"))
-	env.publish(topic, 3, nil)
-	env.consume(sk, newFlow(t), 3)
-	if err := env.e.Seek(ctx(), g, topic, 0, engine.Start{Kind: engine.StartOffset, Offset: 1}); err != nil {
-		t.Fatalf("Seek: %v", err)
+func (f seekFixture) leave(t *testing.T, member string) {
+	t.Helper()
+	if err := f.env.e.Leave(ctx(), f.g, member); err != nil {
+		t.Fatalf("Leave %s: %v", member, err)
 	}
-	if ev := sk.delivery(t, env.timeout); ev.member != "m1" || ev.d.Record.Offset != 1 {
-		t.Fatalf("after the seek got %v, want offset 1 to m1", ev)
-	}
+}
+
+// joinAndExpect joins m2, runs then (if any), and checks that m2 gets
+// offsets from to 2 in order.
+func (f seekFixture) joinAndExpect(t *testing.T, from int64, then func()) {
+	t.Helper()
 	sk2 := newSink()
-	if leaveFirst {
-		if err := env.e.Leave(ctx(), g, "m1"); err != nil {
-			t.Fatalf("Leave: %v", err)
-		}
+	f.env.join(engine.JoinRequest{Group: f.g, Pattern: f.topic, Member: "m2"}, sk2.consumer("m2"))
+	if then != nil {
+		then()
 	}
-	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m2"}, sk2.consumer("m2"))
-	if !leaveFirst {
-		if err := env.e.Leave(ctx(), g, "m1"); err != nil {
-			t.Fatalf("Leave: %v", err)
-		}
-	}
-	for want := int64(1); want < 3; want++ {
-		ev := sk2.delivery(t, env.timeout)
+	for want := from; want < 3; want++ {
+		ev := sk2.delivery(t, f.env.timeout)
 		if ev.d.Record.Offset != want {
-			t.Fatalf("after m1 left m2 got %v, want offset %d", ev, want)
+			t.Fatalf("m2 got %v, want offset %d", ev, want)
 		}
-		env.ack(ev)
+		f.env.ack(ev)
 	}
-	if extra := sk.pending(); len(extra) > 0 {
-		t.Errorf("m1 got records after it left: %v", extra)
+}
+
+// testSeekThenMemberChange: a seek replays to the member that holds the
+// partition; when that member leaves with the replayed record unacked and
+// another joins (before or after the leave), the newcomer gets the replay
+// in offset order, starting at the record the first member held.
+func testSeekThenMemberChange(t *testing.T, s *suite) {
+	for _, leaveFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("leaveFirst=%v", leaveFirst), func(t *testing.T) {
+			policy := fastRetry
+			policy.BackoffMin, policy.BackoffMax = 50*time.Millisecond, 50*time.Millisecond
+			f := newSeekFixture(t, s, "seekleave", policy)
+			f.seek(t, 1)
+			if ev := f.m1.delivery(t, f.env.timeout); ev.member != "m1" || ev.d.Record.Offset != 1 {
+				t.Fatalf("after the seek got %v, want offset 1 to m1", ev)
+			}
+			if leaveFirst {
+				f.leave(t, "m1")
+				f.joinAndExpect(t, 1, nil)
+			} else {
+				f.joinAndExpect(t, 1, func() { f.leave(t, "m1") })
+			}
+			if extra := f.m1.pending(); len(extra) > 0 {
+				t.Errorf("m1 got records after it left: %v", extra)
+			}
+		})
 	}
 }
 
 // testSeekWithoutMembers: a seek on a group that has no member replays to
 // the next member that joins, from the offset sought.
 func testSeekWithoutMembers(t *testing.T, s *suite) {
-	env := s.env(t, Config{Policy: fastRetry})
-	topic := env.topic("seekidle")
-	env.create(engine.TopicConfig{Name: topic, Partitions: 1})
-	sk := newSink()
-	g := env.group("g")
-	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m1"}, sk.consumer("m1"))
-	env.publish(topic, 3, nil)
-	env.consume(sk, newFlow(t), 3)
-	if err := env.e.Leave(ctx(), g, "m1"); err != nil {
-		t.Fatalf("Leave: %v", err)
-	}
-	if err := env.e.Seek(ctx(), g, topic, 0, engine.Start{Kind: engine.StartOffset, Offset: 1}); err != nil {
-		t.Fatalf("Seek: %v", err)
-	}
-	sk2 := newSink()
-	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m2"}, sk2.consumer("m2"))
-	for want := int64(1); want < 3; want++ {
-		ev := sk2.delivery(t, env.timeout)
-		if ev.d.Record.Offset != want {
-			t.Fatalf("after the seek m2 got %v, want offset %d", ev, want)
-		}
-		env.ack(ev)
-	}
+	f := newSeekFixture(t, s, "seekidle", fastRetry)
+	f.leave(t, "m1")
+	f.seek(t, 1)
+	f.joinAndExpect(t, 1, nil)
 }
