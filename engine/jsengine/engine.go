@@ -169,6 +169,10 @@ type Engine struct {
 	lmu        sync.Mutex    // guards following
 	letterQ    []letterJob   // max_attempts letters for letterWriter
 	letterKick chan struct{} // capacity 1: wakes letterWriter
+
+	// beforeMemberBeat, when set (by tests), runs in the heartbeat after
+	// it has listed this node's members and before it writes their keys.
+	beforeMemberBeat atomic.Pointer[func()]
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -551,24 +555,54 @@ func (e *Engine) heartbeat() {
 		if _, err := e.liveKV.Put(ctx, "n."+e.node, []byte("1")); err != nil {
 			e.log.Warn("jsengine: heartbeat", "err", err)
 		}
-		e.gmu.Lock()
-		var keys []string
-		for _, g := range e.groups {
-			for id := range g.local {
-				keys = append(keys, memberKey(g.name, id))
-			}
-		}
-		e.gmu.Unlock()
-		for _, k := range keys {
-			if _, err := e.liveKV.Put(ctx, k, []byte(e.node)); err != nil {
-				e.log.Warn("jsengine: heartbeat", "err", err)
-				break
-			}
-		}
+		e.beatMembers(ctx)
 		if !e.liveMarkers {
 			e.reconcileLive(ctx)
 		}
 		cancel()
+	}
+}
+
+// beatMembers rewrites the live keys of this node's members. The keys are
+// listed under gmu and written without it, so a member can leave between
+// the two: its Leave has deleted the key, and the write here brings it
+// back for every other node to see (until it expires, a member nobody
+// serves would be assigned partitions). Keys of members that are no longer
+// local once the writes are done are therefore deleted again.
+func (e *Engine) beatMembers(ctx context.Context) {
+	type beat struct{ group, id string }
+	e.gmu.Lock()
+	var beats []beat
+	for _, g := range e.groups {
+		for id := range g.local {
+			beats = append(beats, beat{g.name, id})
+		}
+	}
+	e.gmu.Unlock()
+	if f := e.beforeMemberBeat.Load(); f != nil {
+		(*f)()
+	}
+	written := beats[:0]
+	for _, b := range beats {
+		if _, err := e.liveKV.Put(ctx, memberKey(b.group, b.id), []byte(e.node)); err != nil {
+			e.log.Warn("jsengine: heartbeat", "err", err)
+			break
+		}
+		written = append(written, b)
+	}
+	var gone []beat
+	e.gmu.Lock()
+	for _, b := range written {
+		if g := e.groups[b.group]; g == nil || g.local[b.id] == nil {
+			gone = append(gone, b)
+		}
+	}
+	e.gmu.Unlock()
+	for _, b := range gone {
+		if err := e.liveKV.Delete(ctx, memberKey(b.group, b.id)); err != nil {
+			e.log.Warn("jsengine: heartbeat", "err", err)
+			return
+		}
 	}
 }
 

@@ -1,0 +1,8 @@
+package jsengine
+
+// SetBeforeMemberBeat makes the heartbeat call f after it has listed this
+// node's members and before it writes their live keys.
+func (e *Engine) SetBeforeMemberBeat(f func()) { e.beforeMemberBeat.Store(&f) }
+
+// MemberKey is the live bucket key of a group member.
+func MemberKey(group, member string) string { return memberKey(group, member) }
