@@ -75,6 +75,7 @@ import (
 // config holds the flags of a run.
 type config struct {
 	scenario    string
+	target      string // targetSwitchyard or targetNATS
 	url         string
 	subURLs     []string // subscribers spread over url and these
 	subURLsRaw  string
@@ -190,7 +191,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("unknown scenario %q (want one of %s)", cfg.scenario, strings.Join(scenarios, ", "))
 	}
 	d := defaultsFor(cfg.scenario)
-	fs.StringVar(&cfg.url, "url", "ws://127.0.0.1:8080", "gateway WebSocket URL (loopback only); the path defaults to /v1/ws")
+	fs.StringVar(&cfg.url, "url", "ws://127.0.0.1:8080", "gateway WebSocket URL (loopback only); the path defaults to /v1/ws (--target switchyard)")
+	fs.StringVar(&cfg.target, "target", targetSwitchyard, "what --url is: switchyard, or nats for a NATS server's WebSocket listener (fanout and idle; see nats.go)")
 	fs.StringVar(&cfg.subURLsRaw, "sub-urls", "", "comma-separated WebSocket URLs of further gateway nodes; subscribers are spread round-robin over --url and these (publishers stay on --url)")
 	fs.StringVar(&cfg.httpURL, "http", "", "gateway HTTP base URL (default: derived from --url)")
 	fs.DurationVar(&cfg.duration, "duration", d.duration, "how long to publish (or hold connections)")
@@ -295,6 +297,9 @@ func (c *config) validate() error {
 	default:
 		return fmt.Errorf("--on-full %q: want drop_old, drop_new or disconnect", c.onFull)
 	}
+	if err := c.checkTarget(); err != nil {
+		return err
+	}
 	if n := c.connections(); n > c.maxConns {
 		return fmt.Errorf("this run needs %d connections, over --max-conns %d", n, c.maxConns)
 	}
@@ -351,7 +356,7 @@ func execute(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error
 
 // runResolved checks the URLs and runs the scenario.
 func runResolved(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
-	wsu, httpu, err := resolveURLs(ctx, cfg.url, cfg.httpURL)
+	wsu, httpu, err := resolveURLs(ctx, cfg.url, cfg.httpURL, cfg.target == targetSwitchyard)
 	if err != nil {
 		return nil, err
 	}
@@ -361,7 +366,7 @@ func runResolved(ctx context.Context, cfg *config, stderr io.Writer) (*Report, e
 		if raw = strings.TrimSpace(raw); raw == "" {
 			continue
 		}
-		u, _, err := resolveURLs(ctx, raw, "")
+		u, _, err := resolveURLs(ctx, raw, "", cfg.target == targetSwitchyard)
 		if err != nil {
 			return nil, fmt.Errorf("--sub-urls: %w", err)
 		}
@@ -374,9 +379,10 @@ func runResolved(ctx context.Context, cfg *config, stderr io.Writer) (*Report, e
 	return r.run(ctx)
 }
 
-// resolveURLs normalizes the WebSocket URL, derives the HTTP one and
-// refuses hosts that are not loopback.
-func resolveURLs(ctx context.Context, wsRaw, httpRaw string) (string, string, error) {
+// resolveURLs normalizes the WebSocket URL (with gatewayPath, an empty path
+// becomes /v1/ws), derives the HTTP one and refuses hosts that are not
+// loopback.
+func resolveURLs(ctx context.Context, wsRaw, httpRaw string, gatewayPath bool) (string, string, error) {
 	u, err := url.Parse(wsRaw)
 	if err != nil {
 		return "", "", fmt.Errorf("--url: %w", err)
@@ -390,7 +396,7 @@ func resolveURLs(ctx context.Context, wsRaw, httpRaw string) (string, string, er
 	default:
 		return "", "", fmt.Errorf("--url %q: scheme must be ws or wss", wsRaw)
 	}
-	if u.Path == "" || u.Path == "/" {
+	if gatewayPath && (u.Path == "" || u.Path == "/") {
 		u.Path = "/v1/ws"
 	}
 	if err := checkLoopback(ctx, u.Hostname()); err != nil {

@@ -113,7 +113,11 @@ func TestFlags(t *testing.T) {
 		{"tiny payload", []string{"fanout", "--size", "3"}, "--size"},
 		{"too many connections", []string{"idle", "--subscribers", "50", "--max-conns", "10"}, "max-conns"},
 		{"bad policy", []string{"slow", "--on-full", "explode"}, "--on-full"},
+		{"nats groups", []string{"groups", "--target", "nats"}, "--target nats runs"},
+		{"nats in process", []string{"fanout", "--target", "nats", "--inprocess"}, "--inprocess"},
+		{"bad target", []string{"fanout", "--target", "kafka"}, "--target"},
 		{"ok", []string{"fanout", "--subscribers", "3"}, ""},
+		{"ok nats", []string{"idle", "--target", "nats"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -145,7 +149,7 @@ func TestLoopbackOnly(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.url, func(t *testing.T) {
-			ws, httpu, err := resolveURLs(context.Background(), tt.url, "")
+			ws, httpu, err := resolveURLs(context.Background(), tt.url, "", true)
 			if (err == nil) != tt.ok {
 				t.Fatalf("err = %v, want ok=%v", err, tt.ok)
 			}

@@ -82,7 +82,7 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep.Scenario, rep.URL, rep.InProcess = r.cfg.scenario, r.cfg.url, r.cfg.inprocess
+	rep.Scenario, rep.Target, rep.URL, rep.InProcess = r.cfg.scenario, r.cfg.target, r.cfg.url, r.cfg.inprocess
 	rep.Latency = r.lat.percentiles()
 	rep.Connect = r.connect.percentiles()
 	rep.ConnectPhase = time.Duration(r.connectPhase.Load()).Seconds()
@@ -438,7 +438,11 @@ func (r *runner) runPlain(ctx context.Context) (*Report, error) {
 	subs := r.plainLayout()
 	stopProgress := r.startProgress()
 	defer stopProgress()
+	nats := cfg.target == targetNATS
 	subs = r.dialAll(ctx, subs, func(ctx context.Context, s *subscriber) error {
+		if nats {
+			return s.startNATS(ctx)
+		}
 		return s.start(ctx, cfg.onFull, "", s.line)
 	})
 	defer r.wg.Wait()
@@ -448,7 +452,11 @@ func (r *runner) runPlain(ctx context.Context) (*Report, error) {
 		topics[i] = i
 	}
 	start := time.Now()
-	pubs, err := r.publish(ctx, topics)
+	publish := r.publish
+	if nats {
+		publish = r.publishNATS
+	}
+	pubs, err := publish(ctx, topics)
 	if err != nil {
 		return nil, err
 	}
@@ -581,7 +589,12 @@ func (r *runner) publish(ctx context.Context, topics []int) ([]*subscriber, erro
 		wg.Add(1)
 		go func() { // exits at the deadline, the quota or a write error
 			defer wg.Done()
-			r.pace(ctx, p.conn, inflight[i], topics, i, rate, quota, deadline)
+			buf := make([]byte, 0, 128+r.cfg.size)
+			write := func(ctx context.Context, ti int, n int64) error {
+				buf = appendPublish(buf[:0], n, r.topics[ti], r.cfg.size, time.Now())
+				return p.conn.Write(ctx, websocket.MessageText, buf)
+			}
+			r.pace(ctx, write, inflight[i], topics, i, rate, quota, deadline)
 		}()
 	}
 	wg.Wait()
@@ -595,9 +608,9 @@ func (r *runner) publish(ctx context.Context, topics []int) ([]*subscriber, erro
 	return pubs, nil
 }
 
-// pace is one publisher's send loop.
-func (r *runner) pace(ctx context.Context, conn *websocket.Conn, fifo chan int, topics []int, idx int, rate float64, quota int64, deadline time.Time) {
-	buf := make([]byte, 0, 128+r.cfg.size)
+// pace is one publisher's send loop: write sends publish n to topic ti,
+// which is in fifo until confirmed.
+func (r *runner) pace(ctx context.Context, write func(ctx context.Context, ti int, n int64) error, fifo chan int, topics []int, idx int, rate float64, quota int64, deadline time.Time) {
 	start := time.Now()
 	var n int64
 	for ctx.Err() == nil {
@@ -618,8 +631,7 @@ func (r *runner) pace(ctx context.Context, conn *websocket.Conn, fifo chan int, 
 		case <-ctx.Done():
 			return
 		}
-		buf = appendPublish(buf[:0], n, r.topics[ti], r.cfg.size, time.Now())
-		if err := conn.Write(ctx, websocket.MessageText, buf); err != nil {
+		if err := write(ctx, ti, n); err != nil {
 			fmt.Fprintf(r.log, "publisher %d: %v\n", idx, err)
 			return
 		}

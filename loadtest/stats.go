@@ -108,6 +108,7 @@ type counters struct {
 // Report is the result of a run; --json prints it as is.
 type Report struct {
 	Scenario       string            `json:"scenario"`
+	Target         string            `json:"target"` // switchyard or nats
 	URL            string            `json:"url"`
 	InProcess      bool              `json:"inprocess"`
 	Params         map[string]string `json:"params"`
@@ -247,6 +248,9 @@ func writeJSON(w io.Writer, r *Report) error {
 func writeTable(w io.Writer, r *Report) {
 	p := func(k string, v any) { fmt.Fprintf(w, "  %-28s %v\n", k, v) }
 	fmt.Fprintf(w, "Switchyard load test: %s against %s", r.Scenario, r.URL)
+	if r.Target == targetNATS {
+		fmt.Fprint(w, " (NATS)")
+	}
 	if r.InProcess {
 		fmt.Fprint(w, " (in-process gateway)")
 	}
