@@ -65,6 +65,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 )
 
@@ -367,6 +368,16 @@ const AnyMember = "*"
 // member whose ID starts with prefix.
 func MembersOf(prefix string) string { return prefix + AnyMember }
 
+// LeaseOf returns the Ack and Nack member argument that stands for one
+// delivery attempt of a record leased to any member whose ID starts with
+// prefix: it settles the record only while that attempt is the one in
+// flight, so the late ack or nack of an earlier attempt (whose lease
+// timed out and moved on) gets ErrNotInFlight instead of settling the
+// new lease. attempt is Delivery.Attempt, 1 or more.
+func LeaseOf(prefix string, attempt int) string {
+	return prefix + AnyMember + "@" + strconv.Itoa(attempt)
+}
+
 // MaxGroupInFlight bounds JoinRequest.MaxInFlight.
 const MaxGroupInFlight = 1000
 
@@ -550,8 +561,9 @@ type Engine interface {
 	// Ack settles a record leased to member. member "" settles the record
 	// whoever holds it; a member ending in AnyMember (MembersOf) settles it
 	// when its holder's ID starts with what precedes AnyMember, on any
-	// node; any other member that does not hold the lease now (a previous
-	// holder answering late) gets ErrNotInFlight and changes nothing.
+	// node, and LeaseOf narrows that to one attempt; any other member that
+	// does not hold the lease now (a previous holder answering late) gets
+	// ErrNotInFlight and changes nothing.
 	Ack(ctx context.Context, group, member string, p Position) error
 	// Nack starts the record's redelivery backoff at once; after the last
 	// attempt it is dead-lettered with reason as its error. member is

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/enginetest"
 	"github.com/switchyard/switchyard/engine/memengine"
 	"github.com/switchyard/switchyard/session"
 )
@@ -283,4 +284,58 @@ func TestHTTPAckDoesNotSettleWebSocketLease(t *testing.T) {
 		t.Fatalf("after the HTTP settles: %v, want the WebSocket lease intact", p)
 	}
 	push.mustOK(t, map[string]any{"op": "ack", "id": 7, "group": "wsg", "topic": "wsonly", "partition": m["partition"], "offset": m["offset"]}, "acked")
+}
+
+// TestHTTPLateAckOfAttempt: two pollers of one group share the gateway's
+// pull member. The first poller's lease times out and the record goes to
+// the second poller as attempt 2; the first poller's late ack or nack,
+// naming its attempt, is not_in_flight and leaves the second lease alone.
+// Before, the body's attempt was ignored and the late ack settled it.
+func TestHTTPLateAckOfAttempt(t *testing.T) {
+	clock := enginetest.NewFakeClock(time.Unix(1_700_000_000, 0))
+	eng := memengine.New(memengine.Options{Clock: clock, Policy: engine.GroupPolicy{
+		AckTimeout: 10 * time.Second, BackoffMin: time.Second, BackoffMax: time.Second, MaxAttempts: 5,
+	}})
+	t.Cleanup(func() { _ = eng.Close(context.Background()) })
+	g := newGatewayOn(t, eng)
+	g.httpDo(t, "POST", "/v1/publish", map[string]any{"topic": "leases", "data": 1})
+	poll := func(who string) map[string]any {
+		t.Helper()
+		_, body, _ := g.httpDo(t, "POST", "/v1/groups/lg/poll", map[string]any{"pattern": "leases", "max": 1, "wait_ms": 5000})
+		recs, _ := body["records"].([]any)
+		if len(recs) != 1 {
+			t.Fatalf("%s's poll: %v, want one record", who, body)
+		}
+		return recs[0].(map[string]any)
+	}
+	first := poll("first poller")
+	if num(first, "attempt") != 1 {
+		t.Fatalf("first poll %v, want attempt 1", first)
+	}
+	clock.Advance(10 * time.Second) // the lease times out
+	clock.Advance(time.Second)      // the backoff passes
+	second := poll("second poller")
+	if num(second, "attempt") != 2 || num(second, "offset") != num(first, "offset") {
+		t.Fatalf("second poll %v, want the same record as attempt 2", second)
+	}
+	settle := func(op string, rec map[string]any) (int, map[string]any) {
+		code, body, _ := g.httpDo(t, "POST", "/v1/groups/lg/"+op, map[string]any{
+			"topic": "leases", "partition": rec["partition"], "offset": rec["offset"], "attempt": rec["attempt"]})
+		return code, body
+	}
+	for _, op := range []string{"ack", "nack"} {
+		if code, body := settle(op, first); code != 409 || body["code"] != "not_in_flight" {
+			t.Fatalf("late %s of attempt 1: %d %v, want 409 not_in_flight", op, code, body)
+		}
+	}
+	_, grp, _ := g.httpDo(t, "GET", "/v1/groups/lg", nil)
+	if p := grp["partitions"].([]any)[0].(map[string]any); p["in_flight"] != 1.0 || p["committed"] != 0.0 {
+		t.Fatalf("after the late settles: %v, want attempt 2's lease intact", p)
+	}
+	if code, body := settle("ack", second); code != 200 {
+		t.Fatalf("ack of attempt 2: %d %v", code, body)
+	}
+	if code, body, _ := g.httpDo(t, "POST", "/v1/groups/lg/ack", map[string]any{"topic": "leases", "partition": 0, "offset": 0, "attempt": 0}); code != 400 || body["code"] != "bad_request" {
+		t.Fatalf("attempt 0: %d %v, want 400 bad_request", code, body)
+	}
 }

@@ -171,6 +171,7 @@ func (rt *Router) httpAck(c echo.Context) error {
 		Partition *int    `json:"partition"`
 		Offset    *int64  `json:"offset"`
 		Error     string  `json:"error"`
+		Attempt   *int    `json:"attempt"`
 	}
 	if err := rt.bind(c, &req); err != nil {
 		return err
@@ -185,6 +186,14 @@ func (rt *Router) httpAck(c echo.Context) error {
 	// whichever pull member holds it (the engine reaches its node). A
 	// record that went on to a WebSocket member is not_in_flight here.
 	member := engine.MembersOf(pullPrefix)
+	if req.Attempt != nil {
+		// The poll's attempt is the lease: a late settle of an attempt whose
+		// lease timed out (and went to another poll) is not_in_flight.
+		if *req.Attempt < 1 {
+			return perr(codeBadRequest, `"attempt" must be 1 or more`)
+		}
+		member = engine.LeaseOf(pullPrefix, *req.Attempt)
+	}
 	var err error
 	if strings.HasSuffix(c.Path(), "/nack") {
 		err = rt.eng.Nack(c.Request().Context(), group, member, pos, nackReason(req.Error))

@@ -360,3 +360,40 @@ func testHandBack(t *testing.T, s *suite) {
 		env.ack(ev)
 	}
 }
+
+// testLateAckOfAttempt: a settle naming an attempt (engine.LeaseOf) settles
+// the record only while that attempt is in flight. The members share a
+// prefix, as HTTP pull members do, so the prefix alone cannot tell the
+// late ack of attempt 1 from the ack of attempt 2.
+func testLateAckOfAttempt(t *testing.T, s *suite) {
+	env := s.fakeEnv(t, Config{Policy: engine.GroupPolicy{AckTimeout: 10 * time.Second, BackoffMin: time.Second, BackoffMax: time.Second, MaxAttempts: 5}})
+	topic := env.topic("attempt")
+	env.create(engine.TopicConfig{Name: topic, Partitions: 1})
+	sk := newSink()
+	g := env.group("g")
+	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "pull-a"}, sk.consumer("pull-a"))
+	env.publish(topic, 1, nil)
+	first := sk.delivery(t, env.timeout)
+	env.clock.Advance(10 * time.Second) // the lease times out
+	env.clock.Advance(time.Second)      // the backoff passes
+	second := sk.delivery(t, env.timeout)
+	if second.d.Attempt != 2 {
+		t.Fatalf("after the ack timeout got %v, want attempt 2", second)
+	}
+	pos := position(first.d.Record)
+	wantErr(t, "late Ack of attempt 1", env.e.Ack(ctx(), g, engine.LeaseOf("pull-", 1), pos), engine.ErrNotInFlight)
+	wantErr(t, "late Nack of attempt 1", env.e.Nack(ctx(), g, engine.LeaseOf("pull-", 1), pos, "stale"), engine.ErrNotInFlight)
+	wantErr(t, "Ack of attempt 2 by another prefix", env.e.Ack(ctx(), g, engine.LeaseOf("push-", 2), pos), engine.ErrNotInFlight)
+	if p := env.groupInfo(g).Partitions[0]; p.InFlight != 1 || p.Committed != 0 {
+		t.Fatalf("after stale settles: %+v, want attempt 2's lease intact", p)
+	}
+	if extra := sk.pending(); len(extra) > 0 {
+		t.Fatalf("a stale settle caused deliveries: %v", extra)
+	}
+	if err := env.e.Ack(ctx(), g, engine.LeaseOf("pull-", 2), pos); err != nil {
+		t.Fatalf("Ack of attempt 2: %v", err)
+	}
+	if p := env.groupInfo(g).Partitions[0]; p.Committed != 1 {
+		t.Errorf("committed = %d, want 1", p.Committed)
+	}
+}

@@ -115,6 +115,7 @@ func Run(t *testing.T, f Features, newEngine Factory) {
 		{"Groups/Errors", testGroupErrors},
 		{"Groups/LateAckFromPreviousHolder", testLateAckFromPreviousHolder},
 		{"Groups/LateAckAfterTimeout", testLateAckAfterTimeout},
+		{"Groups/LateAckOfAttempt", testLateAckOfAttempt},
 		{"Groups/SettleByMemberFamily", testSettleByMemberFamily},
 		{"Groups/Window", testGroupWindow},
 		{"Groups/MemberWindow", testMemberWindow},

@@ -23,6 +23,7 @@ package groupstate
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -93,8 +94,9 @@ type Flight struct {
 }
 
 // HeldBy reports whether the flight is leased to member; member "" stands
-// for whoever holds it, and a member ending in engine.AnyMember for every
-// member whose ID starts with what precedes it.
+// for whoever holds it, a member ending in engine.AnyMember for every
+// member whose ID starts with what precedes it, and engine.LeaseOf for
+// those members while the flight is on the given attempt.
 func (f *Flight) HeldBy(member string) bool {
 	if f.State != InFlight {
 		return false
@@ -105,7 +107,13 @@ func (f *Flight) HeldBy(member string) bool {
 	if f.To == nil {
 		return false
 	}
-	if prefix, ok := strings.CutSuffix(member, engine.AnyMember); ok {
+	if prefix, rest, ok := strings.Cut(member, engine.AnyMember); ok {
+		if rest != "" { // engine.LeaseOf: "@" and the attempt
+			n, err := strconv.Atoi(strings.TrimPrefix(rest, "@"))
+			if err != nil || rest[0] != '@' || n != f.Attempt {
+				return false
+			}
+		}
 		return strings.HasPrefix(f.To.ID, prefix)
 	}
 	return f.To.ID == member
