@@ -57,17 +57,25 @@ func testLateAckFromPreviousHolder(t *testing.T, s *suite) {
 	}
 }
 
-// testLateAckAfterTimeout: the lease moves by an ack timeout while the old
-// holder is still a member; its late ack must not settle the new lease.
-func testLateAckAfterTimeout(t *testing.T, s *suite) {
+// leasedOnce starts a fake-clock group (ack timeout 10 s, backoff 1 s, 5
+// attempts) on a new one-partition topic with one member, publishes one
+// record and returns its first delivery.
+func leasedOnce(t *testing.T, s *suite, name, member string) (*env, *sink, string, string, event) {
+	t.Helper()
 	env := s.fakeEnv(t, Config{Policy: engine.GroupPolicy{AckTimeout: 10 * time.Second, BackoffMin: time.Second, BackoffMax: time.Second, MaxAttempts: 5}})
-	topic := env.topic("timeout")
+	topic := env.topic(name)
 	env.create(engine.TopicConfig{Name: topic, Partitions: 1})
 	sk := newSink()
 	g := env.group("g")
-	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m2"}, sk.consumer("m2"))
+	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: member}, sk.consumer(member))
 	env.publish(topic, 1, nil)
-	first := sk.delivery(t, env.timeout)
+	return env, sk, topic, g, sk.delivery(t, env.timeout)
+}
+
+// testLateAckAfterTimeout: the lease moves by an ack timeout while the old
+// holder is still a member; its late ack must not settle the new lease.
+func testLateAckAfterTimeout(t *testing.T, s *suite) {
+	env, sk, topic, g, first := leasedOnce(t, s, "timeout", "m2")
 	// m1 sorts first, so partition 0 moves to it; m2 still holds offset 0.
 	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m1"}, sk.consumer("m1"))
 	env.clock.Advance(10 * time.Second) // m2's lease times out
@@ -366,14 +374,7 @@ func testHandBack(t *testing.T, s *suite) {
 // prefix, as HTTP pull members do, so the prefix alone cannot tell the
 // late ack of attempt 1 from the ack of attempt 2.
 func testLateAckOfAttempt(t *testing.T, s *suite) {
-	env := s.fakeEnv(t, Config{Policy: engine.GroupPolicy{AckTimeout: 10 * time.Second, BackoffMin: time.Second, BackoffMax: time.Second, MaxAttempts: 5}})
-	topic := env.topic("attempt")
-	env.create(engine.TopicConfig{Name: topic, Partitions: 1})
-	sk := newSink()
-	g := env.group("g")
-	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "pull-a"}, sk.consumer("pull-a"))
-	env.publish(topic, 1, nil)
-	first := sk.delivery(t, env.timeout)
+	env, sk, _, g, first := leasedOnce(t, s, "attempt", "pull-a")
 	env.clock.Advance(10 * time.Second) // the lease times out
 	env.clock.Advance(time.Second)      // the backoff passes
 	second := sk.delivery(t, env.timeout)
