@@ -71,14 +71,15 @@ func main() {
 
 // config is every setting of the gateway.
 type config struct {
-	Addr        string
-	Engine      string
-	NATSURL     string
-	NATSPrefix  string
-	DataDir     string
-	EmbedListen string
-	LogLevel    string
-	LogJSON     bool
+	Addr         string
+	Engine       string
+	NATSURL      string
+	NATSPrefix   string
+	DataDir      string
+	EmbedListen  string
+	NATSReplicas int
+	LogLevel     string
+	LogJSON      bool
 
 	Strict            bool
 	Partitions        int
@@ -160,6 +161,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL(s) for --engine nats")
 	fs.StringVar(&cfg.DataDir, "data-dir", "data", "directory of the log's files for --engine embedded (created if missing); one gateway per directory")
 	fs.StringVar(&cfg.EmbedListen, "embedded-nats-listen", "", "host:port where the embedded NATS server accepts clients, for other gateway nodes (--engine nats) and NATS tools (empty: no TCP port)")
+	fs.IntVar(&cfg.NATSReplicas, "nats-replicas", 1, "copies a NATS cluster keeps of each stream and bucket the gateway creates, 1 to 5, for --engine nats (existing ones are scaled to it; 3 survives losing one NATS server)")
 	fs.StringVar(&cfg.NATSPrefix, "nats-prefix", "switchyard", "name prefix of the JetStream streams and buckets; nodes with the same prefix share a log")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&cfg.LogJSON, "log-json", false, "log JSON lines instead of text")
@@ -374,6 +376,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	log, err := newLogger(cfg, out)
 	if err != nil {
 		return err
+	}
+	if cfg.NATSReplicas < 1 || cfg.NATSReplicas > 5 {
+		return errors.New("nats-replicas must be 1 to 5")
+	}
+	if cfg.NATSReplicas > 1 && cfg.Engine != "nats" {
+		return errors.New("nats-replicas above 1 needs --engine nats (a NATS cluster)")
 	}
 	var emb *embeddedNATS
 	switch cfg.Engine {

@@ -75,9 +75,22 @@ func TestConfigErrors(t *testing.T) {
 			}
 		})
 	}
-	err := run(context.Background(), []string{"--engine", "carrier-pigeon", "--addr", "127.0.0.1:0"}, func(string) string { return "" }, io.Discard, nil)
-	if err == nil || !strings.Contains(err.Error(), "carrier-pigeon") {
-		t.Fatalf("unknown engine: %v", err)
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown engine", []string{"--engine", "carrier-pigeon"}, "carrier-pigeon"},
+		{"no replicas", []string{"--engine", "nats", "--nats-replicas", "0"}, "nats-replicas must be 1 to 5"},
+		{"too many replicas", []string{"--engine", "nats", "--nats-replicas", "6"}, "nats-replicas must be 1 to 5"},
+		{"replicas without a cluster", []string{"--engine", "embedded", "--nats-replicas", "3"}, "needs --engine nats"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := run(context.Background(), append(tt.args, "--addr", "127.0.0.1:0"), func(string) string { return "" }, io.Discard, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want mention of %q", err, tt.want)
+			}
+		})
 	}
 }
 

@@ -11,7 +11,8 @@ import (
 )
 
 // newNATSEngine connects the JetStream engine. Gateway nodes started with the
-// same --nats-url and --nats-prefix share one log and its groups.
+// same --nats-url and --nats-prefix share one log and its groups; the streams
+// and buckets get --nats-replicas copies.
 func newNATSEngine(cfg config, defaults engine.TopicConfig, policy engine.GroupPolicy, log *slog.Logger) (engine.Engine, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -22,6 +23,7 @@ func newNATSEngine(cfg config, defaults engine.TopicConfig, policy engine.GroupP
 		Strict:   cfg.Strict,
 		Policy:   policy,
 		Logger:   log,
+		Replicas: cfg.NATSReplicas,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("engine nats (%s): %w", cfg.NATSURL, err)

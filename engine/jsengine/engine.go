@@ -75,6 +75,12 @@ type Options struct {
 	// that Closes hands them over at once. Default: 10 s, long enough to
 	// ride out a NATS reconnect without a rebalance storm.
 	MemberTTL time.Duration
+	// Replicas is how many servers of a NATS cluster keep a copy of each
+	// stream and bucket the engine creates, 1 to 5; with 3, the log and
+	// the groups' state survive the loss of any one server. Streams and
+	// buckets that exist with another count are updated to it (see
+	// replicas.go). More than 1 needs a clustered NATS. Default: 1.
+	Replicas int
 }
 
 // DefaultPrefix is the Prefix used when Options.Prefix is empty.
@@ -102,6 +108,7 @@ type Engine struct {
 	policy   engine.GroupPolicy
 	log      *slog.Logger
 	ttl      time.Duration
+	replicas int
 	epoch    string
 
 	rec     jetstream.Stream // <prefix>_rec: every record of every topic
@@ -192,6 +199,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		policy:     opts.Policy.WithDefaults(engine.DefaultGroupPolicy),
 		log:        opts.Logger,
 		ttl:        opts.MemberTTL,
+		replicas:   opts.Replicas,
 		closeCh:    make(chan struct{}),
 		topics:     make(map[string]*topic),
 		deleted:    make(map[string]uint64),
@@ -210,6 +218,12 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	if !prefixRE.MatchString(e.prefix) {
 		return nil, fmt.Errorf("jsengine: prefix %q: %w", e.prefix, engine.ErrInvalidConfig)
+	}
+	if e.replicas == 0 {
+		e.replicas = 1
+	}
+	if e.replicas < 1 || e.replicas > maxReplicas {
+		return nil, fmt.Errorf("jsengine: replicas %d, want 1 to %d: %w", e.replicas, maxReplicas, engine.ErrInvalidConfig)
 	}
 	if e.clock == nil {
 		e.clock = engine.SystemClock{}
@@ -391,17 +405,19 @@ func (e *Engine) setup(ctx context.Context) error {
 }
 
 func (e *Engine) openStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	cfg.Replicas = e.replicas
 	s, err := e.js.CreateStream(ctx, cfg)
 	if err == nil {
 		return s, nil
 	}
 	if s, err2 := e.js.Stream(ctx, cfg.Name); err2 == nil {
-		return s, nil
+		return s, e.ensureReplicas(ctx, s)
 	}
-	return nil, unavailable("stream "+cfg.Name, err)
+	return nil, createError("stream "+cfg.Name, err)
 }
 
 func (e *Engine) openKV(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	cfg.Replicas = e.replicas
 	kv, err := e.js.CreateKeyValue(ctx, cfg)
 	if err == nil {
 		return kv, nil
@@ -410,9 +426,13 @@ func (e *Engine) openKV(ctx context.Context, cfg jetstream.KeyValueConfig) (jets
 		return nil, err
 	}
 	if kv, err2 := e.js.KeyValue(ctx, cfg.Bucket); err2 == nil {
-		return kv, nil
+		s, err := e.js.Stream(ctx, "KV_"+cfg.Bucket)
+		if err != nil {
+			return nil, unavailable("bucket "+cfg.Bucket, err)
+		}
+		return kv, e.ensureReplicas(ctx, s)
 	}
-	return nil, unavailable("bucket "+cfg.Bucket, err)
+	return nil, createError("bucket "+cfg.Bucket, err)
 }
 
 // kvWatch is a bucket watcher that lives until stop.

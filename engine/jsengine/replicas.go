@@ -1,0 +1,66 @@
+package jsengine
+
+// Replicas: Options.Replicas copies of every stream and bucket.
+//
+// New creates the streams and buckets with Options.Replicas replicas. One
+// that already exists with another count (made by an earlier version, by a
+// node started with another --nats-replicas, or by hand) is updated to the
+// count: a clustered NATS server scales a stream up or down in place, adding
+// or removing copies while the stream stays available. When the server
+// cannot do it (a single server asked for more than 1 replica, or fewer
+// servers in the cluster than replicas), New fails with an error that says
+// so: wrapping engine.ErrInvalidConfig when no retry can help, and
+// engine.ErrUnavailable when the servers may yet come (insufficient
+// resources). Nodes that share a Prefix should use the same Replicas: the
+// last one to start wins.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// maxReplicas is the most replicas JetStream keeps of a stream.
+const maxReplicas = 5
+
+// JetStream API error codes (nats-server's jetstream_errors_generated.go).
+const (
+	errCodeInsufficientResources jetstream.ErrorCode = 10023
+	errCodeReplicasNotUpdatable  jetstream.ErrorCode = 10061
+	errCodeReplicasNotSupported  jetstream.ErrorCode = 10074
+)
+
+// ensureReplicas updates s to e.replicas replicas when it has another count.
+func (e *Engine) ensureReplicas(ctx context.Context, s jetstream.Stream) error {
+	cfg := s.CachedInfo().Config
+	have := max(cfg.Replicas, 1)
+	if have == e.replicas {
+		return nil
+	}
+	cfg.Replicas = e.replicas
+	if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
+		return createError(fmt.Sprintf("stream %s: from %d replicas to %d", cfg.Name, have, e.replicas), err)
+	}
+	e.log.Info("jsengine: stream replicas updated", "stream", cfg.Name, "from", have, "to", e.replicas)
+	return nil
+}
+
+// createError wraps an error of creating or updating a stream: a
+// configuration the server refuses for good wraps engine.ErrInvalidConfig,
+// a shortage of servers engine.ErrUnavailable (see unavailable for the rest).
+func createError(op string, err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case errCodeReplicasNotSupported, errCodeReplicasNotUpdatable:
+			return fmt.Errorf("jsengine: %s: %w: %w", op, engine.ErrInvalidConfig, err)
+		case errCodeInsufficientResources:
+			return fmt.Errorf("jsengine: %s: %w: %w (are there as many NATS servers as replicas?)", op, engine.ErrUnavailable, err)
+		}
+	}
+	return unavailable(op, err)
+}

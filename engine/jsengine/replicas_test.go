@@ -1,0 +1,129 @@
+package jsengine_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/jsengine"
+	"github.com/switchyard/switchyard/engine/jsengine/natstest"
+)
+
+// streamReplicas returns the replica count of every stream on url whose
+// name contains prefix.
+func streamReplicas(t *testing.T, url, prefix string) map[string]int {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got := map[string]int{}
+	l := js.ListStreams(ctx)
+	for si := range l.Info() {
+		if name := si.Config.Name; name == prefix+"_rec" || name == prefix+"_dl" || name == "KV_"+prefix+"_topics" ||
+			name == "KV_"+prefix+"_groups" || name == "KV_"+prefix+"_live" || name == "KV_"+prefix+"_dedupe" {
+			got[name] = si.Config.Replicas
+		}
+	}
+	if err := l.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func openReplicas(url, prefix string, replicas int) (*jsengine.Engine, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return jsengine.New(ctx, jsengine.Options{URL: url, Prefix: prefix, Replicas: replicas})
+}
+
+func closeEngine(t *testing.T, e *jsengine.Engine) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.Close(ctx); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+// TestReplicas: on a three-server cluster the engine creates its six
+// streams (two streams, four buckets) with Options.Replicas copies, and a
+// node started later with another count scales the existing ones to it,
+// keeping their records.
+func TestReplicas(t *testing.T) {
+	c := natstest.NewCluster(t, 3)
+	url := c.URLs(0)
+	const prefix = "repl"
+	e, err := openReplicas(url, prefix, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := e.Append(ctx, engine.Message{Topic: "r.a", Data: []byte("kept")}); err != nil {
+		t.Fatal(err)
+	}
+	closeEngine(t, e)
+	for name, n := range streamReplicas(t, url, prefix) {
+		if n != 1 {
+			t.Errorf("%s: %d replicas, want 1", name, n)
+		}
+	}
+	e, err = openReplicas(url, prefix, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeEngine(t, e)
+	got := streamReplicas(t, url, prefix)
+	if len(got) != 6 {
+		t.Errorf("streams %v, want 6", got)
+	}
+	for name, n := range got {
+		if n != 3 {
+			t.Errorf("%s: %d replicas, want 3", name, n)
+		}
+	}
+	recs, _, err := e.Read(ctx, "r.a", 0, 0, 10)
+	if err != nil || len(recs) != 1 || string(recs[0].Data) != "kept" {
+		t.Fatalf("after scaling: %v %v", recs, err)
+	}
+}
+
+// TestReplicasRefused: a count out of 1..5, or more than 1 on a server that
+// is not clustered, fails New with engine.ErrInvalidConfig and says why.
+func TestReplicasRefused(t *testing.T) {
+	for _, n := range []int{-1, 6} {
+		if _, err := openReplicas("nats://127.0.0.1:1", "refused", n); !errors.Is(err, engine.ErrInvalidConfig) {
+			t.Errorf("replicas %d: %v, want ErrInvalidConfig", n, err)
+		}
+	}
+	s := natstest.NewServer(t)
+	t.Run("new streams", func(t *testing.T) {
+		_, err := openReplicas(s.URL(), "refused", 3)
+		if !errors.Is(err, engine.ErrInvalidConfig) {
+			t.Fatalf("3 replicas on one server: %v, want ErrInvalidConfig", err)
+		}
+		t.Log(err)
+	})
+	t.Run("existing streams", func(t *testing.T) {
+		e, err := openReplicas(s.URL(), "existing", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeEngine(t, e)
+		_, err = openReplicas(s.URL(), "existing", 3)
+		if !errors.Is(err, engine.ErrInvalidConfig) {
+			t.Fatalf("3 replicas on one server: %v, want ErrInvalidConfig", err)
+		}
+		t.Log(err)
+	})
+}
