@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -45,8 +46,45 @@ func (e *Engine) ensureReplicas(ctx context.Context, s jetstream.Stream) error {
 	if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
 		return createError(fmt.Sprintf("stream %s: from %d replicas to %d", cfg.Name, have, e.replicas), err)
 	}
+	if err := waitReplicas(ctx, s, e.replicas); err != nil {
+		return unavailable(fmt.Sprintf("stream %s: %d replicas", cfg.Name, e.replicas), err)
+	}
 	e.log.Info("jsengine: stream replicas updated", "stream", cfg.Name, "from", have, "to", e.replicas)
 	return nil
+}
+
+// waitReplicas waits until s has a leader and n-1 current replicas: after
+// a scale, the stream answers only once its new group has settled.
+func waitReplicas(ctx context.Context, s jetstream.Stream, n int) error {
+	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 250*time.Millisecond) {
+		info, err := s.Info(ctx)
+		if err == nil && settled(info.Cluster, n) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+}
+
+func settled(ci *jetstream.ClusterInfo, n int) bool {
+	if n == 1 {
+		return true // no peers to wait for
+	}
+	if ci == nil || ci.Leader == "" || len(ci.Replicas) != n-1 {
+		return false
+	}
+	for _, r := range ci.Replicas {
+		if !r.Current || r.Offline {
+			return false
+		}
+	}
+	return true
 }
 
 // createError wraps an error of creating or updating a stream: a
