@@ -105,6 +105,9 @@ type config struct {
 	inprocess   bool
 	maxConns    int
 	quiet       bool
+	cpuProfile  string
+	ackBatch    bool
+	coalesce    bool
 
 	// soak
 	queueMessages   int
@@ -208,6 +211,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&cfg.members, "members", 4, "group members (groups, soak)")
 	fs.IntVar(&cfg.partitions, "partitions", 0, "partitions of the groups topic; 0: --members")
 	fs.IntVar(&cfg.maxInFlight, "max-in-flight", 0, "the group's window per partition, sent as max_in_flight on subscribe (groups); 0: the gateway's default")
+	fs.BoolVar(&cfg.ackBatch, "ack-batch", true, `group members ack the records of each received frame in one ack per partition ("offsets"); false: one ack frame per record (groups)`)
+	fs.BoolVar(&cfg.coalesce, "coalesce-writes", true, "publishers and members write the frames queued meanwhile in one syscall (groups; see coalesce.go); false: one write per frame")
 	fs.Float64Var(&cfg.nackShare, "nack-share", d.nackShare, "share of first deliveries a member nacks (groups, soak)")
 	fs.Float64Var(&cfg.stallShare, "stall-share", 0, "share of members that never ack until publishing stops (groups)")
 	fs.Float64Var(&cfg.slowShare, "slow-share", d.slowShare, "share of subscribers that read slowly (slow, soak)")
@@ -220,6 +225,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&cfg.inprocess, "inprocess", false, "start an embedded gateway in this process and test it")
 	fs.IntVar(&cfg.maxConns, "max-conns", 20000, "refuse runs that would open more connections than this")
 	fs.BoolVar(&cfg.quiet, "quiet", false, "no progress lines")
+	fs.StringVar(&cfg.cpuProfile, "cpu-profile", "", "write a CPU profile of this process (the generator and, with --inprocess, the gateway) to this file; empty: none")
 	fs.IntVar(&cfg.queueMessages, "queue-messages", d.queueMessages, "outbound queue bound per session of the --inprocess gateway; 0: the gateway's default (1024)")
 	fs.IntVar(&cfg.churners, "churners", 4, "subscribers that disconnect and resume from their positions (soak)")
 	fs.DurationVar(&cfg.sampleInterval, "sample-interval", 5*time.Second, "how often the gateway's goroutines and memory are sampled (soak)")
@@ -326,6 +332,13 @@ func (c *config) connections() int {
 // execute resolves the gateway (starting one with --inprocess), checks that
 // it is on loopback and runs the scenario.
 func execute(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
+	if cfg.cpuProfile != "" {
+		stop, err := startCPUProfile(cfg.cpuProfile)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+	}
 	if cfg.inprocess {
 		gw, err := startInProcess(cfg)
 		if err != nil {

@@ -156,6 +156,19 @@ func (r *runner) params() map[string]string {
 	return p
 }
 
+// client returns the HTTP client a subscriber or publisher dials with:
+// small receive buffers for a slow reader, coalesced writes for the groups
+// scenario with --coalesce-writes, else the default (nil).
+func (r *runner) client(slow bool) *http.Client {
+	switch {
+	case slow:
+		return smallBufferClient
+	case r.cfg.coalesce && r.cfg.scenario == "groups":
+		return coalescingClient
+	}
+	return nil
+}
+
 // --- plain subscriptions ---
 
 // subscriber is one WebSocket with one plain subscription (or, with group
@@ -175,6 +188,11 @@ type subscriber struct {
 	last     [][]int64 // [topic][partition] last offset seen; -1 none
 	readyMet bool
 	ackBuf   []byte
+	frameEnd func() bool // called after each frame's lines; nil: nothing
+	// Group members with --ack-batch: the acks of the frame being read,
+	// by partition, and the send times of its first attempts.
+	pending  [][]int64
+	pendSent []int64
 
 	delivered  atomic.Int64
 	dups       atomic.Int64
@@ -258,7 +276,7 @@ func (s *subscriber) start(ctx context.Context, onFull, from string, line func([
 	if n := len(r.cfg.subURLs); n > 0 {
 		u = r.cfg.subURLs[s.idx%n]
 	}
-	conn, took, err := dialGateway(ctx, u, s.slow)
+	conn, took, err := dialGatewayWith(ctx, u, r.client(s.slow))
 	if err != nil {
 		return err
 	}
@@ -284,7 +302,7 @@ func (s *subscriber) start(ctx context.Context, onFull, from string, line func([
 	go func() {
 		defer r.wg.Done()
 		defer r.c.conns.Add(-1)
-		err := readFrames(context.Background(), conn, line)
+		err := readFramesThen(context.Background(), conn, line, s.frameEnd)
 		if websocket.CloseStatus(err) != websocket.StatusNormalClosure && !s.closing.Load() {
 			s.dropped.Store(true)
 			r.c.disconnects.Add(1)
@@ -551,7 +569,7 @@ func (r *runner) publish(ctx context.Context, topics []int) ([]*subscriber, erro
 	}
 	var wg sync.WaitGroup
 	for i, p := range pubs {
-		conn, took, err := dialGateway(ctx, cfg.url, false)
+		conn, took, err := dialGatewayWith(ctx, cfg.url, r.client(false))
 		if err != nil {
 			r.closeAll(pubs)
 			return nil, fmt.Errorf("publisher: %w", err)
@@ -699,8 +717,10 @@ func (r *runner) runConnect(ctx context.Context) (*Report, error) {
 
 // --- groups ---
 
-// memberLine handles one frame of a group member: it acks, nacks a share
-// of first attempts, or, while stalled, holds the record.
+// memberLine handles one line of a group member: it acks, nacks a share
+// of first attempts, or, while stalled, holds the record. With --ack-batch
+// the acks wait for the end of the frame (flushAcks), which sends one ack
+// per partition listing its offsets.
 func (s *subscriber) memberLine(l []byte) bool {
 	r := s.r
 	switch {
@@ -725,20 +745,21 @@ func (s *subscriber) memberLine(l []byte) bool {
 				r.c.duplicates.Add(1)
 			}
 		}
-		s.ackBuf = append(s.ackBuf[:0], `{"op":"`...)
-		s.ackBuf = append(s.ackBuf, op...)
-		s.ackBuf = append(s.ackBuf, `","group":"`...)
-		s.ackBuf = append(s.ackBuf, s.group...)
-		s.ackBuf = append(s.ackBuf, `","topic":"`...)
-		s.ackBuf = append(s.ackBuf, r.topics[0]...)
-		s.ackBuf = append(s.ackBuf, `","partition":`...)
-		s.ackBuf = strconv.AppendInt(s.ackBuf, p, 10)
+		if op == "ack" && r.cfg.ackBatch {
+			for len(s.pending) <= int(p) {
+				s.pending = append(s.pending, nil)
+			}
+			s.pending[p] = append(s.pending[p], off)
+			if t, ok := sendTime(l); ok && attempt <= 1 {
+				s.pendSent = append(s.pendSent, t)
+			}
+			return true
+		}
+		s.ackBuf = s.appendSettle(s.ackBuf[:0], op, p)
 		s.ackBuf = append(s.ackBuf, `,"offset":`...)
 		s.ackBuf = strconv.AppendInt(s.ackBuf, off, 10)
 		s.ackBuf = append(s.ackBuf, '}')
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := s.conn.Write(ctx, websocket.MessageText, s.ackBuf) // a broken connection ends the reader
-		cancel()
+		err := s.writeAck()
 		// Latency of a group is publish to ack written, first attempts only.
 		if t, ok := sendTime(l); ok && err == nil && op == "ack" && attempt <= 1 {
 			r.lat.record(s.idx, time.Duration(time.Now().UnixNano()-t))
@@ -747,6 +768,58 @@ func (s *subscriber) memberLine(l []byte) bool {
 		return s.line(l)
 	}
 	return true
+}
+
+// flushAcks sends the acks memberLine collected from one frame: one ack
+// frame per partition with "offsets".
+func (s *subscriber) flushAcks() bool {
+	var err error
+	for p, offs := range s.pending {
+		if len(offs) == 0 {
+			continue
+		}
+		s.ackBuf = s.appendSettle(s.ackBuf[:0], "ack", int64(p))
+		s.ackBuf = append(s.ackBuf, `,"offsets":[`...)
+		for i, off := range offs {
+			if i > 0 {
+				s.ackBuf = append(s.ackBuf, ',')
+			}
+			s.ackBuf = strconv.AppendInt(s.ackBuf, off, 10)
+		}
+		s.ackBuf = append(s.ackBuf, "]}"...)
+		s.pending[p] = offs[:0]
+		if e := s.writeAck(); e != nil {
+			err = e
+		}
+	}
+	if err == nil && len(s.pendSent) > 0 {
+		now := time.Now().UnixNano()
+		for _, t := range s.pendSent {
+			s.r.lat.record(s.idx, time.Duration(now-t))
+		}
+	}
+	s.pendSent = s.pendSent[:0]
+	return true // a broken connection ends the reader
+}
+
+// appendSettle appends an ack or nack of partition p, without its offset
+// and closing brace.
+func (s *subscriber) appendSettle(b []byte, op string, p int64) []byte {
+	b = append(b, `{"op":"`...)
+	b = append(b, op...)
+	b = append(b, `","group":"`...)
+	b = append(b, s.group...)
+	b = append(b, `","topic":"`...)
+	b = append(b, s.r.topics[0]...)
+	b = append(b, `","partition":`...)
+	return strconv.AppendInt(b, p, 10)
+}
+
+// writeAck writes ackBuf; a broken connection ends the reader.
+func (s *subscriber) writeAck() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return s.conn.Write(ctx, websocket.MessageText, s.ackBuf)
 }
 
 func (r *runner) createTopic(ctx context.Context, name string, partitions int) error {
@@ -784,6 +857,9 @@ func (r *runner) runGroups(ctx context.Context) (*Report, error) {
 	members := make([]*subscriber, cfg.members)
 	for i := range members {
 		m := &subscriber{r: r, idx: i, pattern: r.topics[0], group: group, tracker: tracker}
+		if cfg.ackBatch {
+			m.frameEnd = m.flushAcks
+		}
 		m.stalled.Store(i < stall)
 		members[i] = m
 	}

@@ -138,10 +138,20 @@ var smallBufferClient = &http.Client{Transport: &http.Transport{
 // dialGateway opens a WebSocket and waits for the welcome. With
 // smallBuffer the socket's receive buffer is kept small.
 func dialGateway(ctx context.Context, url string, smallBuffer bool) (*websocket.Conn, time.Duration, error) {
+	var client *http.Client
+	if smallBuffer {
+		client = smallBufferClient
+	}
+	return dialGatewayWith(ctx, url, client)
+}
+
+// dialGatewayWith is dialGateway over client's connections (nil: the
+// default client).
+func dialGatewayWith(ctx context.Context, url string, client *http.Client) (*websocket.Conn, time.Duration, error) {
 	start := time.Now()
 	var opts *websocket.DialOptions
-	if smallBuffer {
-		opts = &websocket.DialOptions{HTTPClient: smallBufferClient}
+	if client != nil {
+		opts = &websocket.DialOptions{HTTPClient: client}
 	}
 	conn, _, err := websocket.Dial(ctx, url, opts)
 	if err != nil {
@@ -164,6 +174,12 @@ func dialGateway(ctx context.Context, url string, smallBuffer bool) (*websocket.
 // connection fails or line returns false. The buffer is reused; line must
 // not keep it.
 func readFrames(ctx context.Context, conn *websocket.Conn, line func([]byte) bool) error {
+	return readFramesThen(ctx, conn, line, nil)
+}
+
+// readFramesThen is readFrames calling end, when not nil, after the last
+// line of each text frame; it stops too when end returns false.
+func readFramesThen(ctx context.Context, conn *websocket.Conn, line func([]byte) bool, end func() bool) error {
 	var buf bytes.Buffer
 	for {
 		typ, r, err := conn.Reader(ctx)
@@ -184,6 +200,9 @@ func readFrames(ctx context.Context, conn *websocket.Conn, line func([]byte) boo
 			if len(l) > 0 && !line(l) {
 				return nil
 			}
+		}
+		if end != nil && !end() {
+			return nil
 		}
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -477,6 +479,10 @@ func (rt *Router) dropSub(s *subscription) {
 	}
 }
 
+// maxAckOffsets bounds the offsets one ack or nack frame may settle, so
+// that one frame's work stays small beside the others of the session.
+const maxAckOffsets = 1024
+
 func (cn *conn) ack(req *request) *protoError {
 	switch {
 	case req.Group == nil:
@@ -485,8 +491,12 @@ func (cn *conn) ack(req *request) *protoError {
 		return perr(codeBadRequest, `missing field "topic"`)
 	case req.Partition == nil:
 		return perr(codeBadRequest, `missing field "partition"`)
-	case req.Offset == nil:
+	case req.Offset != nil && req.Offsets != nil:
+		return perr(codeBadRequest, `give "offset" or "offsets", not both`)
+	case req.Offset == nil && req.Offsets == nil:
 		return perr(codeBadRequest, `missing field "offset"`)
+	case req.Offsets != nil && (len(req.Offsets) == 0 || len(req.Offsets) > maxAckOffsets):
+		return perr(codeBadRequest, `"offsets" must list 1 to %d offsets`, maxAckOffsets)
 	}
 	if !cn.who.canJoin(*req.Group) && !cn.hookMember(*req.Group) {
 		return cn.rt.forbidden("group", "not allowed to use group %q", *req.Group)
@@ -503,32 +513,66 @@ func (cn *conn) ack(req *request) *protoError {
 	if !subscribed {
 		return perr(codeNotSubscribed, "this session is not a member of group %s", quoteInput(*req.Group))
 	}
-	pos := engine.Position{Topic: *req.Topic, Partition: *req.Partition, Offset: *req.Offset}
-	var err error
-	op := "acked"
-	if req.Op == "ack" {
-		err = cn.rt.eng.Ack(cn.ctx, *req.Group, member, pos)
-	} else {
+	offsets := req.Offsets
+	if offsets == nil {
+		offsets = []int64{*req.Offset}
+	}
+	op, reason := "acked", ""
+	if req.Op == "nack" {
 		op = "nacked"
-		reason := ""
 		if req.Error != nil {
 			reason = nackReason(*req.Error)
 		}
-		err = cn.rt.eng.Nack(cn.ctx, *req.Group, member, pos, reason)
 	}
-	if len(req.ID) == 0 {
-		// Without an id there is no reply; a late ack for a record that
-		// was already handed on is harmless under at-least-once.
-		if err != nil && !errors.Is(err, engine.ErrNotInFlight) {
-			return toProto(err)
+	// Each offset is settled on its own; one that fails does not stop
+	// the others. The first failure is the one reported.
+	var first error
+	var failed []int64
+	for _, off := range offsets {
+		pos := engine.Position{Topic: *req.Topic, Partition: *req.Partition, Offset: off}
+		var err error
+		if req.Op == "ack" {
+			err = cn.rt.eng.Ack(cn.ctx, *req.Group, member, pos)
+		} else {
+			err = cn.rt.eng.Nack(cn.ctx, *req.Group, member, pos, reason)
 		}
-		return nil
+		if err == nil || (len(req.ID) == 0 && errors.Is(err, engine.ErrNotInFlight)) {
+			// Without an id there is no reply; a late ack for a record
+			// that was already handed on is harmless under at-least-once.
+			continue
+		}
+		if first == nil {
+			first = err
+		}
+		failed = append(failed, off)
 	}
-	if err != nil {
-		return toProto(err)
+	if first != nil {
+		pe := toProto(first)
+		if req.Offsets != nil {
+			pe = &protoError{code: pe.code, msg: fmt.Sprintf("offsets %s: %s", offsetList(failed), pe.msg)}
+		}
+		return pe
 	}
-	cn.sess.Send(session.Item{Frame: encodeReply(op, req.ID, nil)})
+	if len(req.ID) > 0 {
+		cn.sess.Send(session.Item{Frame: encodeReply(op, req.ID, nil)})
+	}
 	return nil
+}
+
+// offsetList formats offsets for an error message, listing at most 16.
+func offsetList(offs []int64) string {
+	b := []byte{'['}
+	for i, o := range offs {
+		if i == 16 {
+			b = fmt.Appendf(b, " and %d more", len(offs)-i)
+			break
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, o, 10)
+	}
+	return string(append(b, ']'))
 }
 
 // encodeGap implements session.Options.EncodeGap for queue_full gaps.

@@ -22,6 +22,7 @@ var requestSeeds = []string{
 	`{"op":"subscribe","id":"s","pattern":"orders.*.eu","from":{"epoch":"e","positions":[{"topic":"a","partition":0,"offset":3}]}}`,
 	`{"op":"subscribe","pattern":"orders.#","group":"billing","from":"earliest","filter":{"headers":{"region":"eu"}}}`,
 	`{"op":"ack","group":"g","topic":"a","partition":0,"offset":1,"id":7}`,
+	`{"op":"ack","group":"g","topic":"a","partition":0,"offsets":[1,2],"id":8}`,
 	`{"op":"publish","data":"x\n"}`,
 	`not json`, `[]`, `null`, `{"op":5}`, `{"id":{"a":1},"op":"x"}`, `{"id":[1,` + "\n" + `2],"op":"x"}`,
 	`{"id":true}`, `{"op":"publish","topic":"$sys.x","data":1}`, `{"op":"publish","topic":"a","data":1,"priority":9}`,

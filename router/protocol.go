@@ -143,9 +143,11 @@ type request struct {
 	Headers     map[string]string `json:"headers"`
 	MsgID       *string           `json:"msg_id"`
 	Priority    *int              `json:"priority"`
-	// Partition and Offset of ack and nack.
+	// Partition and Offset of ack and nack; Offsets instead of Offset
+	// settles several records of that partition in one frame.
 	Partition *int    `json:"partition"`
 	Offset    *int64  `json:"offset"`
+	Offsets   []int64 `json:"offsets"`
 	Error     *string `json:"error"`
 	// Token of refresh.
 	Token *string `json:"token"`
