@@ -62,6 +62,13 @@ type Bounds struct {
 	DeadLetterRate float64
 	// DeadLetterBurst is the dead-letter bucket's size; default 10.
 	DeadLetterBurst int
+	// MaxInboundPartialBytes bounds, across every WebSocket session of the
+	// gateway together, the read buffers held by inbound messages still
+	// arriving (session.ReadBudget): past it a session needing more waits,
+	// within its message timeout, for others to finish. Default 128 MiB;
+	// negative: sessions are bounded one by one only. Ignored when
+	// Options.Session.ReadBudget is set.
+	MaxInboundPartialBytes int64
 }
 
 // Defaults for Bounds.
@@ -76,6 +83,8 @@ const (
 	DefaultMaxIDBytes            = 128
 	DefaultDeadLetterRate        = 1
 	DefaultDeadLetterBurst       = 10
+
+	DefaultMaxInboundPartialBytes = 128 << 20
 )
 
 func (b Bounds) withDefaults() Bounds {
@@ -97,6 +106,9 @@ func (b Bounds) withDefaults() Bounds {
 	def(&b.DeadLetterBurst, DefaultDeadLetterBurst)
 	if b.DeadLetterRate == 0 {
 		b.DeadLetterRate = DefaultDeadLetterRate
+	}
+	if b.MaxInboundPartialBytes == 0 {
+		b.MaxInboundPartialBytes = DefaultMaxInboundPartialBytes
 	}
 	return b
 }
@@ -366,15 +378,35 @@ func newBoundMetrics(rt *Router) *boundMetrics {
 	for _, l := range boundLimits {
 		lim.limited.WithLabelValues(l)
 	}
+	budget := rt.opts.Session.ReadBudget
 	reg.MustRegister(bm.deadLettersSkipped, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "switchyard", Name: "inbound_partial_bytes",
-		Help: "Bytes of read buffers held by inbound WebSocket messages still arriving (fragmented or partial), beyond each session's small pooled buffer; summed at each scrape.",
+		Help: "Bytes of read buffers held by inbound WebSocket messages still arriving (fragmented or partial), beyond each session's small pooled buffer.",
 	}, func() float64 {
+		if budget != nil {
+			return float64(budget.Used())
+		}
 		var n int64
 		for _, c := range rt.connList() {
 			n += c.sess.Stats().Reading
 		}
 		return float64(n)
+	}), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "switchyard", Name: "inbound_partial_limit_bytes",
+		Help: "The gateway-wide bound on inbound_partial_bytes (--max-inbound-partial-bytes); 0: none.",
+	}, func() float64 {
+		if budget != nil {
+			return float64(budget.Max())
+		}
+		return 0
+	}), prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: "switchyard", Name: "inbound_partial_waits_total",
+		Help: "Times a session's reader waited because inbound_partial_bytes had reached its bound.",
+	}, func() float64 {
+		if budget != nil {
+			return float64(budget.Waits())
+		}
+		return 0
 	}))
 	return bm
 }

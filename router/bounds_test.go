@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard/switchyard/engine/memengine"
 	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/session"
 )
@@ -235,4 +237,17 @@ func TestTopicLimits(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestInboundBudgetBelowFrameLimit: a gateway-wide inbound budget smaller
+// than the largest frame is refused, since such a frame could never
+// finish arriving.
+func TestInboundBudgetBelowFrameLimit(t *testing.T) {
+	eng := memengine.New(memengine.Options{})
+	t.Cleanup(func() { _ = eng.Close(context.Background()) })
+	_, err := router.New(router.Options{Engine: eng, Registry: prometheus.NewRegistry(),
+		Bounds: router.Bounds{MaxInboundPartialBytes: 512 << 10}})
+	if err == nil || !strings.Contains(err.Error(), "inbound read budget") {
+		t.Fatalf("New with a 512 KiB budget and 1 MiB frames: %v", err)
+	}
 }

@@ -269,3 +269,54 @@ func TestUnfinishedMessageHoldsWhatArrived(t *testing.T) {
 	}
 	waitUntil(t, "the sessions let go", func() bool { return counterSum(t, g, "switchyard_inbound_partial_bytes") == 0 })
 }
+
+// TestInboundPartialBudget: the unfinished messages of all sessions hold
+// at most --max-inbound-partial-bytes of read buffers together. A session
+// that needs more past it waits (it is not closed) and its message goes
+// through once another session's buffers come back.
+func TestInboundPartialBudget(t *testing.T) {
+	const budget = 1 << 20
+	g := newGateway(t, func(c *gwConfig) { c.router.Bounds.MaxInboundPartialBytes = budget })
+	sub := g.dial(t)
+	sub.subscribe(t, "budget")
+	park := func() *rawWS {
+		w := g.dialRawWS(t)
+		w.writeFrame(t, false, opText, []byte(`{"op":"publish","topic":"budget","data":"`), 0)
+		for range 600 / 32 {
+			w.writeFrame(t, false, opContinuation, []byte(strings.Repeat("x", 32<<10)), 0)
+		}
+		return w
+	}
+	first, _ := park(), park() // 2 × 600 KiB unfinished: past the budget
+	waitUntil(t, "the budget to be spent", func() bool {
+		return counterSum(t, g, "switchyard_inbound_partial_bytes") == budget &&
+			counterSum(t, g, "switchyard_inbound_partial_waits_total") >= 1
+	})
+	// A whole 100 KiB message needs a chunk too: it waits.
+	w := g.dialRawWS(t)
+	data := strings.Repeat("d", 100<<10)
+	w.writeFrame(t, true, opText, []byte(fmt.Sprintf(`{"op":"publish","id":1,"topic":"budget","data":%q}`, data)), 0)
+	waitUntil(t, "the third session to wait", func() bool {
+		return counterSum(t, g, "switchyard_inbound_partial_waits_total") >= 2
+	})
+	if held := counterSum(t, g, "switchyard_inbound_partial_bytes"); held > budget {
+		t.Fatalf("unfinished messages hold %v bytes, budget %d", held, budget)
+	}
+	first.conn.Close() // its chunks come back
+	for {
+		op, p := w.readFrame(t)
+		if op != opText {
+			continue
+		}
+		if !strings.Contains(string(p), `"op":"published"`) {
+			t.Fatalf("reply %.200s", p)
+		}
+		break
+	}
+	if m := sub.nextOp(t, "message"); m["data"] != data {
+		t.Fatalf("data of %d bytes arrived", len(fmt.Sprint(m["data"])))
+	}
+	if v := counterSum(t, g, "switchyard_inbound_partial_limit_bytes"); v != budget {
+		t.Errorf("inbound_partial_limit_bytes = %v, want %d", v, budget)
+	}
+}

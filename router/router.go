@@ -39,6 +39,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -199,6 +200,9 @@ func (o Options) withDefaults() Options {
 		o.Session.MessageTimeout = session.DefaultMessageTimeout
 	}
 	o.Bounds = o.Bounds.withDefaults()
+	if o.Session.ReadBudget == nil && o.Bounds.MaxInboundPartialBytes > 0 {
+		o.Session.ReadBudget = session.NewReadBudget(o.Bounds.MaxInboundPartialBytes)
+	}
 	return o
 }
 
@@ -248,6 +252,10 @@ func New(opts Options) (*Router, error) {
 	opts = opts.withDefaults()
 	if err := opts.Bounds.validate(); err != nil {
 		return nil, err
+	}
+	if b := opts.Session.ReadBudget; b != nil && b.Max() < opts.Session.ReadLimit {
+		// A message of ReadLimit bytes could never finish arriving.
+		return nil, fmt.Errorf("router: the inbound read budget (%d bytes) must be at least the largest frame (%d bytes)", b.Max(), opts.Session.ReadLimit)
 	}
 	auth, err := newAuthenticator(opts.Auth)
 	if err != nil {

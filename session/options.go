@@ -110,6 +110,10 @@ type Options struct {
 	// 1008. Default 10s: a message at the 1 MiB frame limit needs about
 	// 100 KiB/s.
 	MessageTimeout time.Duration
+	// ReadBudget, if set, is shared by sessions to bound the read buffers
+	// their unfinished inbound messages hold together (see ReadBudget).
+	// nil: each session is bounded on its own only.
+	ReadBudget *ReadBudget
 	// EncodeGap appends a gap frame for offsets [from,to) of s to dst and
 	// returns it. Required. It runs on the writer goroutine with the queue's
 	// lock held.

@@ -88,6 +88,9 @@ func (s *Session) readMessage(r io.Reader, bp *[]byte) ([]byte, error) {
 		return buf, err
 	}
 	c := s.chunk()
+	if c == nil {
+		return nil, errReadCanceled
+	}
 	*c = append(*c, buf...)
 	for {
 		*c, end, err = fill(r, *c)
@@ -97,7 +100,9 @@ func (s *Session) readMessage(r io.Reader, bp *[]byte) ([]byte, error) {
 		if end {
 			break
 		}
-		c = s.chunk()
+		if c = s.chunk(); c == nil {
+			return nil, errReadCanceled
+		}
 	}
 	if len(s.chunks) == 1 || len(s.chunks) == 2 && len(*c) == 0 {
 		return *s.chunks[0], nil
@@ -113,8 +118,18 @@ func (s *Session) readMessage(r io.Reader, bp *[]byte) ([]byte, error) {
 	return out, nil
 }
 
-// chunk takes an empty chunk from the pool and adds it to s.chunks.
+// errReadCanceled: the session closed while its reader waited for the
+// read budget.
+var errReadCanceled = errors.New("session: closed while waiting for read buffers")
+
+// chunk takes an empty chunk from the pool and adds it to s.chunks. With
+// Options.ReadBudget it first takes the chunk's bytes from the budget,
+// waiting while it is spent; it returns nil if the session closes first
+// (as the message timeout does).
 func (s *Session) chunk() *[]byte {
+	if b := s.opts.ReadBudget; b != nil && !b.take(chunkSize, s.closeReq) {
+		return nil
+	}
 	c := chunkPool.Get().(*[]byte)
 	*c = (*c)[:0]
 	s.chunks = append(s.chunks, c)
@@ -132,6 +147,9 @@ func (s *Session) releaseChunks() {
 		n += cap(*c)
 		chunkPool.Put(c)
 		s.chunks[i] = nil
+	}
+	if b := s.opts.ReadBudget; b != nil {
+		b.give(int64(len(s.chunks)) * chunkSize)
 	}
 	s.chunks = s.chunks[:0]
 	s.reading.Add(-int64(n))

@@ -26,6 +26,7 @@ type wireConfig struct {
 	MessageTimeout        time.Duration
 	DeadLetterRate        float64
 	DeadLetterBurst       int
+	MaxInboundPartial     int64
 }
 
 func addWireFlags(fs *flag.FlagSet, w *wireConfig) {
@@ -43,6 +44,7 @@ func addWireFlags(fs *flag.FlagSet, w *wireConfig) {
 	fs.DurationVar(&w.MessageTimeout, "message-timeout", session.DefaultMessageTimeout, "time an inbound message (all its fragments) may take to arrive before the session is closed with 1008")
 	fs.Float64Var(&w.DeadLetterRate, "dead-letter-rate", router.DefaultDeadLetterRate, "queue_full dead letters recorded per second per plain subscription (negative: none; inf: every drop); drops stay counted and reported as gaps")
 	fs.IntVar(&w.DeadLetterBurst, "dead-letter-burst", router.DefaultDeadLetterBurst, "burst of --dead-letter-rate")
+	fs.Int64Var(&w.MaxInboundPartial, "max-inbound-partial-bytes", router.DefaultMaxInboundPartialBytes, "read buffers all sessions' unfinished inbound messages may hold together; past it a reader waits within its --message-timeout (negative: no gateway-wide bound)")
 }
 
 // bounds returns the router's view of the limits.
@@ -60,5 +62,7 @@ func (w wireConfig) bounds() router.Bounds {
 		MaxIDBytes:            w.MaxIDBytes,
 		DeadLetterRate:        w.DeadLetterRate,
 		DeadLetterBurst:       w.DeadLetterBurst,
+
+		MaxInboundPartialBytes: w.MaxInboundPartial,
 	}
 }
