@@ -28,6 +28,7 @@ type conn struct {
 	who     *principal // what the session's credential allows; reader goroutine only (refresh replaces it)
 	expiry  *sessionExpiry
 	limiter *rate.Limiter // nil: unlimited
+	pipe    *pubPipe      // publishes in flight and replies owed (publish.go)
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup // catch-up goroutines
@@ -57,7 +58,8 @@ func (rt *Router) serveWS(c echo.Context) error {
 		return nil // reserveConn wrote the refusal
 	}
 	defer release()
-	cn := &conn{rt: rt, id: newID(), who: who, subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription)}
+	cn := &conn{rt: rt, id: newID(), who: who, subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription),
+		pipe: newPubPipe(rt.opts.PublishPipeline, rt.opts.PublishPipelineBytes)}
 	if rt.opts.PublishRate > 0 {
 		cn.limiter = rate.NewLimiter(rate.Limit(rt.opts.PublishRate), rt.opts.PublishBurst)
 	}
@@ -105,6 +107,11 @@ func (rt *Router) serveWS(c echo.Context) error {
 // teardown removes every subscription of a finished session.
 func (cn *conn) teardown() {
 	cn.cancel()
+	// Appends in flight end soon with the context; their done callbacks
+	// must not outlive the session's teardown.
+	if cn.pipe != nil {
+		cn.pipe.idle(nil)
+	}
 	cn.mu.Lock()
 	cn.closed = true
 	subs := make([]*subscription, 0, len(cn.subs))
@@ -128,13 +135,15 @@ func (cn *conn) HandleFrame(_ *session.Session, data []byte) {
 		pe = refuse(limitIDBytes, codeBadRequest, "id is %d bytes; the limit is %d", len(req.ID), max)
 		req.ID = nil
 	}
+	if pe == nil && req.Op != "publish" {
+		// Every other op runs after the publishes before it (publish.go).
+		cn.pipe.idle(cn.sess.Closing())
+	}
 	if pe == nil {
 		pe = cn.dispatch(req)
 	}
 	if pe != nil {
-		cn.rt.countLimit(pe)
-		cn.rt.m.rejected.WithLabelValues(pe.code).Inc()
-		cn.sess.Send(session.Item{Frame: encodeError(req.ID, pe.code, pe.msg)})
+		cn.pipe.reply(cn.sess, cn.errorFrame(req.ID, pe))
 	}
 }
 
@@ -177,27 +186,39 @@ func (cn *conn) publish(req *request) *protoError {
 	if pe := cn.authorizePublish(req, &msg.Data, &msg.Headers, msg.Topic); pe != nil {
 		return pe
 	}
-	a, err := cn.rt.append(cn.ctx, msg, "ws")
-	if err != nil {
-		return toProto(err)
-	}
-	cn.sess.Send(session.Item{Frame: encodePublished(req.ID, msg.Topic, a)})
+	cn.publishAsync(req, msg)
 	return nil
 }
 
-// append is the one path from a publish (WebSocket, HTTP, redrive) to the log.
+// append is the one path from a publish (WebSocket, HTTP, redrive) to the
+// log; appendAsync (publish.go) is its pipelined form.
 func (rt *Router) append(ctx context.Context, msg engine.Message, transport string) (engine.Appended, error) {
-	if rt.closing.Load() {
-		rt.m.publishes.WithLabelValues(transport, codeShuttingDown).Inc()
-		return engine.Appended{}, perr(codeShuttingDown, "server is shutting down")
-	}
-	if err := rt.checkTopicLimit(ctx, msg.Topic); err != nil {
-		code, _, _ := classify(err)
-		rt.m.publishes.WithLabelValues(transport, code).Inc()
+	if err := rt.preAppend(ctx, msg.Topic, transport); err != nil {
 		return engine.Appended{}, err
 	}
 	start := time.Now()
 	a, err := rt.eng.Append(ctx, msg)
+	rt.postAppend(msg.Topic, transport, start, a, err)
+	return a, err
+}
+
+// preAppend refuses an append while the router shuts down or when it would
+// create a topic past MaxTopics, counting the refusal.
+func (rt *Router) preAppend(ctx context.Context, topic, transport string) error {
+	if rt.closing.Load() {
+		rt.m.publishes.WithLabelValues(transport, codeShuttingDown).Inc()
+		return perr(codeShuttingDown, "server is shutting down")
+	}
+	if err := rt.checkTopicLimit(ctx, topic); err != nil {
+		code, _, _ := classify(err)
+		rt.m.publishes.WithLabelValues(transport, code).Inc()
+		return err
+	}
+	return nil
+}
+
+// postAppend counts an append's outcome.
+func (rt *Router) postAppend(topic, transport string, start time.Time, a engine.Appended, err error) {
 	rt.m.appendLatency.Observe(time.Since(start).Seconds())
 	switch {
 	case err != nil:
@@ -211,9 +232,8 @@ func (rt *Router) append(ctx context.Context, msg engine.Message, transport stri
 	default:
 		rt.m.publishes.WithLabelValues(transport, "ok").Inc()
 		rt.stats.publishes.Add(1)
-		rt.stats.countTopic(msg.Topic)
+		rt.stats.countTopic(topic)
 	}
-	return a, err
 }
 
 func validGroup(g string) *protoError {

@@ -38,6 +38,9 @@ type metrics struct {
 	deadLettersLost prometheus.Counter
 	groupLag        *prometheus.GaugeVec // group, topic, partition
 	deadLettersHeld *prometheus.GaugeVec // reason
+	// Pipelined publish (publish.go).
+	publishesInFlight prometheus.Gauge
+	pipelineWaits     *prometheus.CounterVec // bound: count|bytes
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -88,6 +91,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		deadLettersHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "dead_letters_stored",
 			Help: "Dead letters the engine holds (as listed at /v1/deadletters), by reason: max_attempts or queue_full (refreshed with group lag)."},
 			[]string{"reason"}),
+		publishesInFlight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "publishes_in_flight",
+			Help: "WebSocket publishes handed to the engine and not yet answered, over all sessions (each session holds at most --publish-pipeline)."}),
+		pipelineWaits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "publish_pipeline_waits_total",
+			Help: "Times a session's reader stopped reading because its publishes in flight reached a bound: count (--publish-pipeline) or bytes (--publish-pipeline-bytes)."}, []string{"bound"}),
 	}
 	m.deliveriesPlain = m.deliveries.WithLabelValues("plain")
 	m.deliveriesGroup = m.deliveries.WithLabelValues("group")
@@ -95,6 +102,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	reg.MustRegister(m.connections, m.connectsTotal, m.subscriptions, m.publishes, m.deliveries,
 		m.bytesIn, m.bytesOut, m.queueDepth, m.drops, m.gaps, m.redeliveries, m.deadLetters,
 		m.rejected, m.backpressure, m.appendLatency, m.deliveryLatency, m.slowDisconnects, m.deadLettersLost, m.groupLag, m.deadLettersHeld,
+		m.publishesInFlight, m.pipelineWaits,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -121,6 +129,7 @@ var (
 	metricAuthReasons     = []string{"missing", "invalid", "invalid_claims", "expired", "not_yet_valid"}
 	metricForbiddenOps    = []string{"publish", "subscribe", "group", "admin", "refresh"}
 	metricRefreshOutcomes = []string{"required", "ok", "refused"}
+	metricPipelineBounds  = []string{"count", "bytes"}
 	metricLimits          = []string{"connections", "connections_per_ip", "topics", "partitions", "http_publish_rate", "redrive_ids"}
 )
 
@@ -151,6 +160,7 @@ func (rt *Router) initMetrics() {
 	touch(lim.forbidden, metricForbiddenOps)
 	touch(lim.refreshes, metricRefreshOutcomes)
 	touch(lim.limited, metricLimits)
+	touch(m.pipelineWaits, metricPipelineBounds)
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "switchyard", Name: "build_info",
 		Help: "Always 1; the version label is the gateway's version (as /healthz reports it)."}, []string{"version"})
 	build.WithLabelValues(rt.opts.Version).Set(1)

@@ -82,6 +82,16 @@ type Options struct {
 	// with PublishBurst); 0: unlimited.
 	PublishRate  float64
 	PublishBurst int
+	// PublishPipeline bounds one WebSocket session's publishes in flight
+	// (handed to the engine, reply not yet sent); past it the session's
+	// reader stops reading until a reply is sent. Default
+	// DefaultPublishPipeline (64); 1 handles a session's publishes one at a
+	// time. See publish.go.
+	PublishPipeline int
+	// PublishPipelineBytes bounds the data bytes of those publishes
+	// (one publish is always admitted when none is in flight); default
+	// DefaultPublishPipelineBytes (1 MiB).
+	PublishPipelineBytes int
 	// MaxBodyBytes bounds an HTTP request body; default 2 MiB.
 	MaxBodyBytes int64
 	// StatsInterval is the period of $sys.stats; $sys.topics and $sys.groups
@@ -165,6 +175,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxMessageBytes == 0 {
 		o.MaxMessageBytes = 1 << 20
+	}
+	if o.PublishPipeline <= 0 {
+		o.PublishPipeline = DefaultPublishPipeline
+	}
+	if o.PublishPipelineBytes <= 0 {
+		o.PublishPipelineBytes = DefaultPublishPipelineBytes
 	}
 	if o.PublishBurst == 0 {
 		o.PublishBurst = max(1, int(o.PublishRate))
@@ -325,6 +341,11 @@ func (rt *Router) Shutdown(ctx context.Context) error {
 	}
 	rt.mu.Unlock()
 	rt.handBack(ctx, conns)
+	// Publishes in flight are answered before the sessions close, so
+	// their replies are flushed with the rest (publish.go).
+	pctx, pcancel := context.WithTimeout(ctx, rt.opts.ShutdownGrace)
+	awaitPublishes(pctx, conns)
+	pcancel()
 	for _, c := range conns {
 		c.sess.Close(websocket.StatusGoingAway, "server shutting down")
 	}

@@ -96,23 +96,25 @@ type config struct {
 	DedupeWindow time.Duration
 	GroupIdleTTL time.Duration
 
-	QueueMessages    int
-	MaxFrameBytes    int64
-	MaxMessageBytes  int
-	MaxSubscriptions int
-	MaxLast          int
-	Compression      onOff
-	PublishRate      float64
-	AllowedOrigins   string
-	PingInterval     time.Duration
-	StatsInterval    time.Duration
-	ShutdownTimeout  time.Duration
-	DebugAddr        string
-	HandshakeTimeout time.Duration
-	ReadTimeout      time.Duration
-	WriteTimeout     time.Duration
-	IdleTimeout      time.Duration
-	Wire             wireConfig
+	QueueMessages        int
+	MaxFrameBytes        int64
+	MaxMessageBytes      int
+	MaxSubscriptions     int
+	MaxLast              int
+	Compression          onOff
+	PublishRate          float64
+	PublishPipeline      int
+	PublishPipelineBytes int
+	AllowedOrigins       string
+	PingInterval         time.Duration
+	StatsInterval        time.Duration
+	ShutdownTimeout      time.Duration
+	DebugAddr            string
+	HandshakeTimeout     time.Duration
+	ReadTimeout          time.Duration
+	WriteTimeout         time.Duration
+	IdleTimeout          time.Duration
+	Wire                 wireConfig
 
 	JWTHMACSecret       string
 	JWTHMACSecretFile   string
@@ -185,6 +187,8 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.Compression, "compression", `WebSocket permessage-deflate, "off" or "on" (no context takeover; frames of 512 bytes and more): off by default since it costs CPU per subscriber and frame, which pays only when clients are short of bandwidth and payloads are large`)
 	fs.IntVar(&cfg.MaxLast, "max-last", 100, `largest N of a subscribe's "from": {"last": N} (records per matched partition)`)
 	fs.Float64Var(&cfg.PublishRate, "publish-rate", 0, "publishes per second per session (0: unlimited)")
+	fs.IntVar(&cfg.PublishPipeline, "publish-pipeline", router.DefaultPublishPipeline, "publishes in flight per WebSocket session; past it the session's reader waits (1: one at a time)")
+	fs.IntVar(&cfg.PublishPipelineBytes, "publish-pipeline-bytes", router.DefaultPublishPipelineBytes, "data bytes of the publishes in flight per WebSocket session; past it the session's reader waits")
 	fs.StringVar(&cfg.AllowedOrigins, "allowed-origins", "", "comma-separated extra browser origins (host patterns) allowed to open WebSockets and to POST/PUT/DELETE over HTTP (CORS answered for them)")
 	fs.DurationVar(&cfg.PingInterval, "ping-interval", 25*time.Second, "WebSocket keepalive ping period")
 	fs.DurationVar(&cfg.StatsInterval, "stats-interval", time.Second, "$sys.stats period (negative: no system topics)")
@@ -423,15 +427,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 			ControlBytes:   cfg.Wire.ControlQueueBytes,
 			MessageTimeout: cfg.Wire.MessageTimeout,
 		},
-		Bounds:           cfg.Wire.bounds(),
-		MaxSubscriptions: cfg.MaxSubscriptions,
-		MaxLast:          cfg.MaxLast,
-		Compression:      bool(cfg.Compression),
-		MaxMessageBytes:  cfg.MaxMessageBytes,
-		PublishRate:      cfg.PublishRate,
-		StatsInterval:    cfg.StatsInterval,
-		OriginPatterns:   origins,
-		ShutdownGrace:    cfg.ShutdownTimeout / 2,
+		Bounds:               cfg.Wire.bounds(),
+		MaxSubscriptions:     cfg.MaxSubscriptions,
+		MaxLast:              cfg.MaxLast,
+		Compression:          bool(cfg.Compression),
+		MaxMessageBytes:      cfg.MaxMessageBytes,
+		PublishRate:          cfg.PublishRate,
+		PublishPipeline:      cfg.PublishPipeline,
+		PublishPipelineBytes: cfg.PublishPipelineBytes,
+		StatsInterval:        cfg.StatsInterval,
+		OriginPatterns:       origins,
+		ShutdownGrace:        cfg.ShutdownTimeout / 2,
 
 		Auth:                auth,
 		Hooks:               hooks,

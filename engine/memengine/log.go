@@ -530,3 +530,11 @@ func (e *Engine) Resolve(ctx context.Context, topicName string, partition int, s
 	p.trimAge(t.cfg.MaxAge, e.clock.Now())
 	return p.resolve(s), nil
 }
+
+var _ engine.AsyncAppender = (*Engine)(nil)
+
+// AppendAsync implements engine.AsyncAppender: an in-memory append waits on
+// nothing, so it runs Append and calls done before returning.
+func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(engine.Appended, error)) {
+	done(e.Append(ctx, m))
+}
