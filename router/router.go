@@ -379,8 +379,13 @@ func (rt *Router) Shutdown(ctx context.Context) error {
 
 // Appended implements engine.Observer: live fan-out of one record to every
 // matching plain subscription on this node.
+//
+// The frame is encoded once per matching pattern and shared by every
+// session of that pattern; the deliveries are counted once per record, not
+// per session.
 func (rt *Router) Appended(rec *engine.Record) {
 	var body []byte
+	queued := 0
 	rt.subs.Match(rec.Topic, func(pattern string, subs []*subscription) {
 		var frame []byte
 		for _, s := range subs {
@@ -397,9 +402,20 @@ func (rt *Router) Appended(rec *engine.Record) {
 				}
 				frame = encodeMessage(pattern, body)
 			}
-			s.live(rec, frame)
+			if s.live(rec, frame) {
+				queued++
+			}
 		}
 	})
+	rt.countPlainDeliveries(queued)
+}
+
+// countPlainDeliveries counts n plain-subscription messages queued.
+func (rt *Router) countPlainDeliveries(n int) {
+	if n > 0 {
+		rt.m.deliveriesPlain.Add(float64(n))
+		rt.stats.deliveries.Add(int64(n))
+	}
 }
 
 // TopicDeleted implements engine.Observer: every plain subscriber whose

@@ -113,19 +113,20 @@ func (s *subscription) item(rec *engine.Record, frame []byte) session.Item {
 	}
 }
 
+// send queues one message and counts it as a delivery when it was queued.
 func (s *subscription) send(rec *engine.Record, frame []byte) {
 	if s.c.sess.Send(s.item(rec, frame)) {
-		s.c.rt.m.deliveriesPlain.Inc()
-		s.c.rt.stats.deliveries.Add(1)
+		s.c.rt.countPlainDeliveries(1)
 	}
 }
 
-// live takes one record from the live tail. Calls for one partition never
-// overlap (the engine serializes them), so order is kept.
-func (s *subscription) live(rec *engine.Record, frame []byte) {
+// live takes one record from the live tail and reports whether it queued
+// it; the caller counts the deliveries of a fan-out at once
+// (countPlainDeliveries). Calls for one partition never overlap (the engine
+// serializes them), so order is kept.
+func (s *subscription) live(rec *engine.Record, frame []byte) bool {
 	if s.isLive.Load() {
-		s.send(rec, frame)
-		return
+		return s.c.sess.Send(s.item(rec, frame))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -138,8 +139,9 @@ func (s *subscription) live(rec *engine.Record, frame []byte) {
 			s.overflow = true
 		}
 	default:
-		s.send(rec, frame)
+		return s.c.sess.Send(s.item(rec, frame))
 	}
+	return false
 }
 
 // Deliver implements engine.Consumer for group members.

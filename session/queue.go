@@ -65,6 +65,11 @@ type Queue struct {
 	encodeGap func(dst []byte, s Stream, from, to int64) []byte
 	onDrop    func(it *Item)
 	ready     chan struct{}
+	// With write coalescing (Options.WriteDelay), a batch holds at most
+	// maxFrames frames, and full receives a value once maxFrames items or a
+	// control item are queued; maxFrames is 0 without coalescing.
+	maxFrames int
+	full      chan struct{}
 
 	mu       sync.Mutex // guards following
 	closed   bool
@@ -102,7 +107,7 @@ const maxFree = 256
 // ControlBytes, EncodeGap (required; NewQueue panics without it) and OnDrop.
 func NewQueue(opts Options) *Queue {
 	opts = opts.withDefaults()
-	return &Queue{
+	q := &Queue{
 		limit:     opts.QueueMessages,
 		hardLimit: 4 * opts.QueueMessages,
 		ctlLimit:  opts.ControlBytes,
@@ -111,6 +116,11 @@ func NewQueue(opts Options) *Queue {
 		ready:     make(chan struct{}, 1),
 		streams:   make(map[Stream]*streamState),
 	}
+	if opts.WriteDelay > 0 {
+		q.maxFrames = opts.WriteDelayFrames
+		q.full = make(chan struct{}, 1)
+	}
+	return q
 }
 
 // Ready returns a channel that receives a value after Push changed what
@@ -130,11 +140,28 @@ func (q *Queue) signal() {
 func (q *Queue) Push(it Item) Outcome {
 	q.mu.Lock()
 	out := q.push(&it)
+	full := q.full != nil && out == Queued && (it.Stream.Sub == 0 || q.msgs+q.others >= q.maxFrames)
 	q.mu.Unlock()
 	if out == Queued || out == Dropped {
 		q.signal()
 	}
+	if full {
+		select {
+		case q.full <- struct{}{}:
+		default:
+		}
+	}
 	return out
+}
+
+// flushDue reports whether a coalescing writer should go on without
+// waiting: nothing is pending (there is nothing to wait for), a control item
+// or a batch's worth of frames is queued, or the queue is closed.
+func (q *Queue) flushDue() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := q.msgs + q.others
+	return q.closed || q.control.n > 0 || n >= q.maxFrames || n == 0 && len(q.idle) == 0
 }
 
 func (q *Queue) push(it *Item) Outcome {
@@ -313,7 +340,7 @@ func addGap(gs []gapRange, off int64) []gapRange {
 func (q *Queue) AppendBatch(dst []byte, maxBytes int) ([]byte, int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	b := batch{buf: dst, start: len(dst), max: maxBytes}
+	b := batch{buf: dst, start: len(dst), max: maxBytes, maxFrames: q.maxFrames}
 	clear(q.taken)
 	q.taken = q.taken[:0]
 
@@ -406,7 +433,7 @@ func (q *Queue) addGapFrame(b *batch, s Stream, st *streamState) bool {
 	}
 	g := st.gaps[0]
 	b.buf = q.encodeGap(b.buf, s, g.from, g.to)
-	if b.n > 0 && len(b.buf)-b.start > b.max {
+	if b.n > 0 && (len(b.buf)-b.start > b.max || b.maxFrames > 0 && b.n >= b.maxFrames) {
 		b.buf = b.buf[:mark]
 		return false
 	}
@@ -421,13 +448,15 @@ type batch struct {
 	buf   []byte
 	start int // len(buf) before the batch
 	max   int
-	n     int // frames appended
+	// maxFrames bounds n when positive.
+	maxFrames int
+	n         int // frames appended
 }
 
 // add appends frame if it fits, reporting whether it did.
 func (b *batch) add(frame []byte) bool {
 	if b.n > 0 {
-		if len(b.buf)-b.start+1+len(frame) > b.max {
+		if len(b.buf)-b.start+1+len(frame) > b.max || b.maxFrames > 0 && b.n >= b.maxFrames {
 			return false
 		}
 		b.buf = append(b.buf, '\n')

@@ -58,6 +58,7 @@ type Session struct {
 
 	// Owned by the writer goroutine.
 	watchdog *time.Timer // write timeout, reused
+	delay    *time.Timer // write coalescing (coalesce.go), made on first use
 
 	// Owned by the reader goroutine.
 	msgTimer *time.Timer // message timeout, reused

@@ -115,6 +115,9 @@ func (s *Session) drain() error {
 			return nil
 		default:
 		}
+		if s.q.full != nil && !s.linger() {
+			return nil
+		}
 		more, err := s.writeBatch(s.opts.WriteTimeout)
 		if err != nil || !more {
 			return err

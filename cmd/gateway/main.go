@@ -97,6 +97,8 @@ type config struct {
 	GroupIdleTTL time.Duration
 
 	QueueMessages        int
+	WriteDelay           time.Duration
+	WriteDelayFrames     int
 	MaxFrameBytes        int64
 	MaxMessageBytes      int
 	MaxSubscriptions     int
@@ -181,6 +183,8 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&cfg.DedupeWindow, "dedupe-window", p.DedupeWindow, "msg_id deduplication window")
 	fs.DurationVar(&cfg.GroupIdleTTL, "group-idle-ttl", p.IdleTTL, "delete a consumer group (and its positions) after it has had no member this long (0: keep groups)")
 	fs.IntVar(&cfg.QueueMessages, "queue-messages", 1024, "outbound queue bound per session, in message frames")
+	fs.DurationVar(&cfg.WriteDelay, "write-delay", 0, "write coalescing: how long a session's writer waits for more frames before a write (0: off, write at once); replies are never held")
+	fs.IntVar(&cfg.WriteDelayFrames, "write-delay-frames", session.DefaultWriteDelayFrames, "with --write-delay: most frames per write, and the queued frames at which the writer stops waiting")
 	fs.Int64Var(&cfg.MaxFrameBytes, "max-frame-bytes", 1<<20, "largest inbound WebSocket frame (close 1009 past it)")
 	fs.IntVar(&cfg.MaxMessageBytes, "max-message-bytes", 1<<20, "largest publish data")
 	fs.IntVar(&cfg.MaxSubscriptions, "max-subscriptions", 1000, "subscriptions per session")
@@ -421,11 +425,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		Logger: log,
 		Static: web.FS(),
 		Session: session.Options{
-			QueueMessages:  cfg.QueueMessages,
-			ReadLimit:      cfg.MaxFrameBytes,
-			PingInterval:   cfg.PingInterval,
-			ControlBytes:   cfg.Wire.ControlQueueBytes,
-			MessageTimeout: cfg.Wire.MessageTimeout,
+			QueueMessages:    cfg.QueueMessages,
+			WriteDelay:       cfg.WriteDelay,
+			WriteDelayFrames: cfg.WriteDelayFrames,
+			ReadLimit:        cfg.MaxFrameBytes,
+			PingInterval:     cfg.PingInterval,
+			ControlBytes:     cfg.Wire.ControlQueueBytes,
+			MessageTimeout:   cfg.Wire.MessageTimeout,
 		},
 		Bounds:               cfg.Wire.bounds(),
 		MaxSubscriptions:     cfg.MaxSubscriptions,
