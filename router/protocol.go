@@ -164,15 +164,18 @@ type filterSpec struct {
 func decodeRequest(data []byte) (*request, *protoError) {
 	var req request
 	defer func() { req.ID = compactID(req.ID) }()
-	if err := json.Unmarshal(data, &req); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			if te.Field == "" {
-				return &req, perr(codeBadRequest, "frame must be a JSON object")
+	if !decodeFast(data, &req) { // the fast path fills req as this would
+		req = request{}
+		if err := json.Unmarshal(data, &req); err != nil {
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) {
+				if te.Field == "" {
+					return &req, perr(codeBadRequest, "frame must be a JSON object")
+				}
+				return &req, perr(codeBadRequest, "field %s has the wrong type (want %s)", quoteInput(te.Field), te.Type.String())
 			}
-			return &req, perr(codeBadRequest, "field %s has the wrong type (want %s)", quoteInput(te.Field), te.Type.String())
+			return &req, perr(codeBadRequest, "frame is not valid JSON")
 		}
-		return &req, perr(codeBadRequest, "frame is not valid JSON")
 	}
 	if len(req.ID) > 0 && !validID(req.ID) {
 		// Echoed as sent, so the client can still match the error.

@@ -105,6 +105,8 @@ type gpart struct {
 	owner   string             // assigned member ID, "" when the group has none
 	member  *groupstate.Member // the owner when it is on this node
 	removed bool
+	pumped  bool // listed in p.pumped
+	reading bool // listed in p.reading
 
 	stored    commitVal // last value seen in the bucket
 	storedRev uint64
@@ -201,6 +203,7 @@ func (e *Engine) addTopicToGroup(g *group, t *topic) {
 		gp := &gpart{g: g, t: t, p: p, key: commitKey(g.name, t, p.index), start: start}
 		g.parts[key] = gp
 		p.gparts = append(p.gparts, gp)
+		e.track(gp)
 		e.updateFloor(p)
 	}
 }
@@ -219,22 +222,44 @@ func (e *Engine) removeTopicFromGroup(g *group, t *topic) bool {
 		delete(g.parts, key)
 		delete(e.dirty, gp)
 		p.gparts = slices.DeleteFunc(p.gparts, func(x *gpart) bool { return x == gp })
+		e.track(gp)
 		e.updateFloor(p)
 		removed = true
 	}
 	return removed
 }
 
-// updateFloor publishes the lowest position of p's groups to the block
-// policy, waking blocked appenders when there may be room. Caller holds gmu.
+// track lists gp in its partition's pumped and reading cursors, or takes
+// it off, as its state now says. Both lists are copied on write, so a
+// loop over one stays valid while pump changes it. Caller holds gmu.
+func (e *Engine) track(gp *gpart) {
+	p := gp.p
+	if want := !gp.removed && (gp.member != nil || gp.holding); want != gp.pumped {
+		gp.pumped = want
+		p.pumped = relist(p.pumped, gp, want)
+		p.npumped.Store(int32(len(p.pumped)))
+	}
+	if want := !gp.removed && !e.idleGroup(gp.g); want != gp.reading {
+		gp.reading = want
+		p.reading = relist(p.reading, gp, want)
+	}
+}
+
+// relist returns a copy of list with gp added (on) or removed.
+func relist(list []*gpart, gp *gpart, on bool) []*gpart {
+	if on {
+		return append(slices.Clip(list), gp)
+	}
+	return slices.DeleteFunc(slices.Clone(list), func(x *gpart) bool { return x == gp })
+}
+
+// updateFloor publishes the lowest position of p's groups with a member
+// (a group with none holds nothing back) to the block policy, waking
+// blocked appenders when there may be room. Caller holds gmu.
 func (e *Engine) updateFloor(p *partition) {
 	floor := int64(math.MaxInt64)
-	readers := 0
-	for _, gp := range p.gparts {
-		if e.idleGroup(gp.g) {
-			continue // a group with no member holds nothing back
-		}
-		readers++
+	readers := len(p.reading)
+	for _, gp := range p.reading {
 		floor = min(floor, gp.position())
 	}
 	p.smu.Lock()
@@ -265,6 +290,7 @@ func (e *Engine) rebalance(g *group) {
 		}
 	}
 	for _, gp := range g.order {
+		e.track(gp)
 		e.updateFloor(gp.p)
 		e.pump(gp)
 	}
@@ -352,6 +378,7 @@ func (e *Engine) fetchAhead(gp *gpart, off int64) {
 // releases the partition once it no longer owns it and nothing is in
 // flight. Caller holds gmu.
 func (e *Engine) pump(gp *gpart) {
+	defer e.track(gp) // holding or the member may have changed
 	if gp.removed || e.closed.Load() {
 		return
 	}

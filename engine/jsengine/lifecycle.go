@@ -178,6 +178,7 @@ func (e *Engine) dropGroup(name string) {
 		gp.holding = false
 		delete(e.dirty, gp)
 		gp.p.gparts = slices.DeleteFunc(gp.p.gparts, func(x *gpart) bool { return x == gp })
+		e.track(gp)
 	}
 	delete(e.groups, name)
 	delete(e.reg, name)

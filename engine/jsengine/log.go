@@ -82,7 +82,16 @@ type partition struct {
 	waiters int
 	space   chan struct{}
 
-	gparts []*gpart // group cursors on this partition; guarded by Engine.gmu
+	// Group cursors on this partition, guarded by Engine.gmu: every one
+	// (gparts), those an appended record must pump (pumped: a member on
+	// this node owns it or this node holds it), and those of groups with
+	// a member on some node (reading: they hold back a block topic). The
+	// tail reads npumped, the length of pumped, without gmu: a partition
+	// that no local live group reads costs an append no engine-wide lock.
+	gparts  []*gpart
+	pumped  []*gpart
+	reading []*gpart
+	npumped atomic.Int32
 }
 
 type cached struct {
@@ -561,9 +570,12 @@ func (e *Engine) snapshot(ctx context.Context, p *partition) (engine.PartitionIn
 // pumpPartition lets p's groups catch up after retention moved its
 // earliest offset.
 func (e *Engine) pumpPartition(p *partition) {
+	if p.npumped.Load() == 0 {
+		return
+	}
 	e.gmu.Lock()
 	defer e.gmu.Unlock()
-	for _, gp := range p.gparts {
+	for _, gp := range p.pumped { // copied on write: pump may change it
 		e.pump(gp)
 	}
 }
@@ -1204,8 +1216,13 @@ func (e *Engine) tailMsg(msg jetstream.Msg) {
 	for _, o := range e.observers.List() {
 		o.Appended(pm.rec)
 	}
+	if p.npumped.Load() == 0 {
+		// No cursor here would act on the record: a Join that makes one
+		// pumps it itself, after the record is in the cache above.
+		return
+	}
 	e.gmu.Lock()
-	for _, gp := range p.gparts {
+	for _, gp := range p.pumped { // copied on write: pump may change it
 		e.pump(gp)
 	}
 	e.gmu.Unlock()
