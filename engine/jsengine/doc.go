@@ -77,7 +77,13 @@
 // partition), only once stored (a core subscription would also see
 // publishes that the expected-sequence check then rejects), and resumes
 // from where it stopped after a reconnect. It feeds observers and the
-// node's groups; no goroutine per subscriber, no polling. Append returns
+// node's groups; no goroutine per subscriber, no polling. A record pumps
+// only the cursors of its partition that a member on this node owns or
+// that this node holds (partition.pumped), under gmu; when there are none
+// (every group reading it is idle, or delivered by other nodes) the tail
+// takes no engine-wide lock at all, so groups without members cost an
+// append nothing. The block floor likewise counts only the cursors of
+// groups with a member on some node (partition.reading). Append returns
 // after this node's tail has announced the record (or after five seconds,
 // if the tail lags: the record is stored either way). Topic deletion is
 // announced to every node by the topic bucket's watcher.
