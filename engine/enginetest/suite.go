@@ -86,6 +86,8 @@ func Run(t *testing.T, f Features, newEngine Factory) {
 		{"Append/RecordFields", testRecordFields},
 		{"Append/KeyOrderAndPartition", testKeyOrder},
 		{"Append/ConcurrentOffsets", testConcurrentOffsets},
+		{"Append/AsyncOrder", testAsyncAppendOrder},
+		{"Append/AsyncErrors", testAsyncAppendErrors},
 		{"Read/ClampAndLimit", testReadClamp},
 		{"Read/Resolve", testResolve},
 		{"Watch/EveryAppendOnceInOrder", testWatch},

@@ -111,10 +111,11 @@ func (e *Engine) appendClaimed(ctx context.Context, t *topic, m *engine.Message,
 		if err != nil {
 			return engine.Appended{}, unavailable("dedupe", err)
 		}
-		a, err := e.appendTo(ctx, t, m, key+"."+strconv.FormatUint(rev, 10))
+		a, seq, err := e.appendTo(ctx, t, m, key+"."+strconv.FormatUint(rev, 10))
 		if err != nil {
 			return a, err // the claim stays: a retry republishes under it
 		}
+		e.waitTail(ctx, seq)
 		done, _ := json.Marshal(dedupVal{At: now, Done: true, Partition: a.Partition, Offset: a.Offset, Time: a.Time})
 		if _, err := e.dedupKV.Update(context.WithoutCancel(ctx), key, done, rev); err != nil && !isWrongLast(err) {
 			e.log.Warn("jsengine: dedupe record", "err", err)

@@ -85,7 +85,14 @@
 // append nothing. The block floor likewise counts only the cursors of
 // groups with a member on some node (partition.reading). Append returns
 // after this node's tail has announced the record (or after five seconds,
-// if the tail lags: the record is stored either way). Topic deletion is
+// if the tail lags: the record is stored either way).
+//
+// Pipelined appends. AppendAsync (engine.AsyncAppender, used by the
+// router for WebSocket publishes) publishes without waiting for the
+// previous record's acknowledgement, chaining this node's publishes with
+// Nats-Expected-Last-Msg-Id so that the expected-sequence guarantees above
+// still hold; a chain broken by another writer is appended again in order.
+// See pipeline.go. Topic deletion is
 // announced to every node by the topic bucket's watcher.
 //
 // Epoch. The node that creates the record stream stores a random epoch in
@@ -243,7 +250,9 @@
 // positions, claims and releases), the letter writer (stores max_attempts
 // dead letters and settles their records) and the heartbeat; short-lived
 // retry timers and group fetches (one at most per cursor, each bounded by
-// 5 s); and Clock timer callbacks (ack timeouts, backoffs, block
+// 5 s); the reader of pipelined appends' acknowledgements (one at most,
+// while any is in flight; it calls AppendAsync's done); and Clock timer
+// callbacks (ack timeouts, backoffs, block
 // timeouts).
 //
 // Observer.Appended is called from the tail goroutine, TopicDeleted from the
@@ -261,10 +270,12 @@
 //
 //  1. partition.amu: one partition's appends and trims on this node (held
 //     across NATS round trips, released while an append blocks).
-//  2. Engine.gmu: every group, the live registry, the dirty set, and each
+//  2. Engine.wmu: the order of this node's pipelined publishes
+//     (pipeline.go), taken under amu while one is published.
+//  3. Engine.gmu: every group, the live registry, the dirty set, and each
 //     partition's group cursors.
-//  3. Engine.tmu: the topic map (never held while taking another lock).
-//  4. partition.smu: one partition's shared view, cache and block floor.
+//  4. Engine.tmu: the topic map (never held while taking another lock).
+//  5. partition.smu: one partition's shared view, cache and block floor.
 //
 // Leaf locks: the mutexes in Engine.life and Engine.observers,
 // Engine.tailMu, Engine.dmu, Engine.lmu, Engine.topicsMu and Engine.connMu.

@@ -168,6 +168,14 @@ type Engine struct {
 	dmu   sync.Mutex // guards following
 	dedup map[string]*dedupCall
 
+	// Pipelined appends (pipeline.go): wmu orders this node's pipelined
+	// publishes; wsem bounds them.
+	wmu  sync.Mutex
+	w    pipe // guarded by wmu
+	wsem chan struct{}
+	// reappends counts refused pipelined records appended again.
+	reappends atomic.Int64
+
 	qfAdded   atomic.Int64 // queue_full letters this node stored
 	qfEvicted atomic.Int64 // queue_full letters its purges dropped at the cap
 
@@ -211,6 +219,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		letterKick: make(chan struct{}, 1),
 		tailWake:   make(chan struct{}),
 		dedup:      make(map[string]*dedupCall),
+		wsem:       make(chan struct{}, maxPipelined),
 		node:       randomID()[:16],
 	}
 	if e.prefix == "" {
@@ -292,7 +301,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 }
 
 func (e *Engine) setup(ctx context.Context) error {
-	js, err := jetstream.New(e.nc)
+	js, err := jetstream.New(e.nc, jetstream.WithPublishAsyncMaxPending(2*maxPipelined), jetstream.WithPublishAsyncTimeout(pipelineAckTimeout))
 	if err != nil {
 		return unavailable("jetstream", err)
 	}

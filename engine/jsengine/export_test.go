@@ -6,3 +6,7 @@ func (e *Engine) SetBeforeMemberBeat(f func()) { e.beforeMemberBeat.Store(&f) }
 
 // MemberKey is the live bucket key of a group member.
 func MemberKey(group, member string) string { return memberKey(group, member) }
+
+// Reappends is how many refused pipelined records this engine appended
+// again.
+func (e *Engine) Reappends() int64 { return e.reappends.Load() }

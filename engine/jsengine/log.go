@@ -58,6 +58,13 @@ type partition struct {
 	loaded  atomic.Bool // the state was read from NATS at least once
 
 	amu sync.Mutex // serialises this node's appends and trims of the partition; guards following
+	// Pipelined records of this partition in flight (pipeline.go); pcond
+	// (on amu) is signalled when one is answered. broken: one was refused
+	// or its outcome is unknown, so no more are published until every one
+	// in flight is answered.
+	inflight int
+	broken   bool
+	pcond    *sync.Cond
 	// The writer's state: the subject's last message, as of the last load
 	// or append. Another node's append makes it stale; the next publish
 	// then fails its expected-sequence check and reloads.
@@ -127,6 +134,7 @@ func (e *Engine) newTopic(name string, v topicVal, inc uint64) *topic {
 			t: t, index: i, space: make(chan struct{}),
 			subject: fmt.Sprintf("%s.rec.%s.%d.%d", e.prefix, name, inc, i),
 		}
+		t.parts[i].pcond = sync.NewCond(&t.parts[i].amu)
 	}
 	return t
 }
@@ -547,6 +555,7 @@ func (e *Engine) partitionOf(ctx context.Context, name string, partition int) (*
 // snapshot loads a partition's state from NATS and applies age retention.
 func (e *Engine) snapshot(ctx context.Context, p *partition) (engine.PartitionInfo, uint64, error) {
 	p.amu.Lock()
+	p.quiesce()
 	earliestBefore, _ := p.view()
 	err := e.loadState(ctx, p)
 	if err == nil {
@@ -718,10 +727,14 @@ func (e *Engine) Append(ctx context.Context, m engine.Message) (_ engine.Appende
 			continue
 		}
 		var a engine.Appended
+		var seq uint64
 		if m.MsgID == "" {
-			a, err = e.appendTo(ctx, t, &m, "")
+			a, seq, err = e.appendTo(ctx, t, &m, "")
 		} else {
-			a, err = e.appendOnce(ctx, t, &m)
+			a, err = e.appendOnce(ctx, t, &m) // waits for the tail itself
+		}
+		if err == nil && seq != 0 {
+			e.waitTail(ctx, seq)
 		}
 		if err != errTopicGone {
 			return a, err
@@ -735,17 +748,32 @@ func (e *Engine) Append(ctx context.Context, m engine.Message) (_ engine.Appende
 // expected one, so two nodes racing for an offset cannot both get it (the
 // loser reloads and retries). msgID, when set, is the Nats-Msg-Id, which
 // makes a retried publish of the same claim idempotent in the server.
-func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message, msgID string) (engine.Appended, error) {
-	p := t.parts[t.partitioner.Partition(m.Key, len(t.parts))]
-	var meta []byte
-	if m.Key != "" || len(m.Headers) > 0 || m.Priority != 0 {
-		meta, _ = json.Marshal(recMeta{K: m.Key, H: m.Headers, P: m.Priority})
+//
+// It returns the record's stream sequence, for the caller's waitTail
+// (Append returns once the tail announced the record).
+func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message, msgID string) (engine.Appended, uint64, error) {
+	return e.appendToPart(ctx, t, m, msgID, t.partitioner.Partition(m.Key, len(t.parts)))
+}
+
+// metaOf is the Sy-Meta header of m, nil when it has none.
+func metaOf(m *engine.Message) []byte {
+	if m.Key == "" && len(m.Headers) == 0 && m.Priority == 0 {
+		return nil
 	}
+	meta, _ := json.Marshal(recMeta{K: m.Key, H: m.Headers, P: m.Priority})
+	return meta
+}
+
+// appendToPart is appendTo into partition index pi.
+func (e *Engine) appendToPart(ctx context.Context, t *topic, m *engine.Message, msgID string, pi int) (engine.Appended, uint64, error) {
+	p := t.parts[pi]
+	meta := metaOf(m)
 	size := recordBytes(&engine.Record{Key: m.Key, Headers: m.Headers, Data: m.Data})
 	maxMsgs := t.cfg.MaxMessages
 	var bw *lifecycle.Timeout
 
 	p.amu.Lock()
+	p.quiesce()
 	earliestBefore := p.earliestW
 	var res engine.Appended
 	var seq uint64
@@ -753,28 +781,28 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message, msgI
 		if t.deleted.Load() {
 			p.amu.Unlock()
 			bw.Stop()
-			return engine.Appended{}, errTopicGone
+			return engine.Appended{}, 0, errTopicGone
 		}
 		if e.closed.Load() {
 			p.amu.Unlock()
 			bw.Stop()
-			return engine.Appended{}, closedErr()
+			return engine.Appended{}, 0, closedErr()
 		}
 		if err := e.reachable(); err != nil {
 			p.amu.Unlock()
 			bw.Stop()
-			return engine.Appended{}, err
+			return engine.Appended{}, 0, err
 		}
 		if attempt > 100 {
 			p.amu.Unlock()
 			bw.Stop()
-			return engine.Appended{}, fmt.Errorf("jsengine: topic %q partition %d: too much contention: %w", t.name, p.index, engine.ErrUnavailable)
+			return engine.Appended{}, 0, fmt.Errorf("jsengine: topic %q partition %d: too much contention: %w", t.name, p.index, engine.ErrUnavailable)
 		}
 		if !p.known {
 			if err := e.loadState(ctx, p); err != nil {
 				p.amu.Unlock()
 				bw.Stop()
-				return engine.Appended{}, err
+				return engine.Appended{}, 0, err
 			}
 		}
 		now := e.clock.Now()
@@ -784,7 +812,7 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message, msgI
 		if err := e.trimAge(ctx, p, now); err != nil {
 			p.amu.Unlock()
 			bw.Stop()
-			return engine.Appended{}, err
+			return engine.Appended{}, 0, err
 		}
 		if maxMsgs > 0 && p.nextW-p.earliestW >= maxMsgs && t.cfg.OnFull == engine.Block {
 			// Check and start waiting under one smu hold, so a commit in
@@ -802,7 +830,7 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message, msgI
 				}
 				if err := e.waitForSpace(ctx, t, p, bw, space); err != nil {
 					bw.Stop()
-					return engine.Appended{}, err
+					return engine.Appended{}, 0, err
 				}
 				p.known = false // others may have appended meanwhile
 				continue
@@ -833,7 +861,7 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message, msgI
 		if err != nil {
 			p.amu.Unlock()
 			bw.Stop()
-			return engine.Appended{}, unavailable("append", err)
+			return engine.Appended{}, 0, unavailable("append", err)
 		}
 		if ack.Duplicate {
 			// Stored before under this Nats-Msg-Id (perhaps by another
@@ -842,10 +870,7 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message, msgI
 			p.amu.Unlock()
 			bw.Stop()
 			a, err := e.storedAt(ctx, t, ack.Sequence)
-			if err == nil {
-				e.waitTail(ctx, ack.Sequence)
-			}
-			return a, err
+			return a, ack.Sequence, err
 		}
 		prevMark := p.lastMark
 		wasEmpty := p.earliestW >= p.nextW
@@ -875,8 +900,7 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message, msgI
 	if trimmed {
 		e.pumpPartition(p)
 	}
-	e.waitTail(ctx, seq)
-	return res, nil
+	return res, seq, nil
 }
 
 // waitTail waits until the tail has announced stream sequence seq, so that
