@@ -415,12 +415,16 @@ func (e *Engine) setup(ctx context.Context) error {
 
 func (e *Engine) openStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	cfg.Replicas = e.replicas
+	cfg.AllowDirect = cfg.AllowDirect && e.replicas == 1 // see replicas.go
 	s, err := e.js.CreateStream(ctx, cfg)
 	if err == nil {
 		return s, nil
 	}
 	if s, err2 := e.js.Stream(ctx, cfg.Name); err2 == nil {
-		return s, e.ensureReplicas(ctx, s)
+		if _, err := e.conform(ctx, s); err != nil {
+			return nil, err
+		}
+		return e.js.Stream(ctx, cfg.Name)
 	}
 	return nil, createError("stream "+cfg.Name, err)
 }
@@ -428,20 +432,28 @@ func (e *Engine) openStream(ctx context.Context, cfg jetstream.StreamConfig) (je
 func (e *Engine) openKV(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	cfg.Replicas = e.replicas
 	kv, err := e.js.CreateKeyValue(ctx, cfg)
-	if err == nil {
-		return kv, nil
-	}
 	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
 		return nil, err
 	}
-	if kv, err2 := e.js.KeyValue(ctx, cfg.Bucket); err2 == nil {
-		s, err := e.js.Stream(ctx, "KV_"+cfg.Bucket)
-		if err != nil {
-			return nil, unavailable("bucket "+cfg.Bucket, err)
+	if err != nil {
+		if kv, err = e.js.KeyValue(ctx, cfg.Bucket); err != nil {
+			return nil, createError("bucket "+cfg.Bucket, err)
 		}
-		return kv, e.ensureReplicas(ctx, s)
 	}
-	return nil, createError("bucket "+cfg.Bucket, err)
+	s, err := e.js.Stream(ctx, "KV_"+cfg.Bucket)
+	if err != nil {
+		return nil, unavailable("bucket "+cfg.Bucket, err)
+	}
+	changed, err := e.conform(ctx, s)
+	if err != nil || !changed {
+		return kv, err
+	}
+	// Bind again: the handle reads with direct gets when the stream
+	// allowed them as it bound.
+	if kv, err = e.js.KeyValue(ctx, cfg.Bucket); err != nil {
+		return nil, unavailable("bucket "+cfg.Bucket, err)
+	}
+	return kv, nil
 }
 
 // kvWatch is a bucket watcher that lives until stop.

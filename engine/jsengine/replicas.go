@@ -13,6 +13,15 @@ package jsengine
 // engine.ErrUnavailable when the servers may yet come (insufficient
 // resources). Nodes that share a Prefix should use the same Replicas: the
 // last one to start wins.
+//
+// With more than one replica, the streams and buckets allow no direct gets
+// (AllowDirect false; an existing one is updated): a direct get may be
+// answered by any replica, and a follower answers while it is behind (a
+// restarted server already answers when it holds 90% of the log), so a read
+// could miss records the leader acknowledged, and a bucket read could
+// return an older committed offset. Reads then go to the stream's leader,
+// which has every acknowledged record (TestNATSNodeLoss shows the
+// difference: with direct gets, replays after the restart missed records).
 
 import (
 	"context"
@@ -35,22 +44,25 @@ const (
 	errCodeReplicasNotSupported  jetstream.ErrorCode = 10074
 )
 
-// ensureReplicas updates s to e.replicas replicas when it has another count.
-func (e *Engine) ensureReplicas(ctx context.Context, s jetstream.Stream) error {
+// conform updates s to e.replicas replicas, and to no direct gets when it
+// has more than one, when it differs; it reports whether it changed s.
+func (e *Engine) conform(ctx context.Context, s jetstream.Stream) (bool, error) {
 	cfg := s.CachedInfo().Config
-	have := max(cfg.Replicas, 1)
-	if have == e.replicas {
-		return nil
+	have, direct := max(cfg.Replicas, 1), cfg.AllowDirect
+	if have == e.replicas && (!direct || e.replicas == 1) {
+		return false, nil
 	}
 	cfg.Replicas = e.replicas
+	cfg.AllowDirect = direct && e.replicas == 1
 	if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
-		return createError(fmt.Sprintf("stream %s: from %d replicas to %d", cfg.Name, have, e.replicas), err)
+		return false, createError(fmt.Sprintf("stream %s: from %d replicas to %d", cfg.Name, have, e.replicas), err)
 	}
 	if err := waitReplicas(ctx, s, e.replicas); err != nil {
-		return unavailable(fmt.Sprintf("stream %s: %d replicas", cfg.Name, e.replicas), err)
+		return false, unavailable(fmt.Sprintf("stream %s: %d replicas", cfg.Name, e.replicas), err)
 	}
-	e.log.Info("jsengine: stream replicas updated", "stream", cfg.Name, "from", have, "to", e.replicas)
-	return nil
+	e.log.Info("jsengine: stream updated", "stream", cfg.Name, "replicas_from", have, "replicas", e.replicas,
+		"direct_from", direct, "direct", cfg.AllowDirect)
+	return true, nil
 }
 
 // waitReplicas waits until s has a leader and n-1 current replicas: after

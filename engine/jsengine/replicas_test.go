@@ -3,6 +3,8 @@ package jsengine_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,4 +128,50 @@ func TestReplicasRefused(t *testing.T) {
 		}
 		t.Log(err)
 	})
+}
+
+// TestReplicasReadYourWrites: with three replicas, nodes that auto-create
+// the same topics at once all append (none is told unknown_topic), and a
+// read right after an append finds the record, on any node. Reads served
+// by a lagging follower (direct gets) failed both.
+func TestReplicasReadYourWrites(t *testing.T) {
+	c := natstest.NewCluster(t, 3)
+	var nodes []*jsengine.Engine
+	for i := range 3 {
+		e, err := openReplicas(c.URLs(i), "ryw", 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeEngine(t, e)
+		nodes = append(nodes, e)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const topics = 40
+	errs := make(chan error, topics*len(nodes))
+	var wg sync.WaitGroup
+	for i := range topics {
+		for j, e := range nodes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				topic := fmt.Sprintf("ryw.t%d", i)
+				a, err := e.Append(ctx, engine.Message{Topic: topic, Data: []byte{byte(j)}})
+				if err != nil {
+					errs <- fmt.Errorf("node %d: append %s: %w", j, topic, err)
+					return
+				}
+				other := nodes[(j+1)%len(nodes)]
+				recs, _, err := other.Read(ctx, topic, a.Partition, a.Offset, 1)
+				if err != nil || len(recs) != 1 || recs[0].Data[0] != byte(j) {
+					errs <- fmt.Errorf("node %d: read %s/%d/%d on the next node: %v %v", j, topic, a.Partition, a.Offset, recs, err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }
