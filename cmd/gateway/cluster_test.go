@@ -81,6 +81,9 @@ func dialNode(t *testing.T, n *node) *wsConn {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The gateway batches frames into WebSocket messages that may pass
+	// the library's default read limit (32 KiB) on a replay.
+	c.SetReadLimit(16 << 20)
 	w := &wsConn{c: c, frames: make(chan map[string]any, 4096), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)

@@ -3,6 +3,8 @@ package natstest
 // Cluster: several embedded JetStream servers clustered on loopback.
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
 // Cluster is n embedded JetStream servers routed to each other on loopback
@@ -217,4 +220,43 @@ func (c *Cluster) start(m *member) {
 		c.t.Fatalf("natstest: server %s on port %d not ready", m.name, m.port)
 	}
 	m.ns = ns
+}
+
+// MoveStreamLeader makes server to the leader of the stream (in the global
+// account): it asks the current leader to step down in favour of it, and
+// returns once server to leads. The test fails if that takes more than 15 s.
+func (c *Cluster) MoveStreamLeader(stream string, to int) {
+	c.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for c.StreamLeader(stream) != to {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("natstest: %s did not move its leader to server %d", stream, to)
+		}
+		if err := c.stepDown(stream, c.members[to].name); err != nil {
+			c.t.Logf("natstest: step down %s: %v", stream, err)
+		}
+		for end := time.Now().Add(2 * time.Second); c.StreamLeader(stream) != to && time.Now().Before(end); {
+			time.Sleep(20 * time.Millisecond) // polls the servers' state
+		}
+	}
+}
+
+func (c *Cluster) stepDown(stream, preferred string) error {
+	nc, err := nats.Connect(c.URLs(0))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": preferred}})
+	resp, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, req, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	var r struct {
+		Error *struct{ Description string } `json:"error"`
+	}
+	if json.Unmarshal(resp.Data, &r) == nil && r.Error != nil {
+		return errors.New(r.Error.Description)
+	}
+	return nil
 }
