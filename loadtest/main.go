@@ -76,6 +76,7 @@ import (
 type config struct {
 	scenario    string
 	target      string // targetSwitchyard or targetNATS
+	lean        bool   // subscribers connect with ?envelope=lean
 	url         string
 	subURLs     []string // subscribers spread over url and these
 	subURLsRaw  string
@@ -196,6 +197,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	d := defaultsFor(cfg.scenario)
 	fs.StringVar(&cfg.url, "url", "ws://127.0.0.1:8080", "gateway WebSocket URL (loopback only); the path defaults to /v1/ws (--target switchyard)")
 	fs.StringVar(&cfg.target, "target", targetSwitchyard, "what --url is: switchyard, or nats for a NATS server's WebSocket listener (fanout and idle; see nats.go)")
+	fs.BoolVar(&cfg.lean, "lean", false, "subscribers connect with ?envelope=lean: messages without time, and without pattern on literal subscriptions (--target switchyard)")
 	fs.StringVar(&cfg.subURLsRaw, "sub-urls", "", "comma-separated WebSocket URLs of further gateway nodes; subscribers are spread round-robin over --url and these (publishers stay on --url)")
 	fs.StringVar(&cfg.httpURL, "http", "", "gateway HTTP base URL (default: derived from --url)")
 	fs.DurationVar(&cfg.duration, "duration", d.duration, "how long to publish (or hold connections)")

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -153,6 +154,12 @@ func (r *runner) params() map[string]string {
 	if c.onFull != "" {
 		p["on_full"] = c.onFull
 	}
+	if c.lean {
+		p["envelope"] = "lean"
+	}
+	if c.target == targetNATS {
+		p["target"] = targetNATS
+	}
 	return p
 }
 
@@ -275,6 +282,13 @@ func (s *subscriber) start(ctx context.Context, onFull, from string, line func([
 	u := r.cfg.url
 	if n := len(r.cfg.subURLs); n > 0 {
 		u = r.cfg.subURLs[s.idx%n]
+	}
+	if r.cfg.lean {
+		sep := "?"
+		if strings.Contains(u, "?") {
+			sep = "&"
+		}
+		u += sep + "envelope=lean"
 	}
 	conn, took, err := dialGatewayWith(ctx, u, r.client(s.slow))
 	if err != nil {

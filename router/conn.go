@@ -33,6 +33,9 @@ type conn struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup // catch-up goroutines
 
+	// lean: the session asked for the lean envelope (envelope.go).
+	lean bool
+
 	mu     sync.Mutex // guards the fields below
 	subs   map[subKey]*subscription
 	byID   map[uint64]*subscription
@@ -53,12 +56,20 @@ func (rt *Router) serveWS(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	var lean bool
+	switch env := c.QueryParam("envelope"); env {
+	case envelopeFull:
+	case envelopeLean:
+		lean = true
+	default:
+		return perr(codeBadRequest, `envelope: want "lean" or nothing`)
+	}
 	release := rt.reserveConn(c)
 	if release == nil {
 		return nil // reserveConn wrote the refusal
 	}
 	defer release()
-	cn := &conn{rt: rt, id: newID(), who: who, subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription),
+	cn := &conn{rt: rt, id: newID(), who: who, lean: lean, subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription),
 		pipe: newPubPipe(rt.opts.PublishPipeline, rt.opts.PublishPipelineBytes)}
 	if rt.opts.PublishRate > 0 {
 		cn.limiter = rate.NewLimiter(rate.Limit(rt.opts.PublishRate), rt.opts.PublishBurst)
@@ -85,11 +96,15 @@ func (rt *Router) serveWS(c echo.Context) error {
 	cn.ctx, cn.cancel = context.WithCancel(rt.ctx)
 	defer cn.cancel()
 
-	cn.sess.Send(session.Item{Frame: encodeReply("welcome", nil, map[string]any{
+	welcome := map[string]any{
 		"session": cn.id,
 		"epoch":   rt.eng.Epoch(),
 		"limits":  rt.welcomeLimits(sopts),
-	})})
+	}
+	if lean {
+		welcome["envelope"] = envelopeLean
+	}
+	cn.sess.Send(session.Item{Frame: encodeReply("welcome", nil, welcome)})
 	// The session ends when its token does unless it is refreshed (see
 	// refresh.go); the timers stop when the session ends first.
 	cn.expiry = cn.startExpiry()

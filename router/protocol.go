@@ -392,6 +392,13 @@ func appendHeaders(dst []byte, h map[string]string) []byte {
 // appendRecordTail appends the part of a message frame shared by every
 // pattern: from ',"topic"' to the closing brace, without group fields.
 func appendRecordBody(dst []byte, r *engine.Record) []byte {
+	dst = appendRecordBodyUntilTime(dst, r)
+	dst = append(dst, `,"time":`...)
+	return appendTime(dst, r.Time)
+}
+
+// appendRecordBodyUntilTime appends the body without its last field, time.
+func appendRecordBodyUntilTime(dst []byte, r *engine.Record) []byte {
 	dst = append(dst, `,"topic":`...)
 	dst = appendString(dst, r.Topic)
 	dst = append(dst, `,"partition":`...)
@@ -407,10 +414,7 @@ func appendRecordBody(dst []byte, r *engine.Record) []byte {
 		dst = appendHeaders(dst, r.Headers)
 	}
 	dst = append(dst, `,"data":`...)
-	dst = append(dst, r.Data...)
-	dst = append(dst, `,"time":`...)
-	dst = appendTime(dst, r.Time)
-	return dst
+	return append(dst, r.Data...)
 }
 
 // encodeMessage builds a plain subscription's message frame.

@@ -380,14 +380,15 @@ func (rt *Router) Shutdown(ctx context.Context) error {
 // Appended implements engine.Observer: live fan-out of one record to every
 // matching plain subscription on this node.
 //
-// The frame is encoded once per matching pattern and shared by every
-// session of that pattern; the deliveries are counted once per record, not
+// The frame is encoded once per matching pattern and envelope
+// (envelope.go) and shared by every session of that pattern; the deliveries are counted once per record, not
 // per session.
 func (rt *Router) Appended(rec *engine.Record) {
 	var body []byte
+	lean := 0 // body[:lean] is the lean envelope's part
 	queued := 0
 	rt.subs.Match(rec.Topic, func(pattern string, subs []*subscription) {
-		var frame []byte
+		var full, short []byte // the frames of the full and lean envelopes
 		for _, s := range subs {
 			if !s.accepts(rec) {
 				continue
@@ -396,11 +397,21 @@ func (rt *Router) Appended(rec *engine.Record) {
 				s.local.deliver(rec)
 				continue
 			}
-			if frame == nil {
-				if body == nil {
-					body = appendRecordBody(make([]byte, 0, 128+len(rec.Data)), rec)
+			if body == nil {
+				body, lean = recordBody(make([]byte, 0, 128+len(rec.Data)), rec)
+			}
+			var frame []byte
+			switch {
+			case s.c.lean:
+				if short == nil {
+					short = encodeLeanMessage(pattern, rec.Topic, body[:lean])
 				}
-				frame = encodeMessage(pattern, body)
+				frame = short
+			default:
+				if full == nil {
+					full = encodeMessage(pattern, body)
+				}
+				frame = full
 			}
 			if s.live(rec, frame) {
 				queued++

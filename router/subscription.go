@@ -428,7 +428,7 @@ func (s *subscription) drainPending(ctx context.Context, next map[partKey]int64,
 		}
 		if len(batch)+headroom <= s.c.sess.Room() {
 			for _, rec := range batch {
-				s.send(rec, encodeMessage(s.pattern, appendRecordBody(nil, rec)))
+				s.send(rec, s.encode(rec))
 			}
 			s.pending = nil
 			s.catchingUp = false
@@ -445,7 +445,7 @@ func (s *subscription) drainPending(ctx context.Context, next map[partKey]int64,
 			continue
 		}
 		for _, rec := range batch {
-			it := s.item(rec, encodeMessage(s.pattern, appendRecordBody(nil, rec)))
+			it := s.item(rec, s.encode(rec))
 			if err := s.c.sess.SendWait(ctx, it); err != nil {
 				return false, err
 			}
@@ -480,7 +480,7 @@ func (s *subscription) replayPart(ctx context.Context, p replayPart) (int64, err
 			if !s.accepts(rec) {
 				continue
 			}
-			it := s.item(rec, encodeMessage(s.pattern, appendRecordBody(nil, rec)))
+			it := s.item(rec, s.encode(rec))
 			if err := s.c.sess.SendWait(ctx, it); err != nil {
 				return off, err
 			}
