@@ -48,7 +48,9 @@
 // group lock, then pumps; its next fetch starts at the sequence after the
 // last, with no search. The tail keeps the last 512 records of every
 // partition in memory, so reads and deliveries near the head cost no round
-// trip. Reading a long backlog is therefore slower than a consumer-based
+// trip; a cursor waiting for a record past the last one the tail announced
+// (appended, so its offset is known, but not yet seen by the tail) does
+// not fetch it either: the tail brings it and pumps the cursor. Reading a long backlog is therefore slower than a consumer-based
 // scan would be; it keeps Read stateless on the server. A load of a
 // partition's state (Topics, Topic, Read) keeps the newest record it
 // fetched in that cache, and records Read fetches that end where the cache

@@ -127,9 +127,10 @@ type Engine struct {
 
 	life lifecycle.Guard // engine-closed flag, timer callbacks and afterReal goroutines
 
-	topicsGen atomic.Uint64 // bumped when a topic is installed or dropped
-	topicsMu  sync.Mutex    // guards topicsC
-	topicsC   *topicsCache
+	topicsGen    atomic.Uint64 // bumped when a topic is installed or dropped
+	groupFetches atomic.Int64  // group fetches from NATS started (fetchAhead)
+	topicsMu     sync.Mutex    // guards topicsC
+	topicsC      *topicsCache
 
 	tmu    sync.RWMutex // guards following
 	topics map[string]*topic

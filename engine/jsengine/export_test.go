@@ -10,3 +10,6 @@ func MemberKey(group, member string) string { return memberKey(group, member) }
 // Reappends is how many refused pipelined records this engine appended
 // again.
 func (e *Engine) Reappends() int64 { return e.reappends.Load() }
+
+// GroupFetches returns how many group fetches from NATS this node started.
+func (e *Engine) GroupFetches() int64 { return e.groupFetches.Load() }

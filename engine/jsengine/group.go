@@ -319,6 +319,11 @@ func (e *Engine) recordAt(gp *gpart, off int64) *engine.Record {
 	if n := len(gp.ahead); n > 0 && off >= gp.ahead[0].Offset && off < gp.ahead[0].Offset+int64(n) {
 		return gp.ahead[off-gp.ahead[0].Offset]
 	}
+	if gp.p.comingFromTail(off) {
+		// Appended (by this node: the offset is known) and not yet
+		// announced: the tail brings it and pumps gp, without a fetch.
+		return nil
+	}
 	if !gp.fetching && e.reachable() == nil {
 		e.fetchAhead(gp, off)
 	}
@@ -335,6 +340,7 @@ func (e *Engine) fetchAhead(gp *gpart, off int64) {
 		return
 	}
 	gp.fetching = true
+	e.groupFetches.Add(1)
 	var hint uint64
 	if gp.aheadEnd == off {
 		hint = gp.aheadSeq

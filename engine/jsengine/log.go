@@ -95,6 +95,11 @@ type partition struct {
 	// a member on some node (reading: they hold back a block topic). The
 	// tail reads npumped, the length of pumped, without gmu: a partition
 	// that no local live group reads costs an append no engine-wide lock.
+	// tailed is the offset after the last record of the partition this
+	// node's tail announced (0: none yet): the tail brings every record
+	// from there on, so a cursor waiting for one need not fetch it.
+	tailed int64
+
 	gparts  []*gpart
 	pumped  []*gpart
 	reading []*gpart
@@ -1228,6 +1233,7 @@ func (e *Engine) tailMsg(msg jetstream.Msg) {
 	p.smu.Lock()
 	p.next = max(p.next, pm.off+1)
 	p.seen = max(p.seen, seq)
+	p.tailed = max(p.tailed, pm.off+1)
 	if pm.mark {
 		p.earliest = max(p.earliest, pm.off+1)
 		p.cache = p.cache[:0]
@@ -1321,6 +1327,14 @@ func (p *partition) cachedAt(off int64) *engine.Record {
 
 // view returns the partition's earliest and next offsets as this node
 // last saw them.
+// comingFromTail reports whether the tail will bring the record at off:
+// it has announced a record of the partition, and none at off or later.
+func (p *partition) comingFromTail(off int64) bool {
+	p.smu.Lock()
+	defer p.smu.Unlock()
+	return p.tailed > 0 && off >= p.tailed
+}
+
 func (p *partition) view() (earliest, next int64) {
 	p.smu.Lock()
 	defer p.smu.Unlock()
