@@ -68,7 +68,6 @@ func (rt *Router) serveWS(c echo.Context) error {
 	if release == nil {
 		return nil // reserveConn wrote the refusal
 	}
-	defer release()
 	cn := &conn{rt: rt, id: newID(), who: who, lean: lean, subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription),
 		pipe: newPubPipe(rt.opts.PublishPipeline, rt.opts.PublishPipelineBytes)}
 	if rt.opts.PublishRate > 0 {
@@ -80,15 +79,32 @@ func (rt *Router) serveWS(c echo.Context) error {
 	sopts.OnSent = rt.onSent
 	sess, err := session.Accept(c.Response(), c.Request(), rt.acceptOptions(), cn.id, sopts)
 	if err != nil {
+		release()
 		// Accept has written the HTTP error response.
 		rt.log.Debug("websocket accept failed", "err", err)
 		return nil
 	}
 	cn.sess = sess
 	if !rt.addConn(cn) {
+		release()
 		sess.Close(websocket.StatusGoingAway, "server shutting down")
 		return nil
 	}
+	// The session runs on a goroutine of its own and the handler returns:
+	// net/http and echo then drop what they hold for the request (the
+	// request, its headers and context, echo's context, the connection's
+	// state and buffers), and the reader's stack starts small instead of
+	// under the handshake's frames. Shutdown waits for it (addConn counted
+	// it in rt.wg).
+	go cn.run(release, sopts)
+	return nil
+}
+
+// run runs an accepted session until it ends, then tears it down; release
+// gives back its connection-limit slot.
+func (cn *conn) run(release func(), sopts session.Options) {
+	rt, sess := cn.rt, cn.sess
+	defer release()
 	defer rt.removeConn(cn)
 	rt.m.connections.Inc()
 	rt.m.connectsTotal.Inc()
@@ -101,7 +117,7 @@ func (rt *Router) serveWS(c echo.Context) error {
 		"epoch":   rt.eng.Epoch(),
 		"limits":  rt.welcomeLimits(sopts),
 	}
-	if lean {
+	if cn.lean {
 		welcome["envelope"] = envelopeLean
 	}
 	cn.sess.Send(session.Item{Frame: encodeReply("welcome", nil, welcome)})
@@ -109,14 +125,13 @@ func (rt *Router) serveWS(c echo.Context) error {
 	// refresh.go); the timers stop when the session ends first.
 	cn.expiry = cn.startExpiry()
 	defer cn.expiry.stop()
-	err = sess.Run(cn.ctx, cn)
+	err := sess.Run(cn.ctx, cn)
 	if errors.Is(err, session.ErrSlowConsumer) {
 		rt.m.slowDisconnects.Inc()
 	}
 	rt.countSessionEnd(err)
 	rt.log.Debug("session ended", "session", cn.id, "err", err)
 	cn.teardown()
-	return nil
 }
 
 // teardown removes every subscription of a finished session.

@@ -16,8 +16,9 @@
 // # Concurrency
 //
 // A Router is safe for concurrent use by multiple goroutines. Each WebSocket
-// session has one reader goroutine (the HTTP handler's), which runs the
-// client's ops in order, and one writer goroutine owned by the session. A
+// session has one reader goroutine, started by the HTTP handler, which
+// returns after the upgrade; the reader runs the client's ops in order. The
+// session's writer goroutine runs only while it has something to write. A
 // replaying subscription runs one catch-up goroutine until it is live.
 // Shutdown waits for all of them.
 //

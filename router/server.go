@@ -134,6 +134,11 @@ type countingConn struct {
 	counted atomic.Uint32
 }
 
+// Unwrap returns the wrapped connection: a hijacked WebSocket session reads
+// and writes it directly (see session.Accept); nothing is counted after
+// the upgrade anyway.
+func (c *countingConn) Unwrap() net.Conn { return c.Conn }
+
 func trackConnState(c net.Conn, s http.ConnState) {
 	if cc, ok := c.(*countingConn); ok {
 		cc.state.Store(int32(s))

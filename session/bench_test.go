@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"testing"
+
+	"github.com/coder/websocket"
 )
 
 func benchItems(streams, prios int) []Item {
@@ -95,4 +97,35 @@ func BenchmarkWriterBatch(b *testing.B) {
 		more, _ = s.writeBatch(s.opts.WriteTimeout)
 	}
 	b.ReportMetric(float64(s.Stats().Writes)/float64(b.N), "writes/op")
+}
+
+// BenchmarkWriterWake measures a message that finds the writer with
+// nothing to do, as every message of a quiet subscription does: Send, then
+// wait until it is written. One op is one message and one write.
+func BenchmarkWriterWake(b *testing.B) {
+	written := make(chan struct{}, 1)
+	s := NewOneWay("bench", Options{EncodeGap: testGap}, Transport{
+		Write: func(context.Context, []byte) error {
+			written <- struct{}{}
+			return nil
+		},
+		Close:    func(websocket.StatusCode, string) error { return nil },
+		CloseNow: func() error { return nil },
+	})
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(context.Background(), nil) }()
+	items := benchItems(16, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		it := items[i%len(items)]
+		it.Offset = int64(i)
+		s.Send(it)
+		<-written
+	}
+	b.StopTimer()
+	s.Close(websocket.StatusNormalClosure, "")
+	if err := <-ran; err != nil {
+		b.Fatal(err)
+	}
 }

@@ -51,10 +51,16 @@
 //
 // All methods of Session are safe for concurrent use by multiple goroutines,
 // except Run, which is called once. Run runs the reader on the calling
-// goroutine and starts exactly one writer goroutine; while a keepalive ping
-// is in flight (at most one, every Options.PingInterval) a short-lived
-// goroutine waits for its pong. Everything Run starts has exited when Run
-// returns. Send never blocks on the network: it takes the queue's lock only.
+// goroutine. The writer goroutine runs only while there is something to
+// write or a control event to handle: it exits once it is idle and the next
+// Send (or close, or keepalive) starts it again, so an idle session holds
+// one goroutine. A session that keeps its writer busy (runs in quick
+// succession) keeps it waiting instead until a keepalive period passes
+// quietly. At most one writer runs at a time. While a keepalive ping is in
+// flight (at most one, every Options.PingInterval) a short-lived goroutine
+// waits for its pong. Everything Run starts has exited when Run returns.
+// Send never blocks on the network: it takes the queue's lock and may start
+// the writer goroutine.
 //
 // Queue is safe for concurrent use. Its lock is the only lock held while
 // calling out of the package: Options.OnDrop and Options.EncodeGap run with it

@@ -56,9 +56,24 @@ type Session struct {
 	pingDone  chan error    // a keepalive result, for the writer
 	ctl       chan struct{} // capacity 1: wakes the writer for the above
 
+	// writer is the writer goroutine's state (writerNotStarted, ...; see
+	// wake).
+	writer atomic.Int32
+	// pingTimer sets pingDue and kicks the writer every PingInterval.
+	pingTimer *time.Timer
+	pingDue   atomic.Bool
+	// writerEnded is closed once the writer has closed the connection.
+	writerEnded chan struct{}
+
 	// Owned by the writer goroutine.
 	watchdog *time.Timer // write timeout, reused
 	delay    *time.Timer // write coalescing (coalesce.go), made on first use
+	pinging  bool        // a keepalive ping is in flight
+	// busy, quickRuns and prevRun decide whether the writer parks (see
+	// residentWindow).
+	busy      atomic.Bool // atomic for tests only
+	quickRuns int
+	prevRun   time.Time
 
 	// Owned by the reader goroutine.
 	msgTimer *time.Timer // message timeout, reused
@@ -84,18 +99,21 @@ type Session struct {
 // returns a session; nothing runs until Run. On error the response has been
 // written.
 func Accept(w http.ResponseWriter, r *http.Request, acceptOpts *websocket.AcceptOptions, id string, opts Options) (*Session, error) {
-	opts = opts.withDefaults() // check EncodeGap before upgrading
-	c, err := websocket.Accept(w, r, acceptOpts)
+	opts = opts.withDefaults()             // check EncodeGap before upgrading
+	hj := &lazyHijacker{ResponseWriter: w} // see lazyconn.go
+	c, err := websocket.Accept(hj, r, acceptOpts)
 	if err != nil {
 		return nil, fmt.Errorf("session: accept: %w", err)
 	}
-	return New(c, id, opts), nil
+	s := newSession(id, opts, connSocket(c, hj.lw))
+	s.conn = c
+	return s, nil
 }
 
 // New wraps an already accepted connection (for tests and embedding);
 // nothing runs until Run. New panics if opts.EncodeGap is nil.
 func New(conn *websocket.Conn, id string, opts Options) *Session {
-	s := newSession(id, opts, connSocket(conn))
+	s := newSession(id, opts, connSocket(conn, nil))
 	s.conn = conn
 	return s
 }
@@ -103,15 +121,16 @@ func New(conn *websocket.Conn, id string, opts Options) *Session {
 func newSession(id string, opts Options, sock socket) *Session {
 	opts = opts.withDefaults()
 	s := &Session{
-		id:        id,
-		opts:      opts,
-		sock:      sock,
-		q:         NewQueue(opts),
-		closeReq:  make(chan struct{}),
-		readEnded: make(chan struct{}),
-		done:      make(chan struct{}),
-		pingDone:  make(chan error, 1),
-		ctl:       make(chan struct{}, 1),
+		id:          id,
+		opts:        opts,
+		sock:        sock,
+		q:           NewQueue(opts),
+		closeReq:    make(chan struct{}),
+		readEnded:   make(chan struct{}),
+		writerEnded: make(chan struct{}),
+		done:        make(chan struct{}),
+		pingDone:    make(chan error, 1),
+		ctl:         make(chan struct{}, 1),
 	}
 	s.watchdog = time.AfterFunc(time.Hour, s.onWriteTimeout)
 	s.watchdog.Stop()
@@ -138,7 +157,10 @@ func (s *Session) Closing() <-chan struct{} { return s.closeReq }
 func (s *Session) Send(it Item) bool {
 	switch s.q.Push(it) {
 	case Queued:
+		s.wake()
 		return true
+	case Dropped:
+		s.wake() // the queue may have a gap to write
 	case Overflow:
 		s.closeWith(websocket.StatusTryAgainLater, "slow consumer", false, ErrSlowConsumer)
 	case ControlFull:
@@ -243,8 +265,7 @@ func (s *Session) Run(ctx context.Context, h Handler) error {
 		s.Close(websocket.StatusGoingAway, "going away")
 	})
 
-	s.wg.Add(1)
-	go s.writeLoop()
+	s.startWriter()
 	// The reader is unblocked by the writer closing the connection, so its
 	// reads need no deadline (and allocate none).
 	var err error

@@ -77,10 +77,10 @@ func (f *fakeSocket) frames() []string {
 // startWriter runs the writer goroutine of s as Run would and returns a
 // channel closed when it and everything it started have exited.
 func startWriter(s *Session) <-chan struct{} {
-	s.wg.Add(1)
-	go s.writeLoop()
+	s.startWriter()
 	done := make(chan struct{})
 	go func() {
+		<-s.writerEnded // no writer starts after this
 		s.wg.Wait()
 		close(done)
 	}()

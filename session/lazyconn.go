@@ -1,0 +1,263 @@
+package session
+
+// Buffers only while bytes are in hand.
+//
+// github.com/coder/websocket keeps, for each accepted connection, the
+// bufio.Reader and bufio.Writer that net/http hands over with the hijacked
+// connection: 8 KiB per connection for as long as it is open, most of what
+// an idle session costs. Accept gives the library a small bufio pair over a
+// lazyReader and a lazyWriter instead, which borrow pooled buffers only
+// while bytes are in hand:
+//
+//   - lazyReader waits for the socket to become readable without a buffer
+//     (syscall.RawConn.Read calls back when there is something to read),
+//     then reads into a buffer of bufPool and keeps it only until the
+//     bytes have been read from it. A read of at least a buffer's size
+//     goes straight into the caller's slice.
+//   - lazyWriter writes through to the socket, except while corked: the
+//     session corks it around each batch (Conn.Write), so the library's
+//     pieces of that frame (the header with the start of the payload, as
+//     the small bufio.Writer flushes it, then the rest of the payload) go
+//     out in one vectored write when the batch is done, the rest of the
+//     payload referenced, not copied. A piece that is not part of the
+//     batch's own slice (a compressed payload, a control frame written
+//     meanwhile) is copied, so nothing is referenced beyond its owner's
+//     call. The library's control frames (pong, close, ping) fit the small
+//     bufio.Writer and go out in one write each.
+//
+// Only connections that expose a syscall.RawConn (TCP and Unix sockets, not
+// TLS) take this path; others keep net/http's buffers. A listener's wrapper
+// that passes the bytes through unchanged may offer the connection it wraps
+// with a method Unwrap() net.Conn: the session then reads and writes that
+// one directly (a vectored write needs the *net.TCPConn itself).
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+)
+
+// smallWriteBuf is the size of the bufio.Writer handed to the library: it
+// holds a frame header with the start of its payload, and whole control
+// frames (at most 2+125 bytes unmasked, server side).
+const smallWriteBuf = 256
+
+// smallReadBuf is the size of the bufio.Reader handed to the library (the
+// minimum bufio allows); frame headers are read through it, payloads of
+// 16 bytes or more straight into the reader's buffer.
+const smallReadBuf = 16
+
+// lazyHijacker wraps the ResponseWriter given to websocket.Accept so that
+// the connection it hijacks comes with a lazy bufio pair.
+type lazyHijacker struct {
+	http.ResponseWriter
+	lw *lazyWriter // set by Hijack when the lazy pair is used
+}
+
+// Unwrap lets http.ResponseController reach the wrapped writer.
+func (h *lazyHijacker) Unwrap() http.ResponseWriter { return h.ResponseWriter }
+
+// Hijack hijacks the wrapped connection and replaces its bufio pair with a
+// lazy one when the connection allows.
+func (h *lazyHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	nc, brw, err := http.NewResponseController(h.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	raw := nc
+	for {
+		u, ok := raw.(interface{ Unwrap() net.Conn })
+		if !ok {
+			break
+		}
+		raw = u.Unwrap()
+	}
+	sc, ok := raw.(syscall.Conn)
+	if !ok || !lazySupported {
+		return nc, brw, nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nc, brw, nil
+	}
+	if brw.Writer.Buffered() > 0 {
+		if err := brw.Writer.Flush(); err != nil {
+			return nil, nil, err
+		}
+	}
+	lr := &lazyReader{rc: rc}
+	if n := brw.Reader.Buffered(); n > 0 {
+		// Bytes the client sent after its request (its first frames):
+		// they are read before the socket.
+		b, _ := brw.Reader.Peek(n)
+		lr.pending = append([]byte(nil), b...)
+	}
+	h.lw = &lazyWriter{nc: raw}
+	// The library resets the bufio.Reader onto the connection it gets
+	// (after what the reader has buffered), so the connection itself reads
+	// through lr.
+	lc := &lazyConn{Conn: raw, lr: lr}
+	return lc, bufio.NewReadWriter(bufio.NewReaderSize(lc, smallReadBuf), bufio.NewWriterSize(h.lw, smallWriteBuf)), nil
+}
+
+// lazyConn is a hijacked connection that reads through a lazyReader.
+type lazyConn struct {
+	net.Conn
+	lr *lazyReader
+}
+
+func (c *lazyConn) Read(p []byte) (int, error) { return c.lr.Read(p) }
+
+// lazyReader reads a socket into pooled buffers held only while they hold
+// unread bytes. It is used by one reader at a time (the library's).
+type lazyReader struct {
+	rc      syscall.RawConn
+	pending []byte  // bytes read and not yet returned: in buf, or copied at the handshake
+	buf     *[]byte // pooled buffer behind pending, nil when none is held
+}
+
+func (l *lazyReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if len(l.pending) == 0 {
+		if len(p) >= 4<<10 {
+			return l.readSocket(p) // large read: no copy
+		}
+		bp := getBuf()
+		n, err := l.readSocket((*bp)[:cap(*bp)])
+		if n == 0 {
+			putBuf(bp)
+			return 0, err
+		}
+		l.buf, l.pending = bp, (*bp)[:n]
+	}
+	n := copy(p, l.pending)
+	l.pending = l.pending[n:]
+	if len(l.pending) == 0 && l.buf != nil {
+		putBuf(l.buf)
+		l.buf = nil
+	}
+	return n, nil
+}
+
+// readSocket reads once into p, waiting without a buffer of its own until
+// the socket is readable. It returns io.EOF when the peer has closed.
+func (l *lazyReader) readSocket(p []byte) (int, error) {
+	var n int
+	var rerr error
+	err := l.rc.Read(func(fd uintptr) bool {
+		n, rerr = readFD(fd, p)
+		return !errors.Is(rerr, syscall.EAGAIN)
+	})
+	if err != nil {
+		return 0, err // closed, or the poller failed
+	}
+	if rerr != nil {
+		return 0, &net.OpError{Op: "read", Net: "tcp", Err: rerr}
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// lazyWriter is the writer under the small bufio.Writer the library writes
+// frames to. Safe for concurrent use: the library writes frames under its
+// own lock, the session corks and uncorks from the writer goroutine.
+type lazyWriter struct {
+	nc net.Conn
+
+	mu     sync.Mutex // guards following
+	corked bool
+	own    []byte    // the slice being written while corked; pieces of it are referenced
+	copied []byte    // the pieces copied while corked, in small unless they outgrow it
+	segs   []segment // what to write at uncork, in order
+	vec    [][]byte  // reused for the vectored write
+	// small holds the copied pieces of a batch: the header with the start
+	// of the payload, a control frame written meanwhile.
+	small [smallWriteBuf]byte
+}
+
+// segment is one piece to write at uncork: a referenced slice, or the
+// range [from,to) of copied.
+type segment struct {
+	ref      []byte
+	from, to int
+}
+
+func (l *lazyWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.corked {
+		return l.nc.Write(p)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if tailOf(p, l.own) {
+		l.segs = append(l.segs, segment{ref: p})
+		return len(p), nil
+	}
+	if l.copied == nil {
+		l.copied = l.small[:0]
+	}
+	from := len(l.copied)
+	l.copied = append(l.copied, p...)
+	if n := len(l.segs); n > 0 && l.segs[n-1].ref == nil && l.segs[n-1].to == from {
+		l.segs[n-1].to = len(l.copied) // extends the copied piece before it
+	} else {
+		l.segs = append(l.segs, segment{from: from, to: len(l.copied)})
+	}
+	return len(p), nil
+}
+
+// tailOf reports whether p is a non-empty tail of own (the same memory).
+func tailOf(p, own []byte) bool {
+	return len(p) > 0 && len(p) <= len(own) && &p[len(p)-1] == &own[len(own)-1] && &p[0] == &own[len(own)-len(p)]
+}
+
+// cork makes writes wait for uncork; pieces of own are referenced until
+// then, so own must not change before uncork returns.
+func (l *lazyWriter) cork(own []byte) {
+	l.mu.Lock()
+	l.corked, l.own = true, own
+	l.mu.Unlock()
+}
+
+// uncork writes what was written since cork, in one vectored write, and
+// ends the cork.
+func (l *lazyWriter) uncork() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.corked, l.own = false, nil
+	var err error
+	switch {
+	case len(l.segs) == 0:
+	case len(l.segs) == 1 && l.segs[0].ref != nil:
+		_, err = l.nc.Write(l.segs[0].ref)
+	case len(l.segs) == 1:
+		_, err = l.nc.Write(l.copied[l.segs[0].from:l.segs[0].to])
+	default:
+		vec := l.vec[:0]
+		for _, s := range l.segs {
+			if s.ref != nil {
+				vec = append(vec, s.ref)
+			} else {
+				vec = append(vec, l.copied[s.from:s.to])
+			}
+		}
+		bufs := net.Buffers(vec)
+		_, err = bufs.WriteTo(l.nc)
+		clear(vec)
+		l.vec = vec[:0]
+	}
+	clear(l.segs)
+	l.segs = l.segs[:0]
+	l.copied = nil // a copy that outgrew small is dropped
+	return err
+}

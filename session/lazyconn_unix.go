@@ -1,0 +1,24 @@
+//go:build unix
+
+package session
+
+import "syscall"
+
+// lazySupported reports whether lazyReader can read a socket through its
+// syscall.RawConn on this platform.
+const lazySupported = true
+
+// readFD reads once from the non-blocking descriptor fd into p, retrying
+// when interrupted.
+func readFD(fd uintptr, p []byte) (int, error) {
+	for {
+		n, err := syscall.Read(int(fd), p)
+		if err == syscall.EINTR {
+			continue
+		}
+		if n < 0 {
+			n = 0
+		}
+		return n, err
+	}
+}
