@@ -56,6 +56,8 @@ const smallReadBuf = 16
 type lazyHijacker struct {
 	http.ResponseWriter
 	lw *lazyWriter // set by Hijack when the lazy pair is used
+	lr *lazyReader // likewise
+	br *bufio.Reader
 }
 
 // Unwrap lets http.ResponseController reach the wrapped writer.
@@ -101,7 +103,35 @@ func (h *lazyHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	// (after what the reader has buffered), so the connection itself reads
 	// through lr.
 	lc := &lazyConn{Conn: raw, lr: lr}
-	return lc, bufio.NewReadWriter(bufio.NewReaderSize(lc, smallReadBuf), bufio.NewWriterSize(h.lw, smallWriteBuf)), nil
+	h.lr, h.br = lr, bufio.NewReaderSize(lc, smallReadBuf)
+	return lc, bufio.NewReadWriter(h.br, bufio.NewWriterSize(h.lw, smallWriteBuf)), nil
+}
+
+// idleWait lets the reader wait for the next frame on a shallow stack:
+// the reader calls wait between frames, before the library's Reader, and
+// it returns once the socket is readable or has failed, or at once when
+// bytes are buffered already. Waiting here rather than deep in the
+// library's frame reading lets the runtime shrink an idle reader's stack
+// to a few KiB.
+//
+// The library reads the connection outside the reader only in its close
+// handshake (Conn.Close waits for the peer's close frame); mu orders that
+// with the look at the buffers: the writer holds it around Close.
+type idleWait struct {
+	lr *lazyReader
+	br *bufio.Reader // the library's reader over lr; its buffered bytes come first
+	mu *sync.Mutex
+}
+
+func (w idleWait) wait() {
+	w.mu.Lock()
+	buffered := w.br.Buffered() > 0 || len(w.lr.pending) > 0
+	w.mu.Unlock()
+	if buffered {
+		return
+	}
+	_ = w.lr.rc.Read(func(fd uintptr) bool { return !peekWouldBlock(fd) })
+	// An error is the library's to report: its read fails the same way.
 }
 
 // lazyConn is a hijacked connection that reads through a lazyReader.

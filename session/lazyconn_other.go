@@ -10,3 +10,5 @@ import "errors"
 const lazySupported = false
 
 func readFD(uintptr, []byte) (int, error) { return 0, errors.ErrUnsupported }
+
+func peekWouldBlock(uintptr) bool { return false }

@@ -149,9 +149,10 @@ func TestLazyWriterCork(t *testing.T) {
 
 // TestSessionFramesBeforeUpgradeReply: frames the client sends right behind
 // its upgrade request, before the 101 reply (so that net/http has read them
-// into its buffer), reach the handler in order.
+// into its buffer), reach the handler in order; so do frames that arrive
+// together later.
 func TestSessionFramesBeforeUpgradeReply(t *testing.T) {
-	got := make(chan string, 2)
+	got := make(chan string, 4)
 	h := handlerFunc(func(_ *Session, data []byte) { got <- string(data) })
 	done := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -187,6 +188,22 @@ func TestSessionFramesBeforeUpgradeReply(t *testing.T) {
 		t.Fatalf("upgrade reply %d %v", resp.StatusCode, resp.Header)
 	}
 	for _, want := range []string{"first", "second"} {
+		select {
+		case f := <-got:
+			if f != want {
+				t.Fatalf("frame %q, want %q", f, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("frame %q not handled", want)
+		}
+	}
+	// Two tiny frames in one segment: the second one waits in the
+	// library's small bufio.Reader while the first is handled, and must
+	// not wait for the socket to become readable again.
+	if _, err := c.Write(append(maskedText("x"), maskedText("y")...)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"x", "y"} {
 		select {
 		case f := <-got:
 			if f != want {

@@ -22,3 +22,17 @@ func readFD(fd uintptr, p []byte) (int, error) {
 		return n, err
 	}
 }
+
+// peekWouldBlock reports whether fd has nothing to read yet: a
+// non-blocking one-byte peek would block. EOF and errors count as
+// readable, for the read that follows to report.
+func peekWouldBlock(fd uintptr) bool {
+	var b [1]byte
+	for {
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		if err == syscall.EINTR {
+			continue
+		}
+		return err == syscall.EAGAIN
+	}
+}

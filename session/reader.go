@@ -38,6 +38,9 @@ func (s *Session) readLoop(ctx context.Context, h Handler) error {
 	for {
 		// Wait for a frame without holding a buffer: idle sessions cost
 		// no read buffer.
+		if s.idle.lr != nil {
+			s.idle.wait()
+		}
 		typ, r, err := s.conn.Reader(ctx)
 		if err != nil {
 			return err

@@ -76,6 +76,7 @@ type Session struct {
 	prevRun   time.Time
 
 	// Owned by the reader goroutine.
+	idle     idleWait    // zero unless Accept took the lazy path
 	msgTimer *time.Timer // message timeout, reused
 	chunks   []*[]byte   // the chunks of the long message being read
 	reading  atomic.Int64
@@ -107,6 +108,9 @@ func Accept(w http.ResponseWriter, r *http.Request, acceptOpts *websocket.Accept
 	}
 	s := newSession(id, opts, connSocket(c, hj.lw))
 	s.conn = c
+	if hj.lr != nil {
+		s.idle = idleWait{lr: hj.lr, br: hj.br, mu: new(sync.Mutex)}
+	}
 	return s, nil
 }
 

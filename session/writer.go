@@ -338,6 +338,10 @@ func (s *Session) closeConn() {
 			}
 		}
 	}
+	if s.idle.mu != nil {
+		s.idle.mu.Lock() // the close handshake reads; see idleWait
+		defer s.idle.mu.Unlock()
+	}
 	_ = s.sock.close(code, reason)
 }
 
