@@ -13,7 +13,8 @@ import (
 )
 
 // TestComposeFile checks docker-compose.yml: three gateways on JetStream
-// with health checks and distinct ports, a three-node NATS cluster, and
+// with health checks and distinct ports and three replicas of every stream,
+// a three-node NATS cluster, and
 // Prometheus scraping every gateway. (No Docker engine runs in CI, so the
 // file is checked as data.)
 func TestComposeFile(t *testing.T) {
@@ -61,6 +62,9 @@ func TestComposeFile(t *testing.T) {
 			}
 			if env["SWITCHYARD_NATS_PREFIX"] == "" {
 				t.Error("no shared NATS prefix")
+			}
+			if env["SWITCHYARD_NATS_REPLICAS"] != "3" {
+				t.Errorf("SWITCHYARD_NATS_REPLICAS = %q, want 3 (one per NATS server)", env["SWITCHYARD_NATS_REPLICAS"])
 			}
 			if s.Healthcheck == nil || !slices.Contains(s.Healthcheck.Test, "--healthcheck") {
 				t.Errorf("healthcheck = %+v", s.Healthcheck)
