@@ -249,7 +249,8 @@
 // (run by nats.go's consumer), one watcher loop per bucket (topics,
 // groups, live), the connection watcher (tracks the connection's status
 // for the fail-fast and watcher-resume rules above), the committer (writes
-// positions, claims and releases), the letter writer (stores max_attempts
+// positions, claims and releases, up to 16 keys at once from goroutines
+// it waits for before its next round), the letter writer (stores max_attempts
 // dead letters and settles their records) and the heartbeat; short-lived
 // retry timers and group fetches (one at most per cursor, each bounded by
 // 5 s); the reader of pipelined appends' acknowledgements (one at most,

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -543,14 +544,33 @@ func (e *Engine) committer() {
 		gps := slices.Collect(maps.Keys(e.dirty))
 		clear(e.dirty)
 		e.gmu.Unlock()
+		// Positions are separate keys: write up to syncParallel at once,
+		// so a round of writes takes one round trip rather than one per
+		// partition. A cursor is in a round at most once, and the next
+		// round starts when this one is done.
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, syncParallel)
 		for _, gp := range gps {
 			if e.closed.Load() {
-				return
+				break
 			}
-			e.sync(gp)
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() { // one position write (with its retries), bounded by 5 s
+				defer wg.Done()
+				defer func() { <-sem }()
+				e.sync(gp)
+			}()
+		}
+		wg.Wait()
+		if e.closed.Load() {
+			return
 		}
 	}
 }
+
+// syncParallel bounds the position writes the committer has in flight.
+const syncParallel = 16
 
 // sync writes gp's wanted state with a compare-and-set on the last
 // revision seen; a conflict reloads the value and tries again.

@@ -1306,7 +1306,10 @@ func (p *partition) cacheAdd(c cached) {
 		}
 	}
 	if len(p.cache) >= cacheSize {
-		p.cache = slices.Delete(p.cache, 0, len(p.cache)-cacheSize+1)
+		// Resliced, not shifted: the append below copies the cache to a
+		// new array once its capacity is used up, so an add costs O(1)
+		// amortized rather than a move of the whole cache.
+		p.cache = p.cache[len(p.cache)-cacheSize+1:]
 	}
 	p.cache = append(p.cache, c)
 }
