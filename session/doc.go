@@ -40,6 +40,14 @@
 // into fixed 64 KiB chunks: an unfinished message holds about the bytes
 // that arrived (Stats.Reading), never a buffer grown by copying.
 //
+// # Memory of an idle session
+//
+// An idle session accepted by Accept holds one goroutine (the reader,
+// waiting for readability on a shallow stack), no writer goroutine (see
+// Concurrency) and no buffer: the WebSocket library gets a small bufio
+// pair over a reader and writer that borrow pooled buffers only while
+// bytes are in hand (lazyconn.go; TCP and Unix sockets, not TLS).
+//
 // # One-way sessions
 //
 // NewOneWay runs the same queue and writer over a Transport instead of a
