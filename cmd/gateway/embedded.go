@@ -8,9 +8,10 @@ package main
 // on the same directory finds every record it acknowledged, its groups resume
 // from their committed offsets, and clients resuming with positions get
 // recovered: true. The server writes each record to its file before the
-// publish is acknowledged and syncs the files to disk every two minutes (the
-// NATS default), so a process crash loses nothing acknowledged; a power loss
-// may lose what was written since the last sync.
+// publish is acknowledged and syncs the files to disk every --data-sync
+// (default two minutes, the NATS default; "always": after every write), so
+// a process crash loses nothing acknowledged; a power loss may lose what was
+// written since the last sync.
 //
 // The server listens on no TCP port unless --embedded-nats-listen names one:
 // then other gateway nodes (--engine nats --nats-url nats://that-address,
@@ -53,11 +54,12 @@ type embeddedNATS struct {
 
 // startEmbeddedNATS starts a JetStream server storing in dir (created if
 // missing), listening on listen (host:port) or, when listen is empty, on no
-// TCP port, and connects to it in process. It returns once the server has
+// TCP port, syncing its files to disk as sync says, and connects to it in
+// process. It returns once the server has
 // recovered its streams and accepts clients. It locks dir first, so a
 // second gateway on the same directory fails at once. The caller must call
 // stop.
-func startEmbeddedNATS(dir, listen string, log *slog.Logger) (*embeddedNATS, error) {
+func startEmbeddedNATS(dir, listen string, sync dataSync, log *slog.Logger) (*embeddedNATS, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("data-dir must be set for --engine embedded")
 	}
@@ -72,7 +74,7 @@ func startEmbeddedNATS(dir, listen string, log *slog.Logger) (*embeddedNATS, err
 	if err != nil {
 		return nil, err
 	}
-	emb, err := startLocked(abs, listen, log)
+	emb, err := startLocked(abs, listen, sync, log)
 	if err != nil {
 		lock.Close()
 		return nil, err
@@ -82,13 +84,16 @@ func startEmbeddedNATS(dir, listen string, log *slog.Logger) (*embeddedNATS, err
 }
 
 // startLocked is startEmbeddedNATS once the data dir abs is locked.
-func startLocked(abs, listen string, log *slog.Logger) (*embeddedNATS, error) {
+func startLocked(abs, listen string, sync dataSync, log *slog.Logger) (*embeddedNATS, error) {
 	opts := &server.Options{
 		ServerName: "switchyard-embedded",
 		JetStream:  true,
 		StoreDir:   abs,
 		DontListen: true,
 		NoSigs:     true, // the gateway handles signals and stops the server
+		// Zero values: the server's default, every two minutes.
+		SyncAlways:   sync.Always,
+		SyncInterval: sync.Interval,
 	}
 	if listen != "" {
 		host, port, err := net.SplitHostPort(listen)
@@ -154,18 +159,31 @@ func (e *embeddedNATS) stop() {
 	e.lock.Close()
 }
 
+// embeddedMemberTTL is the engine's member TTL when the embedded server
+// listens on no TCP port: no other node can exist, so the only stale member
+// registrations are a crashed earlier run's, and a short TTL lets the
+// groups resume soon after a restart (about 3 s instead of 10 s). It is
+// still three heartbeats long, so a busy process does not lose its own
+// members.
+const embeddedMemberTTL = 3 * time.Second
+
 // newEmbeddedEngine is the JetStream engine on the embedded server's
 // in-process connection.
 func newEmbeddedEngine(cfg config, emb *embeddedNATS, defaults engine.TopicConfig, policy engine.GroupPolicy, log *slog.Logger) (engine.Engine, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
+	var ttl time.Duration // the engine's default, for nodes that may join
+	if cfg.EmbedListen == "" {
+		ttl = embeddedMemberTTL
+	}
 	e, err := jsengine.New(ctx, jsengine.Options{
-		Conn:     emb.nc,
-		Prefix:   cfg.NATSPrefix,
-		Defaults: defaults,
-		Strict:   cfg.Strict,
-		Policy:   policy,
-		Logger:   log,
+		MemberTTL: ttl,
+		Conn:      emb.nc,
+		Prefix:    cfg.NATSPrefix,
+		Defaults:  defaults,
+		Strict:    cfg.Strict,
+		Policy:    policy,
+		Logger:    log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("engine embedded (%s): %w", cfg.DataDir, err)

@@ -26,7 +26,7 @@ import (
 func TestEmbeddedListen(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	t.Run("none", func(t *testing.T) {
-		emb, err := startEmbeddedNATS(t.TempDir(), "", log)
+		emb, err := startEmbeddedNATS(t.TempDir(), "", dataSync{}, log)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +39,7 @@ func TestEmbeddedListen(t *testing.T) {
 		}
 	})
 	t.Run("listen", func(t *testing.T) {
-		emb, err := startEmbeddedNATS(t.TempDir(), "127.0.0.1:0", log)
+		emb, err := startEmbeddedNATS(t.TempDir(), "127.0.0.1:0", dataSync{}, log)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +53,7 @@ func TestEmbeddedListen(t *testing.T) {
 			t.Fatalf("tool connection: %v", err)
 		}
 		nc.Close()
-		busy, err := startEmbeddedNATS(t.TempDir(), a.String(), log)
+		busy, err := startEmbeddedNATS(t.TempDir(), a.String(), dataSync{}, log)
 		if err == nil {
 			busy.stop()
 			t.Fatal("a second server on the same port started")
@@ -61,12 +61,12 @@ func TestEmbeddedListen(t *testing.T) {
 	})
 	t.Run("data-dir in use", func(t *testing.T) {
 		dir := t.TempDir()
-		emb, err := startEmbeddedNATS(dir, "", log)
+		emb, err := startEmbeddedNATS(dir, "", dataSync{}, log)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer emb.stop()
-		if second, err := startEmbeddedNATS(dir, "", log); err == nil {
+		if second, err := startEmbeddedNATS(dir, "", dataSync{}, log); err == nil {
 			second.stop()
 			t.Fatal("a second server on the same data dir started")
 		} else if !strings.Contains(err.Error(), "in use") {
@@ -74,7 +74,7 @@ func TestEmbeddedListen(t *testing.T) {
 		}
 	})
 	t.Run("no data-dir", func(t *testing.T) {
-		if emb, err := startEmbeddedNATS("", "", log); err == nil {
+		if emb, err := startEmbeddedNATS("", "", dataSync{}, log); err == nil {
 			emb.stop()
 			t.Fatal("started without a data dir")
 		}
@@ -246,10 +246,12 @@ func TestEmbeddedCrashRecovery(t *testing.T) {
 	member2.send(t, map[string]any{"op": "subscribe", "id": 1, "pattern": "orders", "group": "billing"})
 	member2.expect(t, "subscribed")
 	// The crashed node's lease on the partition ends with its member TTL
-	// (10 s): next() waits up to 20 s.
+	// (embeddedMemberTTL, 3 s): next() waits up to 20 s.
+	joined := time.Now()
 	if m := member2.expect(t, "message"); int(m["offset"].(float64)) != k {
 		t.Errorf("group resumed at %v, want %d", m["offset"], k)
 	}
+	t.Logf("group resumed %v after the member joined", time.Since(joined).Round(time.Millisecond))
 
 	// A subscriber resuming with the positions it saw is recovered and
 	// continues right after them.
@@ -342,4 +344,40 @@ func readLog(t *testing.T, n *node, topic string) []string {
 	}
 	t.Fatal("log read did not end")
 	return nil
+}
+
+// TestEmbeddedDataSync: --data-sync reaches the embedded server's JetStream
+// settings; the zero value keeps the server's default.
+func TestEmbeddedDataSync(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tt := range []struct {
+		flag         string
+		wantAlways   bool
+		wantInterval time.Duration
+	}{
+		{"always", true, 0},
+		{"10s", false, 10 * time.Second},
+		{defaultDataSync, false, 2 * time.Minute},
+	} {
+		t.Run(tt.flag, func(t *testing.T) {
+			sync, err := parseDataSync(tt.flag)
+			if err != nil {
+				t.Fatal(err)
+			}
+			emb, err := startEmbeddedNATS(t.TempDir(), "", sync, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer emb.stop()
+			jc := emb.ns.JetStreamConfig()
+			if jc.SyncAlways != tt.wantAlways || (tt.wantInterval != 0 && jc.SyncInterval != tt.wantInterval) {
+				t.Errorf("sync_always %v, sync_interval %v; want %v, %v", jc.SyncAlways, jc.SyncInterval, tt.wantAlways, tt.wantInterval)
+			}
+		})
+	}
+	for _, bad := range []string{"", "never", "0s", "-1m"} {
+		if _, err := parseDataSync(bad); err == nil {
+			t.Errorf("--data-sync %q accepted", bad)
+		}
+	}
 }

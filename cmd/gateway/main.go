@@ -78,6 +78,7 @@ type config struct {
 	DataDir      string
 	EmbedListen  string
 	NATSReplicas int
+	DataSync     string
 	LogLevel     string
 	LogJSON      bool
 
@@ -164,6 +165,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.Engine, "engine", "memory", `log engine: "memory" (in process, lost on restart), "embedded" (JetStream in process, files in --data-dir) or "nats" (an external JetStream at --nats-url)`)
 	fs.StringVar(&cfg.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL(s) for --engine nats")
 	fs.StringVar(&cfg.DataDir, "data-dir", "data", "directory of the log's files for --engine embedded (created if missing); one gateway per directory")
+	fs.StringVar(&cfg.DataSync, "data-sync", defaultDataSync, `how often --engine embedded syncs its files to disk: a duration, or "always" (after every write: survives a power loss, slower publishes)`)
 	fs.StringVar(&cfg.EmbedListen, "embedded-nats-listen", "", "host:port where the embedded NATS server accepts clients, for other gateway nodes (--engine nats) and NATS tools (empty: no TCP port)")
 	fs.IntVar(&cfg.NATSReplicas, "nats-replicas", 1, "copies a NATS cluster keeps of each stream and bucket the gateway creates, 1 to 5, for --engine nats (existing ones are scaled to it; 3 survives losing one NATS server)")
 	fs.StringVar(&cfg.NATSPrefix, "nats-prefix", "switchyard", "name prefix of the JetStream streams and buckets; nodes with the same prefix share a log")
@@ -394,7 +396,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	var emb *embeddedNATS
 	switch cfg.Engine {
 	case "embedded":
-		if emb, err = startEmbeddedNATS(cfg.DataDir, cfg.EmbedListen, log); err != nil {
+		sync, err := parseDataSync(cfg.DataSync)
+		if err != nil {
+			return err
+		}
+		if emb, err = startEmbeddedNATS(cfg.DataDir, cfg.EmbedListen, sync, log); err != nil {
 			return err
 		}
 		// Deferred, so it runs after every path below has closed the
@@ -403,6 +409,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	case "memory", "nats":
 		if cfg.EmbedListen != "" {
 			return errors.New("embedded-nats-listen needs --engine embedded")
+		}
+		if cfg.DataSync != defaultDataSync {
+			return errors.New("data-sync needs --engine embedded")
 		}
 	}
 	eng, err := newEngine(cfg, emb, log)
