@@ -37,7 +37,9 @@
 // other. Offsets are stable: they are stored in the records themselves.
 //
 // Reading. Read and group catch-up use direct gets of the record stream
-// filtered by the partition's subject (one round trip per record), after a
+// (with Options.Replicas above 1, gets from the stream's leader instead:
+// see replicas.go) filtered by the partition's subject (one round trip per
+// record), after a
 // binary search over stream sequences for the first wanted offset (offsets
 // grow with sequences within a subject). The search is bounded above by
 // the highest sequence known: the subject's last as just loaded (Read) or
