@@ -86,3 +86,73 @@ func TestPipelinedNodesShareAPartition(t *testing.T) {
 		t.Log("no chain broke: the nodes' appends did not interleave this time")
 	}
 }
+
+// TestPipelinedCloseInFlight: Close with pipelined appends in flight
+// answers each exactly once, and every append answered without an error
+// is stored (read back by another node).
+func TestPipelinedCloseInFlight(t *testing.T) {
+	url := natstest.URL(t)
+	prefix := natstest.Prefix(t, url)
+	e := newNode(t, nodeOpts{url: url, prefix: prefix})
+	const topic, n = "pipe.close", 400
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	calls := make([]int, n)
+	ok := map[int64]string{}
+	quarter := make(chan struct{}) // closed once more than n/4 are answered without error
+	wg.Add(n)
+	for i := range n {
+		data := strconv.Itoa(i)
+		e.AppendAsync(t.Context(), engine.Message{Topic: topic, Data: []byte(data)}, func(a engine.Appended, err error) {
+			mu.Lock()
+			calls[i]++
+			if err == nil {
+				ok[a.Offset] = data
+				if len(ok) == n/4+1 {
+					close(quarter)
+				}
+			}
+			mu.Unlock()
+			wg.Done()
+		})
+		if i == n/4 {
+			// The first quarter answered, then Close with the rest going in.
+			select {
+			case <-quarter:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the first appends not answered within 30s")
+			}
+			go func() { _ = e.Close(t.Context()) }() // returns once the engine's goroutines did
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }() // exits when every append is answered
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("appends not answered within 30s of Close")
+	}
+	for i, c := range calls {
+		if c != 1 {
+			t.Fatalf("append %d answered %d times", i, c)
+		}
+	}
+	other := newNode(t, nodeOpts{url: url, prefix: prefix})
+	recs, _, err := other.Read(t.Context(), topic, 0, 0, n+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := map[int64]string{}
+	for _, r := range recs {
+		stored[r.Offset] = string(r.Data)
+	}
+	if len(ok) <= n/4 {
+		t.Fatalf("only %d appends answered without error", len(ok))
+	}
+	for off, data := range ok {
+		if stored[off] != data {
+			t.Fatalf("acknowledged append %s at offset %d: stored %q", data, off, stored[off])
+		}
+	}
+	t.Logf("%d of %d answered without error before and during Close; %d stored", len(ok), n, len(recs))
+}
