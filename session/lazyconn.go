@@ -205,7 +205,8 @@ type lazyWriter struct {
 	mu     sync.Mutex // guards following
 	corked bool
 	own    []byte    // the slice being written while corked; pieces of it are referenced
-	copied []byte    // the pieces copied while corked, in small unless they outgrow it
+	copied []byte    // the pieces copied while corked: in small, or in pooled once they outgrow it
+	pooled *[]byte   // pooled buffer behind copied, nil when none is held
 	segs   []segment // what to write at uncork, in order
 	vec    [][]byte  // reused for the vectored write
 	// small holds the copied pieces of a batch: the header with the start
@@ -235,6 +236,13 @@ func (l *lazyWriter) Write(p []byte) (int, error) {
 	}
 	if l.copied == nil {
 		l.copied = l.small[:0]
+	}
+	if len(l.copied)+len(p) > cap(l.copied) && l.pooled == nil {
+		// A large copied piece (a compressed payload): into a pooled
+		// buffer rather than a new one per batch.
+		l.pooled = getBuf()
+		*l.pooled = append((*l.pooled)[:0], l.copied...)
+		l.copied = *l.pooled
 	}
 	from := len(l.copied)
 	l.copied = append(l.copied, p...)
@@ -288,6 +296,11 @@ func (l *lazyWriter) uncork() error {
 	}
 	clear(l.segs)
 	l.segs = l.segs[:0]
-	l.copied = nil // a copy that outgrew small is dropped
+	if l.pooled != nil {
+		*l.pooled = l.copied[:0] // keeps what append grew it to
+		putBuf(l.pooled)
+		l.pooled = nil
+	}
+	l.copied = nil
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/sha1"
 	"encoding/base64"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -233,7 +234,14 @@ func TestSessionLargeAndCompressedBatches(t *testing.T) {
 	for _, mode := range []websocket.CompressionMode{websocket.CompressionDisabled, websocket.CompressionNoContextTakeover} {
 		t.Run(map[websocket.CompressionMode]string{websocket.CompressionDisabled: "plain", websocket.CompressionNoContextTakeover: "compressed"}[mode], func(t *testing.T) {
 			done := make(chan struct{})
-			frames := []string{strings.Repeat("a", 300), strings.Repeat("b", 70<<10), "c", strings.Repeat("d", 5000)}
+			// The last frame compresses badly: its compressed payload is
+			// larger than the small write buffer.
+			rnd := rand.New(rand.NewPCG(1, 2))
+			noise := make([]byte, 10<<10)
+			for i := range noise {
+				noise[i] = byte('a' + rnd.IntN(26))
+			}
+			frames := []string{strings.Repeat("a", 300), strings.Repeat("b", 70<<10), "c", strings.Repeat("d", 5000), string(noise)}
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				defer close(done)
 				s, err := Accept(w, r, &websocket.AcceptOptions{CompressionMode: mode}, "s1", Options{EncodeGap: testGap, ReadLimit: 1 << 20})
