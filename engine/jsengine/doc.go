@@ -96,7 +96,8 @@
 // previous record's acknowledgement, chaining this node's publishes with
 // Nats-Expected-Last-Msg-Id so that the expected-sequence guarantees above
 // still hold; a chain broken by another writer is appended again in order.
-// See pipeline.go. Topic deletion is
+// With more than one replica AppendAsync appends as Append does. See
+// pipeline.go. Topic deletion is
 // announced to every node by the topic bucket's watcher.
 //
 // Epoch. The node that creates the record stream stores a random epoch in

@@ -36,7 +36,12 @@ package jsengine
 // running and exits when none is in flight.
 //
 // Not pipelined, but appended as by Append (after the partition's records
-// in flight): records with a MsgID (their Nats-Msg-Id is the claim's),
+// in flight): everything when the streams have more than one replica (a
+// replicated stream checks Nats-Expected-Last-Msg-Id as it applies a
+// record, and in tests with two nodes contending for one partition the
+// refusals stalled the stream past the acknowledgement timeout, so
+// clustered deployments keep the one-at-a-time path for now), records
+// with a MsgID (their Nats-Msg-Id is the claim's),
 // topics with MaxAge or the Block policy (an append may trim or wait),
 // a partition within the window of its MaxMessages (an append may trim),
 // and a partition whose last message is a trim marker.
@@ -97,7 +102,7 @@ var _ engine.AsyncAppender = (*Engine)(nil)
 
 // AppendAsync implements engine.AsyncAppender; see the file comment.
 func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(engine.Appended, error)) {
-	if m.MsgID != "" {
+	if m.MsgID != "" || e.replicas > 1 {
 		e.appendSerial(ctx, m, done)
 		return
 	}

@@ -18,10 +18,31 @@ import (
 // stay 0..n-1 without gaps or repeats, every append is answered once and
 // succeeds, and each node's records are stored in its call order.
 func TestPipelinedNodesShareAPartition(t *testing.T) {
-	url := natstest.URL(t)
-	prefix := natstest.Prefix(t, url)
-	nodes := []*jsengine.Engine{newNode(t, nodeOpts{url: url, prefix: prefix}), newNode(t, nodeOpts{url: url, prefix: prefix})}
-	const topic, each = "pipe.shared", 300
+	t.Run("one server", func(t *testing.T) {
+		url := natstest.URL(t)
+		prefix := natstest.Prefix(t, url)
+		pipelinedShare(t, newNode(t, nodeOpts{url: url, prefix: prefix}), newNode(t, nodeOpts{url: url, prefix: prefix}), 300)
+	})
+	t.Run("three servers, three replicas", func(t *testing.T) {
+		// With three replicas AppendAsync appends one at a time (see
+		// pipeline.go); the guarantees are the same.
+		c := natstest.NewCluster(t, 3)
+		var nodes []*jsengine.Engine
+		for i := range 2 {
+			e, err := openReplicas(c.URLs(i), "pipe", 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { closeEngine(t, e) })
+			nodes = append(nodes, e)
+		}
+		pipelinedShare(t, nodes[0], nodes[1], 100)
+	})
+}
+
+func pipelinedShare(t *testing.T, a, b *jsengine.Engine, each int) {
+	nodes := []*jsengine.Engine{a, b}
+	const topic = "pipe.shared"
 	if _, err := nodes[0].CreateTopic(t.Context(), engine.TopicConfig{Name: topic, Partitions: 1}); err != nil {
 		t.Fatal(err)
 	}
