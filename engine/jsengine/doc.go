@@ -200,7 +200,11 @@
 // the member named as for a local settle: a member family
 // (engine.MembersOf, as the router's HTTP pull members use) matches a
 // lease held by any member of the family on the holder. Committed
-// offsets are written by a background committer, so Group on another node
+// offsets are written by a background committer, in rounds of at most 16
+// keys at once, each write carrying every ack since the previous one; after
+// a crash the next holder redelivers from the last written offset: the
+// records leased and not acked, and those acked since the last write
+// (about one round trip's worth). Group on another node
 // shows them a moment later. Seek works from any node: the holder adopts
 // a position written by someone else.
 //
