@@ -64,6 +64,7 @@ type partition struct {
 	// in flight is answered.
 	inflight int
 	broken   bool
+	chain    uint64 // the chain (Engine.w.epoch) of p's last pipelined record
 	pcond    *sync.Cond
 	// The writer's state: the subject's last message, as of the last load
 	// or append. Another node's append makes it stale; the next publish

@@ -81,6 +81,7 @@ type pipe struct {
 	lastID  string  // Nats-Msg-Id of the node's last pipelined publish
 	n       uint64  // ids handed out
 	open    int     // pipelined records published and not yet answered
+	epoch   uint64  // bumped when a re-append starts a new chain
 	reading bool    // an ack reader runs
 }
 
@@ -135,7 +136,9 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 		return
 	}
 	p.amu.Lock()
-	for p.broken || (!p.known && p.inflight > 0) {
+	for p.broken || (!p.known && p.inflight > 0) || (p.inflight > 0 && p.chain != e.chainEpoch()) {
+		// A record of p may follow p's records in flight only on the
+		// chain they are on: a re-append started a new one.
 		p.pcond.Wait()
 	}
 	if t.deleted.Load() || e.closed.Load() {
@@ -166,6 +169,16 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 	}
 	msg := e.pendMsg(x, p.cum+x.size)
 	e.wmu.Lock()
+	if p.inflight > 0 && p.chain != e.w.epoch {
+		// A re-append started a new chain since the check above (it
+		// holds wmu, not amu): start over, to wait for p's records in
+		// flight.
+		e.wmu.Unlock()
+		p.amu.Unlock()
+		e.freeRoom()
+		e.AppendAsync(ctx, m, done)
+		return
+	}
 	e.w.n++
 	x.id = e.node + "." + strconv.FormatUint(e.w.n, 10)
 	msg.Header.Set(jetstream.MsgIDHeader, x.id)
@@ -186,6 +199,7 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 		return
 	}
 	x.fut, x.done = fut, done
+	p.chain = e.w.epoch
 	e.w.lastID = x.id
 	e.w.open++
 	e.w.q = append(e.w.q, x)
@@ -412,6 +426,7 @@ func (e *Engine) reappend(x *pend) (engine.Appended, uint64, error) {
 			return engine.Appended{}, 0, unavailable("append", err)
 		}
 		e.w.lastID = id
+		e.w.epoch++ // a new chain: records in flight are not on it
 		if p.earliestW >= p.nextW {
 			p.earliestW, p.firstTime, p.baseCum = x.off, now, p.cum
 		}
@@ -448,3 +463,10 @@ func (e *Engine) viewStored(p *partition, off int64, seq uint64) {
 // acknowledgement; past it the outcome is unknown (as for an Append whose
 // context ended mid-publish).
 const pipelineAckTimeout = 5 * time.Second
+
+// chainEpoch returns the current chain's number.
+func (e *Engine) chainEpoch() uint64 {
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	return e.w.epoch
+}
