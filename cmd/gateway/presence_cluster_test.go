@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/switchyard/switchyard/engine/jsengine/natstest"
 )
@@ -19,6 +20,10 @@ func TestClusterPresence(t *testing.T) {
 	conns := make([]*wsConn, len(nodes))
 	sessions := make([]string, len(nodes))
 	for i, n := range nodes {
+		// Each node learns of the others' members through NATS. A member
+		// this node has not seen yet when the session subscribes is told
+		// to it as a join, so wait until the node lists the earlier ones.
+		waitPresenceCount(t, n, "rooms.9", i)
 		conns[i] = dialNode(t, n)
 		conns[i].send(t, map[string]any{"op": "subscribe", "id": 1, "pattern": "rooms.9", "presence": true})
 		conns[i].expect(t, "subscribed")
@@ -63,6 +68,31 @@ func TestClusterPresence(t *testing.T) {
 	_ = json.NewDecoder(resp.Body).Decode(&body)
 	if resp.StatusCode != 200 || int(body["count"].(float64)) != 2 {
 		t.Fatalf("GET presence on node 1: %d %v", resp.StatusCode, body)
+	}
+}
+
+// waitPresenceCount waits, bounded, until node n's GET /v1/presence lists
+// want members of topic.
+func waitPresenceCount(t *testing.T, n *node, topic string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://" + n.addr + "/v1/presence/" + topic + "?count=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Count int `json:"count"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if err == nil && body.Count == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s lists %d members of %s, want %d", n.addr, body.Count, topic, want)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
