@@ -299,12 +299,7 @@ func (r *runner) publishNATS(ctx context.Context, topics []int) ([]*subscriber, 
 			})
 		}()
 	}
-	deadline := time.Now().Add(cfg.duration)
-	rate := cfg.rate / float64(cfg.publishers)
-	var quota int64
-	if cfg.messages > 0 {
-		quota = max(1, cfg.messages/int64(cfg.publishers))
-	}
+	deadline, rate, quota := publisherShare(cfg)
 	done := make(chan struct{}, cfg.publishers)
 	for i, p := range pubs {
 		go func() { // exits at the deadline, the quota or a write error

@@ -611,12 +611,7 @@ func (r *runner) publish(ctx context.Context, topics []int) ([]*subscriber, erro
 			})
 		}()
 	}
-	deadline := time.Now().Add(cfg.duration)
-	rate := cfg.rate / float64(cfg.publishers)
-	var quota int64
-	if cfg.messages > 0 {
-		quota = max(1, cfg.messages/int64(cfg.publishers))
-	}
+	deadline, rate, quota := publisherShare(cfg)
 	for i, p := range pubs {
 		wg.Add(1)
 		go func() { // exits at the deadline, the quota or a write error
@@ -929,4 +924,16 @@ func (r *runner) runGroups(ctx context.Context) (*Report, error) {
 	rep.Notes = append(rep.Notes, "delivered counts distinct records acked; duplicates are records acked and then delivered (and acked) again",
 		"latency: publish to ack written, first attempts; acked/s: distinct records acked over publishing plus drain")
 	return rep, nil
+}
+
+// publisherShare returns when publishing stops and each publisher's share
+// of the rate (messages/s; 0: as fast as replies allow) and of --messages
+// (0: no quota).
+func publisherShare(cfg *config) (deadline time.Time, rate float64, quota int64) {
+	deadline = time.Now().Add(cfg.duration)
+	rate = cfg.rate / float64(cfg.publishers)
+	if cfg.messages > 0 {
+		quota = max(1, cfg.messages/int64(cfg.publishers))
+	}
+	return deadline, rate, quota
 }
