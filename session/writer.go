@@ -143,9 +143,7 @@ func (s *Session) writeLoop() {
 		s.writer.CompareAndSwap(writerNotified, writerRunning)
 		select {
 		case <-s.q.Ready():
-			if err := s.drain(); err != nil {
-				s.abort(err)
-				s.finishWriter()
+			if !s.drainOrEnd() {
 				return
 			}
 			continue
@@ -156,9 +154,7 @@ func (s *Session) writeLoop() {
 				// a new goroutine growing its stack again.
 				select {
 				case <-s.q.Ready():
-					if err := s.drain(); err != nil {
-						s.abort(err)
-						s.finishWriter()
+					if !s.drainOrEnd() {
 						return
 					}
 					continue
@@ -178,6 +174,17 @@ func (s *Session) writeLoop() {
 			return
 		}
 	}
+}
+
+// drainOrEnd writes what is queued; when a write fails it ends the
+// session and reports false, and the writer must return.
+func (s *Session) drainOrEnd() bool {
+	if err := s.drain(); err != nil {
+		s.abort(err)
+		s.finishWriter()
+		return false
+	}
+	return true
 }
 
 // control handles what kick signals: a close request, the end of the
