@@ -314,13 +314,17 @@ const fetchBatch = 64
 // records fetched ahead; nil while they are being fetched from NATS, which
 // happens without gmu (see fetchAhead). Caller holds gmu.
 func (e *Engine) recordAt(gp *gpart, off int64) *engine.Record {
-	if r := gp.p.cachedAt(off); r != nil {
+	// One look under the partition's lock: the tail may announce the
+	// record at any moment, and a record neither cached nor coming (seen
+	// in two looks, on either side of that moment) would be fetched.
+	r, coming := gp.p.cachedOrComing(off)
+	if r != nil {
 		return r
 	}
 	if n := len(gp.ahead); n > 0 && off >= gp.ahead[0].Offset && off < gp.ahead[0].Offset+int64(n) {
 		return gp.ahead[off-gp.ahead[0].Offset]
 	}
-	if gp.p.comingFromTail(off) {
+	if coming {
 		// Appended (by this node: the offset is known) and not yet
 		// announced: the tail brings it and pumps gp, without a fetch.
 		return nil

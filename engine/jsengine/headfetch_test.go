@@ -13,7 +13,8 @@ import (
 // partition gets every record from this node's tail. An append makes the
 // record's offset known before the tail has it; a pump in that moment (an
 // ack arriving) must wait for the tail, which pumps the cursor, rather
-// than fetch the record from NATS.
+// than fetch the record from NATS. (The partition's first record, before
+// the tail has announced any, may still be fetched.)
 func TestLiveGroupFetchesNothing(t *testing.T) {
 	url := natstest.URL(t)
 	e := newNode(t, nodeOpts{url: url, prefix: natstest.Prefix(t, url)})
@@ -25,6 +26,16 @@ func TestLiveGroupFetchesNothing(t *testing.T) {
 	if _, err := e.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "head", Member: "m", MaxInFlight: 64}, mc); err != nil {
 		t.Fatal(err)
 	}
+	// Until the tail has announced a record of the partition, the engine
+	// cannot tell that the tail will bring the next one, and a pump in
+	// that moment may fetch the first record. Past the first, none.
+	if _, err := e.Append(ctx, engine.Message{Topic: "head", Data: []byte(`0`)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ackAll(t, e, mc, "g", "m", 1, 30*time.Second); got != 1 {
+		t.Fatal("the first record was not delivered")
+	}
+	first := e.GroupFetches()
 	const n = 300
 	errc := make(chan error, 1)
 	go func() { // appends n records, then exits
@@ -42,7 +53,7 @@ func TestLiveGroupFetchesNothing(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
-	if f := e.GroupFetches(); f != 0 {
+	if f := e.GroupFetches() - first; f != 0 {
 		t.Errorf("%d fetches from NATS for a group at the head, want 0", f)
 	}
 }

@@ -1319,6 +1319,24 @@ func (p *partition) cacheAdd(c cached) {
 func (p *partition) cachedAt(off int64) *engine.Record {
 	p.smu.Lock()
 	defer p.smu.Unlock()
+	return p.cachedLocked(off)
+}
+
+// cachedOrComing returns the record at off from the tail's cache or, when
+// it is not there, whether the tail will bring it,
+// both seen at one moment: the tail brings every record at or after the
+// offset after the last one it announced, once it has announced one.
+func (p *partition) cachedOrComing(off int64) (*engine.Record, bool) {
+	p.smu.Lock()
+	defer p.smu.Unlock()
+	if r := p.cachedLocked(off); r != nil {
+		return r, false
+	}
+	return nil, p.tailed > 0 && off >= p.tailed
+}
+
+// cachedLocked is cachedAt with p.smu held.
+func (p *partition) cachedLocked(off int64) *engine.Record {
 	if len(p.cache) == 0 {
 		return nil
 	}
@@ -1331,14 +1349,6 @@ func (p *partition) cachedAt(off int64) *engine.Record {
 
 // view returns the partition's earliest and next offsets as this node
 // last saw them.
-// comingFromTail reports whether the tail will bring the record at off:
-// it has announced a record of the partition, and none at off or later.
-func (p *partition) comingFromTail(off int64) bool {
-	p.smu.Lock()
-	defer p.smu.Unlock()
-	return p.tailed > 0 && off >= p.tailed
-}
-
 func (p *partition) view() (earliest, next int64) {
 	p.smu.Lock()
 	defer p.smu.Unlock()
