@@ -129,6 +129,7 @@ type Engine struct {
 
 	topicsGen    atomic.Uint64 // bumped when a topic is installed or dropped
 	groupFetches atomic.Int64  // group fetches from NATS started (fetchAhead)
+	oneAtATime   atomic.Int64  // AppendAsync calls appended as by Append (appendAfter)
 	topicsMu     sync.Mutex    // guards topicsC
 	topicsC      *topicsCache
 

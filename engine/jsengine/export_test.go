@@ -13,3 +13,7 @@ func (e *Engine) Reappends() int64 { return e.reappends.Load() }
 
 // GroupFetches returns how many group fetches from NATS this node started.
 func (e *Engine) GroupFetches() int64 { return e.groupFetches.Load() }
+
+// OneAtATime returns how many AppendAsync calls of a pipelining partition
+// were appended one at a time instead (near the partition's cap).
+func (e *Engine) OneAtATime() int64 { return e.oneAtATime.Load() }

@@ -118,6 +118,22 @@ type recMeta struct {
 	P uint8             `json:"p,omitempty"`
 }
 
+// trimSlack is how many records past MaxMessages a large drop_oldest
+// partition may hold between trims. A trim is a purge round trip made by
+// an append one at a time (after the partition's pipelined appends), so
+// trimming on every append at the cap would end pipelining for good once
+// a busy topic fills (the default cap is reached in minutes at hundreds of
+// publishes per second). With the slack, an append trims back to
+// MaxMessages only once fewer than maxPipelined records of slack are left,
+// and the appends in between stay pipelined (see AppendAsync). Caps below
+// 32768 records, and Block topics, are kept exactly (no slack).
+func trimSlack(cfg engine.TopicConfig) int64 {
+	if cfg.OnFull == engine.Block || cfg.MaxMessages < 32768 {
+		return 0
+	}
+	return min(cfg.MaxMessages/16, 8192)
+}
+
 func recordBytes(r *engine.Record) int64 {
 	b := len(r.Data) + len(r.Key)
 	for k, v := range r.Headers {
@@ -889,7 +905,8 @@ func (e *Engine) appendToPart(ctx context.Context, t *topic, m *engine.Message, 
 			if err := e.rec.Purge(ctx, jetstream.WithPurgeSubject(p.subject), jetstream.WithPurgeSequence(ack.Sequence)); err != nil {
 				e.log.Warn("jsengine: drop marker", "subject", p.subject, "err", err)
 			}
-		case maxMsgs > 0 && p.nextW-p.earliestW > maxMsgs:
+		case maxMsgs > 0 && p.nextW-p.earliestW > maxMsgs &&
+			p.nextW-p.earliestW+maxPipelined >= maxMsgs+trimSlack(t.cfg):
 			if err := e.rec.Purge(ctx, jetstream.WithPurgeSubject(p.subject), jetstream.WithPurgeKeep(uint64(maxMsgs))); err != nil {
 				e.log.Warn("jsengine: trim", "subject", p.subject, "err", err)
 			} else {

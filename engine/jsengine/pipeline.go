@@ -43,7 +43,8 @@ package jsengine
 // clustered deployments keep the one-at-a-time path for now), records
 // with a MsgID (their Nats-Msg-Id is the claim's),
 // topics with MaxAge or the Block policy (an append may trim or wait),
-// a partition within the window of its MaxMessages (an append may trim),
+// a partition within the window of its MaxMessages plus its trim slack
+// (an append may trim: see trimSlack),
 // and a partition whose last message is a trim marker.
 //
 // Cost: every pipelined record's Nats-Msg-Id is held by the server for
@@ -155,7 +156,7 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 			return
 		}
 	}
-	if p.lastMark || (t.cfg.MaxMessages > 0 && p.nextW-p.earliestW+maxPipelined >= t.cfg.MaxMessages) {
+	if p.lastMark || (t.cfg.MaxMessages > 0 && p.nextW-p.earliestW+maxPipelined >= t.cfg.MaxMessages+trimSlack(t.cfg)) {
 		p.amu.Unlock()
 		e.freeRoom()
 		e.appendAfter(ctx, p, pi, m, done)
@@ -236,6 +237,7 @@ func (e *Engine) appendSerial(ctx context.Context, m engine.Message, done func(e
 
 // appendAfter appends m to partition pi of p's topic as Append does.
 func (e *Engine) appendAfter(ctx context.Context, p *partition, pi int, m engine.Message, done func(engine.Appended, error)) {
+	e.oneAtATime.Add(1)
 	ctx, fin := e.onConn(ctx)
 	a, seq, err := e.appendToPart(ctx, p.t, &m, "", pi)
 	if err == errTopicGone {

@@ -177,3 +177,61 @@ func TestPipelinedCloseInFlight(t *testing.T) {
 	}
 	t.Logf("%d of %d answered without error before and during Close; %d stored", len(ok), n, len(recs))
 }
+
+// TestPipelinedAtTheCap: a large drop_oldest partition that has reached
+// its MaxMessages keeps pipelining. It trims back to the cap once per
+// trimSlack records (holding at most cap + slack records) instead of
+// appending and trimming one record at a time, which before made every
+// append of a full topic wait for a publish and a purge round trip.
+func TestPipelinedAtTheCap(t *testing.T) {
+	url := natstest.URL(t)
+	e := newNode(t, nodeOpts{url: url, prefix: natstest.Prefix(t, url)})
+	const topic, cap, slack, extra = "pipe.cap", 32768, 2048, 8192
+	if _, err := e.CreateTopic(t.Context(), engine.TopicConfig{Name: topic, Partitions: 1, MaxMessages: cap, OnFull: engine.DropOldest}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	last := int64(-1)
+	for i := range cap + extra {
+		wg.Add(1)
+		e.AppendAsync(t.Context(), engine.Message{Topic: topic, Data: []byte(strconv.Itoa(i))}, func(a engine.Appended, err error) {
+			mu.Lock()
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+			if err == nil && a.Offset != last+1 && firstErr == nil {
+				firstErr = fmt.Errorf("append %d stored at offset %d after %d", i, a.Offset, last)
+			}
+			last = a.Offset
+			mu.Unlock()
+			wg.Done()
+		})
+		if i == cap-1 {
+			wg.Wait() // the partition is at its cap
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }() // exits once every append is answered
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("appends not answered within 60 s")
+	}
+	if firstErr != nil {
+		t.Fatal(firstErr)
+	}
+	// Past the cap, about one append in slack trims; the others pipeline.
+	if n := e.OneAtATime(); n > extra/4 {
+		t.Errorf("%d of the %d appends past the cap went one at a time, want about one per %d", n, extra, slack)
+	}
+	info, err := e.Topic(t.Context(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := info.Parts[0]
+	if held := o.Next - o.Earliest; o.Next != cap+extra || held < cap || held > cap+slack {
+		t.Errorf("partition holds offsets %d..%d (%d records), want next %d and %d to %d records", o.Earliest, o.Next, held, cap+extra, cap, cap+slack)
+	}
+}
