@@ -28,21 +28,7 @@ func TestWireFlags(t *testing.T) {
 		}
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	addrc, errc := make(chan string, 1), make(chan error, 1)
-	go func() {
-		errc <- run(ctx, []string{"--addr", "127.0.0.1:0", "--log-level", "warn", "--max-msg-id-bytes", "8"},
-			func(string) string { return "" }, io.Discard, func(a string) { addrc <- a })
-	}()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-errc:
-		t.Fatalf("run: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("gateway did not start")
-	}
+	addr := runGateway(t, "--max-msg-id-bytes", "8")
 	for id, want := range map[string]int{"12345678": 200, "123456789": 400} {
 		resp, err := http.Post("http://"+addr+"/v1/publish", "application/json",
 			strings.NewReader(`{"topic":"ids","data":1,"msg_id":"`+id+`"}`))
@@ -53,15 +39,5 @@ func TestWireFlags(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("msg_id of %d bytes: %d, want %d", len(id), resp.StatusCode, want)
 		}
-	}
-	http.DefaultClient.CloseIdleConnections()
-	cancel()
-	select {
-	case err := <-errc:
-		if err != nil {
-			t.Fatalf("shutdown: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("gateway did not stop")
 	}
 }

@@ -99,23 +99,7 @@ func TestConfigErrors(t *testing.T) {
 // TestRunServesAndStops starts the real binary's run loop on a loopback
 // port, uses it, and stops it as SIGTERM would.
 func TestRunServesAndStops(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	addrc := make(chan string, 1)
-	errc := make(chan error, 1)
-	go func() {
-		errc <- run(ctx, []string{"--addr", "127.0.0.1:0", "--log-level", "warn"}, func(string) string { return "" }, io.Discard,
-			func(a string) { addrc <- a })
-	}()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-errc:
-		t.Fatalf("run: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("gateway did not start")
-	}
-	base := "http://" + addr
+	base := "http://" + runGateway(t) // stopped, as SIGTERM would, when the test ends
 	resp, err := http.Post(base+"/v1/publish", "application/json", strings.NewReader(`{"topic":"tour.hello","data":{"hi":1}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -134,15 +118,5 @@ func TestRunServesAndStops(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Errorf("GET %s: %d", path, resp.StatusCode)
 		}
-	}
-	http.DefaultClient.CloseIdleConnections()
-	cancel()
-	select {
-	case err := <-errc:
-		if err != nil {
-			t.Fatalf("shutdown: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("gateway did not stop")
 	}
 }

@@ -28,34 +28,7 @@ var (
 // families of its /metrics, by name, with their types.
 func opsGateway(t *testing.T) map[string]string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	addrc := make(chan string, 1)
-	errc := make(chan error, 1)
-	go func() {
-		errc <- run(ctx, []string{"--addr", "127.0.0.1:0", "--log-level", "warn", "--stats-interval", "20ms"},
-			func(string) string { return "" }, io.Discard, func(a string) { addrc <- a })
-	}()
-	t.Cleanup(func() {
-		http.DefaultClient.CloseIdleConnections()
-		cancel()
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Errorf("shutdown: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Error("gateway did not stop")
-		}
-	})
-	var base string
-	select {
-	case a := <-addrc:
-		base = "http://" + a
-	case err := <-errc:
-		t.Fatalf("run: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("gateway did not start")
-	}
+	base := "http://" + runGateway(t, "--stats-interval", "20ms")
 
 	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer ccancel()
