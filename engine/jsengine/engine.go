@@ -583,23 +583,8 @@ func (e *Engine) rewatch(kv jetstream.KeyValue, from uint64) *kvWatch {
 	}
 }
 
-// heartbeat keeps this node and its members registered in the live bucket,
-// every MemberTTL/3 until the engine closes.
+// heartbeat keeps this node and its members registered in the live bucket.
 func (e *Engine) heartbeat() {
-	e.everyBeat(func(ctx context.Context) {
-		if _, err := e.liveKV.Put(ctx, "n."+e.node, []byte("1")); err != nil {
-			e.log.Warn("jsengine: heartbeat", "err", err)
-		}
-		e.beatMembers(ctx)
-		if !e.liveMarkers {
-			e.reconcileLive(ctx)
-		}
-	})
-}
-
-// everyBeat runs beat every MemberTTL/3, each bounded by that period,
-// until the engine closes; it is the body of a goroutine counted in e.wg.
-func (e *Engine) everyBeat(beat func(ctx context.Context)) {
 	defer e.wg.Done()
 	t := time.NewTicker(e.ttl / 3)
 	defer t.Stop()
@@ -610,7 +595,13 @@ func (e *Engine) everyBeat(beat func(ctx context.Context)) {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), e.ttl/3)
-		beat(ctx)
+		if _, err := e.liveKV.Put(ctx, "n."+e.node, []byte("1")); err != nil {
+			e.log.Warn("jsengine: heartbeat", "err", err)
+		}
+		e.beatMembers(ctx)
+		if !e.liveMarkers {
+			e.reconcileLive(ctx)
+		}
 		cancel()
 	}
 }

@@ -170,35 +170,43 @@ func (p *presence) watcherList() []engine.PresenceObserver {
 	return out
 }
 
-// presenceBeat renews this node's members and sweeps members nobody renews,
-// every MemberTTL/3 until the engine closes.
-func (e *Engine) presenceBeat() { e.everyBeat(e.presenceRenew) }
-
-// presenceRenew is one beat of presenceBeat.
-func (e *Engine) presenceRenew(ctx context.Context) {
+// presenceBeat renews this node's members and sweeps members nobody renews.
+func (e *Engine) presenceBeat() {
+	defer e.wg.Done()
 	p := &e.pres
-	p.mu.Lock()
-	mine := make(map[string]localMember, len(p.local))
-	for k, lm := range p.local {
-		mine[k] = lm
-	}
-	p.mu.Unlock()
-	for k, lm := range mine {
-		rev, err := p.kv.Update(ctx, k, e.presenceValue(lm.m), lm.rev)
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			continue // left meanwhile (or written by a newer join)
+	t := time.NewTicker(e.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.closeCh:
+			return
+		case <-t.C:
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), e.ttl/3)
 		p.mu.Lock()
-		if cur, ok := p.local[k]; ok && cur.rev == lm.rev {
-			cur.rev = rev
-			p.local[k] = cur
+		mine := make(map[string]localMember, len(p.local))
+		for k, lm := range p.local {
+			mine[k] = lm
 		}
 		p.mu.Unlock()
+		for k, lm := range mine {
+			rev, err := p.kv.Update(ctx, k, e.presenceValue(lm.m), lm.rev)
+			if err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				continue // left meanwhile (or written by a newer join)
+			}
+			p.mu.Lock()
+			if cur, ok := p.local[k]; ok && cur.rev == lm.rev {
+				cur.rev = rev
+				p.local[k] = cur
+			}
+			p.mu.Unlock()
+		}
+		e.presenceSweep(ctx, time.Now())
+		cancel()
 	}
-	e.presenceSweep(ctx, time.Now())
 }
 
 // presenceSweep drops members not renewed for a TTL, announcing each
