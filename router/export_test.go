@@ -13,3 +13,21 @@ func SessionQueues(rt *Router) (controlBytes, closing int) {
 	}
 	return controlBytes, closing
 }
+
+// UnsentGroupDeliveries returns how many group deliveries the sessions of
+// rt have queued and the writer has not yet reported written.
+func UnsentGroupDeliveries(rt *Router) int {
+	n := 0
+	for _, c := range rt.connList() {
+		c.mu.Lock()
+		subs := make([]*subscription, 0, len(c.subs))
+		for _, s := range c.subs {
+			subs = append(subs, s)
+		}
+		c.mu.Unlock()
+		for _, s := range subs {
+			n += len(s.unsentPositions())
+		}
+	}
+	return n
+}

@@ -355,6 +355,12 @@ func TestShutdownHandsInFlightToOtherNode(t *testing.T) {
 
 	b := nodeB.dial(t)
 	b.subscribe(t, topic, "group", group)
+	// The client can read a delivery before A's writer has reported it
+	// written; a shutdown in that moment hands it back as unsent (by
+	// design, see router/shutdown.go). Shut down once A knows both went out.
+	waitUntil(t, "A's writer to report the held records written", func() bool {
+		return router.UnsentGroupDeliveries(nodeA.rt) == 0
+	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
