@@ -147,8 +147,9 @@ func (c *Cluster) Start(i int) {
 }
 
 // WaitReady waits until every running server is routed to every other
-// running one, the cluster has a meta leader and every running server is
-// current with it; it fails the test after d.
+// running one, the cluster has a meta leader that counts every running
+// server as an online peer, and every running server is current with it;
+// it fails the test after d.
 func (c *Cluster) WaitReady(d time.Duration) {
 	c.t.Helper()
 	deadline := time.Now().Add(d)
@@ -179,7 +180,14 @@ func (c *Cluster) ready() bool {
 		if m.ns.NumRoutes() < running-1 || !m.ns.JetStreamIsCurrent() {
 			return false
 		}
-		leader = leader || m.ns.JetStreamIsLeader()
+		// The meta leader places replicas only on peers it has current
+		// stats of ("no suitable peers for placement" before that).
+		if m.ns.JetStreamIsLeader() {
+			if len(m.ns.JetStreamClusterPeers()) < running {
+				return false
+			}
+			leader = true
+		}
 	}
 	return leader
 }
