@@ -31,7 +31,8 @@ type conn struct {
 	pipe    *pubPipe      // publishes in flight and replies owed (publish.go)
 	ctx     context.Context
 	cancel  context.CancelFunc
-	wg      sync.WaitGroup // catch-up goroutines
+	pubCtx  context.Context // ctx with the session's Deferral (deferral.go); reader goroutine only
+	wg      sync.WaitGroup  // catch-up goroutines
 
 	// lean: the session asked for the lean envelope (envelope.go).
 	lean bool
@@ -166,7 +167,9 @@ func (cn *conn) HandleFrame(_ *session.Session, data []byte) {
 		req.ID = nil
 	}
 	if pe == nil && req.Op != "publish" {
-		// Every other op runs after the publishes before it (publish.go).
+		// Every other op runs after the publishes before it (publish.go),
+		// and may wait: what they fanned out goes first.
+		cn.flushDeferred()
 		cn.pipe.idle(cn.sess.Closing())
 	}
 	if pe == nil {

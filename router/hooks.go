@@ -451,6 +451,7 @@ func (cn *conn) authorizePublish(req *request, data *[]byte, headers *map[string
 	if !cn.rt.hooks.enabled(hookPublish) {
 		return cn.rt.forbidden("publish", "not allowed to publish to %q", topic)
 	}
+	cn.flushDeferred() // before the round trip (deferral.go)
 	return cn.rt.hookPublish(cn.ctx, cn.id, cn.who, req.Key, data, headers, topic)
 }
 

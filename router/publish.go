@@ -120,6 +120,7 @@ func (p *pubPipe) reserve(sess *session.Session, size int, waited func(bound str
 		room := p.room
 		p.mu.Unlock()
 		waited(bound)
+		sess.Deferral().Flush() // before the wait (deferral.go)
 		select {
 		case <-room:
 		case <-sess.Closing():
@@ -212,7 +213,7 @@ func (cn *conn) publishAsync(req *request, msg engine.Message) {
 	rt.m.publishesInFlight.Inc()
 	id := req.ID
 	topic := msg.Topic
-	rt.appendAsync(cn.ctx, msg, "ws", func(a engine.Appended, err error) {
+	rt.appendAsync(cn.publishCtx(), msg, "ws", func(a engine.Appended, err error) {
 		rt.m.publishesInFlight.Dec()
 		var frame []byte
 		if err != nil {

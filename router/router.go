@@ -384,7 +384,11 @@ func (rt *Router) Shutdown(ctx context.Context) error {
 // The frame is encoded once per matching pattern and envelope
 // (envelope.go) and shared by every session of that pattern; the deliveries are counted once per record, not
 // per session.
-func (rt *Router) Appended(rec *engine.Record) {
+func (rt *Router) Appended(rec *engine.Record) { rt.fanOut(rec, nil) }
+
+// fanOut queues rec for every matching plain subscription on this node;
+// with d, the writers are woken when d is flushed (deferral.go).
+func (rt *Router) fanOut(rec *engine.Record, d *session.Deferral) {
 	var body []byte
 	lean := 0 // body[:lean] is the lean envelope's part
 	queued := 0
@@ -414,7 +418,7 @@ func (rt *Router) Appended(rec *engine.Record) {
 				}
 				frame = full
 			}
-			if s.live(rec, frame) {
+			if s.live(rec, frame, d) {
 				queued++
 			}
 		}

@@ -124,9 +124,9 @@ func (s *subscription) send(rec *engine.Record, frame []byte) {
 // it; the caller counts the deliveries of a fan-out at once
 // (countPlainDeliveries). Calls for one partition never overlap (the engine
 // serializes them), so order is kept.
-func (s *subscription) live(rec *engine.Record, frame []byte) bool {
+func (s *subscription) live(rec *engine.Record, frame []byte, d *session.Deferral) bool {
 	if s.isLive.Load() {
-		return s.c.sess.Send(s.item(rec, frame))
+		return s.c.sess.SendDeferred(s.item(rec, frame), d)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -29,6 +29,16 @@
 // The writer joins the frames it takes from the queue with '\n' into one
 // text frame of at most Options.MaxBatchBytes (a single larger frame is
 // written alone), so a busy connection costs far fewer writes than messages.
+// A session accepted by Accept without compression writes that frame
+// itself, the queued frames referenced, not copied, in one vectored write
+// (lazyconn.go); the library then writes only control frames.
+//
+// # Deferred wakes
+//
+// SendDeferred queues an item without waking the writer until a Deferral
+// is flushed; a reader flushes its session's own Deferral before each read
+// of its socket, so that the messages a publisher's read fans out reach
+// each subscriber's writer at once, as one batch (deferral.go).
 //
 // # Inbound frames
 //

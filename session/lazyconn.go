@@ -33,6 +33,7 @@ package session
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -130,6 +131,9 @@ func (w idleWait) wait() {
 	if buffered {
 		return
 	}
+	if w.lr.flush != nil {
+		w.lr.flush.Flush() // nothing left of the last read (deferral.go)
+	}
 	_ = w.lr.rc.Read(func(fd uintptr) bool { return !peekWouldBlock(fd) })
 	// An error is the library's to report: its read fails the same way.
 }
@@ -148,6 +152,9 @@ type lazyReader struct {
 	rc      syscall.RawConn
 	pending []byte  // bytes read and not yet returned: in buf, or copied at the handshake
 	buf     *[]byte // pooled buffer behind pending, nil when none is held
+	// flush, when set, is flushed before every read of the socket: the
+	// frames of the last read have been handled (deferral.go).
+	flush *Deferral
 }
 
 func (l *lazyReader) Read(p []byte) (int, error) {
@@ -155,6 +162,9 @@ func (l *lazyReader) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	if len(l.pending) == 0 {
+		if l.flush != nil {
+			l.flush.Flush()
+		}
 		if len(p) >= 4<<10 {
 			return l.readSocket(p) // large read: no copy
 		}
@@ -202,13 +212,17 @@ func (l *lazyReader) readSocket(p []byte) (int, error) {
 type lazyWriter struct {
 	nc net.Conn
 
-	mu     sync.Mutex // guards following
-	corked bool
-	own    []byte    // the slice being written while corked; pieces of it are referenced
-	copied []byte    // the pieces copied while corked: in small, or in pooled once they outgrow it
-	pooled *[]byte   // pooled buffer behind copied, nil when none is held
-	segs   []segment // what to write at uncork, in order
-	vec    [][]byte  // reused for the vectored write
+	mu sync.Mutex // guards following
+	// closeSent: the library wrote a close frame, after which no data
+	// frame may follow (writeText).
+	closeSent bool
+	hdr       [10]byte // the header of the frame writeText writes
+	corked    bool
+	own       []byte    // the slice being written while corked; pieces of it are referenced
+	copied    []byte    // the pieces copied while corked: in small, or in pooled once they outgrow it
+	pooled    *[]byte   // pooled buffer behind copied, nil when none is held
+	segs      []segment // what to write at uncork, in order
+	vec       [][]byte  // reused for the vectored write
 	// small holds the copied pieces of a batch: the header with the start
 	// of the payload, a control frame written meanwhile.
 	small [smallWriteBuf]byte
@@ -225,6 +239,12 @@ func (l *lazyWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.corked {
+		// Uncorked, the library writes only control frames, each whole
+		// in one write (they fit the small bufio.Writer, which it flushes
+		// after each): p starts with a frame header.
+		if len(p) > 0 && p[0]&0x0f == opClose {
+			l.closeSent = true
+		}
 		return l.nc.Write(p)
 	}
 	if len(p) == 0 {
@@ -303,4 +323,41 @@ func (l *lazyWriter) uncork() error {
 	}
 	l.copied = nil
 	return err
+}
+
+// opClose is the opcode of a WebSocket close frame (RFC 6455, 5.2).
+const opClose = 0x8
+
+// writeText writes one final, unmasked, uncompressed text frame of size
+// payload bytes: the concatenation of parts[1:], shared slices written in
+// one vectored write without being copied; parts[0] is set to the frame's
+// header. It is used instead of the library's Conn.Write by sessions that
+// did not negotiate compression, so that the library writes only control
+// frames (see Write); the lock keeps the two from interleaving. After the
+// library has sent a close frame it writes nothing and reports
+// net.ErrClosed.
+func (l *lazyWriter) writeText(parts [][]byte, size int) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closeSent {
+		return net.ErrClosed
+	}
+	parts[0] = appendTextHeader(l.hdr[:0], size)
+	bufs := net.Buffers(parts)
+	_, err := bufs.WriteTo(l.nc)
+	return err
+}
+
+// appendTextHeader appends the header of a final, unmasked text frame with
+// a payload of n bytes (RFC 6455, 5.2).
+func appendTextHeader(b []byte, n int) []byte {
+	const finText = 0x80 | 0x1
+	switch {
+	case n <= 125:
+		return append(b, finText, byte(n))
+	case n <= 0xffff:
+		return append(b, finText, 126, byte(n>>8), byte(n))
+	default:
+		return binary.BigEndian.AppendUint64(append(b, finText, 127), uint64(n))
+	}
 }

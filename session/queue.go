@@ -83,8 +83,10 @@ type Queue struct {
 	free     []*streamState // recycled stream states (with their gap slices)
 	dropped  uint64
 	gapsSent uint64
-	dropping Item  // the item handed to OnDrop, kept here so it does not escape
-	taken    []any // Refs of the last AppendBatch; owned by the consumer
+	dropping Item // the item handed to OnDrop, kept here so it does not escape
+	lastKey  Stream
+	lastSt   *streamState // the state of lastKey, nil when none (see lookup)
+	taken    []any        // Refs of the last AppendBatch; owned by the consumer
 }
 
 // streamState is the bookkeeping of a stream that has items queued or gaps
@@ -138,13 +140,20 @@ func (q *Queue) signal() {
 // Push queues it, applying the bound and the policies described in the
 // package documentation. It never blocks beyond the queue's lock.
 func (q *Queue) Push(it Item) Outcome {
+	out := q.pushQuiet(it)
+	if out == Queued || out == Dropped {
+		q.signal()
+	}
+	return out
+}
+
+// pushQuiet is Push without the Ready signal, which the caller sends
+// later (Deferral.Flush).
+func (q *Queue) pushQuiet(it Item) Outcome {
 	q.mu.Lock()
 	out := q.push(&it)
 	full := q.full != nil && out == Queued && (it.Stream.Sub == 0 || q.msgs+q.others >= q.maxFrames)
 	q.mu.Unlock()
-	if out == Queued || out == Dropped {
-		q.signal()
-	}
 	if full {
 		select {
 		case q.full <- struct{}{}:
@@ -183,7 +192,7 @@ func (q *Queue) push(it *Item) Outcome {
 		return Queued
 	}
 	prio := min(int(it.Priority), numLanes-1)
-	st := q.streams[it.Stream] // one lookup: the slot keeps the pointer
+	st := q.lookup(it.Stream) // one lookup: the slot keeps the pointer
 	lane := laneOf(st, prio)
 	switch {
 	case it.Policy == Reliable:
@@ -216,6 +225,7 @@ func (q *Queue) push(it *Item) Outcome {
 	r := &q.lanes[lane]
 	r.push(*it, st)
 	r.count(it, 1)
+	q.remember(it.Stream, st)
 	return Queued
 }
 
@@ -277,6 +287,36 @@ func (q *Queue) markIdle(s Stream, st *streamState) {
 	}
 }
 
+// The stream last looked up is remembered (lastKey, lastSt), and kept in
+// streams while it has nothing to do: a busy subscription's queue empties
+// at every batch, and would otherwise hash its stream's key to forget it
+// and again to make it anew at the next push. At most that one stream is
+// kept without items or gaps; it is released once another takes its place.
+
+// lookup returns the state of s, nil when it has none; push calls it
+// first, then remember once the item is queued.
+func (q *Queue) lookup(s Stream) *streamState {
+	if q.lastSt != nil && q.lastKey == s {
+		return q.lastSt
+	}
+	return q.streams[s]
+}
+
+// remember makes st, the state of s, the one last looked up, releasing
+// the one it replaces if that has nothing to do. It may release a state,
+// so no caller holds another state's pointer across it.
+func (q *Queue) remember(s Stream, st *streamState) {
+	old, oldKey := q.lastSt, q.lastKey
+	if old == st {
+		return
+	}
+	q.lastKey, q.lastSt = s, st
+	if old != nil && old.queued == 0 && len(old.gaps) == 0 {
+		// A stale entry of it in idle is skipped (take).
+		q.release(oldKey, old)
+	}
+}
+
 // stream returns the state of s, making it if needed.
 func (q *Queue) stream(s Stream) *streamState {
 	st := q.streams[s]
@@ -293,8 +333,12 @@ func (q *Queue) stream(s Stream) *streamState {
 	return st
 }
 
-// release forgets s, whose state has nothing queued and no gaps.
+// release forgets s, whose state has nothing queued and no gaps, unless
+// it is the one last looked up (kept, see above).
 func (q *Queue) release(s Stream, st *streamState) {
+	if st == q.lastSt {
+		return
+	}
 	delete(q.streams, s)
 	if len(q.free) < maxFree {
 		*st = streamState{gaps: st.gaps[:0]}
@@ -338,15 +382,33 @@ func addGap(gs []gapRange, off int64) []gapRange {
 // It returns the extended buffer and the number of frames appended; 0 means
 // there is nothing to write.
 func (q *Queue) AppendBatch(dst []byte, maxBytes int) ([]byte, int) {
+	b := batch{buf: dst, start: len(dst), max: maxBytes, maxFrames: q.maxFrames}
+	q.take(&b)
+	return b.buf, b.n
+}
+
+// AppendFrames is AppendBatch without copying: it appends to vec the
+// pieces of the batch in order (the frames themselves, shared, and a "\n"
+// between each two), encoding only gap frames into scratch. It returns the
+// extended vec and scratch, the number of frames and the batch's length
+// in bytes. The pieces stay valid after the call (queued frames are never
+// modified), so they may be written without the queue's lock.
+func (q *Queue) AppendFrames(vec [][]byte, scratch []byte, maxBytes int) ([][]byte, []byte, int, int) {
+	b := batch{buf: scratch, start: len(scratch), max: maxBytes, maxFrames: q.maxFrames, pieces: true, vec: vec}
+	q.take(&b)
+	return b.vec, b.buf, b.n, b.size
+}
+
+// take fills b from the queue (AppendBatch, AppendFrames).
+func (q *Queue) take(b *batch) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	b := batch{buf: dst, start: len(dst), max: maxBytes, maxFrames: q.maxFrames}
 	clear(q.taken)
 	q.taken = q.taken[:0]
 
 	for q.control.n > 0 {
 		if !b.add(q.control.at(0).it.Frame) {
-			return b.buf, b.n
+			return
 		}
 		q.ctlBytes -= len(q.control.at(0).it.Frame)
 		q.control.popFront()
@@ -360,12 +422,12 @@ func (q *Queue) AppendBatch(dst []byte, maxBytes int) ([]byte, int) {
 			it, st := &sl.it, sl.st
 			// A stream's pending gaps before this offset go first.
 			for len(st.gaps) > 0 && st.gaps[0].from < it.Offset {
-				if !q.addGapFrame(&b, it.Stream, st) {
-					return b.buf, b.n
+				if !q.addGapFrame(b, it.Stream, st) {
+					return
 				}
 			}
 			if !b.add(it.Frame) {
-				return b.buf, b.n
+				return
 			}
 			if it.Ref != nil {
 				q.taken = append(q.taken, it.Ref)
@@ -404,7 +466,7 @@ func (q *Queue) AppendBatch(dst []byte, maxBytes int) ([]byte, int) {
 			continue
 		}
 		for len(st.gaps) > 0 {
-			if !q.addGapFrame(&b, s, st) {
+			if !q.addGapFrame(b, s, st) {
 				break
 			}
 		}
@@ -417,7 +479,7 @@ func (q *Queue) AppendBatch(dst []byte, maxBytes int) ([]byte, int) {
 	rest := copy(q.idle, q.idle[i:])
 	clear(q.idle[rest:])
 	q.idle = q.idle[:rest]
-	return b.buf, b.n
+	return
 }
 
 // Refs returns the non-nil Refs of the items the last AppendBatch took, in
@@ -428,6 +490,17 @@ func (q *Queue) Refs() []any { return q.taken }
 // addGapFrame encodes the first pending gap of st into b if it fits.
 func (q *Queue) addGapFrame(b *batch, s Stream, st *streamState) bool {
 	mark := len(b.buf)
+	if b.pieces {
+		g := st.gaps[0]
+		b.buf = q.encodeGap(b.buf, s, g.from, g.to)
+		if !b.add(b.buf[mark:len(b.buf):len(b.buf)]) {
+			b.buf = b.buf[:mark]
+			return false
+		}
+		q.gapsSent++
+		st.gaps = st.gaps[:copy(st.gaps, st.gaps[1:])]
+		return true
+	}
 	if b.n > 0 {
 		b.buf = append(b.buf, '\n')
 	}
@@ -443,18 +516,39 @@ func (q *Queue) addGapFrame(b *batch, s Stream, st *streamState) bool {
 	return true
 }
 
-// batch is a text frame being built by AppendBatch.
+// batch is a text frame being built by AppendBatch, or listed in pieces by
+// AppendFrames.
 type batch struct {
-	buf   []byte
-	start int // len(buf) before the batch
+	buf   []byte // the frame (AppendBatch), or the gap frames (AppendFrames)
+	start int    // len(buf) before the batch
 	max   int
 	// maxFrames bounds n when positive.
 	maxFrames int
 	n         int // frames appended
+
+	pieces bool     // AppendFrames: list the pieces in vec
+	vec    [][]byte // the pieces
+	size   int      // their bytes
 }
+
+// newline is the piece between two frames of an AppendFrames batch.
+var newline = []byte{'\n'}
 
 // add appends frame if it fits, reporting whether it did.
 func (b *batch) add(frame []byte) bool {
+	if b.pieces {
+		if b.n > 0 {
+			if b.size+1+len(frame) > b.max || b.maxFrames > 0 && b.n >= b.maxFrames {
+				return false
+			}
+			b.vec = append(b.vec, newline)
+			b.size++
+		}
+		b.vec = append(b.vec, frame)
+		b.size += len(frame)
+		b.n++
+		return true
+	}
 	if b.n > 0 {
 		if len(b.buf)-b.start+1+len(frame) > b.max || b.maxFrames > 0 && b.n >= b.maxFrames {
 			return false

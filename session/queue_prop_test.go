@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
@@ -69,7 +70,23 @@ func TestQueueProperty(t *testing.T) {
 			var buf []byte
 			for {
 				var n int
-				buf, n = q.AppendBatch(buf[:0], maxBytes)
+				if rapid.Bool().Draw(rt, "pieces") {
+					// AppendFrames: the pieces joined are the batch.
+					var vec [][]byte
+					var size int
+					vec, _, n, size = q.AppendFrames(nil, nil, maxBytes)
+					buf = bytes.Join(vec, nil)
+					if len(buf) != size {
+						rt.Fatalf("pieces of %d bytes, reported %d", len(buf), size)
+					}
+					for i, p := range vec {
+						if sep := string(p) == "\n"; sep != (i%2 == 1) {
+							rt.Fatalf("piece %d of %d is %q", i, len(vec), p)
+						}
+					}
+				} else {
+					buf, n = q.AppendBatch(buf[:0], maxBytes)
+				}
 				if n == 0 {
 					return
 				}

@@ -79,6 +79,9 @@ func (s *Session) readFrame(r io.Reader, h Handler) error {
 	}
 	s.bytesIn.Add(uint64(len(data)))
 	h.HandleFrame(s, data)
+	if s.idle.lr == nil {
+		s.flushDeferred() // no look at the socket's buffers: one frame at a time
+	}
 	return nil
 }
 

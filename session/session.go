@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,6 +76,11 @@ type Session struct {
 	quickRuns int
 	prevRun   time.Time
 
+	// deferral is the session's own Deferral (deferral.go); deferred is
+	// set while the session is listed in some Deferral.
+	deferral Deferral
+	deferred atomic.Bool
+
 	// Owned by the reader goroutine.
 	idle     idleWait    // zero unless Accept took the lazy path
 	msgTimer *time.Timer // message timeout, reused
@@ -106,10 +112,14 @@ func Accept(w http.ResponseWriter, r *http.Request, acceptOpts *websocket.Accept
 	if err != nil {
 		return nil, fmt.Errorf("session: accept: %w", err)
 	}
-	s := newSession(id, opts, connSocket(c, hj.lw))
+	// Without compression the session writes its text frames itself
+	// (lazyWriter.writeText); with it, through the library.
+	direct := !strings.Contains(w.Header().Get("Sec-WebSocket-Extensions"), "permessage-deflate")
+	s := newSession(id, opts, connSocket(c, hj.lw, direct))
 	s.conn = c
 	if hj.lr != nil {
 		s.idle = idleWait{lr: hj.lr, br: hj.br, mu: new(sync.Mutex)}
+		hj.lr.flush = &s.deferral
 	}
 	return s, nil
 }
@@ -117,7 +127,7 @@ func Accept(w http.ResponseWriter, r *http.Request, acceptOpts *websocket.Accept
 // New wraps an already accepted connection (for tests and embedding);
 // nothing runs until Run. New panics if opts.EncodeGap is nil.
 func New(conn *websocket.Conn, id string, opts Options) *Session {
-	s := newSession(id, opts, connSocket(conn, nil))
+	s := newSession(id, opts, connSocket(conn, nil, false))
 	s.conn = conn
 	return s
 }
@@ -159,18 +169,22 @@ func (s *Session) Closing() <-chan struct{} { return s.closeReq }
 // closing, or when the queue overflowed, which closes the session with 1013
 // (or 1008 when unread control items fill their bytes or count bound).
 func (s *Session) Send(it Item) bool {
-	switch s.q.Push(it) {
-	case Queued:
+	out := s.q.Push(it)
+	s.pushed(out)
+	return out == Queued
+}
+
+// pushed acts on what the queue did with an item: it wakes the writer for
+// a queued item or a gap, or closes the session past a bound.
+func (s *Session) pushed(out Outcome) {
+	switch out {
+	case Queued, Dropped: // a drop may leave a gap to write
 		s.wake()
-		return true
-	case Dropped:
-		s.wake() // the queue may have a gap to write
 	case Overflow:
 		s.closeWith(websocket.StatusTryAgainLater, "slow consumer", false, ErrSlowConsumer)
 	case ControlFull:
 		s.closeWith(websocket.StatusPolicyViolation, "too many unread replies", false, ErrControlOverflow)
 	}
-	return false
 }
 
 // Close stops accepting items, lets the writer flush what is queued within
@@ -277,6 +291,7 @@ func (s *Session) Run(ctx context.Context, h Handler) error {
 		<-s.oneWay // the writer closes the transport once the session ends
 	} else {
 		err = s.readLoop(context.WithoutCancel(ctx), h)
+		s.flushDeferred()
 	}
 	s.setCause(err)
 	close(s.readEnded)

@@ -21,12 +21,18 @@ type socket struct {
 	closeNow func() error
 	// ping sends a ping and waits for the pong or ctx.
 	ping func(ctx context.Context) error
+	// writeText, when not nil, writes one text frame whose payload is
+	// parts[1:] joined, in one vectored write (lazyWriter.writeText); the
+	// writer then hands it the queue's frames without copying them.
+	writeText func(parts [][]byte, size int) error
 }
 
 // connSocket returns the socket of c; lw, when not nil, is the writer under
-// c's bufio.Writer (see lazyconn.go), corked around each batch so that the
-// batch goes out in one write.
-func connSocket(c *websocket.Conn, lw *lazyWriter) socket {
+// c's bufio.Writer (see lazyconn.go): with direct set (no compression was
+// negotiated) the session writes its text frames through it itself,
+// otherwise it corks it around each batch so that the batch goes out in
+// one write.
+func connSocket(c *websocket.Conn, lw *lazyWriter, direct bool) socket {
 	write := func(ctx context.Context, p []byte) error {
 		return c.Write(ctx, websocket.MessageText, p)
 	}
@@ -40,12 +46,16 @@ func connSocket(c *websocket.Conn, lw *lazyWriter) socket {
 			return err
 		}
 	}
-	return socket{
+	sock := socket{
 		write:    write,
 		close:    c.Close,
 		closeNow: c.CloseNow,
 		ping:     c.Ping,
 	}
+	if lw != nil && direct {
+		sock.writeText = lw.writeText
+	}
+	return sock
 }
 
 // The writer goroutine runs only while there is something to do: it is
@@ -261,6 +271,9 @@ func (s *Session) drain() error {
 // writeBatch writes one batch from the queue, the write bounded by timeout.
 // It reports whether it wrote anything.
 func (s *Session) writeBatch(timeout time.Duration) (bool, error) {
+	if s.sock.writeText != nil {
+		return s.writePieces(timeout)
+	}
 	bp := getBuf()
 	defer putBuf(bp)
 	buf, n := s.q.AppendBatch((*bp)[:0], s.opts.MaxBatchBytes)
@@ -268,16 +281,60 @@ func (s *Session) writeBatch(timeout time.Duration) (bool, error) {
 	if n == 0 {
 		return false, nil
 	}
-	// The watchdog closes the connection if the write outlives timeout; it
-	// is reused so that a write allocates nothing. wg covers its callback.
+	err := s.guardedWrite(timeout, func() error { return s.sock.write(context.Background(), buf) })
+	return s.written(n, len(buf), err)
+}
+
+// writePieces is writeBatch for a socket that writes its frames itself:
+// the batch's frames go to the socket from the queue's own slices, in one
+// vectored write, never copied into a buffer of the session's.
+func (s *Session) writePieces(timeout time.Duration) (bool, error) {
+	vp := vecPool.Get().(*[][]byte)
+	sp := getBuf()
+	defer putBuf(sp)
+	// Piece 0 is the frame header, set by writeText.
+	vec, scratch, n, size := s.q.AppendFrames(append((*vp)[:0], nil), (*sp)[:0], s.opts.MaxBatchBytes)
+	*sp = scratch
+	var err error
+	if n > 0 {
+		err = s.guardedWrite(timeout, func() error { return s.sock.writeText(vec, size) })
+	}
+	clear(vec) // the pool must not keep frames alive
+	if cap(vec) <= maxPooledVec {
+		*vp = vec[:0]
+		vecPool.Put(vp)
+	}
+	if n == 0 {
+		return false, nil
+	}
+	return s.written(n, size, err)
+}
+
+// vecPool holds the piece lists of writePieces; a list is at most 2 pieces
+// per frame of a batch.
+var vecPool = sync.Pool{New: func() any { v := make([][]byte, 0, 64); return &v }}
+
+// maxPooledVec bounds the piece lists kept in vecPool.
+const maxPooledVec = 4096
+
+// guardedWrite runs write under the write watchdog, which closes the
+// connection if the write outlives timeout; it is reused so that a write
+// allocates nothing. wg covers its callback.
+func (s *Session) guardedWrite(timeout time.Duration, write func() error) error {
 	s.wg.Add(1)
 	s.watchdog.Reset(timeout)
-	err := s.sock.write(context.Background(), buf)
+	err := write()
 	if s.watchdog.Stop() {
 		s.wg.Done()
 	} else {
 		err = ErrWriteTimeout // the watchdog recorded the cause
 	}
+	return err
+}
+
+// written accounts for a batch of n frames and size bytes whose write
+// returned err, and reports what writeBatch does.
+func (s *Session) written(n, size int, err error) (bool, error) {
 	if err != nil {
 		return false, err
 	}
@@ -291,7 +348,7 @@ func (s *Session) writeBatch(timeout time.Duration) (bool, error) {
 	}
 	s.writes.Add(1)
 	s.sent.Add(uint64(n))
-	s.bytesOut.Add(uint64(len(buf)))
+	s.bytesOut.Add(uint64(size))
 	return true, nil
 }
 

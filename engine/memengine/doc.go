@@ -22,7 +22,9 @@
 //
 //   - Observer.Appended runs inside Append while the record's partition is
 //     locked, which is what makes appends and their announcement atomic and
-//     ordered per partition. TopicDeleted runs with no engine lock held.
+//     ordered per partition; an engine.ContextObserver gets AppendedContext
+//     instead, with the Append's context. TopicDeleted runs with no engine
+//     lock held.
 //   - Consumer.Deliver and Consumer.Skipped run with that group's lock
 //     held.
 //

@@ -451,7 +451,7 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message) (eng
 	r.Time = now
 	p.push(r)
 	for _, o := range e.observers.List() {
-		o.Appended(r)
+		engine.Announce(ctx, o, r)
 	}
 	p.mu.Unlock()
 
@@ -478,6 +478,7 @@ func (e *Engine) waitForSpace(ctx context.Context, t *topic, p *partition, bw *l
 	space := p.space
 	p.waiters++
 	p.mu.Unlock()
+	engine.BeforeWait(ctx)
 	var err error
 	select {
 	case <-space:
