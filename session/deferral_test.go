@@ -268,3 +268,44 @@ func TestWriteTextAfterClose(t *testing.T) {
 		t.Fatalf("wire % x, want % x", got, want)
 	}
 }
+
+// TestNewSessionFlushesPerFrame: a session over a connection it does not
+// read itself (New) flushes its Deferral after each frame.
+func TestNewSessionFlushesPerFrame(t *testing.T) {
+	f := newFakeSocket()
+	target := newSession("target", Options{EncodeGap: testGap}, f.socket())
+	targetDone := startWriter(target)
+	done := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(done)
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		s := New(c, "pub", Options{EncodeGap: testGap})
+		var off int64
+		_ = s.Run(context.Background(), handlerFunc(func(p *Session, data []byte) {
+			it := msg(1, off, 0, DropOld)
+			off++
+			target.SendDeferred(it, p.Deferral())
+		}))
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := c.Write(ctx, websocket.MessageText, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the frame's message", func() bool { return len(f.frames()) == i+1 })
+	}
+	c.Close(websocket.StatusNormalClosure, "")
+	<-done
+	target.Close(websocket.StatusNormalClosure, "")
+	<-targetDone
+}
