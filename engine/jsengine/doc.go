@@ -108,7 +108,8 @@
 //
 // Topic configurations live in the <prefix>_topics bucket, keyed by the
 // base64url of the name (KV keys cannot hold ':' or '$'); creating one is an
-// atomic KV create, so two nodes cannot both create a name.
+// atomic KV create, so two nodes cannot both create a name; the one
+// refused waits for the other's create to show (see replicas.go).
 //
 // # Retention
 //

@@ -1,5 +1,7 @@
 package jsengine
 
+import "github.com/nats-io/nats.go/jetstream"
+
 // SetBeforeMemberBeat makes the heartbeat call f after it has listed this
 // node's members and before it writes their live keys.
 func (e *Engine) SetBeforeMemberBeat(f func()) { e.beforeMemberBeat.Store(&f) }
@@ -17,3 +19,16 @@ func (e *Engine) GroupFetches() int64 { return e.groupFetches.Load() }
 // OneAtATime returns how many AppendAsync calls of a pipelining partition
 // were appended one at a time instead (near the partition's cap).
 func (e *Engine) OneAtATime() int64 { return e.oneAtATime.Load() }
+
+// WrapBuckets replaces the topic and group buckets that this engine's calls
+// use (not its watchers, which keep the originals) with wrap's results.
+// Call it before any other call on the engine.
+func (e *Engine) WrapBuckets(wrap func(jetstream.KeyValue) jetstream.KeyValue) {
+	e.topicKV, e.groupKV = wrap(e.topicKV), wrap(e.groupKV)
+}
+
+// TopicKey is the topic bucket key of a topic name.
+func TopicKey(name string) string { return enc(name) }
+
+// GroupKey is the group bucket key of a group's definition.
+func GroupKey(group string) string { return defKey(group) }

@@ -893,26 +893,19 @@ func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Cons
 		def.Filter = nil
 	}
 	created := false
-	for range 3 {
-		ent, err := e.groupKV.Get(ctx, defKey(req.Group))
-		if err == nil {
-			def = groupDef{}
-			if err := json.Unmarshal(ent.Value(), &def); err != nil {
-				return "", fmt.Errorf("jsengine: group %q: bad definition: %w", req.Group, err)
-			}
-			break
-		}
-		if !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return "", unavailable("join", err)
-		}
+	ent, err := e.groupKV.Get(ctx, defKey(req.Group))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		b, _ := json.Marshal(def)
-		_, err = e.groupKV.Create(ctx, defKey(req.Group), b)
-		if err == nil {
-			created = true
-			break
-		}
-		if !isWrongLast(err) {
-			return "", unavailable("join", err)
+		_, ent, err = createOrGet(ctx, e.groupKV, defKey(req.Group), b)
+		created = err == nil && ent == nil
+	}
+	if err != nil {
+		return "", unavailable("join", err)
+	}
+	if ent != nil { // defined before, here or on another node
+		def = groupDef{}
+		if err := json.Unmarshal(ent.Value(), &def); err != nil {
+			return "", fmt.Errorf("jsengine: group %q: bad definition: %w", req.Group, err)
 		}
 	}
 	if def.Pattern != req.Pattern || !maps.Equal(def.Filter, req.Filter) {

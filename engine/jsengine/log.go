@@ -351,6 +351,13 @@ func (e *Engine) lookup(ctx context.Context, name string) (*topic, error) {
 	if err != nil {
 		return nil, unavailable("topic", err)
 	}
+	return e.installEntry(name, ent)
+}
+
+// installEntry installs the topic stored in the bucket entry ent (see
+// install), failing with engine.ErrUnknownTopic when a later delete is
+// known.
+func (e *Engine) installEntry(name string, ent jetstream.KeyValueEntry) (*topic, error) {
 	var v topicVal
 	if err := json.Unmarshal(ent.Value(), &v); err != nil {
 		return nil, fmt.Errorf("jsengine: topic %q: bad config: %w", name, err)
@@ -512,13 +519,13 @@ func (e *Engine) CreateTopic(ctx context.Context, cfg engine.TopicConfig) (_ eng
 func (e *Engine) create(ctx context.Context, cfg engine.TopicConfig) (*topic, bool, error) {
 	v := topicVal{Config: cfg, Created: e.clock.Now().UTC()}
 	b, _ := json.Marshal(v)
-	rev, err := e.topicKV.Create(ctx, enc(cfg.Name), b)
-	if isWrongLast(err) {
-		t, err := e.lookup(ctx, cfg.Name)
-		return t, false, err
-	}
+	rev, ent, err := createOrGet(ctx, e.topicKV, enc(cfg.Name), b)
 	if err != nil {
 		return nil, false, unavailable("create topic", err)
+	}
+	if ent != nil { // another node created it first
+		t, err := e.installEntry(cfg.Name, ent)
+		return t, false, err
 	}
 	t, _ := e.install(cfg.Name, v, rev)
 	if t == nil || t.inc != rev {

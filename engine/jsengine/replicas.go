@@ -22,6 +22,13 @@ package jsengine
 // return an older committed offset. Reads then go to the stream's leader,
 // which has every acknowledged record (TestNATSNodeLoss shows the
 // difference: with direct gets, replays after the restart missed records).
+//
+// A replicated bucket also refuses a create (wrong last sequence) while
+// another node's write of the same key is proposed and not yet applied, and
+// a read made then does not find the key yet: "exists" and "not found" at
+// once. createOrGet tries again, a bounded number of times after a short
+// pause, until the create or the read succeeds, so two nodes auto-creating
+// a topic (or a group) at once both see it (TestCreateWhileInProcess).
 
 import (
 	"context"
@@ -97,6 +104,47 @@ func settled(ci *jetstream.ClusterInfo, n int) bool {
 		}
 	}
 	return true
+}
+
+// createTries and createPauseMax bound createOrGet: the pauses, doubling
+// from a millisecond, add up to about a second, longer than a write takes
+// to be applied on a loaded cluster.
+const (
+	createTries    = 12
+	createPauseMax = 200 * time.Millisecond
+)
+
+// createOrGet creates key in kv with val, returning its revision and a nil
+// entry, or returns the entry stored under key when another writer created
+// it first. It fails with the bucket's error, or with an error wrapping
+// engine.ErrUnavailable and jetstream.ErrKeyNotFound when the key was
+// refused as existing and never seen in createTries tries (deleted each
+// time in between, or a write in process that long).
+func createOrGet(ctx context.Context, kv jetstream.KeyValue, key string, val []byte) (uint64, jetstream.KeyValueEntry, error) {
+	pause := time.Millisecond
+	for try := 1; ; try++ {
+		rev, err := kv.Create(ctx, key, val)
+		if !isWrongLast(err) {
+			return rev, nil, err
+		}
+		ent, err := kv.Get(ctx, key)
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return 0, ent, err
+		}
+		if try == createTries {
+			return 0, nil, fmt.Errorf("key %s refused as existing %d times and never found: %w: %w", key, try, engine.ErrUnavailable, err)
+		}
+		// Another node's write of key is being replicated: it shows soon,
+		// or (had it failed) the next create succeeds.
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, nil, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, createPauseMax)
+	}
 }
 
 // createError wraps an error of creating or updating a stream: a

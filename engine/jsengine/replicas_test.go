@@ -175,3 +175,99 @@ func TestReplicasReadYourWrites(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// inProcessKV is a bucket in which another node's write of key is
+// proposed and not yet applied, as a replicated bucket shows it: a create
+// of key is refused with wrong last sequence (10164) while a get does not
+// find the key. The write lands (land runs) after misses gets of key have
+// missed it since the first refusal; from then on the bucket is itself.
+type inProcessKV struct {
+	jetstream.KeyValue
+	key    string
+	misses int
+	land   func()
+
+	mu      sync.Mutex // guards following
+	refused bool
+	missed  int
+	landed  bool
+}
+
+func (kv *inProcessKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	kv.mu.Lock()
+	refuse := key == kv.key && !kv.landed
+	kv.refused = kv.refused || refuse
+	kv.mu.Unlock()
+	if refuse {
+		return 0, &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequenceConstant, Description: "wrong last sequence"}
+	}
+	return kv.KeyValue.Create(ctx, key, value, opts...)
+}
+
+func (kv *inProcessKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	ent, err := kv.KeyValue.Get(ctx, key)
+	kv.mu.Lock()
+	land := false
+	if key == kv.key && kv.refused && !kv.landed && errors.Is(err, jetstream.ErrKeyNotFound) {
+		kv.missed++
+		land = kv.missed == kv.misses
+		kv.landed = land
+	}
+	kv.mu.Unlock()
+	if land {
+		kv.land()
+	}
+	return ent, err
+}
+
+// TestCreateWhileInProcess: a node that creates a topic (by appending to
+// it) or a group (by joining it) while another node's create of the same
+// key is still being replicated is refused as if the key existed, and does
+// not find it yet. It must wait for that create rather than report the
+// topic unknown (TestReplicasReadYourWrites on a cluster) or go on with a
+// group definition of its own that the bucket does not hold.
+func TestCreateWhileInProcess(t *testing.T) {
+	url := natstest.URL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	t.Run("topic", func(t *testing.T) {
+		prefix := natstest.Prefix(t, url)
+		a := newNode(t, nodeOpts{url: url, prefix: prefix})
+		b := newNode(t, nodeOpts{url: url, prefix: prefix})
+		const topic = "inproc"
+		var landErr error
+		b.WrapBuckets(func(kv jetstream.KeyValue) jetstream.KeyValue {
+			return &inProcessKV{KeyValue: kv, key: jsengine.TopicKey(topic), misses: 1, land: func() {
+				_, landErr = a.Append(ctx, engine.Message{Topic: topic, Data: []byte(`"a"`)})
+			}}
+		})
+		if _, err := b.Append(ctx, engine.Message{Topic: topic, Data: []byte(`"b"`)}); err != nil {
+			t.Fatalf("append creating the topic while another node's create is in process: %v", err)
+		}
+		if landErr != nil {
+			t.Fatalf("the other node's append: %v", landErr)
+		}
+		recs, _, err := b.Read(ctx, topic, 0, 0, 10)
+		if err != nil || len(recs) != 2 {
+			t.Fatalf("read: %d records, %v; want both appends", len(recs), err)
+		}
+	})
+	t.Run("group", func(t *testing.T) {
+		prefix := natstest.Prefix(t, url)
+		a := newNode(t, nodeOpts{url: url, prefix: prefix})
+		b := newNode(t, nodeOpts{url: url, prefix: prefix})
+		var landErr error
+		b.WrapBuckets(func(kv jetstream.KeyValue) jetstream.KeyValue {
+			return &inProcessKV{KeyValue: kv, key: jsengine.GroupKey("g"), misses: 2, land: func() {
+				_, landErr = a.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "x.#", Member: "ma"}, newManual())
+			}}
+		})
+		_, err := b.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "y.#", Member: "mb"}, newManual())
+		if landErr != nil {
+			t.Fatalf("the other node's join: %v", landErr)
+		}
+		if !errors.Is(err, engine.ErrGroupConflict) {
+			t.Fatalf("join with another pattern while the group's creation is in process: %v, want ErrGroupConflict", err)
+		}
+	})
+}
