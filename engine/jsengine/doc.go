@@ -196,7 +196,9 @@
 // Nack made on another node (a pull consumer's poll and ack behind a load
 // balancer) is forwarded to the holder named in the position, as a NATS
 // request on the holder's subject <prefix>.settle.<node>, and returns the
-// holder's answer (engine.ErrNotInFlight when the holder is gone: its
+// holder's answer; a node whose watcher has not yet brought the holder's
+// claim (or names a holder that has let go) reads the position from the
+// bucket and forwards to the holder stored there (engine.ErrNotInFlight when the holder is gone: its
 // leases ended with it, and the next holder redelivers). The holder checks
 // the member named as for a local settle: a member family
 // (engine.MembersOf, as the router's HTTP pull members use) matches a

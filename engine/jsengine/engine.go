@@ -190,6 +190,9 @@ type Engine struct {
 	// beforeMemberBeat, when set (by tests), runs in the heartbeat after
 	// it has listed this node's members and before it writes their keys.
 	beforeMemberBeat atomic.Pointer[func()]
+	// beforeGroupEvent, when set (by tests), runs in the group bucket's
+	// watcher before it applies a change, with the change's key.
+	beforeGroupEvent atomic.Pointer[func(key string)]
 }
 
 var _ engine.Engine = (*Engine)(nil)

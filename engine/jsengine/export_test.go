@@ -20,6 +20,10 @@ func (e *Engine) GroupFetches() int64 { return e.groupFetches.Load() }
 // were appended one at a time instead (near the partition's cap).
 func (e *Engine) OneAtATime() int64 { return e.oneAtATime.Load() }
 
+// SetBeforeGroupEvent makes the group bucket's watcher call f with a
+// change's key before it applies the change.
+func (e *Engine) SetBeforeGroupEvent(f func(key string)) { e.beforeGroupEvent.Store(&f) }
+
 // WrapBuckets replaces the topic and group buckets that this engine's calls
 // use (not its watchers, which keep the originals) with wrap's results.
 // Call it before any other call on the engine.

@@ -731,6 +731,9 @@ func (e *Engine) groupEntry(gp *gpart, ent jetstream.KeyValueEntry) {
 
 // groupEvent applies a change of the group bucket, from any node.
 func (e *Engine) groupEvent(ent jetstream.KeyValueEntry, initial bool) {
+	if f := e.beforeGroupEvent.Load(); f != nil {
+		(*f)(ent.Key())
+	}
 	if ent.Operation() != jetstream.KeyValuePut {
 		e.groupGone(ent.Key())
 		return

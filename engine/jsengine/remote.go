@@ -72,7 +72,7 @@ func (e *Engine) settleMsg(msg *nats.Msg) {
 		err = closedErr()
 	} else {
 		pos := engine.Position{Topic: req.Topic, Partition: req.Partition, Offset: req.Offset}
-		_, err = e.settleLocal(req.Nack, req.Group, req.Member, pos, req.Reason)
+		_, _, err = e.settleLocal(req.Nack, req.Group, req.Member, pos, req.Reason)
 	}
 	var resp settleResp
 	if err != nil {
@@ -88,32 +88,53 @@ func (e *Engine) settleMsg(msg *nats.Msg) {
 }
 
 // settle acks (nack false) or nacks a delivery: on this node when it
-// holds the partition, else on the holder.
+// holds the partition, else on the holder. This node's view of the group
+// bucket comes from its watcher and may lag: the holder writes its claim
+// and the attempt before the delivery, but the member's ack, sent to this
+// node, can arrive before the watcher brings them (a poll on one node and
+// its ack on another). So when the view names no other holder, or the one
+// it names no longer has the record in flight, settle reads the position
+// from the bucket and forwards to the holder stored there
+// (TestAckThroughLaggingNode).
 func (e *Engine) settle(ctx context.Context, nack bool, group, member string, pos engine.Position, reason string) error {
-	holder, err := e.settleLocal(nack, group, member, pos, reason)
-	if holder == "" {
+	holder, remote, err := e.settleLocal(nack, group, member, pos, reason)
+	if !remote {
 		return err
 	}
-	return e.settleRemote(ctx, holder, settleReq{
+	req := settleReq{
 		Nack: nack, Group: group, Member: member,
 		Topic: pos.Topic, Partition: pos.Partition, Offset: pos.Offset, Reason: reason,
-	})
+	}
+	if holder != "" {
+		if err = e.settleRemote(ctx, holder, req); !errors.Is(err, engine.ErrNotInFlight) {
+			return err
+		}
+	}
+	stored := e.storedHolder(ctx, group, pos)
+	if stored == "" || stored == holder {
+		return err
+	}
+	return e.settleRemote(ctx, stored, req)
 }
 
-// settleLocal settles a delivery this node holds. When another node holds
-// the partition it returns that node (and ErrNotInFlight) instead.
-func (e *Engine) settleLocal(nack bool, group, member string, pos engine.Position, reason string) (holder string, _ error) {
+// settleLocal settles a delivery this node holds. When this node does not
+// hold the partition it reports remote instead, with the holder its view
+// names ("" when none) and ErrNotInFlight (or ErrUnknownGroup).
+func (e *Engine) settleLocal(nack bool, group, member string, pos engine.Position, reason string) (holder string, remote bool, _ error) {
 	e.gmu.Lock()
 	defer e.gmu.Unlock()
 	gp, f, err := e.inFlight(group, member, pos)
 	if err != nil {
 		if g := e.groups[group]; g != nil {
-			if o := g.parts[partKey{pos.Topic, pos.Partition}]; o != nil && !o.holding && o.loaded &&
-				o.stored.Holder != "" && o.stored.Holder != e.node {
-				return o.stored.Holder, err
+			o := g.parts[partKey{pos.Topic, pos.Partition}]
+			if o != nil && o.holding {
+				return "", false, err // ours, and not in flight
+			}
+			if o != nil && o.loaded && o.stored.Holder != e.node {
+				holder = o.stored.Holder
 			}
 		}
-		return "", err
+		return holder, true, err
 	}
 	if nack {
 		e.flights.Fail(gp, f, reason, true)
@@ -121,7 +142,36 @@ func (e *Engine) settleLocal(nack bool, group, member string, pos engine.Positio
 		f.Ack()
 	}
 	e.pump(gp)
-	return "", nil
+	return "", false, nil
+}
+
+// storedHolder reads pos's partition position from the group bucket and
+// returns the holder it names: "" when none, this node, or the topic or
+// position cannot be read.
+func (e *Engine) storedHolder(ctx context.Context, group string, pos engine.Position) string {
+	if e.reachable() != nil {
+		return ""
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	ctx, done := e.onConn(ctx)
+	defer done(nil)
+	t, err := e.lookup(ctx, pos.Topic)
+	if err != nil || pos.Partition < 0 || pos.Partition >= len(t.parts) {
+		return ""
+	}
+	ent, err := e.groupKV.Get(ctx, commitKey(group, t, pos.Partition))
+	if err != nil {
+		return ""
+	}
+	var v commitVal
+	if json.Unmarshal(ent.Value(), &v) != nil || v.Holder == e.node {
+		return ""
+	}
+	return v.Holder
 }
 
 // settleRemote sends a settle to the holder and returns its answer. A
