@@ -457,7 +457,10 @@ func (cn *conn) joinGroup(s *subscription, from fromSpec) *protoError {
 	if err != nil {
 		return toProto(err)
 	}
+	// Under cn.mu: Shutdown's hand-back reads it from another goroutine.
+	cn.mu.Lock()
 	s.member = member
+	cn.mu.Unlock()
 	return nil
 }
 

@@ -30,7 +30,7 @@ type subscription struct {
 	group   string
 	policy  session.Policy
 	filter  map[string]string
-	member  string
+	member  string // set once, under c.mu, by the join (conn.joinGroup)
 	// hookAllowed: the subscribe hook allowed it (the grants did not).
 	hookAllowed bool
 	// presence: the session is in the topic's presence set (presence.go).
