@@ -256,8 +256,9 @@
 //
 // An Engine is safe for concurrent use by multiple goroutines. New starts
 // these goroutines, and Close stops them and waits for them: the tail
-// (run by nats.go's consumer), one watcher loop per bucket (topics,
-// groups, live), the connection watcher (tracks the connection's status
+// (nats.go's consumer hands each message to the engine's tail goroutine,
+// tail.go), one watcher loop per bucket (topics, groups, live), the
+// connection watcher (tracks the connection's status
 // for the fail-fast and watcher-resume rules above), the committer (writes
 // positions, claims and releases, up to 16 keys at once from goroutines
 // it waits for before its next round), the letter writer (stores max_attempts
@@ -268,8 +269,11 @@
 // callbacks (ack timeouts, backoffs, block
 // timeouts).
 //
-// Observer.Appended is called from the tail goroutine, TopicDeleted from the
-// topic watcher or from whichever goroutine first installs a newer
+// Observer.Appended is called from the tail goroutine (AppendedContext for
+// an engine.ContextObserver, with a context carrying the tail's
+// engine.Batch: a run ends when no further record is at hand, after 64
+// records, before the tail waits for the topic bucket and when the tail
+// stops), TopicDeleted from the topic watcher or from whichever goroutine first installs a newer
 // incarnation of the topic (the tail, or a call such as Append), before
 // any record of it. Consumer.Deliver and Consumer.Skipped are called with the
 // group lock held, from the tail, a watcher, the committer, a timer, or

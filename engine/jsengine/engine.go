@@ -155,6 +155,12 @@ type Engine struct {
 	tailWait int
 	tailCC   jetstream.ConsumeContext
 
+	// The tail goroutine's hand-off and announcement runs (tail.go).
+	tailQ     chan jetstream.Msg // from the consumer's callback to tailLoop
+	tailStop  chan struct{}      // closed by shutdown once the consumer has stopped
+	tailBatch engine.Batch       // used by the tail goroutine only
+	tailCtx   context.Context    // carries tailBatch; what the tail announces with
+
 	settleSub *nats.Subscription // serves acks and nacks forwarded to this node
 
 	statusCh chan nats.Status // the connection's status changes, for watchConn
@@ -223,10 +229,13 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		kick:       make(chan struct{}, 1),
 		letterKick: make(chan struct{}, 1),
 		tailWake:   make(chan struct{}),
+		tailQ:      make(chan jetstream.Msg, tailQueueLen),
+		tailStop:   make(chan struct{}),
 		dedup:      make(map[string]*dedupCall),
 		wsem:       make(chan struct{}, maxPipelined),
 		node:       randomID()[:16],
 	}
+	e.tailCtx = engine.WithBatch(context.Background(), &e.tailBatch)
 	if e.prefix == "" {
 		e.prefix = DefaultPrefix
 	}
@@ -398,7 +407,9 @@ func (e *Engine) setup(ctx context.Context) error {
 	if err != nil {
 		return unavailable("tail", err)
 	}
-	cc, err := cons.Consume(e.tailMsg, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	e.wg.Add(1)
+	go e.tailLoop() // exits when shutdown closes tailStop
+	cc, err := cons.Consume(e.tailHandoff, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if !e.closed.Load() {
 			e.log.Debug("jsengine: tail", "err", err)
 		}
@@ -683,7 +694,8 @@ func (e *Engine) afterFunc(d time.Duration, f func()) engine.Timer {
 // Watch registers o for the live tail until stop is called; stop may be
 // called more than once. Appended is called from the engine's tail
 // goroutine for every record stored by any node sharing the Prefix, in
-// offset order per partition; TopicDeleted from the topic watcher (or,
+// offset order per partition (AppendedContext, for an
+// engine.ContextObserver, with a context carrying the tail's engine.Batch); TopicDeleted from the topic watcher (or,
 // for a topic re-created on another node, from whichever goroutine first
 // meets the new incarnation, before its first record).
 func (e *Engine) Watch(o engine.Observer) (stop func()) {
@@ -758,7 +770,8 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 }
 
-// shutdown stops the tail and watchConn, and closes an owned connection.
+// shutdown stops the tail (the consumer, then the tail goroutine) and
+// watchConn, and closes an owned connection.
 // The watch loops stop their watchers themselves once closeCh is closed.
 func (e *Engine) shutdown() {
 	e.nc.RemoveStatusListener(e.statusCh)
@@ -769,6 +782,7 @@ func (e *Engine) shutdown() {
 		e.tailCC.Stop()
 		<-e.tailCC.Closed()
 	}
+	close(e.tailStop)
 	if e.ownNC {
 		e.nc.Close()
 	}

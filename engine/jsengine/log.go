@@ -1209,7 +1209,8 @@ func (e *Engine) resolve(ctx context.Context, p *partition, s engine.Start) (int
 
 // tailMsg handles one stored message from the live tail (the engine's
 // ordered consumer over every record subject): it updates the partition's
-// view and cache, calls observers and feeds the partition's groups.
+// view and cache, calls observers and feeds the partition's groups. It
+// runs on the tail goroutine (tail.go), and announces in tailBatch's run.
 func (e *Engine) tailMsg(msg jetstream.Msg) {
 	md, err := msg.Metadata()
 	if err != nil {
@@ -1245,6 +1246,7 @@ func (e *Engine) tailMsg(msg jetstream.Msg) {
 	name := subj[:i]
 	t := e.local(name)
 	if t == nil || t.inc < inc {
+		e.tailBatch.End() // what is announced is not held for the bucket
 		t = e.tailTopic(name, inc)
 	}
 	if t == nil || t.inc != inc || part >= len(t.parts) || t.deleted.Load() {
@@ -1269,7 +1271,7 @@ func (e *Engine) tailMsg(msg jetstream.Msg) {
 	p.smu.Unlock()
 
 	for _, o := range e.observers.List() {
-		o.Appended(pm.rec)
+		engine.Announce(e.tailCtx, o, pm.rec)
 	}
 	if p.npumped.Load() == 0 {
 		// No cursor here would act on the record: a Join that makes one
