@@ -10,6 +10,13 @@ package router
 // goroutine hand-off and one write per subscriber and read, rather than
 // per message (docs/BENCHMARKS.md, issue #16).
 //
+// Records an engine announces from a goroutine of its own (the JetStream
+// tail, which brings every record on a multi-node deployment) come in runs
+// of an engine.Batch instead: the router registers one Deferral of its own
+// with the engine's Batch, used for every record of every run, and the
+// engine flushes it as each run ends, so that the records of one run reach
+// each subscriber as one batch.
+//
 // The reader flushes before it waits for anything but its socket: before
 // an op other than publish (which waits for the publishes before it),
 // before a publish hook's round trip, before waiting for room in the
@@ -47,11 +54,29 @@ func deferralOf(ctx context.Context) *session.Deferral {
 	return d
 }
 
+// batchKey is the key of a router's Deferral in an engine.Batch: one per
+// router, for the routers that share an engine.
+type batchKey struct{ rt *Router }
+
+// newBatchDeferral makes a router's Deferral for an engine.Batch: flushed
+// as each run of the batch ends.
+func newBatchDeferral() (any, func()) {
+	d := new(session.Deferral)
+	return d, d.Flush
+}
+
 // AppendedContext implements engine.ContextObserver: Appended, with the
 // wakes deferred to the publishing session's reader when the append came
-// from one.
+// from one, or to the end of the run of announcements when the engine
+// announced the record in an engine.Batch.
 func (rt *Router) AppendedContext(ctx context.Context, rec *engine.Record) {
-	rt.fanOut(rec, deferralOf(ctx))
+	d := deferralOf(ctx)
+	if d == nil {
+		if b := engine.BatchOf(ctx); b != nil {
+			d = b.Value(batchKey{rt}, newBatchDeferral).(*session.Deferral)
+		}
+	}
+	rt.fanOut(rec, d)
 }
 
 var _ engine.ContextObserver = (*Router)(nil)
