@@ -166,12 +166,14 @@ func (l *lazyReader) Read(p []byte) (int, error) {
 			l.flush.Flush()
 		}
 		if len(p) >= 4<<10 {
-			return l.readSocket(p) // large read: no copy
+			return l.readSocket(p, nil) // large read: no copy
 		}
-		bp := getBuf()
-		n, err := l.readSocket((*bp)[:cap(*bp)])
+		var bp *[]byte
+		n, err := l.readSocket(nil, &bp)
 		if n == 0 {
-			putBuf(bp)
+			if bp != nil {
+				putBuf(bp)
+			}
 			return 0, err
 		}
 		l.buf, l.pending = bp, (*bp)[:n]
@@ -185,14 +187,33 @@ func (l *lazyReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// readSocket reads once into p, waiting without a buffer of its own until
-// the socket is readable. It returns io.EOF when the peer has closed.
-func (l *lazyReader) readSocket(p []byte) (int, error) {
+// readSocket reads once into p or, with p nil, into a buffer of bufPool
+// that it sets *bp to, waiting until the socket is readable. A pooled
+// buffer is taken only for a read that may find bytes and is given back
+// before the wait: the library's reader waits here, deep in its frame
+// reading, whenever it reads on after a control frame (a keepalive's
+// pong), and an idle connection must not hold a buffer then. It returns
+// io.EOF when the peer has closed.
+func (l *lazyReader) readSocket(p []byte, bp **[]byte) (int, error) {
 	var n int
 	var rerr error
 	err := l.rc.Read(func(fd uintptr) bool {
-		n, rerr = readFD(fd, p)
-		return !errors.Is(rerr, syscall.EAGAIN)
+		buf := p
+		if buf == nil {
+			if *bp == nil {
+				*bp = getBuf()
+			}
+			buf = (**bp)[:cap(**bp)]
+		}
+		n, rerr = readFD(fd, buf)
+		if !errors.Is(rerr, syscall.EAGAIN) {
+			return true
+		}
+		if p == nil {
+			putBuf(*bp) // not held while waiting
+			*bp = nil
+		}
+		return false
 	})
 	if err != nil {
 		return 0, err // closed, or the poller failed
