@@ -636,12 +636,36 @@ func (r *ring) push(it Item, st *streamState) {
 }
 
 func (r *ring) grow() {
-	buf := make([]slot, max(4, 2*len(r.buf))) // small first: most sessions queue little
+	if len(r.buf) == 0 {
+		r.buf = ringPool.Get().(*[minRing]slot)[:]
+		r.head = 0
+		return
+	}
+	buf := make([]slot, 2*len(r.buf))
 	for i := 0; i < r.n; i++ {
 		buf[i] = *r.at(i)
 	}
 	r.buf = buf
 	r.head = 0
+}
+
+// minRing is the slots of a ring's first buffer: small, since most
+// sessions queue little.
+const minRing = 4
+
+// ringPool holds the first buffers of all rings. A ring gives its buffer
+// back once it is empty, unless it has grown past minRing slots (a busy
+// session keeps its larger one): an idle session then holds no slots, and
+// one that is sent a message now and then borrows them only meanwhile.
+var ringPool = sync.Pool{New: func() any { return new([minRing]slot) }}
+
+// emptied gives the buffer of an empty ring of minRing slots back to
+// ringPool; every slot of an empty ring is zero.
+func (r *ring) emptied() {
+	if r.n == 0 && len(r.buf) == minRing {
+		ringPool.Put((*[minRing]slot)(r.buf))
+		r.buf, r.head = nil, 0
+	}
 }
 
 // popFront removes the first slot, which is live.
@@ -651,6 +675,7 @@ func (r *ring) popFront() {
 	r.n--
 	r.live--
 	r.trimHead()
+	r.emptied()
 }
 
 func (r *ring) trimHead() {
@@ -682,6 +707,7 @@ func (r *ring) remove(i int) Item {
 	case dead > r.live && dead >= 16:
 		r.compact()
 	}
+	r.emptied()
 	return it
 }
 

@@ -320,3 +320,58 @@ func TestQueueControlBytes(t *testing.T) {
 		t.Fatalf("control bytes %d after draining, want 4", st.ControlBytes)
 	}
 }
+
+// slotsHeld returns the ring slots q holds: control and every lane.
+func slotsHeld(q *Queue) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := len(q.control.buf)
+	for i := range q.lanes {
+		n += len(q.lanes[i].buf)
+	}
+	return n
+}
+
+// TestQueueEmptyHoldsNoSlots: a queue drained empty holds no ring slots
+// (an idle session costs none), whether its items left by draining or by
+// eviction, and delivers in order when it fills again; a ring that grew
+// past its first buffer keeps it.
+func TestQueueEmptyHoldsNoSlots(t *testing.T) {
+	q := NewQueue(Options{EncodeGap: testGap, QueueMessages: 2})
+	if n := slotsHeld(q); n != 0 {
+		t.Fatalf("new queue holds %d slots", n)
+	}
+	q.Push(ctl("welcome"))
+	q.Push(msg(1, 0, 0, DropOld))
+	if n := slotsHeld(q); n != 2*minRing {
+		t.Fatalf("queue with a control item and a message holds %d slots, want %d", n, 2*minRing)
+	}
+	if got := drain(q, 1<<20); !slices.Equal(got, []string{"c:welcome", "m1:0"}) {
+		t.Fatalf("drained %q", got)
+	}
+	if n := slotsHeld(q); n != 0 {
+		t.Fatalf("drained queue holds %d slots", n)
+	}
+
+	// Emptied by eviction: a higher lane's message evicts the lower one.
+	q.Push(msg(1, 1, 0, DropOld))
+	q.Push(msg(2, 0, 1, DropOld))
+	q.Push(msg(2, 1, 1, DropOld))
+	if got := drain(q, 1<<20); !slices.Equal(got, []string{"m2:0", "m2:1", "g1:1-2"}) {
+		t.Fatalf("drained %q", got)
+	}
+	if n := slotsHeld(q); n != 0 {
+		t.Fatalf("queue drained after an eviction holds %d slots", n)
+	}
+
+	big := NewQueue(Options{EncodeGap: testGap})
+	for i := range 2 * minRing {
+		big.Push(msg(1, int64(i), 0, DropOld))
+	}
+	if got := drain(big, 1<<20); len(got) != 2*minRing {
+		t.Fatalf("drained %d frames, want %d", len(got), 2*minRing)
+	}
+	if n := slotsHeld(big); n != 2*minRing {
+		t.Fatalf("a grown ring holds %d slots after draining, want its %d", n, 2*minRing)
+	}
+}
