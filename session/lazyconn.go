@@ -239,14 +239,15 @@ type lazyWriter struct {
 	closeSent bool
 	hdr       [10]byte // the header of the frame writeText writes
 	corked    bool
-	own       []byte    // the slice being written while corked; pieces of it are referenced
-	copied    []byte    // the pieces copied while corked: in small, or in pooled once they outgrow it
-	pooled    *[]byte   // pooled buffer behind copied, nil when none is held
-	segs      []segment // what to write at uncork, in order
-	vec       [][]byte  // reused for the vectored write
-	// small holds the copied pieces of a batch: the header with the start
-	// of the payload, a control frame written meanwhile.
-	small [smallWriteBuf]byte
+	own       []byte // the slice being written while corked; pieces of it are referenced
+	// copied holds the pieces copied while corked (the header with the
+	// start of the payload, a control frame written meanwhile, a
+	// compressed payload), in pooled: a buffer of bufPool borrowed for the
+	// batch, nil when none is held.
+	copied []byte
+	pooled *[]byte
+	segs   []segment // what to write at uncork, in order
+	vec    [][]byte  // reused for the vectored write
 }
 
 // segment is one piece to write at uncork: a referenced slice, or the
@@ -275,15 +276,9 @@ func (l *lazyWriter) Write(p []byte) (int, error) {
 		l.segs = append(l.segs, segment{ref: p})
 		return len(p), nil
 	}
-	if l.copied == nil {
-		l.copied = l.small[:0]
-	}
-	if len(l.copied)+len(p) > cap(l.copied) && l.pooled == nil {
-		// A large copied piece (a compressed payload): into a pooled
-		// buffer rather than a new one per batch.
+	if l.pooled == nil {
 		l.pooled = getBuf()
-		*l.pooled = append((*l.pooled)[:0], l.copied...)
-		l.copied = *l.pooled
+		l.copied = (*l.pooled)[:0]
 	}
 	from := len(l.copied)
 	l.copied = append(l.copied, p...)

@@ -277,11 +277,14 @@ func (s *Session) Run(ctx context.Context, h Handler) error {
 	if s.conn != nil {
 		s.conn.SetReadLimit(s.opts.ReadLimit)
 	}
-	s.wg.Add(1) // for the AfterFunc below
-	stop := context.AfterFunc(ctx, func() {
-		defer s.wg.Done()
-		s.Close(websocket.StatusGoingAway, "going away")
-	})
+	stop := func() bool { return false }
+	if ctx.Done() != nil { // a context that is never done costs nothing
+		s.wg.Add(1) // for the AfterFunc below
+		stop = context.AfterFunc(ctx, func() {
+			defer s.wg.Done()
+			s.Close(websocket.StatusGoingAway, "going away")
+		})
+	}
 
 	s.startWriter()
 	// The reader is unblocked by the writer closing the connection, so its
