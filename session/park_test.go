@@ -51,9 +51,15 @@ func TestWriterParksWhenIdle(t *testing.T) {
 	}
 	waitFor(t, "the writer goroutine to exit", func() bool { return writerGoroutines() == 0 })
 
-	s.Send(ctl("late"))
-	waitFor(t, "the late frame", func() bool { return len(f.frames()) == 2 })
+	s.Send(msg(1, 0, 0, DropOld))
+	waitFor(t, "the message", func() bool { return len(f.frames()) == 2 })
 	waitFor(t, "the writer to park again", parked(s))
+	s.q.mu.Lock()
+	kept := s.q.streams != nil || s.q.lastSt != nil || ringSlots(s.q) > 0
+	s.q.mu.Unlock()
+	if kept {
+		t.Fatal("a parked writer's queue keeps its stream state or ring slots")
+	}
 	s.Close(websocket.StatusNormalClosure, "")
 	<-done
 	if len(f.closes) != 1 || f.closes[0] != websocket.StatusNormalClosure {

@@ -116,7 +116,6 @@ func NewQueue(opts Options) *Queue {
 		encodeGap: opts.EncodeGap,
 		onDrop:    opts.OnDrop,
 		ready:     make(chan struct{}, 1),
-		streams:   make(map[Stream]*streamState),
 	}
 	if opts.WriteDelay > 0 {
 		q.maxFrames = opts.WriteDelayFrames
@@ -319,6 +318,9 @@ func (q *Queue) remember(s Stream, st *streamState) {
 
 // stream returns the state of s, making it if needed.
 func (q *Queue) stream(s Stream) *streamState {
+	if q.streams == nil {
+		q.streams = streamMaps.Get().(map[Stream]*streamState)
+	}
 	st := q.streams[s]
 	if st == nil {
 		if n := len(q.free); n > 0 {
@@ -343,6 +345,31 @@ func (q *Queue) release(s Stream, st *streamState) {
 	if len(q.free) < maxFree {
 		*st = streamState{gaps: st.gaps[:0]}
 		q.free = append(q.free, st)
+	}
+}
+
+// streamMaps holds the empty stream maps of idle queues (see Shrink).
+var streamMaps = sync.Pool{New: func() any { return make(map[Stream]*streamState) }}
+
+// Shrink lets an empty queue (no items, no pending gaps) give back what it
+// keeps for its next items: the state of the stream last looked up and
+// its map of streams, which go back to a pool shared by all queues. A
+// session's writer calls it when it parks, so that an idle session holds
+// neither; a queue with anything to do is left as it is.
+func (q *Queue) Shrink() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.msgs+q.others > 0 || len(q.idle) > 0 {
+		return
+	}
+	if st := q.lastSt; st != nil {
+		key := q.lastKey
+		q.lastSt, q.lastKey = nil, Stream{}
+		q.release(key, st)
+	}
+	if q.streams != nil && len(q.streams) == 0 {
+		streamMaps.Put(q.streams)
+		q.streams = nil
 	}
 }
 

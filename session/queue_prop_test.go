@@ -105,8 +105,12 @@ func TestQueueProperty(t *testing.T) {
 			switch rapid.IntRange(0, 9).Draw(rt, "op") {
 			case 0:
 				take(rapid.IntRange(1, 64).Draw(rt, "max"), false)
+				if rapid.Bool().Draw(rt, "shrink") {
+					q.Shrink() // a no-op unless the batch emptied the queue
+				}
 			case 1:
 				take(1<<20, true)
+				q.Shrink() // as a writer that parks
 			case 2:
 				c := "c" + strconv.Itoa(i)
 				if q.Push(Item{Frame: []byte(c)}) == Queued {

@@ -325,6 +325,11 @@ func TestQueueControlBytes(t *testing.T) {
 func slotsHeld(q *Queue) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	return ringSlots(q)
+}
+
+// ringSlots is slotsHeld with q's lock held.
+func ringSlots(q *Queue) int {
 	n := len(q.control.buf)
 	for i := range q.lanes {
 		n += len(q.lanes[i].buf)
@@ -373,5 +378,31 @@ func TestQueueEmptyHoldsNoSlots(t *testing.T) {
 	}
 	if n := slotsHeld(big); n != 2*minRing {
 		t.Fatalf("a grown ring holds %d slots after draining, want its %d", n, 2*minRing)
+	}
+}
+
+// TestQueueShrink: Shrink gives back an empty queue's stream map and
+// remembered stream, leaves a queue with items or pending gaps as it is,
+// and the queue goes on in order, gaps included, after it.
+func TestQueueShrink(t *testing.T) {
+	q := NewQueue(Options{EncodeGap: testGap, QueueMessages: 1})
+	q.Push(msg(1, 0, 0, DropOld))
+	q.Shrink() // an item queued: nothing changes
+	if q.streams == nil || q.lastSt == nil {
+		t.Fatal("Shrink dropped the state of a queue with an item")
+	}
+	q.Push(msg(1, 1, 0, DropOld)) // evicts offset 0: a gap
+	if got := drain(q, 1<<20); !slices.Equal(got, []string{"g1:0-1", "m1:1"}) {
+		t.Fatalf("drained %q", got)
+	}
+	q.Shrink()
+	if q.streams != nil || q.lastSt != nil {
+		t.Fatalf("an empty queue keeps its stream map (%v) or remembered stream (%v)", q.streams != nil, q.lastSt != nil)
+	}
+	q.Push(msg(1, 2, 0, DropOld))
+	q.Push(msg(1, 3, 0, DropOld))
+	q.Shrink() // a gap pending and an item queued
+	if got := drain(q, 1<<20); !slices.Equal(got, []string{"g1:2-3", "m1:3"}) {
+		t.Fatalf("drained after Shrink %q", got)
 	}
 }

@@ -173,7 +173,9 @@ func (s *Session) writeLoop() {
 				break
 			}
 			// Nothing to do. Park unless a wake came in since the top of
-			// the loop; a wake after this starts a new writer.
+			// the loop; a wake after this starts a new writer. An idle
+			// session keeps no queue state for its next items.
+			s.q.Shrink()
 			if s.writer.CompareAndSwap(writerRunning, writerParked) {
 				return
 			}
