@@ -56,7 +56,13 @@
 // waiting for readability on a shallow stack), no writer goroutine (see
 // Concurrency) and no buffer: the WebSocket library gets a small bufio
 // pair over a reader and writer that borrow pooled buffers only while
-// bytes are in hand (lazyconn.go; TCP and Unix sockets, not TLS).
+// bytes are in hand (lazyconn.go; TCP and Unix sockets, not TLS), also
+// when the library's reader waits for the frame after a control frame
+// such as a keepalive's pong. When its writer parks, the queue gives back
+// its ring slots and its stream state (Queue.Shrink) to pools shared by
+// all sessions. Between data frames the reader waits on a shallow stack,
+// except after a control frame, when it waits inside the library's frame
+// reader until the next data frame (its stack stays as grown).
 //
 // # One-way sessions
 //
