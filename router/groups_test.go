@@ -126,6 +126,13 @@ func TestShutdownKeepsAttempts(t *testing.T) {
 	a.httpDo(t, "POST", "/v1/publish", map[string]any{"topic": "jobs", "data": 2})
 	c1.nextOp(t, "message")
 	c2.nextOp(t, "message")
+	// A client can read a delivery before the writer has reported it
+	// written; a shutdown in that moment hands it back as unsent, so that
+	// its attempt is not counted (router/shutdown.go). Shut down once A
+	// knows both went out.
+	waitUntil(t, "A's writers to report the records written", func() bool {
+		return router.UnsentGroupDeliveries(a.rt) == 0
+	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
