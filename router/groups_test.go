@@ -9,6 +9,7 @@ import (
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/enginetest"
 	"github.com/switchyard/switchyard/engine/memengine"
+	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/session"
 )
 
