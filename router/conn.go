@@ -91,51 +91,64 @@ func (rt *Router) serveWS(c echo.Context) error {
 		sess.Close(websocket.StatusGoingAway, "server shutting down")
 		return nil
 	}
-	// The session runs on a goroutine of its own and the handler returns:
+	// The session runs on goroutines of its own and the handler returns:
 	// net/http and echo then drop what they hold for the request (the
 	// request, its headers and context, echo's context, the connection's
-	// state and buffers), and the reader's stack starts small instead of
-	// under the handshake's frames. Shutdown waits for it (addConn counted
-	// it in rt.wg).
-	go cn.run(release, sopts)
+	// state and buffers), and an idle reader waits on a fresh goroutine's
+	// small stack instead of under the handshake's frames (session.Start).
+	// Shutdown waits for it (addConn counted it in rt.wg).
+	cn.runStart(cn.welcomeFrame(sopts))
+	// Shutdown closes every session itself, so the session needs no
+	// context that is ever done; one that is would cost each session an
+	// AfterFunc and a children map in cn.ctx (about 0.4 KiB of an idle
+	// connection).
+	if err := sess.Start(context.WithoutCancel(cn.ctx), cn, func(err error) { cn.runEnd(err, release) }); err != nil {
+		cn.runEnd(err, release) // not started before: cannot happen
+	}
 	return nil
 }
 
-// run runs an accepted session until it ends, then tears it down; release
-// gives back its connection-limit slot.
-func (cn *conn) run(release func(), sopts session.Options) {
-	rt, sess := cn.rt, cn.sess
-	defer release()
-	defer rt.removeConn(cn)
-	rt.m.connections.Inc()
-	rt.m.connectsTotal.Inc()
-	defer rt.m.connections.Dec()
-	cn.ctx, cn.cancel = context.WithCancel(rt.ctx)
-	defer cn.cancel()
-
+// welcomeFrame encodes the session's welcome.
+func (cn *conn) welcomeFrame(sopts session.Options) []byte {
 	welcome := map[string]any{
 		"session": cn.id,
-		"epoch":   rt.eng.Epoch(),
-		"limits":  rt.welcomeLimits(sopts),
+		"epoch":   cn.rt.eng.Epoch(),
+		"limits":  cn.rt.welcomeLimits(sopts),
 	}
 	if cn.lean {
 		welcome["envelope"] = envelopeLean
 	}
-	cn.sess.Send(session.Item{Frame: encodeReply("welcome", nil, welcome)})
+	return encodeReply("welcome", nil, welcome)
+}
+
+// runStart counts the session, makes its context, queues the welcome and
+// starts the token's expiry timers.
+func (cn *conn) runStart(welcome []byte) {
+	rt := cn.rt
+	rt.m.connections.Inc()
+	rt.m.connectsTotal.Inc()
+	cn.ctx, cn.cancel = context.WithCancel(rt.ctx)
+	cn.sess.Send(session.Item{Frame: welcome})
 	// The session ends when its token does unless it is refreshed (see
 	// refresh.go); the timers stop when the session ends first.
 	cn.expiry = cn.startExpiry()
-	defer cn.expiry.stop()
-	// Shutdown closes every session itself, so Run needs no context that
-	// is ever done; one that is would cost each session an AfterFunc and
-	// a children map in cn.ctx (about 0.4 KiB of an idle connection).
-	err := sess.Run(context.WithoutCancel(cn.ctx), cn)
+}
+
+// runEnd tears the session down once it has ended with err, in the
+// reverse order of runStart, and gives back its connection-limit slot.
+func (cn *conn) runEnd(err error, release func()) {
+	rt := cn.rt
 	if errors.Is(err, session.ErrSlowConsumer) {
 		rt.m.slowDisconnects.Inc()
 	}
 	rt.countSessionEnd(err)
 	rt.log.Debug("session ended", "session", cn.id, "err", err)
 	cn.teardown()
+	cn.expiry.stop()
+	cn.cancel()
+	rt.m.connections.Dec()
+	rt.removeConn(cn)
+	release()
 }
 
 // teardown removes every subscription of a finished session.

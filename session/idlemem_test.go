@@ -2,7 +2,13 @@ package session
 
 import (
 	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -48,5 +54,104 @@ func TestIdleAfterControlFrameHoldsNoBuffer(t *testing.T) {
 	t.Logf("each session holds %d more bytes after a ping", per)
 	if per >= bound {
 		t.Fatalf("each idle session holds %d more bytes after a ping; want no read buffer (< %d)", per, bound)
+	}
+}
+
+// stackInUse returns the bytes of goroutine stacks in use, after two
+// collections (which shrink the stacks that can be shrunk).
+func stackInUse() int64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.StackInuse)
+}
+
+// TestIdleSessionSmallStack: an idle session, after it has handled a
+// frame and a keepalive pong, waits on one goroutine with the runtime's
+// smallest stack (2 KiB), holding no buffer. Before, the reader waited
+// under the frames of everything it had run (4 KiB and more), and after a
+// pong inside the library's frame reader, where the pong was read. The
+// clients are raw connections, with no goroutines of their own.
+func TestIdleSessionSmallStack(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's larger stack guard grows every stack past 2 KiB")
+	}
+	const n = 64
+	var handled atomic.Int64
+	sessions := make(chan *Session, n)
+	var ended sync.WaitGroup
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s, err := Accept(w, r, nil, "s", Options{EncodeGap: testGap})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		ended.Add(1)
+		if err := s.Start(context.Background(), handlerFunc(func(*Session, []byte) { handled.Add(1) }), func(error) { ended.Done() }); err != nil {
+			t.Error(err)
+		}
+		sessions <- s
+	}))
+	defer srv.Close()
+	before := stackInUse()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	conns := make([]net.Conn, n)
+	list := make([]*Session, n)
+	for i := range conns {
+		conns[i] = rawDial(t, addr, "/")
+		list[i] = <-sessions
+		if _, err := conns[i].Write(maskedText("hi")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "every frame handled", func() bool { return handled.Load() == n })
+	pong := maskedText("sy")
+	pong[0] = 0x80 | opPong
+	for _, c := range conns {
+		if _, err := c.Write(pong); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "every pong taken", func() bool {
+		for _, s := range list {
+			if len(s.idle.pongs) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	per := (stackInUse() - before) / n
+	t.Logf("each idle session holds %d bytes of stacks", per)
+	if per > 3<<10 {
+		t.Fatalf("each idle session holds %d bytes of stacks; want one 2 KiB stack", per)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	ended.Wait()
+}
+
+// TestTakePongs: only whole masked pong frames at the head are consumed.
+func TestTakePongs(t *testing.T) {
+	pong := maskedText("sy")
+	pong[0] = 0x80 | opPong
+	text := maskedText("x")
+	both := append(append([]byte{}, pong...), pong...)
+	for _, tc := range []struct {
+		name        string
+		in          []byte
+		used, pongs int
+	}{
+		{"one", pong, len(pong), 1},
+		{"two", both, len(both), 2},
+		{"then text", append(append([]byte{}, pong...), text...), len(pong), 1},
+		{"text first", append(append([]byte{}, text...), pong...), 0, 0},
+		{"partial", pong[:len(pong)-1], 0, 0},
+		{"unmasked", []byte{0x8A, 0}, 0, 0},
+	} {
+		if used, pongs := takePongs(tc.in); used != tc.used || pongs != tc.pongs {
+			t.Errorf("%s: used %d, pongs %d; want %d, %d", tc.name, used, pongs, tc.used, tc.pongs)
+		}
 	}
 }

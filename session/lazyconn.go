@@ -122,20 +122,64 @@ type idleWait struct {
 	lr *lazyReader
 	br *bufio.Reader // the library's reader over lr; its buffered bytes come first
 	mu *sync.Mutex
+	// pongs, when set, is signalled for each pong frame wait consumes
+	// (keepalive.go); nil: pongs are left to the library.
+	pongs chan struct{}
 }
 
 func (w idleWait) wait() {
-	w.mu.Lock()
-	buffered := w.br.Buffered() > 0 || len(w.lr.pending) > 0
-	w.mu.Unlock()
-	if buffered {
+	if w.buffered() {
 		return
 	}
 	if w.lr.flush != nil {
 		w.lr.flush.Flush() // nothing left of the last read (deferral.go)
 	}
-	_ = w.lr.rc.Read(func(fd uintptr) bool { return !peekWouldBlock(fd) })
-	// An error is the library's to report: its read fails the same way.
+	for {
+		_ = w.lr.rc.Read(func(fd uintptr) bool { return !peekWouldBlock(fd) })
+		// An error is the library's to report: its read fails the same way.
+		if w.pongs == nil || !w.takePongs() {
+			return
+		}
+		// Only keepalive pongs arrived: back to waiting, holding nothing.
+	}
+}
+
+// takePongs reads what the socket has and consumes the pong frames at its
+// head (keepalive.go). It reports true when nothing else is left, so that
+// the caller waits again; false leaves the rest to the library.
+func (w idleWait) takePongs() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	lr := w.lr
+	if w.br.Buffered() > 0 || len(lr.pending) > 0 {
+		return false
+	}
+	// The socket is readable (or failed): this read does not wait.
+	var bp *[]byte
+	n, err := lr.readSocket(nil, &bp)
+	if n == 0 || err != nil {
+		if bp != nil {
+			putBuf(bp)
+		}
+		return false // the library's read meets the same end
+	}
+	used, pongs := takePongs((*bp)[:n])
+	for range pongs {
+		pongSignal(w.pongs)
+	}
+	if used == n {
+		putBuf(bp)
+		return true
+	}
+	lr.buf, lr.pending = bp, (*bp)[used:n]
+	return false
+}
+
+// buffered reports whether bytes already read wait in the buffers.
+func (w idleWait) buffered() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.br.Buffered() > 0 || len(w.lr.pending) > 0
 }
 
 // lazyConn is a hijacked connection that reads through a lazyReader.

@@ -34,25 +34,57 @@ var chunkPool = sync.Pool{New: func() any {
 
 // readLoop reads frames until the connection fails or the peer breaks the
 // protocol, in which case it requests the close and returns the reason.
+// A session accepted by Accept waits for its socket here without a buffer
+// and on a shallow stack, and reads each burst of input on a goroutine of
+// its own (readBurst); others read here, frame after frame.
 func (s *Session) readLoop(ctx context.Context, h Handler) error {
+	if s.idle.lr == nil {
+		for {
+			if err := s.readNext(ctx, h); err != nil {
+				return err
+			}
+		}
+	}
+	burst := make(chan error, 1)
 	for {
 		// Wait for a frame without holding a buffer: idle sessions cost
-		// no read buffer.
-		if s.idle.lr != nil {
-			s.idle.wait()
-		}
-		typ, r, err := s.conn.Reader(ctx)
-		if err != nil {
-			return err
-		}
-		if typ != websocket.MessageText {
-			s.closeWith(websocket.StatusUnsupportedData, "binary frames are not supported", false, ErrBinaryFrame)
-			return ErrBinaryFrame
-		}
-		if err := s.readFrame(r, h); err != nil {
+		// no read buffer, and this goroutine no more than the smallest
+		// stack (see Start).
+		s.idle.wait()
+		go func() { burst <- s.readBurst(ctx, h) }()
+		if err := <-burst; err != nil {
 			return err
 		}
 	}
+}
+
+// readBurst reads and handles frames while input is at hand: it returns
+// nil once the last read's bytes are used up between two frames (the
+// caller waits for the socket again), or the error that ends the session.
+// Bursts never overlap: the reader's fields pass from one to the next
+// through readLoop's channel.
+func (s *Session) readBurst(ctx context.Context, h Handler) error {
+	for {
+		if err := s.readNext(ctx, h); err != nil {
+			return err
+		}
+		if !s.idle.buffered() {
+			return nil
+		}
+	}
+}
+
+// readNext reads one frame and hands it to h.
+func (s *Session) readNext(ctx context.Context, h Handler) error {
+	typ, r, err := s.conn.Reader(ctx)
+	if err != nil {
+		return err
+	}
+	if typ != websocket.MessageText {
+		s.closeWith(websocket.StatusUnsupportedData, "binary frames are not supported", false, ErrBinaryFrame)
+		return ErrBinaryFrame
+	}
+	return s.readFrame(r, h)
 }
 
 // readFrame reads one text message from r within Options.MessageTimeout

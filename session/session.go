@@ -108,17 +108,40 @@ type Session struct {
 func Accept(w http.ResponseWriter, r *http.Request, acceptOpts *websocket.AcceptOptions, id string, opts Options) (*Session, error) {
 	opts = opts.withDefaults()             // check EncodeGap before upgrading
 	hj := &lazyHijacker{ResponseWriter: w} // see lazyconn.go
-	c, err := websocket.Accept(hj, r, acceptOpts)
+	// Pongs the library reads are reported for the session's own
+	// keepalive (keepalive.go).
+	pongs := make(chan struct{}, 1)
+	ao := websocket.AcceptOptions{}
+	if acceptOpts != nil {
+		ao = *acceptOpts
+	}
+	next := ao.OnPongReceived
+	ao.OnPongReceived = func(ctx context.Context, p []byte) {
+		pongSignal(pongs)
+		if next != nil {
+			next(ctx, p)
+		}
+	}
+	c, err := websocket.Accept(hj, r, &ao)
 	if err != nil {
 		return nil, fmt.Errorf("session: accept: %w", err)
 	}
-	// Without compression the session writes its text frames itself
-	// (lazyWriter.writeText); with it, through the library.
-	direct := !strings.Contains(w.Header().Get("Sec-WebSocket-Extensions"), "permessage-deflate")
-	s := newSession(id, opts, connSocket(c, hj.lw, direct))
+	// Without compression the session writes its text frames and its
+	// keepalive pings itself (lazyWriter.writeText, keepalive.go); with
+	// it, through the library.
+	direct := hj.lw != nil && !strings.Contains(w.Header().Get("Sec-WebSocket-Extensions"), "permessage-deflate")
+	sock := connSocket(c, hj.lw, direct)
+	if direct {
+		lw := hj.lw
+		sock.ping = func(ctx context.Context) error { return directPing(ctx, lw, pongs) }
+	}
+	s := newSession(id, opts, sock)
 	s.conn = c
 	if hj.lr != nil {
 		s.idle = idleWait{lr: hj.lr, br: hj.br, mu: new(sync.Mutex)}
+		if direct {
+			s.idle.pongs = pongs
+		}
 		hj.lr.flush = &s.deferral
 	}
 	return s, nil
@@ -270,14 +293,57 @@ func (s *Session) Stats() Stats {
 // error of the websocket package (websocket.ErrMessageTooBig for a frame over
 // ReadLimit, a websocket.CloseError for another close status).
 func (s *Session) Run(ctx context.Context, h Handler) error {
+	var err error
+	ended := make(chan struct{})
+	if serr := s.Start(ctx, h, func(e error) { err = e; close(ended) }); serr != nil {
+		return serr
+	}
+	<-ended
+	return err
+}
+
+// Start is Run without holding the calling goroutine: it starts the
+// session and returns (ErrRunTwice if it was started before); the session
+// runs on goroutines of its own and, once it has ended, calls ended with
+// what Run would have returned, after every other goroutine it started has
+// exited and Done is closed. ended runs on the session's last goroutine,
+// which exits when it returns.
+//
+// An idle session accepted by Accept is then one goroutine that has never
+// run anything but the wait for its socket, on the runtime's smallest
+// stack (2 KiB): the frames it reads are read and handled on a goroutine
+// started for each burst of input, which exits once nothing more is at
+// hand (reader.go). A stack, once grown, is not shrunk back to 2 KiB.
+func (s *Session) Start(ctx context.Context, h Handler, ended func(error)) error {
 	if s.running.Swap(true) {
 		return ErrRunTwice
 	}
-	defer close(s.done)
+	stop := s.runStart(ctx)
+	go s.serve(ctx, h, stop, ended)
+	return nil
+}
+
+// serve is the session's reader goroutine, started fresh by Start.
+func (s *Session) serve(ctx context.Context, h Handler, stop func() bool, ended func(error)) {
+	var err error
+	if s.oneWay != nil {
+		<-s.oneWay // the writer closes the transport once the session ends
+	} else {
+		// The reader is unblocked by the writer closing the connection,
+		// so its reads need no deadline (and allocate none).
+		err = s.readLoop(context.WithoutCancel(ctx), h)
+		s.flushDeferred()
+	}
+	ended(s.runEnd(err, stop))
+}
+
+// runStart is the start of Run: the read limit, the close on ctx, the
+// writer. It returns the AfterFunc's stop.
+func (s *Session) runStart(ctx context.Context) (stop func() bool) {
 	if s.conn != nil {
 		s.conn.SetReadLimit(s.opts.ReadLimit)
 	}
-	stop := func() bool { return false }
+	stop = func() bool { return false }
 	if ctx.Done() != nil { // a context that is never done costs nothing
 		s.wg.Add(1) // for the AfterFunc below
 		stop = context.AfterFunc(ctx, func() {
@@ -285,17 +351,15 @@ func (s *Session) Run(ctx context.Context, h Handler) error {
 			s.Close(websocket.StatusGoingAway, "going away")
 		})
 	}
-
 	s.startWriter()
-	// The reader is unblocked by the writer closing the connection, so its
-	// reads need no deadline (and allocate none).
-	var err error
-	if s.oneWay != nil {
-		<-s.oneWay // the writer closes the transport once the session ends
-	} else {
-		err = s.readLoop(context.WithoutCancel(ctx), h)
-		s.flushDeferred()
-	}
+	return stop
+}
+
+// runEnd is the end of Run once the reader has returned with err: it waits
+// for everything the session started, closes Done and returns what Run
+// does.
+func (s *Session) runEnd(err error, stop func() bool) error {
+	defer close(s.done)
 	s.setCause(err)
 	close(s.readEnded)
 	s.kick()
