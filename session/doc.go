@@ -53,16 +53,18 @@
 // # Memory of an idle session
 //
 // An idle session accepted by Accept holds one goroutine (the reader,
-// waiting for readability on a shallow stack), no writer goroutine (see
-// Concurrency) and no buffer: the WebSocket library gets a small bufio
-// pair over a reader and writer that borrow pooled buffers only while
-// bytes are in hand (lazyconn.go; TCP and Unix sockets, not TLS), also
-// when the library's reader waits for the frame after a control frame
-// such as a keepalive's pong. When its writer parks, the queue gives back
-// its ring slots and its stream state (Queue.Shrink) to pools shared by
-// all sessions. Between data frames the reader waits on a shallow stack,
-// except after a control frame, when it waits inside the library's frame
-// reader until the next data frame (its stack stays as grown).
+// waiting for readability on the runtime's smallest stack, 2 KiB: it runs
+// nothing but that wait, each burst of input being read and handled on a
+// goroutine of its own that exits once nothing more is at hand), no
+// writer goroutine (see Concurrency) and no buffer: the WebSocket library
+// gets a small bufio pair over a reader and writer that borrow pooled
+// buffers only while bytes are in hand (lazyconn.go; TCP and Unix sockets,
+// not TLS), also when the library's reader waits for the frame after a
+// control frame. A session without compression writes its keepalive pings
+// itself and takes the pongs it finds while waiting (keepalive.go), so a
+// keepalive does not leave its reader waiting inside the library's frame
+// reader. When its writer parks, the queue gives back its ring slots and
+// its stream state (Queue.Shrink) to pools shared by all sessions.
 //
 // # One-way sessions
 //
@@ -74,15 +76,17 @@
 // # Concurrency
 //
 // All methods of Session are safe for concurrent use by multiple goroutines,
-// except Run, which is called once. Run runs the reader on the calling
-// goroutine. The writer goroutine runs only while there is something to
+// except Run and Start, one of which is called once. Start runs the reader
+// on goroutines of its own and returns; Run is Start and a wait for the
+// end. The writer goroutine runs only while there is something to
 // write or a control event to handle: it exits once it is idle and the next
 // Send (or close, or keepalive) starts it again, so an idle session holds
 // one goroutine. A session that keeps its writer busy (runs in quick
 // succession) keeps it waiting instead until a keepalive period passes
 // quietly. At most one writer runs at a time. While a keepalive ping is in
 // flight (at most one, every Options.PingInterval) a short-lived goroutine
-// waits for its pong. Everything Run starts has exited when Run returns.
+// waits for its pong. Everything Run starts has exited when Run returns
+// (when Start's ended is called).
 // Send never blocks on the network: it takes the queue's lock and may start
 // the writer goroutine.
 //
