@@ -71,13 +71,17 @@ func BenchmarkQueueSendFull(b *testing.B) {
 // every 64 messages. One op is one message.
 func BenchmarkWriterBatch(b *testing.B) {
 	var written int
-	sock := socket{
+	benchWriter(b, socket{
 		write: func(_ context.Context, p []byte) error {
 			written += len(p)
 			return nil
 		},
 		closeNow: func() error { return nil },
-	}
+	})
+}
+
+// benchWriter runs BenchmarkWriterBatch's loop over sock.
+func benchWriter(b *testing.B, sock socket) {
 	s := newSession("bench", Options{EncodeGap: testGap}, sock)
 	items := benchItems(16, 4)
 	b.ReportAllocs()
@@ -135,30 +139,11 @@ func BenchmarkWriterWake(b *testing.B) {
 // pieces, not copied into a buffer.
 func BenchmarkWriterPieces(b *testing.B) {
 	var written int
-	sock := socket{
-		writeText: func(parts [][]byte, size int) error {
+	benchWriter(b, socket{
+		writeText: func(_ [][]byte, size int) error {
 			written += size
 			return nil
 		},
 		closeNow: func() error { return nil },
-	}
-	s := newSession("bench", Options{EncodeGap: testGap}, sock)
-	items := benchItems(16, 4)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		it := items[i%len(items)]
-		it.Offset = int64(i)
-		s.Send(it)
-		if i%64 == 63 {
-			if _, err := s.writeBatch(s.opts.WriteTimeout); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	b.StopTimer()
-	for more := true; more; {
-		more, _ = s.writeBatch(s.opts.WriteTimeout)
-	}
-	b.ReportMetric(float64(s.Stats().Writes)/float64(b.N), "writes/op")
+	})
 }

@@ -13,15 +13,22 @@ import (
 	"time"
 )
 
-// liveHeap returns the bytes of live heap objects: pooled buffers nobody
-// holds are dropped by the two collections.
-func liveHeap() int64 {
+// collected returns the memory statistics after two collections, which
+// drop the pooled buffers nobody holds and shrink the stacks that can be
+// shrunk.
+func collected() runtime.MemStats {
 	runtime.GC()
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
+	return m
 }
+
+// liveHeap returns the bytes of live heap objects.
+func liveHeap() int64 { return int64(collected().HeapAlloc) }
+
+// stackInUse returns the bytes of goroutine stacks in use.
+func stackInUse() int64 { return int64(collected().StackInuse) }
 
 // TestIdleAfterControlFrameHoldsNoBuffer: a session that has handled a
 // control frame (here the client's ping; the gateway's keepalive pongs
@@ -55,16 +62,6 @@ func TestIdleAfterControlFrameHoldsNoBuffer(t *testing.T) {
 	if per >= bound {
 		t.Fatalf("each idle session holds %d more bytes after a ping; want no read buffer (< %d)", per, bound)
 	}
-}
-
-// stackInUse returns the bytes of goroutine stacks in use, after two
-// collections (which shrink the stacks that can be shrunk).
-func stackInUse() int64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return int64(m.StackInuse)
 }
 
 // TestIdleSessionSmallStack: an idle session, after it has handled a

@@ -427,8 +427,7 @@ func (o *stallObs) TopicDeleted(topic string) {
 func TestRecreatedTopicReachesTail(t *testing.T) {
 	url := natstest.URL(t)
 	prefix := natstest.Prefix(t, url)
-	a := newNode(t, nodeOpts{url: url, prefix: prefix})
-	b := newNode(t, nodeOpts{url: url, prefix: prefix})
+	a, b := twoNodes(t, nodeOpts{url: url, prefix: prefix})
 	ctx := context.Background()
 	obs := &stallObs{topic: "blocker", release: make(chan struct{})}
 	released := false

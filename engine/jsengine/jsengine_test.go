@@ -29,6 +29,13 @@ type nodeOpts struct {
 	ttl         time.Duration
 }
 
+// twoNodes starts two nodes with the same options (on one NATS, with one
+// prefix, when o says so): two gateways sharing a JetStream.
+func twoNodes(t testing.TB, o nodeOpts) (a, b *jsengine.Engine) {
+	t.Helper()
+	return newNode(t, o), newNode(t, o)
+}
+
 func newNode(t testing.TB, o nodeOpts) *jsengine.Engine {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -105,8 +112,7 @@ func waitUntilFor(t *testing.T, what string, bound time.Duration, cond func() bo
 func TestTwoNodesTail(t *testing.T) {
 	url := natstest.URL(t)
 	prefix := natstest.Prefix(t, url)
-	a := newNode(t, nodeOpts{url: url, prefix: prefix})
-	b := newNode(t, nodeOpts{url: url, prefix: prefix})
+	a, b := twoNodes(t, nodeOpts{url: url, prefix: prefix})
 	if a.Epoch() == "" || a.Epoch() != b.Epoch() {
 		t.Errorf("epochs %q and %q: want one non-empty epoch per stream", a.Epoch(), b.Epoch())
 	}
@@ -260,8 +266,7 @@ func waitMembers(t *testing.T, group string, want []string, nodes ...*jsengine.E
 func TestTwoNodesGroupShares(t *testing.T) {
 	url := natstest.URL(t)
 	prefix := natstest.Prefix(t, url)
-	a := newNode(t, nodeOpts{url: url, prefix: prefix})
-	b := newNode(t, nodeOpts{url: url, prefix: prefix})
+	a, b := twoNodes(t, nodeOpts{url: url, prefix: prefix})
 	ctx := context.Background()
 	const topic, group, parts, n = "share.two", "workers", 4, 80
 	if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: topic, Partitions: parts, Partitioner: engine.RoundRobin}); err != nil {
@@ -324,8 +329,7 @@ func TestTwoNodesGroupShares(t *testing.T) {
 func TestNodeCloseHandsOver(t *testing.T) {
 	url := natstest.URL(t)
 	prefix := natstest.Prefix(t, url)
-	a := newNode(t, nodeOpts{url: url, prefix: prefix})
-	b := newNode(t, nodeOpts{url: url, prefix: prefix})
+	a, b := twoNodes(t, nodeOpts{url: url, prefix: prefix})
 	ctx := context.Background()
 	const topic, group, parts = "handover", "workers", 2
 	if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: topic, Partitions: parts, Partitioner: engine.RoundRobin}); err != nil {
@@ -414,8 +418,7 @@ func TestUnavailable(t *testing.T) {
 // other node's tail and topic watcher resume, and a group delivers again.
 func TestOutage(t *testing.T) {
 	ns := natstest.NewServer(t)
-	a := newNode(t, nodeOpts{url: ns.URL(), prefix: "outage"})
-	b := newNode(t, nodeOpts{url: ns.URL(), prefix: "outage"})
+	a, b := twoNodes(t, nodeOpts{url: ns.URL(), prefix: "outage"})
 	obs := &tailObs{}
 	defer b.Watch(obs)()
 	ctx := context.Background()

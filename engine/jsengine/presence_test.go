@@ -51,8 +51,7 @@ func TestPresenceThreeNodes(t *testing.T) {
 	const ttl = time.Second
 	url := natstest.URL(t)
 	prefix := natstest.Prefix(t, url)
-	a := newNode(t, nodeOpts{url: url, prefix: prefix, ttl: ttl})
-	b := newNode(t, nodeOpts{url: url, prefix: prefix, ttl: ttl})
+	a, b := twoNodes(t, nodeOpts{url: url, prefix: prefix, ttl: ttl})
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)

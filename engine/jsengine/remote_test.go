@@ -22,8 +22,7 @@ func TestAckThroughLaggingNode(t *testing.T) {
 	url := natstest.URL(t)
 	prefix := natstest.Prefix(t, url)
 	policy := engine.GroupPolicy{BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond}
-	a := newNode(t, nodeOpts{url: url, prefix: prefix, c: enginetest.Config{Policy: policy}})
-	b := newNode(t, nodeOpts{url: url, prefix: prefix, c: enginetest.Config{Policy: policy}})
+	a, b := twoNodes(t, nodeOpts{url: url, prefix: prefix, c: enginetest.Config{Policy: policy}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const topic = "lagging"

@@ -232,8 +232,7 @@ func TestCreateWhileInProcess(t *testing.T) {
 	defer cancel()
 	t.Run("topic", func(t *testing.T) {
 		prefix := natstest.Prefix(t, url)
-		a := newNode(t, nodeOpts{url: url, prefix: prefix})
-		b := newNode(t, nodeOpts{url: url, prefix: prefix})
+		a, b := twoNodes(t, nodeOpts{url: url, prefix: prefix})
 		const topic = "inproc"
 		var landErr error
 		b.WrapBuckets(func(kv jetstream.KeyValue) jetstream.KeyValue {
@@ -254,8 +253,7 @@ func TestCreateWhileInProcess(t *testing.T) {
 	})
 	t.Run("group", func(t *testing.T) {
 		prefix := natstest.Prefix(t, url)
-		a := newNode(t, nodeOpts{url: url, prefix: prefix})
-		b := newNode(t, nodeOpts{url: url, prefix: prefix})
+		a, b := twoNodes(t, nodeOpts{url: url, prefix: prefix})
 		var landErr error
 		b.WrapBuckets(func(kv jetstream.KeyValue) jetstream.KeyValue {
 			return &inProcessKV{KeyValue: kv, key: jsengine.GroupKey("g"), misses: 2, land: func() {

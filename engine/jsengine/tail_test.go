@@ -87,8 +87,7 @@ func offsets(from, to int64) []int64 {
 func TestTailAnnouncesInRuns(t *testing.T) {
 	url := natstest.URL(t)
 	prefix := natstest.Prefix(t, url)
-	a := newNode(t, nodeOpts{url: url, prefix: prefix})
-	b := newNode(t, nodeOpts{url: url, prefix: prefix})
+	a, b := twoNodes(t, nodeOpts{url: url, prefix: prefix})
 	ctx := context.Background()
 	const topic = "tail.runs"
 	if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: topic, Partitions: 1}); err != nil {
