@@ -86,7 +86,10 @@ func maskedFrame(p []byte) []byte {
 
 // TestFanOutOfOneReadIsOneBatch: the publishes of one read of a
 // publisher's socket reach a subscriber as one WebSocket message (the
-// writer is woken once for the read, not once per publish).
+// writer is woken once for the read, not once per publish). Without the
+// deferral a writer may still happen to batch the read; the deterministic
+// checks are session's TestSendDeferredWaitsForFlush and
+// TestReaderFlushesPerRead.
 func TestFanOutOfOneReadIsOneBatch(t *testing.T) {
 	g := newGateway(t)
 	sub := g.dial(t)

@@ -202,18 +202,23 @@ func TestReaderFlushesPerRead(t *testing.T) {
 }
 
 // TestRunFlushesWhenReaderEnds: a text frame and, in the same read, a
-// binary frame that ends the session: what the text frame fanned out goes
-// out although the reader never reads its socket again.
+// binary frame that ends the session: what the text frame fanned out
+// reaches its subscriber although the publisher's reader never reads its
+// socket for itself again. Two flushes deliver it: the reader's own when
+// it ends, and the one before the close handshake's read of the socket
+// (on the writer); either alone passes, none fails.
 func TestRunFlushesWhenReaderEnds(t *testing.T) {
 	pub, sub := fanOutPair(t)
 	bin := maskedText("x")
 	bin[0] = 0x82 // binary
-	if _, err := pub.Write(append(maskedText("last"), bin...)); err != nil {
+	// 14 bytes in all: the library's 16-byte reader takes both frames in
+	// its first read, so no later read of the socket flushes for it.
+	if _, err := pub.Write(append(maskedText("a"), bin...)); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, data, err := sub.Read(ctx); err != nil || string(data) != "m:last" {
+	if _, data, err := sub.Read(ctx); err != nil || string(data) != "m:a" {
 		t.Fatalf("read %q (%v)", data, err)
 	}
 }

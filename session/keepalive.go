@@ -43,10 +43,11 @@ func directPing(ctx context.Context, lw *lazyWriter, pongs chan struct{}) error 
 	}
 }
 
-// opPing and opPong are the opcodes of WebSocket ping and pong frames.
+// The opcodes of WebSocket control frames (RFC 6455, 5.2).
 const (
-	opPing = 0x9
-	opPong = 0xA
+	opClose = 0x8
+	opPing  = 0x9
+	opPong  = 0xA
 )
 
 // writeControl writes one unmasked control frame (payload at most 125

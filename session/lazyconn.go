@@ -385,8 +385,6 @@ func (l *lazyWriter) uncork() error {
 	return err
 }
 
-// opClose is the opcode of a WebSocket close frame (RFC 6455, 5.2).
-const opClose = 0x8
 
 // writeText writes one final, unmasked, uncompressed text frame of size
 // payload bytes: the concatenation of parts[1:], shared slices written in

@@ -130,12 +130,7 @@ func Accept(w http.ResponseWriter, r *http.Request, acceptOpts *websocket.Accept
 	// keepalive pings itself (lazyWriter.writeText, keepalive.go); with
 	// it, through the library.
 	direct := hj.lw != nil && !strings.Contains(w.Header().Get("Sec-WebSocket-Extensions"), "permessage-deflate")
-	sock := connSocket(c, hj.lw, direct)
-	if direct {
-		lw := hj.lw
-		sock.ping = func(ctx context.Context) error { return directPing(ctx, lw, pongs) }
-	}
-	s := newSession(id, opts, sock)
+	s := newSession(id, opts, connSocket(c, hj.lw, direct, pongs))
 	s.conn = c
 	if hj.lr != nil {
 		s.idle = idleWait{lr: hj.lr, br: hj.br, mu: new(sync.Mutex)}
@@ -150,7 +145,7 @@ func Accept(w http.ResponseWriter, r *http.Request, acceptOpts *websocket.Accept
 // New wraps an already accepted connection (for tests and embedding);
 // nothing runs until Run. New panics if opts.EncodeGap is nil.
 func New(conn *websocket.Conn, id string, opts Options) *Session {
-	s := newSession(id, opts, connSocket(conn, nil, false))
+	s := newSession(id, opts, connSocket(conn, nil, false, nil))
 	s.conn = conn
 	return s
 }

@@ -32,7 +32,10 @@ type socket struct {
 // negotiated) the session writes its text frames through it itself,
 // otherwise it corks it around each batch so that the batch goes out in
 // one write.
-func connSocket(c *websocket.Conn, lw *lazyWriter, direct bool) socket {
+//
+// pongs, for a direct socket, is signalled for every pong (keepalive.go):
+// its keepalive pings are written by the session too.
+func connSocket(c *websocket.Conn, lw *lazyWriter, direct bool, pongs chan struct{}) socket {
 	write := func(ctx context.Context, p []byte) error {
 		return c.Write(ctx, websocket.MessageText, p)
 	}
@@ -54,6 +57,7 @@ func connSocket(c *websocket.Conn, lw *lazyWriter, direct bool) socket {
 	}
 	if lw != nil && direct {
 		sock.writeText = lw.writeText
+		sock.ping = func(ctx context.Context) error { return directPing(ctx, lw, pongs) }
 	}
 	return sock
 }
