@@ -68,9 +68,13 @@ func TestPackageManifest(t *testing.T) {
 		Engines      map[string]string          `json:"engines"`
 		Dependencies map[string]string          `json:"dependencies"`
 		Files        []string                   `json:"files"`
+		License      string                     `json:"license"`
 	}
 	if err := json.Unmarshal(b, &pkg); err != nil {
 		t.Fatal(err)
+	}
+	if pkg.License != "Apache-2.0" {
+		t.Errorf("license = %q, want Apache-2.0 (the LICENSE beside it)", pkg.License)
 	}
 	var dot map[string]string
 	if err := json.Unmarshal(pkg.Exports["."], &dot); err != nil {
@@ -172,7 +176,7 @@ func TestPackageInViteApp(t *testing.T) {
 		files = append(files, f.Path)
 	}
 	slices.Sort(files)
-	want := []string{"README.md", "package.json", "static/switchyard.js", "switchyard.d.ts"}
+	want := []string{"LICENSE", "README.md", "package.json", "static/switchyard.js", "switchyard.d.ts"}
 	if !slices.Equal(files, want) {
 		t.Errorf("tarball holds %v, want %v", files, want)
 	}
