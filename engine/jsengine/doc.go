@@ -147,7 +147,11 @@
 // never landed) or gets the server's duplicate acknowledgement, with the
 // first record's stream sequence, and reports that record's position with
 // Duplicate set. Nothing waits on an unconfirmed claim. Concurrent repeats
-// on one node wait for the first in-process. The stream's dedupe alone
+// on one node wait for the first in-process. On replicated buckets and
+// streams a repeat on another node can find the first one's claim, or its
+// publish, proposed and not yet applied (refused as existing, yet not
+// found); it then waits for it with growing pauses, within its context
+// and at most 10 s, and reports the first record's position. The stream's dedupe alone
 // could not serve: it runs on the server's clock, while a claim expires
 // with the window on the engine's (possibly fake) clock and then gets a new
 // revision, so a MsgID reused after the window is stored again.

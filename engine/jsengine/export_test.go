@@ -36,3 +36,9 @@ func TopicKey(name string) string { return enc(name) }
 
 // GroupKey is the group bucket key of a group's definition.
 func GroupKey(group string) string { return defKey(group) }
+
+// WrapDedupe replaces the dedupe bucket that this engine's calls use with
+// wrap's result. Call it before any other call on the engine.
+func (e *Engine) WrapDedupe(wrap func(jetstream.KeyValue) jetstream.KeyValue) {
+	e.dedupKV = wrap(e.dedupKV)
+}
