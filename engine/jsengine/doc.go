@@ -89,7 +89,10 @@
 // append nothing. The block floor likewise counts only the cursors of
 // groups with a member on some node (partition.reading). Append returns
 // after this node's tail has announced the record (or after five seconds,
-// if the tail lags: the record is stored either way).
+// if the tail lags: the record is stored either way). Once an append gave
+// up on the tail, the node's appends return without waiting until the
+// tail reaches that append's record, so a stalled tail delays them by five
+// seconds in all, not five seconds each.
 //
 // Pipelined appends. AppendAsync (engine.AsyncAppender, used by the
 // router for WebSocket publishes) publishes without waiting for the

@@ -936,12 +936,16 @@ func (e *Engine) appendToPart(ctx context.Context, t *topic, m *engine.Message, 
 // waitTail waits until the tail has announced stream sequence seq, so that
 // Append returns after this node's observers and groups have the record.
 // It gives up (the record is stored either way) when ctx is done, the
-// engine closes, or the tail falls five seconds behind.
+// engine closes, or the tail falls tailWaitMax behind. Once a wait gave
+// up, no wait starts until the tail has reached the sequence that wait was
+// for: a stalled tail delays this node's appends by one tailWaitMax, not
+// one each (the pipelined acknowledgements, answered one after another,
+// would otherwise take one tailWaitMax per record).
 func (e *Engine) waitTail(ctx context.Context, seq uint64) {
 	var timeout <-chan time.Time
 	for {
 		e.tailMu.Lock()
-		if e.tailSeq >= seq {
+		if e.tailSeq >= seq || (timeout == nil && e.tailSeq < e.tailGaveUp) {
 			e.tailMu.Unlock()
 			return
 		}
@@ -949,11 +953,11 @@ func (e *Engine) waitTail(ctx context.Context, seq uint64) {
 		ch := e.tailWake
 		e.tailMu.Unlock()
 		if timeout == nil {
-			t := time.NewTimer(5 * time.Second)
+			t := time.NewTimer(e.tailWaitMax)
 			defer t.Stop()
 			timeout = t.C
 		}
-		var stop bool
+		var stop, late bool
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -961,11 +965,17 @@ func (e *Engine) waitTail(ctx context.Context, seq uint64) {
 		case <-e.closeCh:
 			stop = true
 		case <-timeout:
-			stop = true
+			stop, late = true, true
 		}
 		e.tailMu.Lock()
 		e.tailWait--
+		if late {
+			e.tailGaveUp = max(e.tailGaveUp, seq)
+		}
 		e.tailMu.Unlock()
+		if late {
+			e.tailGiveUps.Add(1)
+		}
 		if stop {
 			return
 		}
