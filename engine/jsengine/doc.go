@@ -121,8 +121,10 @@
 //
 //   - Count: after an append that makes a partition hold more than
 //     MaxMessages, the appending node purges the subject keeping the newest
-//     MaxMessages. drop_oldest is counted: Dropped equals Earliest, since a
-//     topic's offsets start at 0 and records leave only by retention.
+//     MaxMessages, then reads the earliest record left (another node may
+//     have appended in between: a direct get per trim). drop_oldest is
+//     counted: Dropped equals Earliest, since a topic's offsets start at 0
+//     and records leave only by retention.
 //   - Age: lazily, on Append, Read, Topic and Resolve (as the in-memory
 //     engine does), using the append time from the engine's clock stored in
 //     each record (Sy-Time), so a fake clock drives it. When every record

@@ -205,6 +205,10 @@ type Engine struct {
 	// beforeGroupEvent, when set (by tests), runs in the group bucket's
 	// watcher before it applies a change, with the change's key.
 	beforeGroupEvent atomic.Pointer[func(key string)]
+	// beforeTrim, when set (by tests), runs in an append that trims its
+	// partition to MaxMessages, after the record is stored and before the
+	// purge.
+	beforeTrim atomic.Pointer[func()]
 }
 
 var _ engine.Engine = (*Engine)(nil)

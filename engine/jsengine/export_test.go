@@ -42,3 +42,14 @@ func GroupKey(group string) string { return defKey(group) }
 func (e *Engine) WrapDedupe(wrap func(jetstream.KeyValue) jetstream.KeyValue) {
 	e.dedupKV = wrap(e.dedupKV)
 }
+
+// SetBeforeTrim makes an append that trims its partition to MaxMessages
+// call f after its record is stored and before it purges.
+func (e *Engine) SetBeforeTrim(f func()) { e.beforeTrim.Store(&f) }
+
+// PartitionView returns a partition's earliest and next offsets as this
+// node's view holds them (what Topics and ReadSeen start from), without a
+// round trip.
+func (e *Engine) PartitionView(topic string, partition int) (earliest, next int64) {
+	return e.local(topic).parts[partition].view()
+}

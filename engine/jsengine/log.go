@@ -328,6 +328,25 @@ func (e *Engine) trimAge(ctx context.Context, p *partition, now time.Time) error
 	return nil
 }
 
+// trimCount purges all but p's newest keep messages and learns the
+// partition's earliest record from NATS: another node may have appended
+// (and trimmed) between this node's last append and the purge, so the
+// purge can leave a later earliest record than p's state implies. A
+// failed purge is logged (the next trim tries again). Caller holds amu;
+// the partition's last message is a record this node just appended.
+func (e *Engine) trimCount(ctx context.Context, p *partition, keep int64) {
+	if err := e.rec.Purge(ctx, jetstream.WithPurgeSubject(p.subject), jetstream.WithPurgeKeep(uint64(keep))); err != nil {
+		e.log.Warn("jsengine: trim", "subject", p.subject, "err", err)
+		return
+	}
+	p.earliestW, p.firstTime = max(p.earliestW, p.nextW-keep), time.Time{}
+	first, ok, err := e.getMsg(ctx, p, 1)
+	if err != nil || !ok || first.mark {
+		return // at least what this node appended is known to be gone
+	}
+	p.earliestW, p.firstTime, p.baseCum = max(p.earliestW, first.off), first.time, first.cum-recordBytes(first.rec)
+}
+
 func (e *Engine) topicErr(name string) error {
 	return fmt.Errorf("jsengine: topic %q: %w", name, engine.ErrUnknownTopic)
 }
@@ -914,11 +933,10 @@ func (e *Engine) appendToPart(ctx context.Context, t *topic, m *engine.Message, 
 			}
 		case maxMsgs > 0 && p.nextW-p.earliestW > maxMsgs &&
 			p.nextW-p.earliestW+maxPipelined >= maxMsgs+trimSlack(t.cfg):
-			if err := e.rec.Purge(ctx, jetstream.WithPurgeSubject(p.subject), jetstream.WithPurgeKeep(uint64(maxMsgs))); err != nil {
-				e.log.Warn("jsengine: trim", "subject", p.subject, "err", err)
-			} else {
-				p.earliestW, p.firstTime = p.nextW-maxMsgs, time.Time{}
+			if f := e.beforeTrim.Load(); f != nil {
+				(*f)()
 			}
+			e.trimCount(ctx, p, maxMsgs)
 		}
 		e.updateView(p)
 		res, seq = engine.Appended{Partition: p.index, Offset: off, Time: now}, ack.Sequence
