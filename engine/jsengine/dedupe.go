@@ -79,7 +79,13 @@ func (e *Engine) appendOnce(ctx context.Context, t *topic, m *engine.Message) (e
 // stores it (the first never landed) or answers that it is a duplicate of
 // the first, whose position the retry then reports. So an unconfirmed claim
 // never makes a retry wait, and a MsgID is never stored twice in the
-// window.
+// window. That holds past the claim's expiry too: a first publish can
+// land after its claim expired (it waited for its partition, or its
+// acknowledgement was lost), still inside the stream's duplicate window,
+// which starts when the server stores it. So an expired claim that was
+// never confirmed is republished under first: a record stored now, or
+// within the window, is the MsgID's (and confirms the claim from its
+// time); only an older one makes way for a new claim.
 //
 // A claim or a publish being written by another node is another matter.
 // On a replicated bucket a create or update of the key is refused while
@@ -111,6 +117,8 @@ func (e *Engine) appendClaimed(ctx context.Context, t *topic, m *engine.Message,
 		now := e.clock.Now()
 		claim, _ := json.Marshal(dedupVal{At: now})
 		var rev uint64
+		var ent jetstream.KeyValueEntry
+		stale := false // an expired claim that was never confirmed
 		ent, err := e.dedupKV.Get(ctx, key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
@@ -120,6 +128,12 @@ func (e *Engine) appendClaimed(ctx context.Context, t *topic, m *engine.Message,
 			var v dedupVal
 			_ = json.Unmarshal(ent.Value(), &v)
 			switch {
+			case now.Sub(v.At) >= window && !v.Done:
+				// Expired on the engine's clock, but its publish may have
+				// landed late, or be about to (it waited after the
+				// claim), inside the stream's duplicate window for its
+				// Nats-Msg-Id: publish under it first (see below).
+				rev, stale = ent.Revision(), true
 			case now.Sub(v.At) >= window: // expired on the engine's clock: a new claim
 				rev, err = e.dedupKV.Update(ctx, key, claim, ent.Revision())
 			case v.Done:
@@ -137,6 +151,9 @@ func (e *Engine) appendClaimed(ctx context.Context, t *topic, m *engine.Message,
 		if err != nil {
 			return engine.Appended{}, unavailable("dedupe", err)
 		}
+		if f := e.beforeClaimedPublish.Load(); f != nil {
+			(*f)()
+		}
 		a, seq, err := e.appendTo(ctx, t, m, key+"."+strconv.FormatUint(rev, 10))
 		if isMsgIDInProcess(err) {
 			// Another writer's publish under the claim is being
@@ -149,6 +166,19 @@ func (e *Engine) appendClaimed(ctx context.Context, t *topic, m *engine.Message,
 		}
 		if err != nil {
 			return a, err // the claim stays: a retry republishes under it
+		}
+		if stale {
+			if a.Duplicate && now.Sub(a.Time) >= window {
+				// The claim's record is older than the window: the MsgID
+				// gets a new claim, and a new record under it.
+				if _, err := e.dedupKV.Update(ctx, key, claim, ent.Revision()); err != nil && !isWrongLast(err) {
+					return engine.Appended{}, unavailable("dedupe", err)
+				}
+				continue
+			}
+			// The claim's record, stored now or within the window: the
+			// window runs from its time.
+			now = a.Time
 		}
 		e.waitTail(ctx, seq)
 		done, _ := json.Marshal(dedupVal{At: now, Done: true, Partition: a.Partition, Offset: a.Offset, Time: a.Time})

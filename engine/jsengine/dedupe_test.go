@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/enginetest"
 	"github.com/switchyard/switchyard/engine/jsengine"
 	"github.com/switchyard/switchyard/engine/jsengine/natstest"
 )
@@ -211,5 +212,108 @@ func TestMsgIDRetriesOnCluster(t *testing.T) {
 	}
 	if total != ids {
 		t.Errorf("%d records stored for %d MsgIDs", total, ids)
+	}
+}
+
+// TestMsgIDClaimOutlivesItsPublish: an append with a MsgID whose publish is
+// held up past the dedupe window (on the engine's clock) after it claimed
+// the MsgID, and a retry through another node once the claim has expired,
+// store one record between them: the retry publishes under the expired,
+// unconfirmed claim's Nats-Msg-Id, which the stream still deduplicates,
+// instead of taking a new claim and storing the MsgID a second time next
+// to the first.
+func TestMsgIDClaimOutlivesItsPublish(t *testing.T) {
+	url := natstest.URL(t)
+	const window = time.Minute
+	clock := enginetest.NewFakeClock(time.Now())
+	o := nodeOpts{url: url, prefix: natstest.Prefix(t, url), c: enginetest.Config{Clock: clock, Policy: engine.GroupPolicy{DedupeWindow: window}}}
+	a, b := twoNodes(t, o)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const topic, id = "claim.outlives", "order-7"
+	if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: topic, Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	a.SetBeforeClaimedPublish(func() {
+		once.Do(func() {
+			close(held)
+			<-release
+		})
+	})
+	var first engine.Appended
+	var firstErr error
+	firstDone := make(chan struct{})
+	go func() { // the first append; ends once release is closed
+		defer close(firstDone)
+		first, firstErr = a.Append(ctx, engine.Message{Topic: topic, MsgID: id, Data: []byte(`"first"`)})
+	}()
+	var releaseOnce sync.Once
+	releaseFirst := func() { releaseOnce.Do(func() { close(release) }); <-firstDone }
+	defer releaseFirst()
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the first append never claimed the msg_id")
+	}
+	clock.Advance(window + time.Second)
+	retry, err := b.Append(ctx, engine.Message{Topic: topic, MsgID: id, Data: []byte(`"retry"`)})
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	releaseFirst()
+	if firstErr != nil {
+		t.Fatalf("first append: %v", firstErr)
+	}
+	t.Logf("first: %+v; retry: %+v", first, retry)
+	recs, _, err := b.Read(ctx, topic, 0, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 {
+		t.Fatalf("%d records stored for one msg_id (appended a dedupe window after its claim, at once): %v", len(recs), recs)
+	}
+	if first.Offset != retry.Offset || first.Duplicate == retry.Duplicate {
+		t.Errorf("first %+v and retry %+v: want one record, reported once as stored and once as a duplicate", first, retry)
+	}
+}
+
+// noConfirmKV is a dedupe bucket whose updates fail: an append's claim
+// stays unconfirmed although its record was stored.
+type noConfirmKV struct{ jetstream.KeyValue }
+
+func (noConfirmKV) Update(context.Context, string, []byte, uint64) (uint64, error) {
+	return 0, errors.New("update lost")
+}
+
+// TestMsgIDUnconfirmedClaimExpires: a MsgID whose claim was never
+// confirmed, although its record was stored, is stored again by a repeat
+// after the dedupe window (on the engine's clock), as after a confirmed
+// claim, and the repeat's record is deduplicated from then on.
+func TestMsgIDUnconfirmedClaimExpires(t *testing.T) {
+	url := natstest.URL(t)
+	const window = time.Minute
+	clock := enginetest.NewFakeClock(time.Now())
+	o := nodeOpts{url: url, prefix: natstest.Prefix(t, url), c: enginetest.Config{Clock: clock, Policy: engine.GroupPolicy{DedupeWindow: window}}}
+	a, b := twoNodes(t, o)
+	a.WrapDedupe(func(kv jetstream.KeyValue) jetstream.KeyValue { return noConfirmKV{kv} })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const topic, id = "claim.unconfirmed", "order-9"
+	first, err := a.Append(ctx, engine.Message{Topic: topic, MsgID: id, Data: []byte(`1`)})
+	if err != nil || first.Duplicate || first.Offset != 0 {
+		t.Fatalf("first append: %+v, %v", first, err)
+	}
+	if got, err := b.Append(ctx, engine.Message{Topic: topic, MsgID: id, Data: []byte(`2`)}); err != nil || !got.Duplicate || got.Offset != 0 {
+		t.Fatalf("repeat within the window: %+v, %v; want a duplicate of offset 0", got, err)
+	}
+	clock.Advance(window + time.Second)
+	later, err := b.Append(ctx, engine.Message{Topic: topic, MsgID: id, Data: []byte(`3`)})
+	if err != nil || later.Duplicate || later.Offset != 1 {
+		t.Fatalf("repeat after the window: %+v, %v; want a new record at offset 1", later, err)
+	}
+	if got, err := b.Append(ctx, engine.Message{Topic: topic, MsgID: id, Data: []byte(`4`)}); err != nil || !got.Duplicate || got.Offset != 1 {
+		t.Fatalf("repeat of the new record: %+v, %v; want a duplicate of offset 1", got, err)
 	}
 }

@@ -159,7 +159,10 @@
 // and at most 10 s, and reports the first record's position. The stream's dedupe alone
 // could not serve: it runs on the server's clock, while a claim expires
 // with the window on the engine's (possibly fake) clock and then gets a new
-// revision, so a MsgID reused after the window is stored again.
+// revision, so a MsgID reused after the window is stored again. An
+// expired claim that was never confirmed is republished under first: its
+// record may have been stored late (the stream's window starts then), and
+// only a record older than the window makes way for a new claim.
 //
 // # Consumer groups
 //

@@ -209,6 +209,9 @@ type Engine struct {
 	// partition to MaxMessages, after the record is stored and before the
 	// purge.
 	beforeTrim atomic.Pointer[func()]
+	// beforeClaimedPublish, when set (by tests), runs in an append with a
+	// MsgID once it holds its claim, before it publishes.
+	beforeClaimedPublish atomic.Pointer[func()]
 }
 
 var _ engine.Engine = (*Engine)(nil)

@@ -53,3 +53,7 @@ func (e *Engine) SetBeforeTrim(f func()) { e.beforeTrim.Store(&f) }
 func (e *Engine) PartitionView(topic string, partition int) (earliest, next int64) {
 	return e.local(topic).parts[partition].view()
 }
+
+// SetBeforeClaimedPublish makes an append with a MsgID call f once it
+// holds its claim, before it publishes the record.
+func (e *Engine) SetBeforeClaimedPublish(f func()) { e.beforeClaimedPublish.Store(&f) }
