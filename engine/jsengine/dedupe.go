@@ -117,7 +117,6 @@ func (e *Engine) appendClaimed(ctx context.Context, t *topic, m *engine.Message,
 		now := e.clock.Now()
 		claim, _ := json.Marshal(dedupVal{At: now})
 		var rev uint64
-		var ent jetstream.KeyValueEntry
 		stale := false // an expired claim that was never confirmed
 		ent, err := e.dedupKV.Get(ctx, key)
 		switch {
@@ -171,7 +170,12 @@ func (e *Engine) appendClaimed(ctx context.Context, t *topic, m *engine.Message,
 			if a.Duplicate && now.Sub(a.Time) >= window {
 				// The claim's record is older than the window: the MsgID
 				// gets a new claim, and a new record under it.
-				if _, err := e.dedupKV.Update(ctx, key, claim, ent.Revision()); err != nil && !isWrongLast(err) {
+				_, err := e.dedupKV.Update(ctx, key, claim, ent.Revision())
+				if isWrongLast(err) {
+					if err := wait("another claim of it"); err != nil {
+						return engine.Appended{}, err
+					}
+				} else if err != nil {
 					return engine.Appended{}, unavailable("dedupe", err)
 				}
 				continue
