@@ -215,67 +215,79 @@ func TestMsgIDRetriesOnCluster(t *testing.T) {
 	}
 }
 
-// TestMsgIDClaimOutlivesItsPublish: an append with a MsgID whose publish is
-// held up past the dedupe window (on the engine's clock) after it claimed
-// the MsgID, and a retry through another node once the claim has expired,
-// store one record between them: the retry publishes under the expired,
-// unconfirmed claim's Nats-Msg-Id, which the stream still deduplicates,
-// instead of taking a new claim and storing the MsgID a second time next
-// to the first.
-func TestMsgIDClaimOutlivesItsPublish(t *testing.T) {
-	url := natstest.URL(t)
+// TestMsgIDRetryWhileFirstPublishHeld: an append with a MsgID whose
+// publish is held up after it claimed the MsgID, and a retry through
+// another node meanwhile, store one record between them, reported once as
+// stored and once as a duplicate. The retry publishes under the first
+// one's claim (its Nats-Msg-Id), which the stream deduplicates, rather
+// than waiting for a claim whose node may be gone; past the claim's
+// window on the engine's clock too, when the first publish, still to
+// come, would land inside the stream's duplicate window: taking a new
+// claim then stored the MsgID twice, at once.
+func TestMsgIDRetryWhileFirstPublishHeld(t *testing.T) {
 	const window = time.Minute
-	clock := enginetest.NewFakeClock(time.Now())
-	o := nodeOpts{url: url, prefix: natstest.Prefix(t, url), c: enginetest.Config{Clock: clock, Policy: engine.GroupPolicy{DedupeWindow: window}}}
-	a, b := twoNodes(t, o)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	const topic, id = "claim.outlives", "order-7"
-	if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: topic, Partitions: 1}); err != nil {
-		t.Fatal(err)
-	}
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	a.SetBeforeClaimedPublish(func() {
-		once.Do(func() {
-			close(held)
-			<-release
+	for _, tc := range []struct {
+		name    string
+		advance time.Duration
+	}{
+		{"within the window", 0},
+		{"past the claim's window", window + time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := natstest.URL(t)
+			clock := enginetest.NewFakeClock(time.Now())
+			o := nodeOpts{url: url, prefix: natstest.Prefix(t, url), c: enginetest.Config{Clock: clock, Policy: engine.GroupPolicy{DedupeWindow: window}}}
+			a, b := twoNodes(t, o)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			const topic, id = "claim.held", "order-7"
+			if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: topic, Partitions: 1}); err != nil {
+				t.Fatal(err)
+			}
+			held, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			a.SetBeforeClaimedPublish(func() {
+				once.Do(func() {
+					close(held)
+					<-release
+				})
+			})
+			var first engine.Appended
+			var firstErr error
+			firstDone := make(chan struct{})
+			go func() { // the first append; ends once release is closed
+				defer close(firstDone)
+				first, firstErr = a.Append(ctx, engine.Message{Topic: topic, MsgID: id, Data: []byte(`"first"`)})
+			}()
+			var releaseOnce sync.Once
+			releaseFirst := func() { releaseOnce.Do(func() { close(release) }); <-firstDone }
+			defer releaseFirst()
+			select {
+			case <-held:
+			case <-ctx.Done():
+				t.Fatal("the first append never claimed the msg_id")
+			}
+			clock.Advance(tc.advance)
+			retry, err := b.Append(ctx, engine.Message{Topic: topic, MsgID: id, Data: []byte(`"retry"`)})
+			if err != nil {
+				t.Fatalf("retry: %v", err)
+			}
+			releaseFirst()
+			if firstErr != nil {
+				t.Fatalf("first append: %v", firstErr)
+			}
+			t.Logf("first: %+v; retry: %+v", first, retry)
+			recs, _, err := b.Read(ctx, topic, 0, 0, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(recs) != 1 {
+				t.Fatalf("%d records stored for one msg_id: %v", len(recs), recs)
+			}
+			if first.Offset != retry.Offset || first.Duplicate == retry.Duplicate {
+				t.Errorf("first %+v and retry %+v: want one record, reported once as stored and once as a duplicate", first, retry)
+			}
 		})
-	})
-	var first engine.Appended
-	var firstErr error
-	firstDone := make(chan struct{})
-	go func() { // the first append; ends once release is closed
-		defer close(firstDone)
-		first, firstErr = a.Append(ctx, engine.Message{Topic: topic, MsgID: id, Data: []byte(`"first"`)})
-	}()
-	var releaseOnce sync.Once
-	releaseFirst := func() { releaseOnce.Do(func() { close(release) }); <-firstDone }
-	defer releaseFirst()
-	select {
-	case <-held:
-	case <-ctx.Done():
-		t.Fatal("the first append never claimed the msg_id")
-	}
-	clock.Advance(window + time.Second)
-	retry, err := b.Append(ctx, engine.Message{Topic: topic, MsgID: id, Data: []byte(`"retry"`)})
-	if err != nil {
-		t.Fatalf("retry: %v", err)
-	}
-	releaseFirst()
-	if firstErr != nil {
-		t.Fatalf("first append: %v", firstErr)
-	}
-	t.Logf("first: %+v; retry: %+v", first, retry)
-	recs, _, err := b.Read(ctx, topic, 0, 0, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(recs) != 1 {
-		t.Fatalf("%d records stored for one msg_id (appended a dedupe window after its claim, at once): %v", len(recs), recs)
-	}
-	if first.Offset != retry.Offset || first.Duplicate == retry.Duplicate {
-		t.Errorf("first %+v and retry %+v: want one record, reported once as stored and once as a duplicate", first, retry)
 	}
 }
 
