@@ -32,6 +32,32 @@ func BenchmarkAppend(b *testing.B) {
 	}
 }
 
+// BenchmarkAppendTrimmed appends to a full one-partition topic whose cap
+// (100 records) leaves no trim slack: every append also trims the
+// partition to the cap.
+func BenchmarkAppendTrimmed(b *testing.B) {
+	url := natstest.URL(b)
+	e := newNode(b, nodeOpts{url: url, prefix: natstest.Prefix(b, url)})
+	ctx := context.Background()
+	const max = 100
+	if _, err := e.CreateTopic(ctx, engine.TopicConfig{Name: "bench", Partitions: 1, MaxMessages: max}); err != nil {
+		b.Fatal(err)
+	}
+	m := engine.Message{Topic: "bench", Data: payload}
+	for range max {
+		if _, err := e.Append(ctx, m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(payload)))
+	for b.Loop() {
+		if _, err := e.Append(ctx, m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // ackQueue is a consumer that hands deliveries to the benchmark goroutine,
 // which acks them.
 type ackQueue chan engine.Delivery

@@ -44,6 +44,7 @@ func (e *Engine) appendOnce(ctx context.Context, t *topic, m *engine.Message) (e
 	e.dmu.Lock()
 	if c := e.dedup[key]; c != nil {
 		e.dmu.Unlock()
+		engine.BeforeWait(ctx)
 		select {
 		case <-c.done:
 		case <-ctx.Done():
@@ -78,16 +79,45 @@ func (e *Engine) appendOnce(ctx context.Context, t *topic, m *engine.Message) (e
 // stores it (the first never landed) or answers that it is a duplicate of
 // the first, whose position the retry then reports. So an unconfirmed claim
 // never makes a retry wait, and a MsgID is never stored twice in the
-// window.
+// window. That holds past the claim's expiry too: a first publish can
+// land after its claim expired (it waited for its partition, or its
+// acknowledgement was lost), still inside the stream's duplicate window,
+// which starts when the server stores it. So an expired claim that was
+// never confirmed is republished under first: a record stored now, or
+// within the window, is the MsgID's (and confirms the claim from its
+// time); only an older one makes way for a new claim.
+//
+// A claim or a publish being written by another node is another matter.
+// On a replicated bucket a create or update of the key is refused while
+// another node's write of it is proposed and not yet applied, and a get
+// does not show it yet; on a replicated stream a publish is refused (code
+// 10158) while another publish with its Nats-Msg-Id is. The append then
+// waits, with pauses doubling from claimPauseMin to claimPauseMax, and
+// tries again (the claim's position, or its Nats-Msg-Id, is then used as
+// above), for as long as ctx allows and at most claimWaitMax.
 func (e *Engine) appendClaimed(ctx context.Context, t *topic, m *engine.Message, key string) (engine.Appended, error) {
 	window := e.policy.DedupeWindow
-	for try := 0; ; try++ {
-		if try > 20 {
-			return engine.Appended{}, fmt.Errorf("jsengine: msg_id %q: too much contention: %w", m.MsgID, engine.ErrUnavailable)
+	var pause time.Duration // 0 until the first wait
+	var giveUp time.Time
+	// wait pauses before the next try while another writer's claim, or
+	// its publish, is in process.
+	wait := func(what string) error {
+		if pause == 0 {
+			pause, giveUp = claimPauseMin, time.Now().Add(claimWaitMax)
+			engine.BeforeWait(ctx)
+		} else {
+			pause = min(2*pause, claimPauseMax)
 		}
+		if time.Now().After(giveUp) {
+			return fmt.Errorf("jsengine: msg_id %q: %s still in process after %v: %w", m.MsgID, what, claimWaitMax, engine.ErrUnavailable)
+		}
+		return e.sleep(ctx, pause)
+	}
+	for {
 		now := e.clock.Now()
 		claim, _ := json.Marshal(dedupVal{At: now})
 		var rev uint64
+		stale := false // an expired claim that was never confirmed
 		ent, err := e.dedupKV.Get(ctx, key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
@@ -97,6 +127,12 @@ func (e *Engine) appendClaimed(ctx context.Context, t *topic, m *engine.Message,
 			var v dedupVal
 			_ = json.Unmarshal(ent.Value(), &v)
 			switch {
+			case now.Sub(v.At) >= window && !v.Done:
+				// Expired on the engine's clock, but its publish may have
+				// landed late, or be about to (it waited after the
+				// claim), inside the stream's duplicate window for its
+				// Nats-Msg-Id: publish under it first (see below).
+				rev, stale = ent.Revision(), true
 			case now.Sub(v.At) >= window: // expired on the engine's clock: a new claim
 				rev, err = e.dedupKV.Update(ctx, key, claim, ent.Revision())
 			case v.Done:
@@ -105,15 +141,48 @@ func (e *Engine) appendClaimed(ctx context.Context, t *topic, m *engine.Message,
 				rev, now = ent.Revision(), v.At
 			}
 		}
-		if isWrongLast(err) {
+		if isWrongLast(err) { // another writer's claim of the key is being written
+			if err := wait("another claim of it"); err != nil {
+				return engine.Appended{}, err
+			}
 			continue
 		}
 		if err != nil {
 			return engine.Appended{}, unavailable("dedupe", err)
 		}
+		if f := e.beforeClaimedPublish.Load(); f != nil {
+			(*f)()
+		}
 		a, seq, err := e.appendTo(ctx, t, m, key+"."+strconv.FormatUint(rev, 10))
+		if isMsgIDInProcess(err) {
+			// Another writer's publish under the claim is being
+			// replicated: it is stored soon (and the claim confirmed), or
+			// it failed and the next try stores the record.
+			if err := wait("another publish of it"); err != nil {
+				return engine.Appended{}, err
+			}
+			continue
+		}
 		if err != nil {
 			return a, err // the claim stays: a retry republishes under it
+		}
+		if stale {
+			if a.Duplicate && now.Sub(a.Time) >= window {
+				// The claim's record is older than the window: the MsgID
+				// gets a new claim, and a new record under it.
+				_, err := e.dedupKV.Update(ctx, key, claim, ent.Revision())
+				if isWrongLast(err) {
+					if err := wait("another claim of it"); err != nil {
+						return engine.Appended{}, err
+					}
+				} else if err != nil {
+					return engine.Appended{}, unavailable("dedupe", err)
+				}
+				continue
+			}
+			// The claim's record, stored now or within the window: the
+			// window runs from its time.
+			now = a.Time
 		}
 		e.waitTail(ctx, seq)
 		done, _ := json.Marshal(dedupVal{At: now, Done: true, Partition: a.Partition, Offset: a.Offset, Time: a.Time})
@@ -121,6 +190,41 @@ func (e *Engine) appendClaimed(ctx context.Context, t *topic, m *engine.Message,
 			e.log.Warn("jsengine: dedupe record", "err", err)
 		}
 		return a, nil
+	}
+}
+
+// jsErrMsgIDInProcess is the server's error code for a publish whose
+// Nats-Msg-Id another publish, not yet applied by a replicated stream,
+// carries.
+const jsErrMsgIDInProcess jetstream.ErrorCode = 10158
+
+func isMsgIDInProcess(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrMsgIDInProcess
+}
+
+// Bounds of the wait for another node's claim being written (see
+// appendClaimed). A replicated write is applied within milliseconds on a
+// healthy cluster; the pauses keep a retry from hammering the bucket
+// meanwhile, and claimWaitMax ends the wait of a publish whose context has
+// no deadline (a leader election can take several seconds).
+const (
+	claimPauseMin = time.Millisecond
+	claimPauseMax = 100 * time.Millisecond
+	claimWaitMax  = 10 * time.Second
+)
+
+// sleep waits d, or until ctx is done (its error) or the engine closes.
+func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.closeCh:
+		return closedErr()
 	}
 }
 

@@ -89,7 +89,10 @@
 // append nothing. The block floor likewise counts only the cursors of
 // groups with a member on some node (partition.reading). Append returns
 // after this node's tail has announced the record (or after five seconds,
-// if the tail lags: the record is stored either way).
+// if the tail lags: the record is stored either way). Once an append gave
+// up on the tail, the node's appends return without waiting until the
+// tail reaches that append's record, so a stalled tail delays them by five
+// seconds in all, not five seconds each.
 //
 // Pipelined appends. AppendAsync (engine.AsyncAppender, used by the
 // router for WebSocket publishes) publishes without waiting for the
@@ -118,8 +121,10 @@
 //
 //   - Count: after an append that makes a partition hold more than
 //     MaxMessages, the appending node purges the subject keeping the newest
-//     MaxMessages. drop_oldest is counted: Dropped equals Earliest, since a
-//     topic's offsets start at 0 and records leave only by retention.
+//     MaxMessages, then reads the earliest record left (another node may
+//     have appended in between: a direct get per trim). drop_oldest is
+//     counted: Dropped equals Earliest, since a topic's offsets start at 0
+//     and records leave only by retention.
 //   - Age: lazily, on Append, Read, Topic and Resolve (as the in-memory
 //     engine does), using the append time from the engine's clock stored in
 //     each record (Sy-Time), so a fake clock drives it. When every record
@@ -147,10 +152,17 @@
 // never landed) or gets the server's duplicate acknowledgement, with the
 // first record's stream sequence, and reports that record's position with
 // Duplicate set. Nothing waits on an unconfirmed claim. Concurrent repeats
-// on one node wait for the first in-process. The stream's dedupe alone
+// on one node wait for the first in-process. On replicated buckets and
+// streams a repeat on another node can find the first one's claim, or its
+// publish, proposed and not yet applied (refused as existing, yet not
+// found); it then waits for it with growing pauses, within its context
+// and at most 10 s, and reports the first record's position. The stream's dedupe alone
 // could not serve: it runs on the server's clock, while a claim expires
 // with the window on the engine's (possibly fake) clock and then gets a new
-// revision, so a MsgID reused after the window is stored again.
+// revision, so a MsgID reused after the window is stored again. An
+// expired claim that was never confirmed is republished under first: its
+// record may have been stored late (the stream's window starts then), and
+// only a record older than the window makes way for a new claim.
 //
 // # Consumer groups
 //

@@ -153,7 +153,13 @@ type Engine struct {
 	tailSeq  uint64     // last stream sequence the tail has announced
 	tailWake chan struct{}
 	tailWait int
-	tailCC   jetstream.ConsumeContext
+	// tailGaveUp is the highest sequence a waitTail gave up on because the
+	// tail did not reach it within tailWaitMax (set by New; tests shorten
+	// it); tailGiveUps counts those give-ups.
+	tailGaveUp  uint64
+	tailWaitMax time.Duration
+	tailGiveUps atomic.Int64
+	tailCC      jetstream.ConsumeContext
 
 	// The tail goroutine's hand-off and announcement runs (tail.go).
 	tailQ     chan jetstream.Msg // from the consumer's callback to tailLoop
@@ -199,6 +205,13 @@ type Engine struct {
 	// beforeGroupEvent, when set (by tests), runs in the group bucket's
 	// watcher before it applies a change, with the change's key.
 	beforeGroupEvent atomic.Pointer[func(key string)]
+	// beforeTrim, when set (by tests), runs in an append that trims its
+	// partition to MaxMessages, after the record is stored and before the
+	// purge.
+	beforeTrim atomic.Pointer[func()]
+	// beforeClaimedPublish, when set (by tests), runs in an append with a
+	// MsgID once it holds its claim, before it publishes.
+	beforeClaimedPublish atomic.Pointer[func()]
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -210,30 +223,31 @@ var _ engine.Engine = (*Engine)(nil)
 // with an error wrapping engine.ErrUnavailable when NATS cannot be reached.
 func New(ctx context.Context, opts Options) (*Engine, error) {
 	e := &Engine{
-		prefix:     opts.Prefix,
-		clock:      opts.Clock,
-		newID:      opts.NewID,
-		defaults:   opts.Defaults.WithDefaults(engine.Defaults),
-		strict:     opts.Strict,
-		policy:     opts.Policy.WithDefaults(engine.DefaultGroupPolicy),
-		log:        opts.Logger,
-		ttl:        opts.MemberTTL,
-		replicas:   opts.Replicas,
-		closeCh:    make(chan struct{}),
-		topics:     make(map[string]*topic),
-		deleted:    make(map[string]uint64),
-		groups:     make(map[string]*group),
-		reg:        make(map[string]map[string]string),
-		nodes:      make(map[string]bool),
-		dirty:      make(map[*gpart]struct{}),
-		kick:       make(chan struct{}, 1),
-		letterKick: make(chan struct{}, 1),
-		tailWake:   make(chan struct{}),
-		tailQ:      make(chan jetstream.Msg, tailQueueLen),
-		tailStop:   make(chan struct{}),
-		dedup:      make(map[string]*dedupCall),
-		wsem:       make(chan struct{}, maxPipelined),
-		node:       randomID()[:16],
+		prefix:      opts.Prefix,
+		clock:       opts.Clock,
+		newID:       opts.NewID,
+		defaults:    opts.Defaults.WithDefaults(engine.Defaults),
+		strict:      opts.Strict,
+		policy:      opts.Policy.WithDefaults(engine.DefaultGroupPolicy),
+		log:         opts.Logger,
+		ttl:         opts.MemberTTL,
+		replicas:    opts.Replicas,
+		closeCh:     make(chan struct{}),
+		topics:      make(map[string]*topic),
+		deleted:     make(map[string]uint64),
+		groups:      make(map[string]*group),
+		reg:         make(map[string]map[string]string),
+		nodes:       make(map[string]bool),
+		dirty:       make(map[*gpart]struct{}),
+		kick:        make(chan struct{}, 1),
+		letterKick:  make(chan struct{}, 1),
+		tailWake:    make(chan struct{}),
+		tailWaitMax: defaultTailWaitMax,
+		tailQ:       make(chan jetstream.Msg, tailQueueLen),
+		tailStop:    make(chan struct{}),
+		dedup:       make(map[string]*dedupCall),
+		wsem:        make(chan struct{}, maxPipelined),
+		node:        randomID()[:16],
 	}
 	e.tailCtx = engine.WithBatch(context.Background(), &e.tailBatch)
 	if e.prefix == "" {

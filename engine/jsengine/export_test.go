@@ -36,3 +36,24 @@ func TopicKey(name string) string { return enc(name) }
 
 // GroupKey is the group bucket key of a group's definition.
 func GroupKey(group string) string { return defKey(group) }
+
+// WrapDedupe replaces the dedupe bucket that this engine's calls use with
+// wrap's result. Call it before any other call on the engine.
+func (e *Engine) WrapDedupe(wrap func(jetstream.KeyValue) jetstream.KeyValue) {
+	e.dedupKV = wrap(e.dedupKV)
+}
+
+// SetBeforeTrim makes an append that trims its partition to MaxMessages
+// call f after its record is stored and before it purges.
+func (e *Engine) SetBeforeTrim(f func()) { e.beforeTrim.Store(&f) }
+
+// PartitionView returns a partition's earliest and next offsets as this
+// node's view holds them (what Topics and ReadSeen start from), without a
+// round trip.
+func (e *Engine) PartitionView(topic string, partition int) (earliest, next int64) {
+	return e.local(topic).parts[partition].view()
+}
+
+// SetBeforeClaimedPublish makes an append with a MsgID call f once it
+// holds its claim, before it publishes the record.
+func (e *Engine) SetBeforeClaimedPublish(f func()) { e.beforeClaimedPublish.Store(&f) }

@@ -328,6 +328,25 @@ func (e *Engine) trimAge(ctx context.Context, p *partition, now time.Time) error
 	return nil
 }
 
+// trimCount purges all but p's newest keep messages and learns the
+// partition's earliest record from NATS: another node may have appended
+// (and trimmed) between this node's last append and the purge, so the
+// purge can leave a later earliest record than p's state implies. A
+// failed purge is logged (the next trim tries again). Caller holds amu;
+// the partition's last message is a record this node just appended.
+func (e *Engine) trimCount(ctx context.Context, p *partition, keep int64) {
+	if err := e.rec.Purge(ctx, jetstream.WithPurgeSubject(p.subject), jetstream.WithPurgeKeep(uint64(keep))); err != nil {
+		e.log.Warn("jsengine: trim", "subject", p.subject, "err", err)
+		return
+	}
+	p.earliestW, p.firstTime = max(p.earliestW, p.nextW-keep), time.Time{}
+	first, ok, err := e.getMsg(ctx, p, 1)
+	if err != nil || !ok || first.mark {
+		return // at least what this node appended is known to be gone
+	}
+	p.earliestW, p.firstTime, p.baseCum = max(p.earliestW, first.off), first.time, first.cum-recordBytes(first.rec)
+}
+
 func (e *Engine) topicErr(name string) error {
 	return fmt.Errorf("jsengine: topic %q: %w", name, engine.ErrUnknownTopic)
 }
@@ -914,11 +933,10 @@ func (e *Engine) appendToPart(ctx context.Context, t *topic, m *engine.Message, 
 			}
 		case maxMsgs > 0 && p.nextW-p.earliestW > maxMsgs &&
 			p.nextW-p.earliestW+maxPipelined >= maxMsgs+trimSlack(t.cfg):
-			if err := e.rec.Purge(ctx, jetstream.WithPurgeSubject(p.subject), jetstream.WithPurgeKeep(uint64(maxMsgs))); err != nil {
-				e.log.Warn("jsengine: trim", "subject", p.subject, "err", err)
-			} else {
-				p.earliestW, p.firstTime = p.nextW-maxMsgs, time.Time{}
+			if f := e.beforeTrim.Load(); f != nil {
+				(*f)()
 			}
+			e.trimCount(ctx, p, maxMsgs)
 		}
 		e.updateView(p)
 		res, seq = engine.Appended{Partition: p.index, Offset: off, Time: now}, ack.Sequence
@@ -936,12 +954,16 @@ func (e *Engine) appendToPart(ctx context.Context, t *topic, m *engine.Message, 
 // waitTail waits until the tail has announced stream sequence seq, so that
 // Append returns after this node's observers and groups have the record.
 // It gives up (the record is stored either way) when ctx is done, the
-// engine closes, or the tail falls five seconds behind.
+// engine closes, or the tail falls tailWaitMax behind. Once a wait gave
+// up, no wait starts until the tail has reached the sequence that wait was
+// for: a stalled tail delays this node's appends by one tailWaitMax, not
+// one each (the pipelined acknowledgements, answered one after another,
+// would otherwise take one tailWaitMax per record).
 func (e *Engine) waitTail(ctx context.Context, seq uint64) {
 	var timeout <-chan time.Time
 	for {
 		e.tailMu.Lock()
-		if e.tailSeq >= seq {
+		if e.tailSeq >= seq || (timeout == nil && e.tailSeq < e.tailGaveUp) {
 			e.tailMu.Unlock()
 			return
 		}
@@ -949,11 +971,11 @@ func (e *Engine) waitTail(ctx context.Context, seq uint64) {
 		ch := e.tailWake
 		e.tailMu.Unlock()
 		if timeout == nil {
-			t := time.NewTimer(5 * time.Second)
+			t := time.NewTimer(e.tailWaitMax)
 			defer t.Stop()
 			timeout = t.C
 		}
-		var stop bool
+		var stop, late bool
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -961,11 +983,17 @@ func (e *Engine) waitTail(ctx context.Context, seq uint64) {
 		case <-e.closeCh:
 			stop = true
 		case <-timeout:
-			stop = true
+			stop, late = true, true
 		}
 		e.tailMu.Lock()
 		e.tailWait--
+		if late {
+			e.tailGaveUp = max(e.tailGaveUp, seq)
+		}
 		e.tailMu.Unlock()
+		if late {
+			e.tailGiveUps.Add(1)
+		}
 		if stop {
 			return
 		}

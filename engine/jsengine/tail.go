@@ -16,6 +16,8 @@ package jsengine
 // consumer hands over the messages it has already read.
 
 import (
+	"time"
+
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -29,6 +31,10 @@ const (
 	// burst the records of a run wait at most for the fan-out of 63 others
 	// before the subscribers' writers are woken.
 	maxTailRun = 64
+	// defaultTailWaitMax bounds how long an append waits for the tail to
+	// announce its record (see waitTail): far longer than the tail takes
+	// when it keeps up.
+	defaultTailWaitMax = 5 * time.Second
 )
 
 // tailHandoff is the consumer's callback: it hands msg to the tail
