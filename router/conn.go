@@ -87,8 +87,15 @@ func (rt *Router) serveWS(c echo.Context) error {
 	}
 	cn.sess = sess
 	if !rt.addConn(cn) {
+		// Shutdown began after the check above: the client has its 101,
+		// so the refusal is a close frame, written and answered by the
+		// session's own close handshake (bounded by its write timeout and
+		// the library's close timeout) on this goroutine.
 		release()
 		sess.Close(websocket.StatusGoingAway, "server shutting down")
+		if err := sess.Run(context.Background(), refusedSession{}); err != nil {
+			rt.log.Debug("refused session ended", "err", err)
+		}
 		return nil
 	}
 	// The session runs on goroutines of its own and the handler returns:
@@ -107,6 +114,12 @@ func (rt *Router) serveWS(c echo.Context) error {
 	}
 	return nil
 }
+
+// refusedSession is the Handler of a session refused after its upgrade:
+// it ignores what the client sends while the session closes.
+type refusedSession struct{}
+
+func (refusedSession) HandleFrame(*session.Session, []byte) {}
 
 // welcomeFrame encodes the session's welcome.
 func (cn *conn) welcomeFrame(sopts session.Options) []byte {
