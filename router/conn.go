@@ -463,6 +463,24 @@ func (cn *conn) forget(s *subscription) {
 		delete(cn.subs, subKey{s.pattern, s.group})
 		cn.filterBytes -= mapSize(s.filter)
 	}
+	if cn.byID[s.id] == s {
+		delete(cn.byID, s.id)
+	}
+	cn.mu.Unlock()
+}
+
+// unindex removes s from the session's id index. Every way a subscription
+// ends passes here (dropSub, or forget for a subscribe that failed), so
+// the index holds only the session's subscriptions, however many came and
+// went. The session's queue may still hold items of s, written or dropped
+// after it: a queue_full gap of theirs names no pattern and group (the
+// client no longer holds the subscription), and their drops record no dead
+// letter.
+func (cn *conn) unindex(s *subscription) {
+	cn.mu.Lock()
+	if cn.byID[s.id] == s {
+		delete(cn.byID, s.id)
+	}
 	cn.mu.Unlock()
 }
 
@@ -532,13 +550,17 @@ func (cn *conn) unsubscribe(req *request) *protoError {
 	return nil
 }
 
-// dropSub ends a subscription: out of the trie or out of its group.
+// dropSub ends a subscription: out of its session's index, and out of
+// the trie or out of its group.
 func (rt *Router) dropSub(s *subscription) {
 	s.mu.Lock()
 	already := s.ended
 	s.ended = true
 	s.pending = nil
 	s.mu.Unlock()
+	if s.c != nil {
+		s.c.unindex(s)
+	}
 	if already {
 		return
 	}
