@@ -135,7 +135,9 @@ func (cn *conn) welcomeFrame(sopts session.Options) []byte {
 }
 
 // runStart counts the session, makes its context, queues the welcome and
-// starts the token's expiry timers.
+// starts the token's expiry timers. Every transport's session starts here
+// (WebSocket: serveWS; SSE: serveSSE), once it holds its connection-limit
+// slot (reserveConn) and is listed (addConn), and ends with runEnd.
 func (cn *conn) runStart(welcome []byte) {
 	rt := cn.rt
 	rt.m.connections.Inc()
@@ -148,7 +150,8 @@ func (cn *conn) runStart(welcome []byte) {
 }
 
 // runEnd tears the session down once it has ended with err, in the
-// reverse order of runStart, and gives back its connection-limit slot.
+// reverse order of runStart, counts the limit that ended it, if any, and
+// gives back its connection-limit slot, whatever the session's transport.
 func (cn *conn) runEnd(err error, release func()) {
 	rt := cn.rt
 	if errors.Is(err, session.ErrSlowConsumer) {
