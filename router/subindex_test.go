@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/switchyard/switchyard/router"
 )
@@ -65,5 +66,30 @@ func TestSubscriptionIndexShrinks(t *testing.T) {
 	waitUntil(t, "the ended subscriptions are collected", func() bool {
 		runtime.GC()
 		return alive() == 1 // "keep"
+	})
+}
+
+// TestSubscriptionIndexShrinksOnRevoke: a subscription a refreshed token
+// no longer allows leaves the session's index with it.
+func TestSubscriptionIndexShrinksOnRevoke(t *testing.T) {
+	g := newGateway(t, withAuth(t))
+	tok, _ := lifeToken(t, "dana", time.Minute, []string{"a.#", "b.#"}, nil, nil)
+	c := g.dialToken(t, tok)
+	c.subscribe(t, "a.x")
+	c.subscribe(t, "b.x")
+	alive := router.TrackSubscriptions(g.rt)
+	narrow, _ := lifeToken(t, "dana", time.Minute, []string{"b.#"}, nil, nil)
+	if m := c.call(t, map[string]any{"op": "refresh", "token": narrow}); m["op"] != "refreshed" {
+		t.Fatalf("refresh: %v", m)
+	}
+	if m := c.nextOp(t, "unsubscribed"); m["pattern"] != "a.x" || m["reason"] != "forbidden" {
+		t.Fatalf("got %v, want a.x revoked", m)
+	}
+	if subs, indexed := router.SessionIndexes(g.rt); subs != 1 || indexed != 1 {
+		t.Fatalf("session holds %d subscriptions and indexes %d, want 1 and 1", subs, indexed)
+	}
+	waitUntil(t, "the revoked subscription is collected", func() bool {
+		runtime.GC()
+		return alive() == 1
 	})
 }
