@@ -87,8 +87,15 @@ func (rt *Router) serveWS(c echo.Context) error {
 	}
 	cn.sess = sess
 	if !rt.addConn(cn) {
+		// Shutdown began after the check above: the client has its 101,
+		// so the refusal is a close frame, written and answered by the
+		// session's own close handshake (bounded by its write timeout and
+		// the library's close timeout) on this goroutine.
 		release()
 		sess.Close(websocket.StatusGoingAway, "server shutting down")
+		if err := sess.Run(context.Background(), refusedSession{}); err != nil {
+			rt.log.Debug("refused session ended", "err", err)
+		}
 		return nil
 	}
 	// The session runs on goroutines of its own and the handler returns:
@@ -108,6 +115,12 @@ func (rt *Router) serveWS(c echo.Context) error {
 	return nil
 }
 
+// refusedSession is the Handler of a session refused after its upgrade:
+// it ignores what the client sends while the session closes.
+type refusedSession struct{}
+
+func (refusedSession) HandleFrame(*session.Session, []byte) {}
+
 // welcomeFrame encodes the session's welcome.
 func (cn *conn) welcomeFrame(sopts session.Options) []byte {
 	welcome := map[string]any{
@@ -122,7 +135,9 @@ func (cn *conn) welcomeFrame(sopts session.Options) []byte {
 }
 
 // runStart counts the session, makes its context, queues the welcome and
-// starts the token's expiry timers.
+// starts the token's expiry timers. Every transport's session starts here
+// (WebSocket: serveWS; SSE: serveSSE), once it holds its connection-limit
+// slot (reserveConn) and is listed (addConn), and ends with runEnd.
 func (cn *conn) runStart(welcome []byte) {
 	rt := cn.rt
 	rt.m.connections.Inc()
@@ -135,7 +150,8 @@ func (cn *conn) runStart(welcome []byte) {
 }
 
 // runEnd tears the session down once it has ended with err, in the
-// reverse order of runStart, and gives back its connection-limit slot.
+// reverse order of runStart, counts the limit that ended it, if any, and
+// gives back its connection-limit slot, whatever the session's transport.
 func (cn *conn) runEnd(err error, release func()) {
 	rt := cn.rt
 	if errors.Is(err, session.ErrSlowConsumer) {
@@ -450,6 +466,24 @@ func (cn *conn) forget(s *subscription) {
 		delete(cn.subs, subKey{s.pattern, s.group})
 		cn.filterBytes -= mapSize(s.filter)
 	}
+	if cn.byID[s.id] == s {
+		delete(cn.byID, s.id)
+	}
+	cn.mu.Unlock()
+}
+
+// unindex removes s from the session's id index. Every way a subscription
+// ends passes here (dropSub, or forget for a subscribe that failed), so
+// the index holds only the session's subscriptions, however many came and
+// went. The session's queue may still hold items of s, written or dropped
+// after it: a queue_full gap of theirs names no pattern and group (the
+// client no longer holds the subscription), and their drops record no dead
+// letter.
+func (cn *conn) unindex(s *subscription) {
+	cn.mu.Lock()
+	if cn.byID[s.id] == s {
+		delete(cn.byID, s.id)
+	}
 	cn.mu.Unlock()
 }
 
@@ -519,13 +553,17 @@ func (cn *conn) unsubscribe(req *request) *protoError {
 	return nil
 }
 
-// dropSub ends a subscription: out of the trie or out of its group.
+// dropSub ends a subscription: out of its session's index, and out of
+// the trie or out of its group.
 func (rt *Router) dropSub(s *subscription) {
 	s.mu.Lock()
 	already := s.ended
 	s.ended = true
 	s.pending = nil
 	s.mu.Unlock()
+	if s.c != nil {
+		s.c.unindex(s)
+	}
 	if already {
 		return
 	}

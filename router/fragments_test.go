@@ -276,7 +276,10 @@ func TestUnfinishedMessageHoldsWhatArrived(t *testing.T) {
 // through once another session's buffers come back.
 func TestInboundPartialBudget(t *testing.T) {
 	const budget = 1 << 20
-	g := newGateway(t, func(c *gwConfig) { c.router.Bounds.MaxInboundPartialBytes = budget })
+	g := newGateway(t, func(c *gwConfig) {
+		c.router.Bounds.MaxInboundPartialBytes = budget
+		c.router.Session.ReadLimit = budget // the budget holds one largest frame
+	})
 	sub := g.dial(t)
 	sub.subscribe(t, "budget")
 	park := func() *rawWS {

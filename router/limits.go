@@ -21,6 +21,32 @@ const (
 	codeTooManyTopics      = "too_many_topics"
 )
 
+// PublishEnvelopeBytes returns the most bytes a WebSocket publish frame
+// may hold besides its data under the bounds b (zero fields taking their
+// defaults), rounded up to a KiB: the id, the topic, key, msg_id and
+// headers at their limits with every byte of theirs escaped as JSON allows
+// (six bytes at most, as \u003c), and envelopeFixedBytes for the field
+// names, the priority and a space after every ':' and ','. With the
+// default bounds it is 59,392 bytes. Options.Session.ReadLimit defaults to
+// MaxMessageBytes plus this, so that a publish whose data is within the
+// message limit always fits in a frame, and one whose data is over it gets
+// message_too_large instead of closing the session with 1009.
+func PublishEnvelopeBytes(b Bounds) int {
+	b = b.withDefaults()
+	n := 6*(b.MaxTopicBytes+b.MaxKeyBytes+b.MaxMsgIDBytes+b.MaxHeaderBytes) +
+		envelopeHeaderBytes*b.MaxHeaders + b.MaxIDBytes + envelopeFixedBytes
+	return (n + 1023) &^ 1023
+}
+
+// The parts of PublishEnvelopeBytes that no bound sets: a header's quotes,
+// colon and comma with two spaces (8 bytes), and the rest of the frame's
+// punctuation, field names and priority with their spaces and an
+// "encoding" field (256 bytes; about 130 are needed).
+const (
+	envelopeHeaderBytes = 8
+	envelopeFixedBytes  = 256
+)
+
 // limitMetrics count refused credentials, refused permissions and the
 // limits this file enforces. They are registered on the Router's registry.
 type limitMetrics struct {

@@ -76,8 +76,10 @@ type Options struct {
 	Session session.Options
 	// MaxSubscriptions bounds one session's subscriptions; default 1000.
 	MaxSubscriptions int
-	// MaxMessageBytes bounds a publish's data; default 1 MiB, the default
-	// frame limit, so anything a frame can carry can be published.
+	// MaxMessageBytes bounds a publish's data, as written in the frame
+	// (message_too_large past it; the session stays open); default 1 MiB.
+	// Session.ReadLimit defaults to it plus PublishEnvelopeBytes(Bounds),
+	// so that the largest allowed publish fits in a frame.
 	MaxMessageBytes int
 	// PublishRate limits each session's publishes per second (token bucket
 	// with PublishBurst); 0: unlimited.
@@ -207,9 +209,6 @@ func (o Options) withDefaults() Options {
 	if o.Session.QueueMessages == 0 {
 		o.Session.QueueMessages = 1024
 	}
-	if o.Session.ReadLimit == 0 {
-		o.Session.ReadLimit = 1 << 20
-	}
 	if o.Session.ControlBytes == 0 {
 		o.Session.ControlBytes = session.DefaultControlBytes
 	}
@@ -217,6 +216,9 @@ func (o Options) withDefaults() Options {
 		o.Session.MessageTimeout = session.DefaultMessageTimeout
 	}
 	o.Bounds = o.Bounds.withDefaults()
+	if o.Session.ReadLimit == 0 {
+		o.Session.ReadLimit = int64(max(o.MaxMessageBytes, 0) + PublishEnvelopeBytes(o.Bounds))
+	}
 	if o.Session.ReadBudget == nil && o.Bounds.MaxInboundPartialBytes > 0 {
 		o.Session.ReadBudget = session.NewReadBudget(o.Bounds.MaxInboundPartialBytes)
 	}

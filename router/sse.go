@@ -115,7 +115,6 @@ func (rt *Router) serveSSE(c echo.Context) error {
 	if release == nil {
 		return nil // reserveConn wrote the refusal
 	}
-	defer release()
 
 	cn := &conn{rt: rt, id: newID(), who: who, subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription)}
 	if rt.opts.PublishRate > 0 {
@@ -137,29 +136,26 @@ func (rt *Router) serveSSE(c echo.Context) error {
 		CloseNow:  tr.closeNow,
 	})
 	if !rt.addConn(cn) {
+		release()
 		return perr(codeShuttingDown, "server is shutting down")
 	}
-	defer rt.removeConn(cn)
 	if err := tr.start(); err != nil {
+		rt.removeConn(cn)
+		release()
 		return nil // the client is gone
 	}
-	rt.m.connections.Inc()
-	rt.m.connectsTotal.Inc()
-	defer rt.m.connections.Dec()
-	cn.ctx, cn.cancel = context.WithCancel(rt.ctx)
-	defer cn.cancel()
-	// The client going away ends the session as a WebSocket close would.
-	stop := context.AfterFunc(c.Request().Context(), cn.cancel)
-	defer stop()
-
-	cn.sess.Send(session.Item{Frame: encodeReply("welcome", nil, map[string]any{
+	// The session is counted, limited and torn down as a WebSocket
+	// session is (runStart, runEnd); only its welcome differs.
+	cn.runStart(encodeReply("welcome", nil, map[string]any{
 		"session": cn.id,
 		"epoch":   epoch,
 		"limits": map[string]any{
 			"max_subscriptions": rt.opts.MaxSubscriptions,
 			"queue_messages":    sopts.QueueMessages,
 		},
-	})})
+	}))
+	// The client going away ends the session as a WebSocket close would.
+	stop := context.AfterFunc(c.Request().Context(), cn.cancel)
 	for i, p := range patterns {
 		pattern := p
 		req := &request{Op: "subscribe", ID: json.RawMessage(strconv.Itoa(i + 1)), Pattern: &pattern, From: from, OnFull: onFull}
@@ -167,18 +163,12 @@ func (rt *Router) serveSSE(c echo.Context) error {
 			req.From = resume.from(pattern)
 		}
 		if pe := cn.subscribe(req); pe != nil {
-			cn.rt.m.rejected.WithLabelValues(pe.code).Inc()
-			cn.sess.Send(session.Item{Frame: encodeError(req.ID, pe.code, pe.msg)})
+			cn.sess.Send(session.Item{Frame: cn.errorFrame(req.ID, pe)})
 		}
 	}
-	cn.expiry = cn.startExpiry()
-	defer cn.expiry.stop()
 	err = cn.sess.Run(cn.ctx, nil)
-	if errors.Is(err, session.ErrSlowConsumer) {
-		rt.m.slowDisconnects.Inc()
-	}
-	rt.log.Debug("sse session ended", "session", cn.id, "err", err)
-	cn.teardown()
+	stop()
+	cn.runEnd(err, release)
 	return nil
 }
 

@@ -23,7 +23,9 @@ func TestWelcome(t *testing.T) {
 		t.Errorf("welcome epoch %v, want %s", c.welcome["epoch"], g.eng.Epoch())
 	}
 	limits, _ := c.welcome["limits"].(map[string]any)
-	for k, want := range map[string]int64{"max_frame_bytes": 1 << 20, "max_subscriptions": 1000, "queue_messages": 1024} {
+	// The default frame limit is the message limit plus the largest
+	// publish envelope of the default bounds (58 KiB, docs/protocol.md).
+	for k, want := range map[string]int64{"max_frame_bytes": 1<<20 + 58<<10, "max_message_bytes": 1 << 20, "max_subscriptions": 1000, "queue_messages": 1024} {
 		if got := num(limits, k); got != want {
 			t.Errorf("limits.%s = %d, want %d", k, got, want)
 		}

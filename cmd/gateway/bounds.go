@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"log/slog"
 	"time"
 
 	"github.com/switchyard/switchyard/router"
@@ -64,5 +65,21 @@ func (w wireConfig) bounds() router.Bounds {
 		DeadLetterBurst:       w.DeadLetterBurst,
 
 		MaxInboundPartialBytes: w.MaxInboundPartial,
+	}
+}
+
+// defaultMaxMessageBytes is the default of --max-message-bytes (the
+// router's default too).
+const defaultMaxMessageBytes = 1 << 20
+
+// warnFrameLimit logs when --max-frame-bytes was set below what a publish
+// of --max-message-bytes in the largest envelope the other limits allow
+// needs: such a publish would close its session with 1009 instead of
+// being answered.
+func warnFrameLimit(log *slog.Logger, cfg config) {
+	need := int64(max(cfg.MaxMessageBytes, 0) + router.PublishEnvelopeBytes(cfg.Wire.bounds()))
+	if cfg.MaxFrameBytes > 0 && cfg.MaxFrameBytes < need {
+		log.Warn("--max-frame-bytes leaves no room for the envelope of the largest publish: a publish near --max-message-bytes closes its session with 1009",
+			"max_frame_bytes", cfg.MaxFrameBytes, "needed", need)
 	}
 }

@@ -187,8 +187,8 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.QueueMessages, "queue-messages", 1024, "outbound queue bound per session, in message frames")
 	fs.DurationVar(&cfg.WriteDelay, "write-delay", 0, "write coalescing: how long a session's writer waits for more frames before a write (0: off, write at once); replies are never held")
 	fs.IntVar(&cfg.WriteDelayFrames, "write-delay-frames", session.DefaultWriteDelayFrames, "with --write-delay: most frames per write, and the queued frames at which the writer stops waiting")
-	fs.Int64Var(&cfg.MaxFrameBytes, "max-frame-bytes", 1<<20, "largest inbound WebSocket frame (close 1009 past it)")
-	fs.IntVar(&cfg.MaxMessageBytes, "max-message-bytes", 1<<20, "largest publish data")
+	fs.Int64Var(&cfg.MaxFrameBytes, "max-frame-bytes", 0, fmt.Sprintf("largest inbound WebSocket message, fragments included (close 1009 past it); 0: --max-message-bytes plus the largest publish envelope that --max-key-bytes, --max-msg-id-bytes, --max-header-bytes, --max-headers, --max-topic-bytes and --max-id-bytes allow, escaped (%d bytes with the defaults), so that a publish over --max-message-bytes gets message_too_large and its session stays open", defaultMaxMessageBytes+router.PublishEnvelopeBytes(router.Bounds{})))
+	fs.IntVar(&cfg.MaxMessageBytes, "max-message-bytes", defaultMaxMessageBytes, "largest publish data, as written in the frame (message_too_large)")
 	fs.IntVar(&cfg.MaxSubscriptions, "max-subscriptions", 1000, "subscriptions per session")
 	fs.Var(&cfg.Compression, "compression", `WebSocket permessage-deflate, "off" or "on" (no context takeover; frames of 512 bytes and more): off by default since it costs CPU per subscriber and frame, which pays only when clients are short of bandwidth and payloads are large`)
 	fs.IntVar(&cfg.MaxLast, "max-last", 100, `largest N of a subscribe's "from": {"last": N} (records per matched partition)`)
@@ -429,6 +429,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		_ = eng.Close(context.Background())
 		return err
 	}
+	warnFrameLimit(log, cfg)
 	rt, err := router.New(router.Options{
 		Engine: eng,
 		Logger: log,
