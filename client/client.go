@@ -521,6 +521,11 @@ func (c *Client) onMessage(f *inFrame) {
 	if s.pending.Load() >= int64(s.opts.MaxPending) {
 		if s.group == "" {
 			s.noteDrop(f.Topic, f.Partition, f.Offset)
+			if s.pending.Load() == 0 {
+				// The dispatcher drained the subscription meanwhile and
+				// found no drop to report: report this one now.
+				c.pushLocalGaps(s)
+			}
 		} else {
 			c.sendAsync(ackReq{Op: "nack", Group: f.Group, Topic: f.Topic, Partition: f.Partition,
 				Offset: f.Offset, Error: "client queue full"})
@@ -531,11 +536,16 @@ func (c *Client) onMessage(f *inFrame) {
 		s.dups.Add(1)
 		return // already delivered
 	}
+	c.pushLocalGaps(s)
+	s.pending.Add(1)
+	c.disp.push(event{kind: evMessage, sub: s, msg: m})
+}
+
+// pushLocalGaps queues the drops s holds as gap events.
+func (c *Client) pushLocalGaps(s *Subscription) {
 	for _, g := range s.takeLocalGaps() {
 		c.disp.push(event{kind: evGap, sub: s, gap: &g})
 	}
-	s.pending.Add(1)
-	c.disp.push(event{kind: evMessage, sub: s, msg: m})
 }
 
 func (c *Client) onGap(f *inFrame) {

@@ -25,6 +25,7 @@ type Subscription struct {
 	done    chan struct{} // closed when the subscription ends
 	pending atomic.Int64  // deliveries queued for the dispatcher
 	dups    atomic.Int64  // duplicate deliveries suppressed
+	drops   atomic.Bool   // localGaps may hold drops: spares a lock per delivery
 
 	chClosed bool // touched by the dispatcher goroutine only
 
@@ -258,6 +259,7 @@ func (s *Subscription) noteDrop(topic string, partition int, offset int64) {
 	if s.localGaps == nil {
 		s.localGaps = make(map[partKey]*Gap)
 	}
+	s.drops.Store(true)
 	if g := s.localGaps[k]; g != nil {
 		g.To = max(g.To, offset+1)
 		return
@@ -266,9 +268,14 @@ func (s *Subscription) noteDrop(topic string, partition int, offset int64) {
 		From: offset, To: offset + 1, Reason: "client_queue_full"}
 }
 
+// takeLocalGaps returns and forgets the drops not yet reported.
 func (s *Subscription) takeLocalGaps() []Gap {
+	if !s.drops.Load() {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.drops.Store(false)
 	if len(s.localGaps) == 0 {
 		return nil
 	}
@@ -486,12 +493,19 @@ func (c *Client) deliver(e *event) {
 		}
 		if s.handler != nil {
 			s.handler(m)
-			return
+		} else {
+			select {
+			case s.ch <- m:
+			case <-s.done:
+			case <-c.ctx.Done():
+			}
 		}
-		select {
-		case s.ch <- m:
-		case <-s.done:
-		case <-c.ctx.Done():
+		if s.group == "" && s.pending.Load() == 0 {
+			// Drained: what was dropped meanwhile is reported now, not
+			// when the next record arrives (which may be never).
+			for _, g := range s.takeLocalGaps() {
+				c.deliver(&event{kind: evGap, sub: s, gap: &g})
+			}
 		}
 	case evGap:
 		if c.opts.OnGap != nil {
