@@ -37,6 +37,12 @@ type Client struct {
 	nextID     atomic.Uint64
 	refreshing atomic.Bool // a refresh_required is being answered
 
+	// Backpressure (backpressure.go).
+	waiters  atomic.Int32  // requests waiting for their reply
+	callWake chan struct{} // capacity 1: a request started waiting
+	stalls   atomic.Uint64 // waits of the reader for room, ever
+	stalled  atomic.Bool   // the reader is waiting for room
+
 	mu      sync.Mutex // guards following
 	conn    *websocket.Conn
 	ready   chan struct{} // closed while conn is set or the client stopped
@@ -85,6 +91,7 @@ func Dial(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
 		subs:    make(map[subKey]*Subscription),
 	}
 	c.disp.wake = make(chan struct{}, 1)
+	c.callWake = make(chan struct{}, 1)
 	conn, w, err := c.connect(ctx)
 	if err != nil {
 		return nil, err
@@ -518,7 +525,14 @@ func (c *Client) onMessage(f *inFrame) {
 		Key: f.Key, Headers: f.Headers, Data: f.Data, Time: f.Time,
 		Group: f.Group, Attempt: f.Attempt, sub: s,
 	}
-	if s.pending.Load() >= int64(s.opts.MaxPending) {
+	room := s.pending.Load() < int64(s.opts.MaxPending)
+	if s.group == "" {
+		room = c.roomFor(s)
+	}
+	if !room {
+		if s.isEnded() {
+			return // unsubscribed while the reader waited
+		}
 		if s.group == "" {
 			s.noteDrop(f.Topic, f.Partition, f.Offset)
 			if s.pending.Load() == 0 {
@@ -616,6 +630,8 @@ func (c *Client) roundTrip(ctx context.Context, build func(id uint64) any, prepa
 	if err != nil {
 		return nil, err
 	}
+	c.callWaiting()
+	defer c.waiters.Add(-1)
 	b, err := json.Marshal(build(id))
 	if err != nil {
 		c.unregister(id)
@@ -697,7 +713,8 @@ func (c *Client) Subscribe(ctx context.Context, pattern string, opts SubscribeOp
 // SubscribeChan is Subscribe with deliveries sent to the returned
 // Subscription's C, which holds up to opts.Buffer messages and is closed
 // when the subscription ends. A full C holds up the client's other
-// subscriptions, so read it promptly. For group subscriptions, a
+// subscriptions, and then the reading of the connection (see
+// SubscribeOptions.MaxPending), so read it promptly. For group subscriptions, a
 // redelivery is suppressed only if the earlier delivery was acked before
 // the redelivery reached C.
 func (c *Client) SubscribeChan(ctx context.Context, pattern string, opts SubscribeOptions) (*Subscription, error) {

@@ -11,6 +11,9 @@
 //   - Subscribe and SubscribeChan start deliveries to a handler or a
 //     channel; group deliveries are acknowledged with Message.Ack or
 //     Message.Nack.
+//   - A subscription whose handler falls behind holds back the reading of
+//     the connection, up to a bound, before it drops records, so the
+//     gateway's queue and its pacing take the pressure.
 //   - When the connection drops, the client redials with jittered
 //     exponential backoff, resubscribes every plain subscription from the
 //     last position it delivered ({"epoch","positions"}), so nothing the log
@@ -39,8 +42,10 @@
 // the frames; so deliveries of one subscription are handled in order. Close
 // stops both and waits for them, including a handler that is running; a
 // handler must therefore not call Close. Handlers may call any other method,
-// including Publish, Ack and Nack: the reader never waits for the
-// dispatcher.
+// including Publish, Ack and Nack. The reader waits for the dispatcher only
+// while a plain subscription has SubscribeOptions.MaxPending deliveries
+// waiting and no request waits for its reply, and at most
+// SubscribeOptions.MaxPendingWait (backpressure.go).
 //
 // Lock order: Client.mu before Subscription.mu; the dispatcher's queue lock
 // is a leaf. No lock is held while writing to the connection or calling

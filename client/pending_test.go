@@ -23,7 +23,7 @@ func TestLocalGapReportedWhenHandlerDrains(t *testing.T) {
 	release := make(chan struct{})
 	var mu sync.Mutex
 	var handled []int64
-	sub, err := c.Subscribe(ctx, "burst", client.SubscribeOptions{MaxPending: 2}, func(m *client.Message) {
+	sub, err := c.Subscribe(ctx, "burst", client.SubscribeOptions{MaxPending: 2, MaxPendingWait: -1}, func(m *client.Message) {
 		if m.Offset == 0 {
 			<-release
 		}
@@ -63,5 +63,112 @@ func TestLocalGapReportedWhenHandlerDrains(t *testing.T) {
 	defer mu.Unlock()
 	if !slices.Equal(handled, []int64{0, 1, 2}) {
 		t.Fatalf("handled %v, want [0 1 2]", handled)
+	}
+}
+
+// TestReplayIntoSmallMaxPendingDropsNothing replays many records into a
+// subscription whose MaxPending is small and whose handler is slower than
+// the socket but keeps up overall: the client must hold the socket back
+// rather than drop.
+func TestReplayIntoSmallMaxPendingDropsNothing(t *testing.T) {
+	g := newGateway(t, engine.GroupPolicy{})
+	const n = 600
+	var (
+		mu      sync.Mutex
+		gaps    []client.Gap
+		handled []int64
+		seen    int64 // handled or reported missing
+		once    sync.Once
+	)
+	done := make(chan struct{})
+	account := func(k int64) { // with mu held
+		if seen += k; seen >= n {
+			once.Do(func() { close(done) })
+		}
+	}
+	c := dial(t, g, &client.Options{OnGap: func(gp client.Gap) {
+		mu.Lock()
+		defer mu.Unlock()
+		gaps = append(gaps, gp)
+		account(gp.To - gp.From)
+	}})
+	ctx := testCtx(t)
+	for i := range n {
+		if err := g.post("/v1/publish", map[string]any{"topic": "history", "data": i}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := c.Subscribe(ctx, "history", client.SubscribeOptions{From: client.Earliest(), MaxPending: 4}, func(m *client.Message) {
+		// The application's work: slower than reading a socket, well
+		// under a second for the whole replay.
+		time.Sleep(500 * time.Microsecond)
+		mu.Lock()
+		defer mu.Unlock()
+		handled = append(handled, m.Offset)
+		account(1)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(4 * wait):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("handled %d of %d records; gaps %+v", len(handled), n, gaps)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(gaps) != 0 {
+		t.Fatalf("gaps %+v, want none", gaps)
+	}
+	for i, off := range handled {
+		if off != int64(i) {
+			t.Fatalf("record %d has offset %d", i, off)
+		}
+	}
+}
+
+// TestHandlerThatPublishesDuringReplay: a handler that waits for its own
+// publish's reply while its subscription is full must not wait for a
+// reader that waits for it: the replay finishes long before MaxPendingWait.
+func TestHandlerThatPublishesDuringReplay(t *testing.T) {
+	g := newGateway(t, engine.GroupPolicy{})
+	const n = 200
+	var (
+		mu   sync.Mutex
+		seen int64
+		once sync.Once
+	)
+	done := make(chan struct{})
+	account := func(k int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		if seen += k; seen >= n {
+			once.Do(func() { close(done) })
+		}
+	}
+	c := dial(t, g, &client.Options{OnGap: func(gp client.Gap) { account(gp.To - gp.From) }})
+	ctx := testCtx(t)
+	for i := range n {
+		if err := g.post("/v1/publish", map[string]any{"topic": "in", "data": i}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := client.SubscribeOptions{From: client.Earliest(), MaxPending: 2, MaxPendingWait: time.Hour}
+	if _, err := c.Subscribe(ctx, "in", opts, func(m *client.Message) {
+		if _, err := c.Publish(ctx, "out", m.Offset); err != nil {
+			t.Errorf("Publish: %v", err)
+		}
+		account(1)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(wait):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("%d of %d records handled or reported; the reader waits for the handler", seen, n)
 	}
 }

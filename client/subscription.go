@@ -26,6 +26,10 @@ type Subscription struct {
 	pending atomic.Int64  // deliveries queued for the dispatcher
 	dups    atomic.Int64  // duplicate deliveries suppressed
 	drops   atomic.Bool   // localGaps may hold drops: spares a lock per delivery
+	// Backpressure (backpressure.go).
+	room     chan struct{} // capacity 1: the dispatcher made room
+	waiting  atomic.Bool   // the reader waits for room
+	shedding atomic.Bool   // a wait for room timed out; drop until there is room
 
 	chClosed bool // touched by the dispatcher goroutine only
 
@@ -57,6 +61,7 @@ func newSubscription(c *Client, pattern string, opts SubscribeOptions, handler f
 	s := &Subscription{
 		c: c, pattern: pattern, group: opts.Group, opts: opts, handler: handler,
 		done:         make(chan struct{}),
+		room:         make(chan struct{}, 1),
 		subscribedAt: time.Now(),
 		positions:    make(map[partKey]int64),
 	}
@@ -481,6 +486,7 @@ func (c *Client) deliver(e *event) {
 	case evMessage:
 		s := e.sub
 		s.pending.Add(-1)
+		s.madeRoom()
 		if s.isEnded() {
 			return
 		}
