@@ -389,8 +389,10 @@ func (c *Client) resubscribed(s *Subscription, f *inFrame, err error) {
 		c.disp.push(event{kind: evError, err: fmt.Errorf("client: resubscribing %q: %w", s.pattern, err)})
 	case err != nil:
 		// The connection dropped again; the next one retries.
-	case f.Recovered != nil && !*f.Recovered:
-		c.disp.push(event{kind: evReset, sub: s, reset: &Reset{Pattern: s.pattern, Group: s.group, EpochChanged: s.takeEpochChanged()}})
+	default:
+		if reset, epochChanged := s.resumed(f.Recovered); reset {
+			c.disp.push(event{kind: evReset, sub: s, reset: &Reset{Pattern: s.pattern, Group: s.group, EpochChanged: epochChanged}})
+		}
 	}
 }
 

@@ -37,13 +37,18 @@ type Subscription struct {
 	active       bool
 	ended        bool
 	subscribedAt time.Time
-	epoch        string             // the epoch positions belong to
-	positions    map[partKey]int64  // plain: last offset delivered
-	localGaps    map[partKey]*Gap   // plain: dropped for MaxPending, not yet reported
-	epochChanged bool               // set by request, read by the reset
-	recent       map[recentKey]bool // group: recently acked positions
-	recentRing   []recentKey        // insertion order of recent, bounded by DedupeSize
-	recentNext   int
+	epoch        string            // the epoch positions belong to
+	positions    map[partKey]int64 // plain: last offset delivered
+	localGaps    map[partKey]*Gap  // plain: dropped for MaxPending, not yet reported
+	epochChanged bool              // set by request, read by the reset
+	// A reset not yet confirmed: the positions of another epoch, sent on
+	// every resubscribe until a reply says whether they still apply, so
+	// that a connection lost before that reply does not lose the reset.
+	staleEpoch     string
+	stalePositions map[partKey]int64
+	recent         map[recentKey]bool // group: recently acked positions
+	recentRing     []recentKey        // insertion order of recent, bounded by DedupeSize
+	recentNext     int
 }
 
 type partKey struct {
@@ -204,6 +209,11 @@ func (s *Subscription) request(id uint64, resume bool, epoch string) subscribeRe
 func (s *Subscription) resumeFrom(epoch string) From {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(s.positions) == 0 && s.stalePositions != nil {
+		// The reset of an earlier resubscribe is not confirmed yet.
+		s.epoch = epoch
+		return fromPositionMap(s.staleEpoch, s.stalePositions)
+	}
 	if len(s.positions) == 0 {
 		switch s.opts.From.kind {
 		case fromDefault, fromLatest:
@@ -211,26 +221,48 @@ func (s *Subscription) resumeFrom(epoch string) From {
 		}
 		return s.opts.From
 	}
-	pos := make([]Position, 0, len(s.positions))
-	for k, off := range s.positions {
-		pos = append(pos, Position{Topic: k.topic, Partition: k.partition, Offset: off})
-	}
-	from := FromPositions(s.epoch, pos...)
+	from := fromPositionMap(s.epoch, s.positions)
 	if s.epoch != epoch {
 		// The gateway will send everything it holds; offsets start over.
+		// The old positions are kept until the gateway's reply confirms
+		// the reset (resumed).
 		s.epochChanged = true
-		clear(s.positions)
+		s.staleEpoch, s.stalePositions = s.epoch, s.positions
+		s.positions = make(map[partKey]int64)
 		s.epoch = epoch
 	}
 	return from
 }
 
-func (s *Subscription) takeEpochChanged() bool {
+func fromPositionMap(epoch string, positions map[partKey]int64) From {
+	pos := make([]Position, 0, len(positions))
+	for k, off := range positions {
+		pos = append(pos, Position{Topic: k.topic, Partition: k.partition, Offset: off})
+	}
+	return FromPositions(epoch, pos...)
+}
+
+// resumed takes the reply's recovered (nil when the reply has none) to a
+// resubscribe and reports whether it is a reset to report, and whether the
+// epoch changed. A pending reset stays pending until a reply settles it.
+func (s *Subscription) resumed(recovered *bool) (reset, epochChanged bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ch := s.epochChanged
-	s.epochChanged = false
-	return ch
+	if recovered == nil {
+		return false, false
+	}
+	if *recovered {
+		if s.stalePositions != nil && len(s.positions) == 0 {
+			// The gateway is back on the epoch of the positions it was
+			// sent: they still apply.
+			s.epoch, s.positions = s.staleEpoch, s.stalePositions
+		}
+		s.staleEpoch, s.stalePositions, s.epochChanged = "", nil, false
+		return false, false
+	}
+	epochChanged = s.epochChanged
+	s.staleEpoch, s.stalePositions, s.epochChanged = "", nil, false
+	return true, epochChanged
 }
 
 // advance records offset as delivered, or reports false for a duplicate.
