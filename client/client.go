@@ -262,7 +262,7 @@ func (cl *call) finish(f *inFrame, err error) {
 func (c *Client) run(conn *websocket.Conn) {
 	defer c.wg.Done()
 	for {
-		err := c.readLoop(conn)
+		err := c.readConn(conn)
 		if c.lost(conn, err) {
 			return // closed
 		}

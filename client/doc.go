@@ -14,6 +14,8 @@
 //   - A subscription whose handler falls behind holds back the reading of
 //     the connection, up to a bound, before it drops records, so the
 //     gateway's queue and its pacing take the pressure.
+//   - A connection that dies without a close is noticed by a ping without
+//     a pong (Options.PingInterval, Options.PongTimeout).
 //   - When the connection drops, the client redials with jittered
 //     exponential backoff, resubscribes every plain subscription from the
 //     last position it delivered ({"epoch","positions"}), so nothing the log
@@ -39,7 +41,10 @@
 // goroutines: a reader, which owns the connection, reconnects and answers
 // requests, and a dispatcher, which runs handlers and callbacks (OnGap,
 // OnReset, OnError, OnState) one at a time, in the order the gateway sent
-// the frames; so deliveries of one subscription are handled in order. Close
+// the frames; so deliveries of one subscription are handled in order. While
+// a connection is up, the reader runs a third goroutine beside it that
+// pings the gateway (Options.PingInterval; liveness.go) and exits with the
+// connection. Close
 // stops both and waits for them, including a handler that is running; a
 // handler must therefore not call Close. Handlers may call any other method,
 // including Publish, Ack and Nack. The reader waits for the dispatcher only

@@ -36,6 +36,16 @@ type Options struct {
 	// waiting for a reconnect. Default: 10s, long enough to ride out a
 	// short outage at the default backoff.
 	RequestTimeout time.Duration
+	// PingInterval is how often the client pings the gateway to check
+	// that the connection is alive. A connection that died without a close
+	// (a NAT that forgot it, a laptop that slept) is noticed within
+	// PingInterval plus PongTimeout, and redialed. Negative disables the
+	// check. Default: 15s, so that the client notices before the gateway
+	// drops its side (its ping interval plus pong timeout, 35s by default).
+	PingInterval time.Duration
+	// PongTimeout is how long a ping may wait for its pong before the
+	// connection counts as dead. Default: 10s.
+	PongTimeout time.Duration
 	// Logger receives the client's logs. Default: discard.
 	Logger *slog.Logger
 	// OnGap is called, on the dispatcher goroutine, for every gap: records
@@ -109,6 +119,12 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.RequestTimeout <= 0 {
 		r.RequestTimeout = 10 * time.Second
+	}
+	if r.PingInterval == 0 {
+		r.PingInterval = 15 * time.Second
+	}
+	if r.PongTimeout <= 0 {
+		r.PongTimeout = 10 * time.Second
 	}
 	if r.Logger == nil {
 		r.Logger = slog.New(slog.DiscardHandler)
