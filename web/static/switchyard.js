@@ -454,6 +454,13 @@ export class Subscription {
     this._last = new Map();
     /** @private @type {string|undefined} */
     this._epoch = undefined;
+    /**
+     * A reset not yet confirmed: the positions of another epoch, sent on
+     * every resubscribe until a reply says whether they still apply, so a
+     * connection lost before that reply does not lose the reset.
+     * @private @type {{epoch: string|undefined, last: Map<string, object>}|null}
+     */
+    this._stale = null;
     /** Group subscriptions: recently handled records, value "handling" or "acked". @private */
     this._recent = this.group ? new RecentSet(client._opts.recentGroupRecords) : null;
 
@@ -513,6 +520,8 @@ export class Subscription {
     if (o.presence) f.presence = true;
     if (!this.group && this._last.size > 0) {
       f.from = { epoch: this._epoch, positions: this.positions() };
+    } else if (!this.group && this._stale) {
+      f.from = { epoch: this._stale.epoch, positions: Array.from(this._stale.last.values(), (p) => ({ ...p })) };
     } else if (o.from !== undefined) {
       f.from = o.from;
     }
@@ -1084,10 +1093,12 @@ export class Client {
     const frame = sub._frame();
     const sentPositions = !!(frame.from && frame.from.positions);
     if (!sub.group && sub._epoch !== undefined && this.epoch !== undefined && sub._epoch !== this.epoch) {
-      // A new log epoch restarts offsets: forget what the old one delivered.
-      // The frame still carries the old positions, so the server answers
-      // recovered:false and starts at the earliest retained record.
-      sub._last.clear();
+      // A new log epoch restarts offsets: what the old one delivered no
+      // longer dedupes. The frame carries the old positions, so the server
+      // answers recovered:false and starts at the earliest retained record;
+      // until a reply says so they are kept and sent again (_stale).
+      if (sub._last.size > 0) sub._stale = { epoch: sub._epoch, last: sub._last };
+      sub._last = new Map();
       sub._epoch = this.epoch;
     }
     const timer = setTimeout(() => {
@@ -1114,6 +1125,15 @@ export class Client {
         const wasPending = sub.state === "pending";
         sub.state = "active";
         if (reply.recovered !== undefined) sub.recovered = reply.recovered;
+        if (sentPositions && reply.recovered !== undefined && sub._stale) {
+          // The positions of the other epoch are settled: they apply again
+          // (the gateway is back on their epoch), or this is the reset.
+          if (reply.recovered && sub._last.size === 0) {
+            sub._last = sub._stale.last;
+            sub._epoch = sub._stale.epoch;
+          }
+          sub._stale = null;
+        }
         if (sentPositions && reply.recovered === false) {
           this._emit("reset", { subscription: sub, pattern: sub.pattern, group: sub.group, epoch: this.epoch });
         }
