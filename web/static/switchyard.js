@@ -30,6 +30,11 @@
 //    every (topic, partition), so records still retained by the log are not
 //    lost. When the server cannot resume (`recovered: false`) the client emits
 //    a `reset` event. Group subscriptions simply rejoin their group.
+//  - Liveness. A connection can die without a close (a NAT that forgot it,
+//    a laptop that slept): no close event comes and nothing arrives. When
+//    nothing has arrived for `pingIntervalMs`, the client sends a `ping` op;
+//    when nothing arrives within `pongTimeoutMs` after it, the client closes
+//    the socket itself and reconnects as after any other drop.
 //  - Duplicates. A plain subscription never hands the same (topic, partition,
 //    offset) to its handler twice within one log epoch. A group subscription
 //    remembers a bounded set of recently handled records; a redelivery of one
@@ -51,6 +56,13 @@ export const DEFAULTS = Object.freeze({
   recentGroupRecords: 4096,
   /** How many messages a subscription iterated with `for await` buffers. */
   streamBuffer: 1024,
+  /**
+   * After how long without a frame the client sends a `ping` op, to check
+   * that the connection is alive (a browser cannot send WebSocket pings).
+   */
+  pingIntervalMs: 15000,
+  /** How long after a ping the client waits for any frame before it counts the connection as dead. */
+  pongTimeoutMs: 10000,
 });
 
 /** WebSocket readyState values, spelled out so injected implementations need not define them. */
@@ -380,6 +392,11 @@ function subKey(pattern, group) {
  *   and for the `welcome` frame
  * @param {number} [options.recentGroupRecords=4096] size of the duplicate
  *   filter for group deliveries
+ * @param {number} [options.pingIntervalMs=15000] after this long without a
+ *   frame the client sends a `ping` op; 0 turns the liveness check off
+ * @param {number} [options.pongTimeoutMs=10000] a ping without any frame
+ *   arriving within this long closes the connection as dead (close code
+ *   4000), and the client reconnects
  * @param {typeof WebSocket} [options.WebSocket] WebSocket constructor to use
  *   instead of `globalThis.WebSocket` (for Node, tests or proxies)
  * @param {Array<"websocket"|"sse">} [options.transports] the transports to
@@ -568,6 +585,8 @@ export class Client {
       maxDelayMs: (rc && rc.maxDelayMs) || DEFAULTS.maxDelayMs,
       requestTimeoutMs: options.requestTimeoutMs || DEFAULTS.requestTimeoutMs,
       recentGroupRecords: options.recentGroupRecords || DEFAULTS.recentGroupRecords,
+      pingIntervalMs: options.pingIntervalMs === undefined ? DEFAULTS.pingIntervalMs : options.pingIntervalMs,
+      pongTimeoutMs: options.pongTimeoutMs || DEFAULTS.pongTimeoutMs,
       WebSocket: options.WebSocket || globalThis.WebSocket,
       EventSource: options.EventSource || globalThis.EventSource,
       fetch: options.fetch || (typeof globalThis.fetch === "function" ? globalThis.fetch.bind(globalThis) : undefined),
@@ -606,6 +625,14 @@ export class Client {
     /** @private */ this._attempt = 0;
     /** @private */ this._retryTimer = null;
     /** @private */ this._welcomeTimer = null;
+    /** Liveness: frames received on the current socket, and when the last came. @private */
+    this._received = 0;
+    /** @private */ this._receivedAt = 0;
+    /** Liveness: the ping waiting for a frame, {id, received, sentAt}. @private */
+    this._probe = null;
+    /** Liveness: the id of the last ping sent, whose reply is not reported. @private */
+    this._pingId = undefined;
+    /** @private */ this._liveTimer = null;
     /** @private */ this._first = null;
     /** @private */ this._resolveClosed = null;
     /** @private */ this._closed = new Promise((resolve) => {
@@ -865,6 +892,7 @@ export class Client {
     this._setState("closed");
     clearTimeout(this._retryTimer);
     clearTimeout(this._welcomeTimer);
+    clearTimeout(this._liveTimer);
     for (const [id, p] of this._pending) {
       clearTimeout(p.timer);
       this._pending.delete(id);
@@ -957,6 +985,8 @@ export class Client {
     }, this._opts.requestTimeoutMs);
     ws.onmessage = (ev) => {
       if (this._ws !== ws) return;
+      this._received++;
+      this._receivedAt = Date.now();
       if (typeof ev.data !== "string") return; // the protocol uses text frames only
       for (const frame of splitFrame(ev.data)) {
         if (frame instanceof Error) this._emit("error", frame);
@@ -971,6 +1001,8 @@ export class Client {
 
   /** @private */
   _onFrame(f) {
+    // The reply to a liveness ping: a pong, or an older gateway's error.
+    if (f.id !== undefined && f.id === this._pingId && (f.op === "pong" || f.op === "error")) return undefined;
     switch (f.op) {
       case "welcome":
         return this._onWelcome(f);
@@ -1008,6 +1040,7 @@ export class Client {
     this._attempt = 0;
     this._setState("open");
     if (reconnected) this.stats.reconnects++;
+    this._watchLiveness(this._ws);
 
     // Resubscribe every subscription first, then send what waited.
     for (const sub of this._subs.values()) this._sendSubscribe(sub);
@@ -1314,10 +1347,61 @@ export class Client {
     }
   }
 
+  /**
+   * Checks that ws is alive while it is the client's socket: after
+   * pingIntervalMs without a frame it sends a ping op; when no frame at all
+   * arrives within pongTimeoutMs after it, the socket is closed as dead.
+   * Any frame proves the connection alive, so a busy one is never pinged.
+   * Not for the SSE transport, whose EventSource watches its own stream.
+   * @private
+   */
+  _watchLiveness(ws) {
+    clearTimeout(this._liveTimer);
+    this._probe = null;
+    const every = this._opts.pingIntervalMs;
+    if (!(every > 0) || this.transport !== "websocket" || !ws) return;
+    const timeout = this._opts.pongTimeoutMs;
+    this._receivedAt = Date.now();
+    const check = () => {
+      if (this._ws !== ws || this.state !== "open") return;
+      const now = Date.now();
+      const probe = this._probe;
+      if (probe && this._received === probe.received) {
+        const left = probe.sentAt + timeout - now;
+        if (left > 0) {
+          this._liveTimer = setTimeout(check, left);
+          return;
+        }
+        const reason = `no reply to ping within ${timeout} ms`;
+        try {
+          ws.close(4000, reason);
+        } catch {
+          /* already closing */
+        }
+        this._onSocketGone(ws, { code: 4000, reason });
+        return;
+      }
+      this._probe = null;
+      const idle = now - this._receivedAt;
+      if (idle < every) {
+        this._liveTimer = setTimeout(check, every - idle);
+        return;
+      }
+      const id = this._nextId++;
+      this._pingId = id;
+      this._probe = { id, received: this._received, sentAt: now };
+      this._send({ op: "ping", id });
+      this._liveTimer = setTimeout(check, timeout);
+    };
+    this._liveTimer = setTimeout(check, every);
+  }
+
   /** The current socket closed (or never opened). @private */
   _onSocketGone(ws, ev) {
     if (ws !== null && this._ws !== ws) return; // an old socket
     clearTimeout(this._welcomeTimer);
+    clearTimeout(this._liveTimer);
+    this._probe = null;
     this._ws = null;
     if (ws) {
       ws.onmessage = ws.onclose = ws.onerror = null;
