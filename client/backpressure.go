@@ -92,12 +92,23 @@ func (s *Subscription) madeRoom() {
 	}
 }
 
-// callWaiting is called when a request starts waiting for its reply: a
-// reader waiting in roomFor must go on reading.
+// callWaiting is called, with c.mu held, when a request that a caller
+// waits on is registered: a reader waiting in roomFor must go on reading
+// until its reply is read.
 func (c *Client) callWaiting() {
 	c.waiters.Add(1)
 	select {
 	case c.callWake <- struct{}{}:
 	default:
+	}
+}
+
+// replied is called, with c.mu held, when cl leaves c.pending: its reply
+// was read, or it failed or was given up. Counting ends here rather than
+// when the caller wakes, so that the reader does not read on for a reply
+// it already has.
+func (c *Client) replied(cl *call) {
+	if cl.done != nil {
+		c.waiters.Add(-1)
 	}
 }

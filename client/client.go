@@ -38,7 +38,7 @@ type Client struct {
 	refreshing atomic.Bool // a refresh_required is being answered
 
 	// Backpressure (backpressure.go).
-	waiters  atomic.Int32  // requests waiting for their reply
+	waiters  atomic.Int32  // requests waited on whose reply is not read yet
 	callWake chan struct{} // capacity 1: a request started waiting
 	stalls   atomic.Uint64 // waits of the reader for room, ever
 	stalled  atomic.Bool   // the reader is waiting for room
@@ -242,6 +242,9 @@ func (c *Client) stop(err error) {
 	}
 	calls := c.pending
 	c.pending = make(map[uint64]*call)
+	for _, cl := range calls {
+		c.replied(cl)
+	}
 	c.mu.Unlock()
 	for _, cl := range calls {
 		cl.finish(nil, err)
@@ -293,6 +296,7 @@ func (c *Client) lost(conn *websocket.Conn, cause error) bool {
 		if cl.conn == conn {
 			calls = append(calls, cl)
 			delete(c.pending, id)
+			c.replied(cl)
 		}
 	}
 	stopped := c.stopped
@@ -499,7 +503,10 @@ func parseID(raw json.RawMessage) (uint64, bool) {
 func (c *Client) complete(id uint64, f *inFrame, err error) bool {
 	c.mu.Lock()
 	cl := c.pending[id]
-	delete(c.pending, id)
+	if cl != nil {
+		delete(c.pending, id)
+		c.replied(cl)
+	}
 	c.mu.Unlock()
 	if cl == nil {
 		return false
@@ -612,6 +619,7 @@ func (c *Client) register(ctx context.Context, prepare func() error, onOK func(*
 		id := c.nextID.Add(1)
 		cl := &call{conn: c.conn, done: make(chan reply, 1), onOK: onOK}
 		c.pending[id] = cl
+		c.callWaiting()
 		c.mu.Unlock()
 		return cl.conn, id, cl, nil
 	}
@@ -619,7 +627,10 @@ func (c *Client) register(ctx context.Context, prepare func() error, onOK func(*
 
 func (c *Client) unregister(id uint64) {
 	c.mu.Lock()
-	delete(c.pending, id)
+	if cl := c.pending[id]; cl != nil {
+		delete(c.pending, id)
+		c.replied(cl)
+	}
 	c.mu.Unlock()
 }
 
@@ -632,8 +643,6 @@ func (c *Client) roundTrip(ctx context.Context, build func(id uint64) any, prepa
 	if err != nil {
 		return nil, err
 	}
-	c.callWaiting()
-	defer c.waiters.Add(-1)
 	b, err := json.Marshal(build(id))
 	if err != nil {
 		c.unregister(id)
