@@ -28,7 +28,10 @@
 // partition) is dropped as a duplicate. Records the gateway could not
 // deliver are reported to Options.OnGap; when a resubscription could not
 // continue from the positions given (the gateway restarted with another
-// epoch, or the records were trimmed), Options.OnReset is called.
+// epoch, or the records were trimmed), Options.OnReset is called; the
+// positions of the old epoch are sent again on every reconnect until a
+// reply settles them, so a connection lost in between does not lose the
+// reset.
 //
 // Group subscriptions are at-least-once on the wire; the client makes them
 // effectively-once for the handler by remembering a bounded set of recently
