@@ -40,7 +40,6 @@ type Subscription struct {
 	epoch        string            // the epoch positions belong to
 	positions    map[partKey]int64 // plain: last offset delivered
 	localGaps    map[partKey]*Gap  // plain: dropped for MaxPending, not yet reported
-	epochChanged bool              // set by request, read by the reset
 	// A reset not yet confirmed: the positions of another epoch, sent on
 	// every resubscribe until a reply says whether they still apply, so
 	// that a connection lost before that reply does not lose the reset.
@@ -226,7 +225,6 @@ func (s *Subscription) resumeFrom(epoch string) From {
 		// The gateway will send everything it holds; offsets start over.
 		// The old positions are kept until the gateway's reply confirms
 		// the reset (resumed).
-		s.epochChanged = true
 		s.staleEpoch, s.stalePositions = s.epoch, s.positions
 		s.positions = make(map[partKey]int64)
 		s.epoch = epoch
@@ -257,11 +255,12 @@ func (s *Subscription) resumed(recovered *bool) (reset, epochChanged bool) {
 			// sent: they still apply.
 			s.epoch, s.positions = s.staleEpoch, s.stalePositions
 		}
-		s.staleEpoch, s.stalePositions, s.epochChanged = "", nil, false
+		s.staleEpoch, s.stalePositions = "", nil
 		return false, false
 	}
-	epochChanged = s.epochChanged
-	s.staleEpoch, s.stalePositions, s.epochChanged = "", nil, false
+	// s.epoch is the connection's (resumeFrom).
+	epochChanged = s.stalePositions != nil && s.staleEpoch != s.epoch
+	s.staleEpoch, s.stalePositions = "", nil
 	return true, epochChanged
 }
 
