@@ -37,6 +37,12 @@ type Client struct {
 	nextID     atomic.Uint64
 	refreshing atomic.Bool // a refresh_required is being answered
 
+	// Backpressure (backpressure.go).
+	waiters  atomic.Int32  // requests waited on whose reply is not read yet
+	callWake chan struct{} // capacity 1: a request started waiting
+	stalls   atomic.Uint64 // waits of the reader for room, ever
+	stalled  atomic.Bool   // the reader is waiting for room
+
 	mu      sync.Mutex // guards following
 	conn    *websocket.Conn
 	ready   chan struct{} // closed while conn is set or the client stopped
@@ -85,6 +91,7 @@ func Dial(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
 		subs:    make(map[subKey]*Subscription),
 	}
 	c.disp.wake = make(chan struct{}, 1)
+	c.callWake = make(chan struct{}, 1)
 	conn, w, err := c.connect(ctx)
 	if err != nil {
 		return nil, err
@@ -235,6 +242,9 @@ func (c *Client) stop(err error) {
 	}
 	calls := c.pending
 	c.pending = make(map[uint64]*call)
+	for _, cl := range calls {
+		c.replied(cl)
+	}
 	c.mu.Unlock()
 	for _, cl := range calls {
 		cl.finish(nil, err)
@@ -255,7 +265,7 @@ func (cl *call) finish(f *inFrame, err error) {
 func (c *Client) run(conn *websocket.Conn) {
 	defer c.wg.Done()
 	for {
-		err := c.readLoop(conn)
+		err := c.readConn(conn)
 		if c.lost(conn, err) {
 			return // closed
 		}
@@ -286,6 +296,7 @@ func (c *Client) lost(conn *websocket.Conn, cause error) bool {
 		if cl.conn == conn {
 			calls = append(calls, cl)
 			delete(c.pending, id)
+			c.replied(cl)
 		}
 	}
 	stopped := c.stopped
@@ -382,8 +393,10 @@ func (c *Client) resubscribed(s *Subscription, f *inFrame, err error) {
 		c.disp.push(event{kind: evError, err: fmt.Errorf("client: resubscribing %q: %w", s.pattern, err)})
 	case err != nil:
 		// The connection dropped again; the next one retries.
-	case f.Recovered != nil && !*f.Recovered:
-		c.disp.push(event{kind: evReset, sub: s, reset: &Reset{Pattern: s.pattern, Group: s.group, EpochChanged: s.takeEpochChanged()}})
+	default:
+		if reset, epochChanged := s.resumed(f.Recovered); reset {
+			c.disp.push(event{kind: evReset, sub: s, reset: &Reset{Pattern: s.pattern, Group: s.group, EpochChanged: epochChanged}})
+		}
 	}
 }
 
@@ -490,7 +503,10 @@ func parseID(raw json.RawMessage) (uint64, bool) {
 func (c *Client) complete(id uint64, f *inFrame, err error) bool {
 	c.mu.Lock()
 	cl := c.pending[id]
-	delete(c.pending, id)
+	if cl != nil {
+		delete(c.pending, id)
+		c.replied(cl)
+	}
 	c.mu.Unlock()
 	if cl == nil {
 		return false
@@ -518,9 +534,21 @@ func (c *Client) onMessage(f *inFrame) {
 		Key: f.Key, Headers: f.Headers, Data: f.Data, Time: f.Time,
 		Group: f.Group, Attempt: f.Attempt, sub: s,
 	}
-	if s.pending.Load() >= int64(s.opts.MaxPending) {
+	room := s.pending.Load() < int64(s.opts.MaxPending)
+	if s.group == "" {
+		room = c.roomFor(s)
+	}
+	if !room {
+		if s.isEnded() {
+			return // unsubscribed while the reader waited
+		}
 		if s.group == "" {
 			s.noteDrop(f.Topic, f.Partition, f.Offset)
+			if s.pending.Load() == 0 {
+				// The dispatcher drained the subscription meanwhile and
+				// found no drop to report: report this one now.
+				c.pushLocalGaps(s)
+			}
 		} else {
 			c.sendAsync(ackReq{Op: "nack", Group: f.Group, Topic: f.Topic, Partition: f.Partition,
 				Offset: f.Offset, Error: "client queue full"})
@@ -531,11 +559,16 @@ func (c *Client) onMessage(f *inFrame) {
 		s.dups.Add(1)
 		return // already delivered
 	}
+	c.pushLocalGaps(s)
+	s.pending.Add(1)
+	c.disp.push(event{kind: evMessage, sub: s, msg: m})
+}
+
+// pushLocalGaps queues the drops s holds as gap events.
+func (c *Client) pushLocalGaps(s *Subscription) {
 	for _, g := range s.takeLocalGaps() {
 		c.disp.push(event{kind: evGap, sub: s, gap: &g})
 	}
-	s.pending.Add(1)
-	c.disp.push(event{kind: evMessage, sub: s, msg: m})
 }
 
 func (c *Client) onGap(f *inFrame) {
@@ -586,6 +619,7 @@ func (c *Client) register(ctx context.Context, prepare func() error, onOK func(*
 		id := c.nextID.Add(1)
 		cl := &call{conn: c.conn, done: make(chan reply, 1), onOK: onOK}
 		c.pending[id] = cl
+		c.callWaiting()
 		c.mu.Unlock()
 		return cl.conn, id, cl, nil
 	}
@@ -593,7 +627,10 @@ func (c *Client) register(ctx context.Context, prepare func() error, onOK func(*
 
 func (c *Client) unregister(id uint64) {
 	c.mu.Lock()
-	delete(c.pending, id)
+	if cl := c.pending[id]; cl != nil {
+		delete(c.pending, id)
+		c.replied(cl)
+	}
 	c.mu.Unlock()
 }
 
@@ -687,7 +724,8 @@ func (c *Client) Subscribe(ctx context.Context, pattern string, opts SubscribeOp
 // SubscribeChan is Subscribe with deliveries sent to the returned
 // Subscription's C, which holds up to opts.Buffer messages and is closed
 // when the subscription ends. A full C holds up the client's other
-// subscriptions, so read it promptly. For group subscriptions, a
+// subscriptions, and then the reading of the connection (see
+// SubscribeOptions.MaxPending), so read it promptly. For group subscriptions, a
 // redelivery is suppressed only if the earlier delivery was acked before
 // the redelivery reached C.
 func (c *Client) SubscribeChan(ctx context.Context, pattern string, opts SubscribeOptions) (*Subscription, error) {

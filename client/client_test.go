@@ -652,7 +652,7 @@ func TestLocalGap(t *testing.T) {
 	}})
 	ctx := testCtx(t)
 	release := make(chan struct{})
-	sub, err := c.Subscribe(ctx, "burst", client.SubscribeOptions{MaxPending: 2}, func(m *client.Message) {
+	sub, err := c.Subscribe(ctx, "burst", client.SubscribeOptions{MaxPending: 2, MaxPendingWait: -1}, func(m *client.Message) {
 		if m.Offset == 0 {
 			<-release
 		}

@@ -36,6 +36,16 @@ type Options struct {
 	// waiting for a reconnect. Default: 10s, long enough to ride out a
 	// short outage at the default backoff.
 	RequestTimeout time.Duration
+	// PingInterval is how often the client pings the gateway to check
+	// that the connection is alive. A connection that died without a close
+	// (a NAT that forgot it, a laptop that slept) is noticed within
+	// PingInterval plus PongTimeout, and redialed. Negative disables the
+	// check. Default: 15s, so that the client notices before the gateway
+	// drops its side (its ping interval plus pong timeout, 35s by default).
+	PingInterval time.Duration
+	// PongTimeout is how long a ping may wait for its pong before the
+	// connection counts as dead. Default: 10s.
+	PongTimeout time.Duration
 	// Logger receives the client's logs. Default: discard.
 	Logger *slog.Logger
 	// OnGap is called, on the dispatcher goroutine, for every gap: records
@@ -110,6 +120,12 @@ func (o *Options) withDefaults() Options {
 	if r.RequestTimeout <= 0 {
 		r.RequestTimeout = 10 * time.Second
 	}
+	if r.PingInterval == 0 {
+		r.PingInterval = 15 * time.Second
+	}
+	if r.PongTimeout <= 0 {
+		r.PongTimeout = 10 * time.Second
+	}
 	if r.Logger == nil {
 		r.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -181,11 +197,24 @@ type SubscribeOptions struct {
 	// Buffer is the capacity of C for SubscribeChan. Default: 256.
 	Buffer int
 	// MaxPending bounds the deliveries received but not yet handled for
-	// this subscription. Beyond it a plain message is dropped and reported
-	// to OnGap with reason "client_queue_full", and a group delivery is
-	// nacked so the gateway redelivers it later. The reader never waits
-	// for a slow handler. Default: 65536.
+	// this subscription. When a plain subscription reaches it, the client
+	// stops reading the connection until the handler makes room (up to
+	// MaxPendingWait), so the gateway's queue and its OnFull policy take
+	// the pressure; this holds back every subscription of the client.
+	// While a request waits for its reply (a handler that publishes or
+	// acks), the client keeps reading and lets up to twice MaxPending
+	// wait. A plain message that finds no room is dropped and reported to
+	// OnGap with reason "client_queue_full" once the handler has drained
+	// what was queued before it. A group delivery beyond MaxPending is
+	// nacked at once, so the gateway redelivers it later. Default: 65536.
 	MaxPending int
+	// MaxPendingWait bounds how long the client stops reading for a plain
+	// subscription that has MaxPending deliveries waiting. When it passes,
+	// the subscription's records are dropped until its handler has made
+	// room. Keep it well below the gateway's pong timeout (10s), which a
+	// client that reads nothing for longer may run into. Negative: never
+	// wait, drop at once. Default: 5s.
+	MaxPendingWait time.Duration
 	// DedupeSize is how many recently acknowledged positions a group
 	// subscription remembers to suppress redeliveries. Default: 4096.
 	DedupeSize int
@@ -200,6 +229,9 @@ func (o SubscribeOptions) withDefaults() SubscribeOptions {
 	}
 	if o.DedupeSize <= 0 {
 		o.DedupeSize = 4096
+	}
+	if o.MaxPendingWait == 0 {
+		o.MaxPendingWait = 5 * time.Second
 	}
 	return o
 }

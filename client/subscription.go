@@ -25,6 +25,11 @@ type Subscription struct {
 	done    chan struct{} // closed when the subscription ends
 	pending atomic.Int64  // deliveries queued for the dispatcher
 	dups    atomic.Int64  // duplicate deliveries suppressed
+	drops   atomic.Bool   // localGaps may hold drops: spares a lock per delivery
+	// Backpressure (backpressure.go).
+	room     chan struct{} // capacity 1: the dispatcher made room
+	waiting  atomic.Bool   // the reader waits for room
+	shedding atomic.Bool   // a wait for room timed out; drop until there is room
 
 	chClosed bool // touched by the dispatcher goroutine only
 
@@ -32,13 +37,17 @@ type Subscription struct {
 	active       bool
 	ended        bool
 	subscribedAt time.Time
-	epoch        string             // the epoch positions belong to
-	positions    map[partKey]int64  // plain: last offset delivered
-	localGaps    map[partKey]*Gap   // plain: dropped for MaxPending, not yet reported
-	epochChanged bool               // set by request, read by the reset
-	recent       map[recentKey]bool // group: recently acked positions
-	recentRing   []recentKey        // insertion order of recent, bounded by DedupeSize
-	recentNext   int
+	epoch        string            // the epoch positions belong to
+	positions    map[partKey]int64 // plain: last offset delivered
+	localGaps    map[partKey]*Gap  // plain: dropped for MaxPending, not yet reported
+	// A reset not yet confirmed: the positions of another epoch, sent on
+	// every resubscribe until a reply says whether they still apply, so
+	// that a connection lost before that reply does not lose the reset.
+	staleEpoch     string
+	stalePositions map[partKey]int64
+	recent         map[recentKey]bool // group: recently acked positions
+	recentRing     []recentKey        // insertion order of recent, bounded by DedupeSize
+	recentNext     int
 }
 
 type partKey struct {
@@ -56,6 +65,7 @@ func newSubscription(c *Client, pattern string, opts SubscribeOptions, handler f
 	s := &Subscription{
 		c: c, pattern: pattern, group: opts.Group, opts: opts, handler: handler,
 		done:         make(chan struct{}),
+		room:         make(chan struct{}, 1),
 		subscribedAt: time.Now(),
 		positions:    make(map[partKey]int64),
 	}
@@ -198,6 +208,11 @@ func (s *Subscription) request(id uint64, resume bool, epoch string) subscribeRe
 func (s *Subscription) resumeFrom(epoch string) From {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(s.positions) == 0 && s.stalePositions != nil {
+		// The reset of an earlier resubscribe is not confirmed yet.
+		s.epoch = epoch
+		return fromPositionMap(s.staleEpoch, s.stalePositions)
+	}
 	if len(s.positions) == 0 {
 		switch s.opts.From.kind {
 		case fromDefault, fromLatest:
@@ -205,26 +220,48 @@ func (s *Subscription) resumeFrom(epoch string) From {
 		}
 		return s.opts.From
 	}
-	pos := make([]Position, 0, len(s.positions))
-	for k, off := range s.positions {
-		pos = append(pos, Position{Topic: k.topic, Partition: k.partition, Offset: off})
-	}
-	from := FromPositions(s.epoch, pos...)
+	from := fromPositionMap(s.epoch, s.positions)
 	if s.epoch != epoch {
 		// The gateway will send everything it holds; offsets start over.
-		s.epochChanged = true
-		clear(s.positions)
+		// The old positions are kept until the gateway's reply confirms
+		// the reset (resumed).
+		s.staleEpoch, s.stalePositions = s.epoch, s.positions
+		s.positions = make(map[partKey]int64)
 		s.epoch = epoch
 	}
 	return from
 }
 
-func (s *Subscription) takeEpochChanged() bool {
+func fromPositionMap(epoch string, positions map[partKey]int64) From {
+	pos := make([]Position, 0, len(positions))
+	for k, off := range positions {
+		pos = append(pos, Position{Topic: k.topic, Partition: k.partition, Offset: off})
+	}
+	return FromPositions(epoch, pos...)
+}
+
+// resumed takes the reply's recovered (nil when the reply has none) to a
+// resubscribe and reports whether it is a reset to report, and whether the
+// epoch changed. A pending reset stays pending until a reply settles it.
+func (s *Subscription) resumed(recovered *bool) (reset, epochChanged bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ch := s.epochChanged
-	s.epochChanged = false
-	return ch
+	if recovered == nil {
+		return false, false
+	}
+	if *recovered {
+		if s.stalePositions != nil && len(s.positions) == 0 {
+			// The gateway is back on the epoch of the positions it was
+			// sent: they still apply.
+			s.epoch, s.positions = s.staleEpoch, s.stalePositions
+		}
+		s.staleEpoch, s.stalePositions = "", nil
+		return false, false
+	}
+	// s.epoch is the connection's (resumeFrom).
+	epochChanged = s.stalePositions != nil && s.staleEpoch != s.epoch
+	s.staleEpoch, s.stalePositions = "", nil
+	return true, epochChanged
 }
 
 // advance records offset as delivered, or reports false for a duplicate.
@@ -258,6 +295,7 @@ func (s *Subscription) noteDrop(topic string, partition int, offset int64) {
 	if s.localGaps == nil {
 		s.localGaps = make(map[partKey]*Gap)
 	}
+	s.drops.Store(true)
 	if g := s.localGaps[k]; g != nil {
 		g.To = max(g.To, offset+1)
 		return
@@ -266,9 +304,14 @@ func (s *Subscription) noteDrop(topic string, partition int, offset int64) {
 		From: offset, To: offset + 1, Reason: "client_queue_full"}
 }
 
+// takeLocalGaps returns and forgets the drops not yet reported.
 func (s *Subscription) takeLocalGaps() []Gap {
+	if !s.drops.Load() {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.drops.Store(false)
 	if len(s.localGaps) == 0 {
 		return nil
 	}
@@ -474,6 +517,7 @@ func (c *Client) deliver(e *event) {
 	case evMessage:
 		s := e.sub
 		s.pending.Add(-1)
+		s.madeRoom()
 		if s.isEnded() {
 			return
 		}
@@ -486,12 +530,19 @@ func (c *Client) deliver(e *event) {
 		}
 		if s.handler != nil {
 			s.handler(m)
-			return
+		} else {
+			select {
+			case s.ch <- m:
+			case <-s.done:
+			case <-c.ctx.Done():
+			}
 		}
-		select {
-		case s.ch <- m:
-		case <-s.done:
-		case <-c.ctx.Done():
+		if s.group == "" && s.pending.Load() == 0 {
+			// Drained: what was dropped meanwhile is reported now, not
+			// when the next record arrives (which may be never).
+			for _, g := range s.takeLocalGaps() {
+				c.deliver(&event{kind: evGap, sub: s, gap: &g})
+			}
 		}
 	case evGap:
 		if c.opts.OnGap != nil {

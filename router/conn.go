@@ -226,6 +226,8 @@ func (cn *conn) dispatch(req *request) *protoError {
 		return cn.refresh(req)
 	case "presence":
 		return cn.presenceOp(req)
+	case "ping":
+		return cn.ping(req)
 	}
 	return perr(codeBadRequest, "unknown op %s", quoteInput(req.Op))
 }

@@ -18,6 +18,10 @@ export declare const DEFAULTS: Readonly<{
   recentGroupRecords: number;
   /** How many messages a subscription iterated with `for await` buffers (1024). */
   streamBuffer: number;
+  /** After how long without a frame the client sends a `ping` op (15000). */
+  pingIntervalMs: number;
+  /** How long after a ping a frame must arrive before the connection counts as dead (10000). */
+  pongTimeoutMs: number;
 }>;
 
 /**
@@ -265,6 +269,17 @@ export interface ConnectOptions {
   requestTimeoutMs?: number;
   /** Size of the duplicate filter for group deliveries. */
   recentGroupRecords?: number;
+  /**
+   * After this long without a frame the client sends a `ping` op to check
+   * that the connection is alive; 0 turns the check off. Default 15000.
+   */
+  pingIntervalMs?: number;
+  /**
+   * A ping without any frame arriving within this long closes the
+   * connection as dead (close code 4000), and the client reconnects.
+   * Default 10000.
+   */
+  pongTimeoutMs?: number;
   /** WebSocket constructor to use instead of `globalThis.WebSocket`. */
   WebSocket?: WebSocketConstructor;
   /**

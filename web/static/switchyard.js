@@ -30,6 +30,11 @@
 //    every (topic, partition), so records still retained by the log are not
 //    lost. When the server cannot resume (`recovered: false`) the client emits
 //    a `reset` event. Group subscriptions simply rejoin their group.
+//  - Liveness. A connection can die without a close (a NAT that forgot it,
+//    a laptop that slept): no close event comes and nothing arrives. When
+//    nothing has arrived for `pingIntervalMs`, the client sends a `ping` op;
+//    when nothing arrives within `pongTimeoutMs` after it, the client closes
+//    the socket itself and reconnects as after any other drop.
 //  - Duplicates. A plain subscription never hands the same (topic, partition,
 //    offset) to its handler twice within one log epoch. A group subscription
 //    remembers a bounded set of recently handled records; a redelivery of one
@@ -51,6 +56,13 @@ export const DEFAULTS = Object.freeze({
   recentGroupRecords: 4096,
   /** How many messages a subscription iterated with `for await` buffers. */
   streamBuffer: 1024,
+  /**
+   * After how long without a frame the client sends a `ping` op, to check
+   * that the connection is alive (a browser cannot send WebSocket pings).
+   */
+  pingIntervalMs: 15000,
+  /** How long after a ping the client waits for any frame before it counts the connection as dead. */
+  pongTimeoutMs: 10000,
 });
 
 /** WebSocket readyState values, spelled out so injected implementations need not define them. */
@@ -380,6 +392,11 @@ function subKey(pattern, group) {
  *   and for the `welcome` frame
  * @param {number} [options.recentGroupRecords=4096] size of the duplicate
  *   filter for group deliveries
+ * @param {number} [options.pingIntervalMs=15000] after this long without a
+ *   frame the client sends a `ping` op; 0 turns the liveness check off
+ * @param {number} [options.pongTimeoutMs=10000] a ping without any frame
+ *   arriving within this long closes the connection as dead (close code
+ *   4000), and the client reconnects
  * @param {typeof WebSocket} [options.WebSocket] WebSocket constructor to use
  *   instead of `globalThis.WebSocket` (for Node, tests or proxies)
  * @param {Array<"websocket"|"sse">} [options.transports] the transports to
@@ -454,6 +471,13 @@ export class Subscription {
     this._last = new Map();
     /** @private @type {string|undefined} */
     this._epoch = undefined;
+    /**
+     * A reset not yet confirmed: the positions of another epoch, sent on
+     * every resubscribe until a reply says whether they still apply, so a
+     * connection lost before that reply does not lose the reset.
+     * @private @type {{epoch: string|undefined, last: Map<string, object>}|null}
+     */
+    this._stale = null;
     /** Group subscriptions: recently handled records, value "handling" or "acked". @private */
     this._recent = this.group ? new RecentSet(client._opts.recentGroupRecords) : null;
 
@@ -513,6 +537,8 @@ export class Subscription {
     if (o.presence) f.presence = true;
     if (!this.group && this._last.size > 0) {
       f.from = { epoch: this._epoch, positions: this.positions() };
+    } else if (!this.group && this._stale) {
+      f.from = { epoch: this._stale.epoch, positions: Array.from(this._stale.last.values(), (p) => ({ ...p })) };
     } else if (o.from !== undefined) {
       f.from = o.from;
     }
@@ -559,6 +585,8 @@ export class Client {
       maxDelayMs: (rc && rc.maxDelayMs) || DEFAULTS.maxDelayMs,
       requestTimeoutMs: options.requestTimeoutMs || DEFAULTS.requestTimeoutMs,
       recentGroupRecords: options.recentGroupRecords || DEFAULTS.recentGroupRecords,
+      pingIntervalMs: options.pingIntervalMs === undefined ? DEFAULTS.pingIntervalMs : options.pingIntervalMs,
+      pongTimeoutMs: options.pongTimeoutMs || DEFAULTS.pongTimeoutMs,
       WebSocket: options.WebSocket || globalThis.WebSocket,
       EventSource: options.EventSource || globalThis.EventSource,
       fetch: options.fetch || (typeof globalThis.fetch === "function" ? globalThis.fetch.bind(globalThis) : undefined),
@@ -597,6 +625,14 @@ export class Client {
     /** @private */ this._attempt = 0;
     /** @private */ this._retryTimer = null;
     /** @private */ this._welcomeTimer = null;
+    /** Liveness: frames received on the current socket, and when the last came. @private */
+    this._received = 0;
+    /** @private */ this._receivedAt = 0;
+    /** Liveness: the ping waiting for a frame, {id, received, sentAt}. @private */
+    this._probe = null;
+    /** Liveness: the id of the last ping sent, whose reply is not reported. @private */
+    this._pingId = undefined;
+    /** @private */ this._liveTimer = null;
     /** @private */ this._first = null;
     /** @private */ this._resolveClosed = null;
     /** @private */ this._closed = new Promise((resolve) => {
@@ -856,6 +892,7 @@ export class Client {
     this._setState("closed");
     clearTimeout(this._retryTimer);
     clearTimeout(this._welcomeTimer);
+    clearTimeout(this._liveTimer);
     for (const [id, p] of this._pending) {
       clearTimeout(p.timer);
       this._pending.delete(id);
@@ -948,6 +985,8 @@ export class Client {
     }, this._opts.requestTimeoutMs);
     ws.onmessage = (ev) => {
       if (this._ws !== ws) return;
+      this._received++;
+      this._receivedAt = Date.now();
       if (typeof ev.data !== "string") return; // the protocol uses text frames only
       for (const frame of splitFrame(ev.data)) {
         if (frame instanceof Error) this._emit("error", frame);
@@ -962,6 +1001,8 @@ export class Client {
 
   /** @private */
   _onFrame(f) {
+    // The reply to a liveness ping: a pong, or an older gateway's error.
+    if (f.id !== undefined && f.id === this._pingId && (f.op === "pong" || f.op === "error")) return undefined;
     switch (f.op) {
       case "welcome":
         return this._onWelcome(f);
@@ -999,6 +1040,7 @@ export class Client {
     this._attempt = 0;
     this._setState("open");
     if (reconnected) this.stats.reconnects++;
+    this._watchLiveness(this._ws);
 
     // Resubscribe every subscription first, then send what waited.
     for (const sub of this._subs.values()) this._sendSubscribe(sub);
@@ -1084,10 +1126,12 @@ export class Client {
     const frame = sub._frame();
     const sentPositions = !!(frame.from && frame.from.positions);
     if (!sub.group && sub._epoch !== undefined && this.epoch !== undefined && sub._epoch !== this.epoch) {
-      // A new log epoch restarts offsets: forget what the old one delivered.
-      // The frame still carries the old positions, so the server answers
-      // recovered:false and starts at the earliest retained record.
-      sub._last.clear();
+      // A new log epoch restarts offsets: what the old one delivered no
+      // longer dedupes. The frame carries the old positions, so the server
+      // answers recovered:false and starts at the earliest retained record;
+      // until a reply says so they are kept and sent again (_stale).
+      if (sub._last.size > 0) sub._stale = { epoch: sub._epoch, last: sub._last };
+      sub._last = new Map();
       sub._epoch = this.epoch;
     }
     const timer = setTimeout(() => {
@@ -1114,6 +1158,15 @@ export class Client {
         const wasPending = sub.state === "pending";
         sub.state = "active";
         if (reply.recovered !== undefined) sub.recovered = reply.recovered;
+        if (sentPositions && reply.recovered !== undefined && sub._stale) {
+          // The positions of the other epoch are settled: they apply again
+          // (the gateway is back on their epoch), or this is the reset.
+          if (reply.recovered && sub._last.size === 0) {
+            sub._last = sub._stale.last;
+            sub._epoch = sub._stale.epoch;
+          }
+          sub._stale = null;
+        }
         if (sentPositions && reply.recovered === false) {
           this._emit("reset", { subscription: sub, pattern: sub.pattern, group: sub.group, epoch: this.epoch });
         }
@@ -1294,10 +1347,61 @@ export class Client {
     }
   }
 
+  /**
+   * Checks that ws is alive while it is the client's socket: after
+   * pingIntervalMs without a frame it sends a ping op; when no frame at all
+   * arrives within pongTimeoutMs after it, the socket is closed as dead.
+   * Any frame proves the connection alive, so a busy one is never pinged.
+   * Not for the SSE transport, whose EventSource watches its own stream.
+   * @private
+   */
+  _watchLiveness(ws) {
+    clearTimeout(this._liveTimer);
+    this._probe = null;
+    const every = this._opts.pingIntervalMs;
+    if (!(every > 0) || this.transport !== "websocket" || !ws) return;
+    const timeout = this._opts.pongTimeoutMs;
+    this._receivedAt = Date.now();
+    const check = () => {
+      if (this._ws !== ws || this.state !== "open") return;
+      const now = Date.now();
+      const probe = this._probe;
+      if (probe && this._received === probe.received) {
+        const left = probe.sentAt + timeout - now;
+        if (left > 0) {
+          this._liveTimer = setTimeout(check, left);
+          return;
+        }
+        const reason = `no reply to ping within ${timeout} ms`;
+        try {
+          ws.close(4000, reason);
+        } catch {
+          /* already closing */
+        }
+        this._onSocketGone(ws, { code: 4000, reason });
+        return;
+      }
+      this._probe = null;
+      const idle = now - this._receivedAt;
+      if (idle < every) {
+        this._liveTimer = setTimeout(check, every - idle);
+        return;
+      }
+      const id = this._nextId++;
+      this._pingId = id;
+      this._probe = { id, received: this._received, sentAt: now };
+      this._send({ op: "ping", id });
+      this._liveTimer = setTimeout(check, timeout);
+    };
+    this._liveTimer = setTimeout(check, every);
+  }
+
   /** The current socket closed (or never opened). @private */
   _onSocketGone(ws, ev) {
     if (ws !== null && this._ws !== ws) return; // an old socket
     clearTimeout(this._welcomeTimer);
+    clearTimeout(this._liveTimer);
+    this._probe = null;
     this._ws = null;
     if (ws) {
       ws.onmessage = ws.onclose = ws.onerror = null;
