@@ -32,13 +32,14 @@ import (
 // oldest listing has waited Options.MaxDeferredWake (a timer armed when
 // its list goes from empty to listed, stopped by Flush). No item sent
 // through a Deferral, by any publisher, waits longer than that for its
-// writer to be woken, whatever its owner waits for. A flush by the timer
-// only comes early: the writers write what is queued by then, and the
-// sessions listed after it wait for the next flush.
+// writer to be woken, whatever its owner waits for. The timer's flush is
+// like any other, only earlier (it runs on a goroutine of its own): the
+// writers write what is queued by then, and what is sent after it is
+// listed again for the next flush.
 
 // Deferral is a set of sessions whose writers are woken at the next Flush,
-// or at the latest Options.MaxDeferredWake (DefaultMaxDeferredWake for a
-// Deferral of its own) after the first of them was listed. Its methods
+// or at the latest Options.MaxDeferredWake (for the zero Deferral,
+// DefaultMaxDeferredWake) after the first of them was listed. Its methods
 // are safe for concurrent use; a Deferral is normally used by the one
 // reader goroutine that flushes it. The zero Deferral is ready to use.
 type Deferral struct {
