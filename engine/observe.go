@@ -42,9 +42,12 @@ type waitHookKey struct{}
 
 // WithWaitHook returns a copy of ctx carrying f, which an engine calls
 // (BeforeWait) before an Append made with the context waits for something
-// other than its own work, such as room in a full partition under Block.
-// The gateway flushes the deferred wakes of the publishing session there,
-// so that the records announced before the wait are not held for it.
+// other than its own work: room in a full partition under Block, another
+// Append of the same MsgID that is still storing the first record, and
+// any such wait an engine adds. The gateway flushes the deferred wakes of
+// the publishing session there, so that the records announced before the
+// wait are not held for it (a wait that skips the hook holds them for at
+// most the session's bound on deferred wakes, session.Options.MaxDeferredWake).
 func WithWaitHook(ctx context.Context, f func()) context.Context {
 	return context.WithValue(ctx, waitHookKey{}, f)
 }

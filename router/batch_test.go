@@ -122,6 +122,9 @@ func TestEngineRunIsOneBatch(t *testing.T) {
 	var be *batchEngine
 	g := newGateway(t, func(c *gwConfig) {
 		c.wrap = func(e engine.Engine) engine.Engine { be = newBatchEngine(e); return be }
+		// A run held open for 20 ms: only End may wake, not the bound on
+		// deferred wakes (see TestEngineRunStallIsBounded).
+		c.router.Session.MaxDeferredWake = time.Hour
 	})
 	sub := g.dial(t)
 	sub.subscribe(t, "t")

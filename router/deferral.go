@@ -14,14 +14,21 @@ package router
 // tail, which brings every record on a multi-node deployment) come in runs
 // of an engine.Batch instead: the router registers one Deferral of its own
 // with the engine's Batch, used for every record of every run, and the
-// engine flushes it as each run ends, so that the records of one run reach
-// each subscriber as one batch.
+// engine flushes it as each run ends (or the bound below does), so that
+// the records of one run reach each subscriber as one batch.
 //
-// The reader flushes before it waits for anything but its socket: before
-// an op other than publish (which waits for the publishes before it),
-// before a publish hook's round trip, before waiting for room in the
-// publish pipeline, and, through engine.WithWaitHook, before the engine
-// waits for room in a full Block partition.
+// The reader flushes before the waits it knows of: before an op other than
+// publish (which waits for the publishes before it), before a publish
+// hook's round trip, before waiting for room in the publish pipeline or
+// for the shared read budget (session.ReadBudget), and, through
+// engine.WithWaitHook, before the engine waits (for room in a full Block
+// partition, for the first append of the same msg_id). Any other wait (a
+// lookup of an unknown topic for MaxTopics, a wait an engine adds) is
+// covered by the session's bound: a Deferral flushes itself once its
+// oldest wake has waited session.Options.MaxDeferredWake (1 ms by
+// default). A subscriber listed in a stalled publisher's Deferral is not
+// listed in any other, so the bound is also what keeps every other
+// publisher's records from waiting for that stall.
 
 import (
 	"context"
@@ -59,9 +66,11 @@ func deferralOf(ctx context.Context) *session.Deferral {
 type batchKey struct{ rt *Router }
 
 // newBatchDeferral makes a router's Deferral for an engine.Batch: flushed
-// as each run of the batch ends.
-func newBatchDeferral() (any, func()) {
-	d := new(session.Deferral)
+// as each run of the batch ends, or once its first wake has waited the
+// sessions' bound (Options.Session.MaxDeferredWake), should the engine's
+// goroutine stall within a run.
+func (rt *Router) newBatchDeferral() (any, func()) {
+	d := session.NewDeferral(rt.opts.Session.MaxDeferredWake)
 	return d, d.Flush
 }
 
@@ -73,7 +82,7 @@ func (rt *Router) AppendedContext(ctx context.Context, rec *engine.Record) {
 	d := deferralOf(ctx)
 	if d == nil {
 		if b := engine.BatchOf(ctx); b != nil {
-			d = b.Value(batchKey{rt}, newBatchDeferral).(*session.Deferral)
+			d = b.Value(batchKey{rt}, rt.newBatchDeferral).(*session.Deferral)
 		}
 	}
 	rt.fanOut(rec, d)

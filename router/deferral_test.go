@@ -91,7 +91,9 @@ func maskedFrame(p []byte) []byte {
 // checks are session's TestSendDeferredWaitsForFlush and
 // TestReaderFlushesPerRead.
 func TestFanOutOfOneReadIsOneBatch(t *testing.T) {
-	g := newGateway(t)
+	// Only the reader's flush wakes: the bound on deferred wakes would
+	// split the batch of a read handled slower than it (stall_test.go).
+	g := newGateway(t, func(c *gwConfig) { c.router.Session.MaxDeferredWake = time.Hour })
 	sub := g.dial(t)
 	sub.subscribe(t, "t")
 	pub := g.dialRawPublisher(t, nil)

@@ -11,7 +11,8 @@ import "sync"
 //
 // A reader that needs a chunk while the budget is spent waits for one to
 // be given back, reading nothing meanwhile, so its peer is held back by
-// TCP flow control; the wait counts toward the message's
+// TCP flow control (it first wakes the writers its earlier frames queued
+// for: see deferral.go); the wait counts toward the message's
 // Options.MessageTimeout, which closes the session (1008) if the message
 // is still unfinished by then. So a client that parks unfinished messages
 // slows other large messages for at most the message timeout and makes
@@ -54,8 +55,10 @@ func (b *ReadBudget) Waits() uint64 {
 }
 
 // take takes n bytes, waiting while the budget is spent; it gives up and
-// reports false when cancel is closed first.
-func (b *ReadBudget) take(n int64, cancel <-chan struct{}) bool {
+// reports false when cancel is closed first. Before it waits it flushes
+// d, the waiting reader's own Deferral, so that what the reader's last
+// frames fanned out is not held for the wait (deferral.go).
+func (b *ReadBudget) take(n int64, cancel <-chan struct{}, d *Deferral) bool {
 	counted := false
 	for {
 		b.mu.Lock()
@@ -66,13 +69,16 @@ func (b *ReadBudget) take(n int64, cancel <-chan struct{}) bool {
 		}
 		if !counted {
 			b.waits++
-			counted = true
 		}
 		if b.freed == nil {
 			b.freed = make(chan struct{})
 		}
 		freed := b.freed
 		b.mu.Unlock()
+		if !counted {
+			counted = true
+			d.Flush()
+		}
 		select {
 		case <-freed:
 		case <-cancel:

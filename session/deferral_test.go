@@ -24,7 +24,7 @@ func TestSendDeferredWaitsForFlush(t *testing.T) {
 	s := newSession("s", Options{EncodeGap: testGap}, f.socket())
 	done := startWriter(s)
 	waitFor(t, "the writer to park", parked(s))
-	var d Deferral
+	d := Deferral{maxWait: time.Hour} // only the flush wakes
 	for off := range int64(3) {
 		if !s.SendDeferred(msg(1, off, 0, DropOld), &d) {
 			t.Fatalf("item %d not queued", off)
@@ -56,7 +56,7 @@ func TestDeferralListsSessionOnce(t *testing.T) {
 	s := newSession("s", Options{EncodeGap: testGap}, f.socket())
 	done := startWriter(s)
 	waitFor(t, "the writer to park", parked(s))
-	var d1, d2 Deferral
+	d1, d2 := Deferral{maxWait: time.Hour}, Deferral{maxWait: time.Hour}
 	s.SendDeferred(msg(1, 0, 0, DropOld), &d1)
 	s.SendDeferred(msg(1, 1, 0, DropOld), &d2)
 	if d2.pending != nil {
@@ -102,7 +102,8 @@ func TestSendDeferredOverflowClosesAtOnce(t *testing.T) {
 
 // fanOutPair accepts two sessions on one server: the publisher, whose
 // handler sends every frame it reads to the subscriber through the
-// publisher's own Deferral, and the subscriber. The publisher's client is
+// publisher's own Deferral (which only its reader flushes: the bound is
+// an hour), and the subscriber. The publisher's client is
 // a raw TCP connection (so that several frames can share a segment), the
 // subscriber's a websocket.Conn.
 func fanOutPair(t *testing.T) (pub net.Conn, sub *websocket.Conn) {
@@ -111,7 +112,7 @@ func fanOutPair(t *testing.T) (pub net.Conn, sub *websocket.Conn) {
 	ready := make(chan *Session, 1) // the subscriber, for the publisher
 	pubDone := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s, err := Accept(w, r, nil, r.URL.Path, Options{EncodeGap: testGap})
+		s, err := Accept(w, r, nil, r.URL.Path, Options{EncodeGap: testGap, MaxDeferredWake: time.Hour})
 		if err != nil {
 			t.Error(err)
 			return
@@ -288,7 +289,7 @@ func TestNewSessionFlushesPerFrame(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		s := New(c, "pub", Options{EncodeGap: testGap})
+		s := New(c, "pub", Options{EncodeGap: testGap, MaxDeferredWake: time.Hour})
 		var off int64
 		_ = s.Run(context.Background(), handlerFunc(func(p *Session, data []byte) {
 			it := msg(1, off, 0, DropOld)

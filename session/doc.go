@@ -38,7 +38,10 @@
 // SendDeferred queues an item without waking the writer until a Deferral
 // is flushed; a reader flushes its session's own Deferral before each read
 // of its socket, so that the messages a publisher's read fans out reach
-// each subscriber's writer at once, as one batch (deferral.go).
+// each subscriber's writer at once, as one batch (deferral.go). A wake is
+// never deferred longer than Options.MaxDeferredWake (1 ms by default): a
+// Deferral its owner does not flush in time, whatever the owner waits
+// for, flushes itself.
 //
 // # Inbound frames
 //

@@ -125,6 +125,12 @@ type Options struct {
 	// holds and the queue length at which the writer stops waiting.
 	// Default 64 (DefaultWriteDelayFrames). Ignored without WriteDelay.
 	WriteDelayFrames int
+	// MaxDeferredWake bounds how long an item the session's handler fans
+	// out through the session's own Deferral (SendDeferred) waits for its
+	// writer to be woken, whatever the session's reader waits for: the
+	// Deferral flushes itself then (deferral.go). Default 1 ms
+	// (DefaultMaxDeferredWake).
+	MaxDeferredWake time.Duration
 	// EncodeGap appends a gap frame for offsets [from,to) of s to dst and
 	// returns it. Required. It runs on the writer goroutine with the queue's
 	// lock held.
@@ -154,6 +160,12 @@ const (
 	// DefaultWriteDelayFrames: 64 frames of a few hundred bytes fill a
 	// batch of some 16 KiB, past which a larger write saves little.
 	DefaultWriteDelayFrames = 64
+	// DefaultMaxDeferredWake: the handling of one read of a publisher
+	// takes microseconds, so its reader's own flush nearly always comes
+	// first and the read's messages still reach each subscriber as one
+	// batch, while a publisher stalled in some wait delays nobody's
+	// deliveries by more than a millisecond.
+	DefaultMaxDeferredWake = time.Millisecond
 )
 
 func (o Options) withDefaults() Options {
@@ -189,6 +201,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.WriteDelayFrames <= 0 {
 		o.WriteDelayFrames = DefaultWriteDelayFrames
+	}
+	if o.MaxDeferredWake <= 0 {
+		o.MaxDeferredWake = DefaultMaxDeferredWake
 	}
 	if o.EncodeGap == nil {
 		panic("session: Options.EncodeGap is required")

@@ -162,10 +162,10 @@ var errReadCanceled = errors.New("session: closed while waiting for read buffers
 
 // chunk takes an empty chunk from the pool and adds it to s.chunks. With
 // Options.ReadBudget it first takes the chunk's bytes from the budget,
-// waiting while it is spent; it returns nil if the session closes first
-// (as the message timeout does).
+// waiting while it is spent (after a flush of the session's Deferral); it
+// returns nil if the session closes first (as the message timeout does).
 func (s *Session) chunk() *[]byte {
-	if b := s.opts.ReadBudget; b != nil && !b.take(chunkSize, s.closeReq) {
+	if b := s.opts.ReadBudget; b != nil && !b.take(chunkSize, s.closeReq, &s.deferral) {
 		return nil
 	}
 	c := chunkPool.Get().(*[]byte)

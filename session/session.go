@@ -168,6 +168,7 @@ func newSession(id string, opts Options, sock socket) *Session {
 	s.watchdog.Stop()
 	s.msgTimer = time.AfterFunc(time.Hour, s.onMessageTimeout)
 	s.msgTimer.Stop()
+	s.deferral.maxWait = opts.MaxDeferredWake
 	return s
 }
 

@@ -347,7 +347,8 @@ func (e *Engine) Append(ctx context.Context, m engine.Message) (engine.Appended,
 }
 
 // appendOnce appends m unless its MsgID was appended to t within the dedupe
-// window.
+// window. A repeat of an id whose first append is still running waits for
+// it, after engine.BeforeWait.
 func (e *Engine) appendOnce(ctx context.Context, t *topic, m *engine.Message) (engine.Appended, error) {
 	window := e.policy.DedupeWindow
 	for range 3 { // retried when a concurrent first append failed
@@ -369,8 +370,15 @@ func (e *Engine) appendOnce(ctx context.Context, t *topic, m *engine.Message) (e
 			t.dmu.Unlock()
 			select {
 			case <-first.done:
-			case <-ctx.Done():
-				return engine.Appended{}, ctx.Err()
+			default:
+				// The first append is still storing (it may itself wait
+				// for room under Block): a wait of this Append's own.
+				engine.BeforeWait(ctx)
+				select {
+				case <-first.done:
+				case <-ctx.Done():
+					return engine.Appended{}, ctx.Err()
+				}
 			}
 			if first.err != nil {
 				continue
