@@ -233,3 +233,38 @@ func testRedriveTrimmed(t *testing.T, s *suite) {
 		t.Fatalf("letters %+v after the append, want none", dls)
 	}
 }
+
+// testRedriveDeletedGroup: the letters of a deleted group have no group to
+// go back to: they stay listed unless AppendToTopics appends them.
+func testRedriveDeletedGroup(t *testing.T, s *suite) {
+	policy := fastRetry
+	policy.MaxAttempts = 1
+	env := s.env(t, Config{Policy: policy})
+	topic := env.topic("gone")
+	env.create(engine.TopicConfig{Name: topic, Partitions: 1})
+	sk := newSink()
+	g := env.group("g")
+	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m"}, sk.consumer("m"))
+	env.append(engine.Message{Topic: topic, Data: []byte(`"poison"`)})
+	env.nack(expect(t, sk, env, g, 0, 1, `"poison"`), "no")
+	env.waitLetters(topic, engine.DeadLetterFilter{Group: g}, 1)
+	if err := env.e.DeleteGroup(ctx(), g); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, env.timeout, "the group to be gone", func() bool {
+		_, err := env.e.Group(ctx(), g)
+		return err != nil
+	})
+	if n := env.redrive(engine.RedriveRequest{Group: g}); n != 0 {
+		t.Fatalf("Redrive of a deleted group's letter = %d, want 0", n)
+	}
+	if dls := env.letters(topic, engine.DeadLetterFilter{Group: g}); len(dls) != 1 {
+		t.Fatalf("letters %+v, want the letter kept", dls)
+	}
+	if n := env.redrive(engine.RedriveRequest{Group: g, AppendToTopics: true}); n != 1 {
+		t.Fatalf("Redrive with AppendToTopics = %d, want 1", n)
+	}
+	if got := env.head(topic); got != 2 {
+		t.Fatalf("head %d after appending the letter, want 2", got)
+	}
+}

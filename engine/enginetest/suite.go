@@ -108,6 +108,7 @@ func Run(t *testing.T, f Features, newEngine Factory) {
 		{"Redrive/QueueFullNeedsAppendToTopics", testRedriveQueueFull},
 		{"Redrive/UnknownIDs", testRedriveUnknown},
 		{"Redrive/TrimmedRecord", testRedriveTrimmed},
+		{"Redrive/DeletedGroup", testRedriveDeletedGroup},
 		{"Groups/SeekOffset", testSeekOffset},
 		{"Groups/SeekTime", testSeekTime},
 		{"Groups/SeekThenMemberChange", testSeekThenMemberChange},

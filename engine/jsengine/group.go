@@ -451,10 +451,13 @@ func (e *Engine) pump(gp *gpart) {
 			e.markDirty(gp)
 		}
 	}
+	redo := len(gp.Redo)
 	gp.Advance()
 	if gp.Committed != before {
 		e.updateFloor(gp.p)
 		e.markDirty(gp)
+	} else if len(gp.Redo) != redo {
+		e.markDirty(gp) // a redelivery settled: off the bucket's Redo
 	}
 	if trimmed, _ := gp.p.view(); gp.Committed < trimmed {
 		defer e.pump(gp) // recordAt found records trimmed meanwhile

@@ -6,6 +6,9 @@
 // engine.GroupPolicy; and dead-lettering after the last attempt. A record
 // whose dead letter is not yet stored stays owed (Storing): the committed
 // offset never moves past it until the engine reports the letter stored.
+// A redriven dead letter comes back through Window.Redeliver: a new flight
+// at its own offset with a fresh attempt count (in Redo when it is below the
+// committed offset, which does not move back).
 //
 // An engine keeps what is its own: where records come from, where dead
 // letters are stored, who owns a partition, and how positions are
