@@ -527,7 +527,10 @@ type DeadLetterFilter struct {
 // whether or not the group has a member now: nothing is appended, and no
 // other group or subscriber sees the record again. The group's committed
 // offset does not move back; the redelivery is settled (acked, nacked,
-// timed out, dead-lettered again) like any delivery of the group.
+// timed out, dead-lettered again) like any delivery of the group. It
+// counts in the partition's window, but goes out even when the window is
+// full (a redrive is out of offset order by nature); the member's own
+// window (JoinRequest.MaxLeased) still applies.
 //
 // A letter that cannot go back in place (one without a group, queue_full;
 // one whose group was deleted; one whose record retention has trimmed or
