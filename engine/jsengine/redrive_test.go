@@ -113,3 +113,36 @@ func TestRedriveSurvivesRestart(t *testing.T) {
 		t.Fatalf("letters after the redelivery: %v %v", dls, err)
 	}
 }
+
+// TestRedriveHandedOverOnClose: a redelivery in flight when its node
+// closes is written with the partition's release, and the node that takes
+// the partition over delivers it again, its attempts counted on.
+func TestRedriveHandedOverOnClose(t *testing.T) {
+	url := natstest.URL(t)
+	policy := engine.GroupPolicy{MaxAttempts: 1, BackoffMin: time.Millisecond, BackoffMax: 4 * time.Millisecond}
+	policy3 := policy
+	policy3.MaxAttempts = 3
+	prefix := natstest.Prefix(t, url)
+	a := newNode(t, nodeOpts{url: url, prefix: prefix, c: enginetest.Config{Policy: policy}})
+	ctx := context.Background()
+	c, dl := deadLettered(t, a, "redrive.close", "g")
+	if n, err := a.Redrive(ctx, engine.RedriveRequest{Group: "g"}); err != nil || n != 1 {
+		t.Fatalf("Redrive = %d, %v; want 1", n, err)
+	}
+	wantRedelivery(t, c, dl) // leased, never settled
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := newNode(t, nodeOpts{url: url, prefix: prefix, c: enginetest.Config{Policy: policy3}})
+	c2 := newManual()
+	if _, err := b.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "redrive.close", Member: "m2"}, c2); err != nil {
+		t.Fatal(err)
+	}
+	d := c2.next(t, 10*time.Second)
+	if d.Record.Offset != dl.Record.Offset || d.Attempt != 2 {
+		t.Fatalf("after the hand-over got offset %d attempt %d, want offset %d attempt 2", d.Record.Offset, d.Attempt, dl.Record.Offset)
+	}
+	if err := b.Ack(ctx, "g", "m2", posOf(d.Record)); err != nil {
+		t.Fatalf("Ack: %v", err)
+	}
+}
