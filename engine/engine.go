@@ -530,7 +530,9 @@ type DeadLetterFilter struct {
 // timed out, dead-lettered again) like any delivery of the group. It
 // counts in the partition's window, but goes out even when the window is
 // full (a redrive is out of offset order by nature); the member's own
-// window (JoinRequest.MaxLeased) still applies.
+// window (JoinRequest.MaxLeased) still applies. An engine that reads the
+// record again when it redelivers it may find it trimmed by retention in
+// between: it tells the member with Consumer.Skipped for that one offset.
 //
 // A letter that cannot go back in place (one without a group, queue_full;
 // one whose group was deleted; one whose record retention has trimmed or
