@@ -533,6 +533,8 @@ type DeadLetterFilter struct {
 // window (JoinRequest.MaxLeased) still applies. An engine that reads the
 // record again when it redelivers it may find it trimmed by retention in
 // between: it tells the member with Consumer.Skipped for that one offset.
+// Seek and DeleteGroup drop a redelivery not yet settled, as they drop
+// records in flight.
 //
 // A letter that cannot go back in place (one without a group, queue_full;
 // one whose group was deleted; one whose record retention has trimmed or
