@@ -696,7 +696,7 @@ func (e *Engine) sync(gp *gpart) {
 			gp.acquiring = false
 			if !gp.holding {
 				gp.Committed, gp.Next, gp.Skipped = want.Off, want.Off, want.Skipped
-				gp.Flights, gp.ahead = nil, nil
+				gp.Flights, gp.Redo, gp.ahead = nil, nil, nil
 				gp.redrives.drop()
 				gp.restore(want.Redo)
 				gp.lost = lost

@@ -185,14 +185,18 @@ func (w *Window) Drop() {
 	w.Next = w.Committed
 }
 
-// FastForward moves the cursor up to earliest, dropping flights below it.
+// FastForward moves the cursor up to earliest, dropping flights below it
+// (Redo stays: its records are in their flights).
 // When earliest is past every flight it drops the whole window (leaving
 // Flights empty); otherwise at least one flight remains.
 func (w *Window) FastForward(earliest int64) {
 	k := earliest - w.Committed
 	if k >= int64(len(w.Flights)) {
+		for _, f := range w.Flights {
+			f.stop()
+		}
+		w.Flights = nil
 		w.Committed = earliest
-		w.Drop()
 		w.Next = max(w.Next, earliest)
 		return
 	}

@@ -117,3 +117,17 @@ func TestRedeliverWhileStoring(t *testing.T) {
 		t.Errorf("after the letter was stored: state %v attempt %d, want Ready 0", st, a)
 	}
 }
+
+// TestSkipKeepsRedo: retention skipping the whole window keeps the
+// redeliveries below it: the records are in their flights already.
+func TestSkipKeepsRedo(t *testing.T) {
+	w := window(5, D, R)
+	w.Redeliver(rec(2, nil))
+	w.SkipTo(20)
+	if w.Committed != 20 || len(w.Flights) != 0 {
+		t.Fatalf("after SkipTo(20): committed %d with %d flights, want 20 and none", w.Committed, len(w.Flights))
+	}
+	if got := redoOffsets(w); !slices.Equal(got, []int64{2}) {
+		t.Errorf("Redo %v after SkipTo, want [2]", got)
+	}
+}
