@@ -519,6 +519,40 @@ type DeadLetterFilter struct {
 	Limit  int // 0: all
 }
 
+// RedriveRequest chooses dead letters to hand back, and how.
+//
+// A letter of a group (max_attempts) whose record the log still holds is
+// redelivered to that group only, at its original topic, partition and
+// offset, with a fresh attempt count (the first redelivery is attempt 1),
+// whether or not the group has a member now: nothing is appended, and no
+// other group or subscriber sees the record again. The group's committed
+// offset does not move back; the redelivery is settled (acked, nacked,
+// timed out, dead-lettered again) like any delivery of the group. It
+// counts in the partition's window, but goes out even when the window is
+// full (a redrive is out of offset order by nature); the member's own
+// window (JoinRequest.MaxLeased) still applies. An engine that reads the
+// record again when it redelivers it may find it trimmed by retention in
+// between: it tells the member with Consumer.Skipped for that one offset.
+// Seek and DeleteGroup drop a redelivery not yet settled, as they drop
+// records in flight.
+//
+// A letter that cannot go back in place (one without a group, queue_full;
+// one whose group was deleted; one whose record retention has trimmed or
+// whose topic was deleted) is appended to its topic again (same key,
+// headers, data and priority; a new offset, seen by every reader) when
+// AppendToTopics is set, and otherwise left where it is and not counted.
+type RedriveRequest struct {
+	// Group, when set, restricts the request to that group's letters; with
+	// no IDs it takes all of them.
+	Group string
+	// IDs, when not empty, names the letters (each taken once; unknown
+	// ones are skipped).
+	IDs []string
+	// AppendToTopics appends the letters that cannot go back in place to
+	// their topics again; false leaves them.
+	AppendToTopics bool
+}
+
 // Engine is the log and group store behind a gateway.
 type Engine interface {
 	// Epoch identifies this log's history: it changes whenever offsets
@@ -582,9 +616,11 @@ type Engine interface {
 	// AddDeadLetter records a dead letter the caller produced (queue_full).
 	AddDeadLetter(ctx context.Context, dl DeadLetter) error
 	DeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error)
-	// Redrive appends the chosen dead letters (all of the group's when ids
-	// is empty) to their topics again and removes them; it returns how many.
-	Redrive(ctx context.Context, group string, ids []string) (int, error)
+	// Redrive hands the chosen dead letters back (see RedriveRequest),
+	// removes each one it handed back and returns how many; letters it
+	// leaves stay listed. It fails with ErrInvalidConfig when the request
+	// names neither a group nor ids.
+	Redrive(ctx context.Context, r RedriveRequest) (int, error)
 
 	// Close stops appends, hands back in-flight deliveries and releases
 	// resources, waiting at most until ctx is done.

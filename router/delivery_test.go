@@ -269,10 +269,16 @@ func TestGroupSharesWork(t *testing.T) {
 	}
 }
 
+// TestDeadLettersAndRedrive: a group's dead letter is listed, and redrive
+// hands it back to that group only, at its own offset with attempt 1; a
+// plain subscriber of the topic does not get it again and nothing is
+// appended.
 func TestDeadLettersAndRedrive(t *testing.T) {
 	g := newGateway(t, func(c *gwConfig) {
 		c.engine.Policy = engine.GroupPolicy{MaxAttempts: 2, BackoffMin: time.Millisecond, BackoffMax: time.Millisecond}
 	})
+	plain := g.dial(t)
+	plain.subscribe(t, "mail")
 	c := g.dial(t)
 	c.subscribe(t, "mail", "group", "senders")
 	c.publish(t, "mail", map[string]any{"to": "x"})
@@ -314,8 +320,22 @@ func TestDeadLettersAndRedrive(t *testing.T) {
 		t.Fatalf("redrive: %d %v", code, body)
 	}
 	m = c.nextOp(t, "message")
-	if d, _ := m["data"].(map[string]any); d["to"] != "x" || num(m, "offset") != 2 {
-		t.Fatalf("redriven delivery = %v", m)
+	if d, _ := m["data"].(map[string]any); d["to"] != "x" || num(m, "offset") != 0 || num(m, "attempt") != 1 {
+		t.Fatalf("redriven delivery = %v, want offset 0 attempt 1", m)
+	}
+	c.mustOK(t, map[string]any{"op": "ack", "group": "senders", "topic": "mail", "partition": 0, "offset": 0}, "acked")
+	_, topic, _ := g.httpDo(t, "GET", "/v1/topics/mail", nil)
+	if next := num(topic["offsets"].([]any)[0].(map[string]any), "next"); next != 2 {
+		t.Fatalf("topic next = %d after redrive, want 2: nothing appended", next)
+	}
+	// The plain subscriber got each record once: the one published after
+	// the redrive comes right after the first two.
+	c.publish(t, "mail", "after")
+	for i, want := range []any{map[string]any{"to": "x"}, "next", "after"} {
+		m := plain.nextOp(t, "message")
+		if num(m, "offset") != int64(i) || fmt.Sprint(m["data"]) != fmt.Sprint(want) {
+			t.Fatalf("plain subscriber's message %d = %v, want offset %d %v", i, m, i, want)
+		}
 	}
 }
 

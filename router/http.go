@@ -543,26 +543,54 @@ func (rt *Router) httpDeadLetters(c echo.Context) error {
 // limit and match the largest listing page, which is where ids come from.
 const MaxRedriveIDs = 1000
 
+// httpRedrive hands dead letters back: a group's letters to that group
+// only, at their own offsets (nothing is appended); letters that cannot go
+// back in place (queue_full ones, or records retention trimmed) are
+// appended to their topics again only with "append_to_topics": true.
 func (rt *Router) httpRedrive(c echo.Context) error {
 	var req struct {
-		Group string   `json:"group"`
-		IDs   []string `json:"ids"`
+		Group          string   `json:"group"`
+		IDs            []string `json:"ids"`
+		AppendToTopics bool     `json:"append_to_topics"`
 	}
-	if err := rt.bind(c, &req); err != nil {
+	var fields map[string]json.RawMessage
+	if err := rt.bind(c, &fields); err != nil {
+		return err
+	}
+	for k := range fields {
+		if k != "group" && k != "ids" && k != "append_to_topics" {
+			return perr(codeBadRequest, `unknown field %q: a redrive takes "group", "ids" and "append_to_topics"`, k)
+		}
+	}
+	if err := unmarshalFields(fields, &req); err != nil {
 		return err
 	}
 	if req.Group == "" && len(req.IDs) == 0 {
-		return perr(codeBadRequest, `give "group", "ids" or both`)
+		return perr(codeBadRequest, `give "group" (all of its dead letters), "ids" or both`)
 	}
 	if len(req.IDs) > MaxRedriveIDs {
 		rt.lim.limited.WithLabelValues("redrive_ids").Inc()
 		return perr(codeBadRequest, "at most %d ids per redrive request; send the rest in further requests", MaxRedriveIDs)
 	}
-	n, err := rt.eng.Redrive(c.Request().Context(), req.Group, req.IDs)
+	n, err := rt.eng.Redrive(c.Request().Context(), engine.RedriveRequest{Group: req.Group, IDs: req.IDs, AppendToTopics: req.AppendToTopics})
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"redriven": n})
+}
+
+// unmarshalFields decodes the fields of a body already read as an object
+// into v, naming a field of the wrong type.
+func unmarshalFields(fields map[string]json.RawMessage, v any) error {
+	b, _ := json.Marshal(fields)
+	if err := json.Unmarshal(b, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return perr(codeBadRequest, "field %q has the wrong type (want %s)", te.Field, te.Type.String())
+		}
+		return perr(codeBadRequest, "body is not valid JSON")
+	}
+	return nil
 }
 
 // clientIPExtractor returns the TCP peer's address as the client IP, or

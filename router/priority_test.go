@@ -65,7 +65,8 @@ func TestPriorityUnderPressure(t *testing.T) {
 }
 
 // TestQueueFullDeadLettersRedrive: records a plain subscription's queue
-// dropped are dead letters that redrive appends to their topic again.
+// dropped are dead letters that redrive appends to their topic again when
+// asked with "append_to_topics", and leaves alone without it.
 func TestQueueFullDeadLettersRedrive(t *testing.T) {
 	payload := strings.Repeat("q", 32<<10)
 	g := newGateway(t, func(c *gwConfig) { c.router.Session = session.Options{QueueMessages: 4} })
@@ -93,10 +94,18 @@ func TestQueueFullDeadLettersRedrive(t *testing.T) {
 		t.Fatal("no queue_full dead letters")
 	}
 	code, body, _ := g.httpDo(t, "POST", "/v1/deadletters/redrive", map[string]any{"ids": ids})
+	if code != 200 || num(body, "redriven") != 0 {
+		t.Fatalf("redrive without append_to_topics: %d %v, want 0 redriven", code, body)
+	}
+	_, topic, _ := g.httpDo(t, "GET", "/v1/topics/over", nil)
+	if next := num(topic["offsets"].([]any)[0].(map[string]any), "next"); next != n {
+		t.Fatalf("topic next = %d, want %d (nothing appended)", next, n)
+	}
+	code, body, _ = g.httpDo(t, "POST", "/v1/deadletters/redrive", map[string]any{"ids": ids, "append_to_topics": true})
 	if code != 200 || num(body, "redriven") != 3 {
 		t.Fatalf("redrive: %d %v", code, body)
 	}
-	_, topic, _ := g.httpDo(t, "GET", "/v1/topics/over", nil)
+	_, topic, _ = g.httpDo(t, "GET", "/v1/topics/over", nil)
 	if next := num(topic["offsets"].([]any)[0].(map[string]any), "next"); next != n+3 {
 		t.Fatalf("topic next = %d, want %d (three records appended again)", next, n+3)
 	}

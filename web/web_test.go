@@ -43,7 +43,7 @@ func TestDashboardIDs(t *testing.T) {
 		"rate-publishes", "rate-deliveries", "rate-drops",
 		"chart-publishes", "chart-deliveries", "chart-drops",
 		"top-topics", "slow-consumers", "topics", "groups",
-		"deadletters", "dl-redrive", "dl-refresh", "dl-group",
+		"deadletters", "dl-redrive", "dl-refresh", "dl-group", "dl-append", "dl-hint",
 		"tb-topic", "tb-partition", "tb-messages", "tb-prev", "tb-next",
 		"try-pattern", "try-subscribe", "try-log", "try-topic", "try-key", "try-data", "try-publish", "try-result",
 	} {

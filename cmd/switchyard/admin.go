@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -303,9 +306,11 @@ func runDeadLetters(ctx context.Context, g *globals, args []string) error {
 	fs := g.flagSet("deadletters")
 	groupName := fs.String("group", "", "only this group's dead letters")
 	reason := fs.String("reason", "", "only this reason: max_attempts or queue_full")
-	redrive := fs.Bool("redrive", false, "append the listed dead letters to their topics again (one request per group)")
+	redrive := fs.Bool("redrive", false, "hand the listed dead letters back: each to its group only, at its own offset (one request per group)")
 	var ids stringList
 	fs.Var(&ids, "id", "with --redrive: only this dead letter (repeatable)")
+	appendToTopics := fs.Bool("append-to-topics", false, "with --redrive: append letters that cannot go back to their group (queue_full ones, records trimmed by retention) to their topics again, where every subscriber sees them")
+	yes := fs.Bool("yes", false, "with --redrive: do not ask before redriving every dead letter")
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -362,25 +367,75 @@ func runDeadLetters(ctx context.Context, g *globals, args []string) error {
 		return fmt.Errorf("no such dead letter: %s", strings.Join(missing, ", "))
 	}
 	groups := make([]string, 0, len(byGroup))
-	for gr := range byGroup {
+	chosen := 0
+	for gr, l := range byGroup {
 		groups = append(groups, gr)
+		chosen += len(l)
 	}
 	sort.Strings(groups)
+	if *groupName == "" && *reason == "" && len(ids) == 0 && chosen > 0 && !*yes {
+		if err := confirmRedriveAll(g, chosen, len(groups), *appendToTopics); err != nil {
+			return err
+		}
+	}
 	total := 0
 	for _, gr := range groups {
-		var res struct {
-			Redriven int `json:"redriven"`
+		// The gateway takes at most redriveBatch ids per request.
+		for chunk := range slices.Chunk(byGroup[gr], redriveBatch) {
+			var res struct {
+				Redriven int `json:"redriven"`
+			}
+			body := map[string]any{"ids": chunk}
+			if gr != "" {
+				body["group"] = gr
+			}
+			if *appendToTopics {
+				body["append_to_topics"] = true
+			}
+			if err := g.call(ctx, "POST", "/v1/deadletters/redrive", nil, body, &res); err != nil {
+				if gr == "" {
+					return fmt.Errorf("redrive the letters without a group (redriven %d before): %w", total, err)
+				}
+				return fmt.Errorf("redrive group %q (redriven %d before): %w", gr, total, err)
+			}
+			total += res.Redriven
 		}
-		if err := g.call(ctx, "POST", "/v1/deadletters/redrive", nil, map[string]any{"group": gr, "ids": byGroup[gr]}, &res); err != nil {
-			return fmt.Errorf("redrive group %q: %w", gr, err)
-		}
-		total += res.Redriven
 	}
 	if g.jsonOut() {
 		return g.emit(map[string]int{"redriven": total})
 	}
 	g.printf("redriven %d dead letters\n", total)
+	if left := chosen - total; left > 0 {
+		if *appendToTopics {
+			fmt.Fprintf(g.env.stderr, "%d dead letters were left: redriven meanwhile by someone else, or could not be appended\n", left)
+		} else {
+			fmt.Fprintf(g.env.stderr, "%d dead letters were left: they have no group (queue_full), their group is gone or retention trimmed their record; --append-to-topics appends them to their topics again\n", left)
+		}
+	}
 	return nil
+}
+
+// redriveBatch is the most ids the gateway takes in one redrive request
+// (router.MaxRedriveIDs).
+const redriveBatch = 1000
+
+// confirmRedriveAll asks on the terminal before a redrive of every dead
+// letter; without a terminal it refuses: --yes says so on the command line.
+func confirmRedriveAll(g *globals, letters, groups int, appendToTopics bool) error {
+	if !g.env.ttyIn {
+		return usagef("--redrive without --group, --reason or --id redrives all %d dead letters; add --yes to do so without a terminal to confirm on", letters)
+	}
+	what := "to their groups"
+	if appendToTopics {
+		what = "to their groups (and append those that cannot go back to their topics)"
+	}
+	fmt.Fprintf(g.env.stderr, "Redrive all %d dead letters of %d groups %s? [y/N] ", letters, groups, what)
+	answer, _ := bufio.NewReader(g.env.stdin).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(answer)) {
+	case "y", "yes":
+		return nil
+	}
+	return errors.New("redrive cancelled; nothing was redriven")
 }
 
 func dash(s string) string {

@@ -45,6 +45,7 @@ func main() {
 		stdout: os.Stdout,
 		stderr: os.Stderr,
 		tty:    isTerminal(os.Stdout),
+		ttyIn:  isTerminal(os.Stdin),
 	}
 	os.Exit(run(ctx, os.Args[1:], env))
 }
@@ -56,6 +57,7 @@ type environment struct {
 	stdout io.Writer
 	stderr io.Writer
 	tty    bool // stdout is a terminal: readable lines by default
+	ttyIn  bool // stdin is a terminal: a command may ask for confirmation
 }
 
 // isTerminal reports whether f is a character device, such as a terminal.
@@ -85,7 +87,7 @@ var commands = []command{
 	{"topic", "topic create NAME [--partitions N] [--max-messages N] [--max-age D] [--on-full P] [--partitioner P] | delete NAME | show NAME", runTopic},
 	{"groups", "groups", runGroups},
 	{"group", "group show G | seek G --topic T [--partition P] (--offset N | --time T) | delete G", runGroup},
-	{"deadletters", "deadletters [--group G] [--reason R] [--redrive [--id ID]...]", runDeadLetters},
+	{"deadletters", "deadletters [--group G] [--reason R] [--redrive [--id ID]... [--append-to-topics] [--yes]]", runDeadLetters},
 	{"version", "version", runVersion},
 }
 

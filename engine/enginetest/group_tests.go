@@ -226,64 +226,6 @@ func testDeadLetter(t *testing.T, s *suite) {
 	}
 }
 
-func testRedrive(t *testing.T, s *suite) {
-	policy := fastRetry
-	policy.MaxAttempts = 1
-	env := s.env(t, Config{Policy: policy})
-	topic := env.topic("redrive")
-	env.create(engine.TopicConfig{Name: topic, Partitions: 1})
-	sk := newSink()
-	g := env.group("g")
-	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m"}, sk.consumer("m"))
-	env.append(engine.Message{Topic: topic, Key: "k", Headers: map[string]string{"h": "v"}, Data: []byte("payload")})
-	env.nack(sk.delivery(t, env.timeout), "no")
-	waitUntil(t, env.timeout, "the dead letter", func() bool {
-		dls, _ := env.e.DeadLetters(ctx(), engine.DeadLetterFilter{Group: g})
-		return len(dls) == 1
-	})
-	n, err := env.e.Redrive(ctx(), g, nil)
-	if err != nil || n != 1 {
-		t.Fatalf("Redrive = %d, %v; want 1", n, err)
-	}
-	if dls, _ := env.e.DeadLetters(ctx(), engine.DeadLetterFilter{Group: g}); len(dls) != 0 {
-		t.Errorf("dead letters after redrive: %+v", dls)
-	}
-	ev := sk.delivery(t, env.timeout)
-	r := ev.d.Record
-	if r.Offset != 1 || ev.d.Attempt != 1 || r.Key != "k" || r.Headers["h"] != "v" || string(r.Data) != "payload" {
-		t.Fatalf("redriven delivery %v %+v, want offset 1 attempt 1 with the same key, headers, data", ev, r)
-	}
-	env.ack(ev)
-
-	// Ids alone pick letters of any group, queue_full ones included.
-	if err := env.e.AddDeadLetter(ctx(), engine.DeadLetter{
-		Reason: engine.ReasonQueueFull, Subscriber: "s1", Record: engine.Record{Topic: topic, Data: []byte("dropped")},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	var id string
-	dls, _ := env.e.DeadLetters(ctx(), engine.DeadLetterFilter{Reason: engine.ReasonQueueFull})
-	for _, dl := range dls {
-		if dl.Record.Topic == topic {
-			id = dl.ID
-		}
-	}
-	if id == "" {
-		t.Fatalf("queue_full letter not listed: %+v", dls)
-	}
-	if n, err := env.e.Redrive(ctx(), "", []string{id}); err != nil || n != 1 {
-		t.Fatalf("Redrive by id = %d, %v; want 1", n, err)
-	}
-	ev = sk.delivery(t, env.timeout)
-	if ev.d.Record.Offset != 2 || string(ev.d.Record.Data) != "dropped" {
-		t.Fatalf("redriven queue_full letter delivered as %v %q", ev, ev.d.Record.Data)
-	}
-	env.ack(ev)
-	if n, _ := env.e.Redrive(ctx(), "", []string{id}); n != 0 {
-		t.Errorf("second redrive of the same id appended %d", n)
-	}
-}
-
 func testSeekOffset(t *testing.T, s *suite) {
 	env := s.env(t, Config{})
 	topic := env.topic("seek")

@@ -233,9 +233,14 @@
 // adds, counting exactly what each purge dropped (EvictedDeadLetters), and
 // listings show only the newest DeadLetterLimit queue_full letters.
 // Listing reads the stream; Redrive with ids looks each letter up in a set
-// of the ids (O(letters + ids), no lock held), and deletes a letter
-// before appending it again (restoring it if the append fails), so two
-// nodes redriving at once append it once.
+// of the ids (O(letters + ids), no lock held), and deletes a letter before
+// handing it back (restoring it if that fails), so two nodes redriving at
+// once hand it back once. A letter of a group goes back in place: the
+// redrive is written to the partition's position in the group bucket
+// (Asked), the holder takes it up and lists it in the position's Redo
+// until it is settled, so it survives restarts and works from any node
+// (see redrive.go). Only with AppendToTopics is a letter that cannot go
+// back in place appended to its topic again.
 //
 // # Availability
 //

@@ -747,7 +747,8 @@ func (e *Engine) Close(ctx context.Context) error {
 		clear(g.local)
 		for _, gp := range g.parts {
 			if gp.holding {
-				v := commitVal{Off: gp.Committed, Skipped: gp.Skipped, By: e.node, Leases: gp.leases(false)}
+				v := commitVal{Off: gp.Committed, Skipped: gp.Skipped, By: e.node, Leases: gp.leases(false),
+					Redo: gp.redoOffsets(), Asked: gp.untaken(gp.stored.Asked)}
 				gp.dropWindow()
 				gp.holding = false
 				rels = append(rels, release{gp.key, v.marshal(), gp.storedRev})

@@ -35,13 +35,18 @@ type groupDef struct {
 // Holder is the node delivering the partition ("" when none); By is the
 // node that wrote the value. Leases are the delivery attempts started on
 // the records not yet done, written before each attempt reaches a member,
-// so a node that takes the partition over continues their counts.
+// so a node that takes the partition over continues their counts. Redo
+// lists the redriven records below Off still to be delivered again (the
+// holder's), Asked the redrives asked for by any node and not yet taken
+// up by a holder (see redrive.go).
 type commitVal struct {
 	Off     int64   `json:"off"`
 	Skipped int64   `json:"skipped,omitempty"`
 	Holder  string  `json:"holder,omitempty"`
 	By      string  `json:"by,omitempty"`
 	Leases  []lease `json:"leases,omitempty"`
+	Redo    []int64 `json:"redo,omitempty"`
+	Asked   []ask   `json:"asked,omitempty"`
 }
 
 // lease is one record's delivery attempts started so far.
@@ -56,7 +61,8 @@ func (v commitVal) marshal() []byte {
 }
 
 func (v commitVal) equal(w commitVal) bool {
-	return v.Off == w.Off && v.Skipped == w.Skipped && v.Holder == w.Holder && v.By == w.By && slices.Equal(v.Leases, w.Leases)
+	return v.Off == w.Off && v.Skipped == w.Skipped && v.Holder == w.Holder && v.By == w.By && slices.Equal(v.Leases, w.Leases) &&
+		slices.Equal(v.Redo, w.Redo) && slices.Equal(v.Asked, w.Asked)
 }
 
 // attempts returns the attempts the value records for offset off.
@@ -121,6 +127,7 @@ type gpart struct {
 	fetching bool             // a fetchAhead is running
 	lost     bool             // held since a claim from a holder that died
 	handback []lease          // leases written with a release
+	redrives                  // redriven records waiting to be delivered again
 
 	groupstate.Window // this node's window while holding
 }
@@ -130,7 +137,7 @@ type gpart struct {
 // holds gmu.
 func (gp *gpart) leases(ahead bool) []lease {
 	var out []lease
-	for _, f := range gp.Flights {
+	for f := range gp.All {
 		a := f.Attempt
 		if ahead && f.State == groupstate.Ready {
 			a++
@@ -147,6 +154,7 @@ func (gp *gpart) leases(ahead bool) []lease {
 func (gp *gpart) dropWindow() {
 	gp.Drop()
 	gp.ahead = nil
+	gp.redrives.drop()
 }
 
 // position is where the group stands: this node's cursor while it holds
@@ -407,6 +415,7 @@ func (e *Engine) pump(gp *gpart) {
 	if skipTo > skipFrom && len(gp.Flights) == 0 {
 		gp.ahead = nil // the whole window was dropped: so are its fetched records
 	}
+	e.resolveRedo(gp)
 	m := gp.member
 	outstanding, inFlight, draining := gp.Load(m)
 	if m != nil && !draining {
@@ -424,7 +433,7 @@ func (e *Engine) pump(gp *gpart) {
 		// Each attempt is written to the bucket before it reaches the
 		// member: the committer writes it, then pumps again.
 		unwritten := false
-		for _, f := range gp.Flights {
+		for f := range gp.All {
 			if f.State != groupstate.Ready {
 				continue
 			}
@@ -442,10 +451,13 @@ func (e *Engine) pump(gp *gpart) {
 			e.markDirty(gp)
 		}
 	}
+	redo := len(gp.Redo)
 	gp.Advance()
 	if gp.Committed != before {
 		e.updateFloor(gp.p)
 		e.markDirty(gp)
+	} else if len(gp.Redo) != redo {
+		e.markDirty(gp) // a redelivery settled: off the bucket's Redo
 	}
 	if trimmed, _ := gp.p.view(); gp.Committed < trimmed {
 		defer e.pump(gp) // recordAt found records trimmed meanwhile
@@ -456,6 +468,7 @@ func (e *Engine) pump(gp *gpart) {
 	if m == nil && inFlight == 0 {
 		// Owned elsewhere (or by nobody): hand the partition back.
 		gp.handback = gp.leases(false)
+		gp.handbackRedo = gp.redoOffsets()
 		gp.dropWindow()
 		gp.holding = false
 		e.markDirty(gp)
@@ -521,7 +534,10 @@ func (e *Engine) applyStored(gp *gpart, v commitVal, rev uint64) {
 		return
 	}
 	gp.stored, gp.storedRev, gp.loaded = v, rev, true
-	if v.By != e.node && gp.holding {
+	if v.By != e.node && gp.holding && v.Holder == e.node && len(v.Asked) > 0 {
+		// A redrive asked for by another node: take it up, keep the window.
+		e.takeAsks(gp, v.Asked)
+	} else if v.By != e.node && gp.holding {
 		gp.dropWindow()
 		if v.Holder == e.node {
 			gp.Committed, gp.Next, gp.Skipped = v.Off, v.Off, v.Skipped
@@ -593,7 +609,7 @@ func (e *Engine) sync(gp *gpart) {
 		lost := false // claiming from a holder that died without releasing
 		switch {
 		case gp.holding:
-			want = commitVal{Off: gp.Committed, Skipped: gp.Skipped, Holder: e.node, By: e.node, Leases: gp.leases(gp.member != nil)}
+			want = commitVal{Off: gp.Committed, Skipped: gp.Skipped, Holder: e.node, By: e.node, Leases: gp.leases(gp.member != nil), Redo: gp.redoOffsets()}
 		case gp.acquiring:
 			if gp.member == nil {
 				gp.acquiring = false
@@ -607,13 +623,15 @@ func (e *Engine) sync(gp *gpart) {
 			}
 			claim = true
 			lost = loaded && gp.stored.Holder != "" && gp.stored.Holder != e.node
-			want = commitVal{Off: gp.stored.Off, Skipped: gp.stored.Skipped, Holder: e.node, By: e.node, Leases: gp.stored.Leases}
+			want = commitVal{Off: gp.stored.Off, Skipped: gp.stored.Skipped, Holder: e.node, By: e.node, Leases: gp.stored.Leases,
+				Redo: gp.stored.redoWithAsked()}
 		default:
 			if !loaded || gp.stored.Holder != e.node {
 				e.gmu.Unlock()
 				return // nothing of ours to release
 			}
-			want = commitVal{Off: gp.Committed, Skipped: gp.Skipped, By: e.node, Leases: gp.handback}
+			want = commitVal{Off: gp.Committed, Skipped: gp.Skipped, By: e.node, Leases: gp.handback,
+				Redo: gp.handbackRedo, Asked: gp.untaken(gp.stored.Asked)}
 		}
 		if loaded && !claim && gp.stored.equal(want) {
 			e.gmu.Unlock()
@@ -667,6 +685,9 @@ func (e *Engine) sync(gp *gpart) {
 		e.gmu.Lock()
 		if newRev > gp.storedRev {
 			gp.stored, gp.storedRev, gp.loaded = want, newRev, true
+			if len(want.Asked) == 0 {
+				gp.taken = nil // every redrive taken up is off the bucket now
+			}
 		}
 		if !claim && gp.holding && !gp.removed {
 			e.pump(gp) // attempts just written may be delivered now
@@ -675,7 +696,9 @@ func (e *Engine) sync(gp *gpart) {
 			gp.acquiring = false
 			if !gp.holding {
 				gp.Committed, gp.Next, gp.Skipped = want.Off, want.Off, want.Skipped
-				gp.Flights, gp.ahead = nil, nil
+				gp.Flights, gp.Redo, gp.ahead = nil, nil, nil
+				gp.redrives.drop()
+				gp.restore(want.Redo)
 				gp.lost = lost
 				if gp.member != nil {
 					gp.holding = true
@@ -1085,7 +1108,8 @@ func (e *Engine) seekOne(ctx context.Context, gp *gpart, off int64) error {
 		if gp.holding {
 			gp.dropWindow()
 			gp.Committed, gp.Next = off, off
-			gp.stored.Leases = nil // attempts before a seek do not count
+			gp.stored.Leases = nil                     // attempts before a seek do not count
+			gp.stored.Redo, gp.stored.Asked = nil, nil // nor redrives
 			e.updateFloor(gp.p)
 			e.markDirty(gp)
 			e.pump(gp)
@@ -1094,7 +1118,7 @@ func (e *Engine) seekOne(ctx context.Context, gp *gpart, off int64) error {
 		}
 		v, rev, loaded := gp.stored, gp.storedRev, gp.loaded
 		e.gmu.Unlock()
-		v.Off, v.By, v.Leases = off, e.node, nil
+		v.Off, v.By, v.Leases, v.Redo, v.Asked = off, e.node, nil, nil, nil
 		var err error
 		if loaded {
 			_, err = e.groupKV.Update(ctx, gp.key, v.marshal(), rev)

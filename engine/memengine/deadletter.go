@@ -1,6 +1,7 @@
 package memengine
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"errors"
@@ -133,47 +134,39 @@ func (e *Engine) DeadLetters(ctx context.Context, f engine.DeadLetterFilter) ([]
 	return out, nil
 }
 
-// Redrive appends the chosen letters to their topics again (same key,
-// headers, data and priority; a new offset) and removes each one appended.
+// Redrive hands the letters r chooses back: a letter whose group still
+// reads its record goes back to that group only, at its own offset with a
+// fresh attempt count (see engine.RedriveRequest); one that cannot go back
+// in place is appended to its topic again (same key, headers, data and
+// priority; a new offset) when r.AppendToTopics is set, and left otherwise.
 // With ids it takes those letters (each once, unknown ones skipped),
-// restricted to group when group is set; without ids it takes every letter
-// of group. It returns how many were appended and the first append error.
+// restricted to r.Group when set; without ids every letter of r.Group. It
+// returns how many letters it handed back and removed, and the append
+// errors.
 //
 // Ids are looked up one at a time through the index, each under its own
 // short hold of the dead-letter lock: a request with many ids costs
 // O(ids) and never holds the lock for work proportional to the request.
-func (e *Engine) Redrive(ctx context.Context, group string, ids []string) (int, error) {
-	if group == "" && len(ids) == 0 {
+func (e *Engine) Redrive(ctx context.Context, r engine.RedriveRequest) (int, error) {
+	if r.Group == "" && len(r.IDs) == 0 {
 		return 0, fmt.Errorf("memengine: redrive needs a group or ids: %w", engine.ErrInvalidConfig)
 	}
-	var chosen []*list.Element
-	if len(ids) == 0 {
-		e.dlMu.Lock()
-		for el := e.deadLetters.all.Front(); el != nil; el = el.Next() {
-			if el.Value.(*engine.DeadLetter).Group == group {
-				chosen = append(chosen, el)
-			}
-		}
-		e.dlMu.Unlock()
-	} else {
-		seen := make(map[string]bool, len(ids))
-		for _, id := range ids {
-			if seen[id] {
-				continue
-			}
-			seen[id] = true
-			e.dlMu.Lock()
-			el := e.deadLetters.byID[id]
-			e.dlMu.Unlock()
-			if el != nil && (group == "" || el.Value.(*engine.DeadLetter).Group == group) {
-				chosen = append(chosen, el)
-			}
-		}
-	}
-
 	n := 0
 	var errs []error
-	for _, el := range chosen {
+	for _, el := range e.chooseLetters(r.Group, r.IDs) {
+		d := el.Value.(*engine.DeadLetter)
+		if d.Group != "" {
+			switch e.redeliver(el) {
+			case redelivered:
+				n++
+				continue
+			case taken:
+				continue
+			}
+		}
+		if !r.AppendToTopics {
+			continue
+		}
 		// Claim the letter first, so concurrent redrives append it once;
 		// it is put back if the append fails.
 		e.dlMu.Lock()
@@ -185,7 +178,6 @@ func (e *Engine) Redrive(ctx context.Context, group string, ids []string) (int, 
 		if !live {
 			continue
 		}
-		d := el.Value.(*engine.DeadLetter)
 		_, err := e.Append(ctx, engine.Message{
 			Topic:    d.Record.Topic,
 			Key:      d.Record.Key,
@@ -204,4 +196,90 @@ func (e *Engine) Redrive(ctx context.Context, group string, ids []string) (int, 
 		n++
 	}
 	return n, errors.Join(errs...)
+}
+
+// chooseLetters returns the stored letters of group (every one when ids is
+// empty) or, with ids, those letters (restricted to group when it is set).
+func (e *Engine) chooseLetters(group string, ids []string) []*list.Element {
+	var chosen []*list.Element
+	if len(ids) == 0 {
+		e.dlMu.Lock()
+		for el := e.deadLetters.all.Front(); el != nil; el = el.Next() {
+			if el.Value.(*engine.DeadLetter).Group == group {
+				chosen = append(chosen, el)
+			}
+		}
+		e.dlMu.Unlock()
+		return chosen
+	}
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		e.dlMu.Lock()
+		el := e.deadLetters.byID[id]
+		e.dlMu.Unlock()
+		if el != nil && (group == "" || el.Value.(*engine.DeadLetter).Group == group) {
+			chosen = append(chosen, el)
+		}
+	}
+	return chosen
+}
+
+// redeliverOutcome is what redeliver did with a letter.
+type redeliverOutcome int
+
+const (
+	redelivered redeliverOutcome = iota // back in its group; the letter is removed
+	notInPlace                          // its group or record is gone; the letter stays
+	taken                               // another redrive removed the letter first
+)
+
+// redeliver hands a max_attempts letter back to its group at its own
+// offset, when the group still reads the partition and the log still holds
+// the record (the same one: a topic deleted and created again has other
+// records at those offsets). The letter is removed under the group's lock,
+// so of two redrives at once only one redelivers it.
+func (e *Engine) redeliver(el *list.Element) redeliverOutcome {
+	d := el.Value.(*engine.DeadLetter)
+	g, err := e.lockGroup(d.Group)
+	if err != nil {
+		return notInPlace
+	}
+	defer g.mu.Unlock()
+	gp := g.parts[partKey{d.Record.Topic, d.Record.Partition}]
+	if gp == nil || gp.removed {
+		return notInPlace
+	}
+	p := gp.p
+	p.mu.Lock()
+	p.trimAge(gp.t.cfg.MaxAge, e.clock.Now())
+	var rec *engine.Record
+	if off := d.Record.Offset; off >= p.base && off < p.next() {
+		rec = p.at(off)
+	}
+	p.mu.Unlock()
+	if rec == nil || !sameRecord(rec, &d.Record) {
+		return notInPlace
+	}
+	e.dlMu.Lock()
+	live := e.deadLetters.live(el)
+	if live {
+		e.deadLetters.remove(el)
+	}
+	e.dlMu.Unlock()
+	if !live {
+		return taken
+	}
+	gp.Redeliver(rec)
+	e.pump(gp)
+	return redelivered
+}
+
+// sameRecord reports whether the log's record r is the one a letter holds
+// a copy of.
+func sameRecord(r, kept *engine.Record) bool {
+	return r.Time.Equal(kept.Time) && r.Key == kept.Key && bytes.Equal(r.Data, kept.Data)
 }

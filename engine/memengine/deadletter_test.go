@@ -47,7 +47,7 @@ func TestDeadLetterRing(t *testing.T) {
 		t.Fatalf("evicted %d, want 6", got)
 	}
 	// Redrive two (one id twice, one unknown): each is appended once.
-	if n, err := e.Redrive(ctx, "", []string{"q7", "q7", "nope", "q8"}); err != nil || n != 2 {
+	if n, err := e.Redrive(ctx, engine.RedriveRequest{IDs: []string{"q7", "q7", "nope", "q8"}, AppendToTopics: true}); err != nil || n != 2 {
 		t.Fatalf("Redrive = %d, %v; want 2", n, err)
 	}
 	for i := 10; i < 13; i++ {
@@ -104,7 +104,7 @@ func BenchmarkRedriveManyIDs(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if n, err := e.Redrive(ctx, "", ids); err != nil || n != 0 {
+		if n, err := e.Redrive(ctx, engine.RedriveRequest{IDs: ids, AppendToTopics: true}); err != nil || n != 0 {
 			b.Fatalf("Redrive = %d, %v", n, err)
 		}
 	}

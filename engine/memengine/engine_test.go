@@ -66,7 +66,7 @@ func TestEmptyNames(t *testing.T) {
 	if !errors.Is(err, engine.ErrInvalidConfig) {
 		t.Errorf("Join without a group: %v, want ErrInvalidConfig", err)
 	}
-	if _, err := e.Redrive(context.Background(), "", nil); !errors.Is(err, engine.ErrInvalidConfig) {
+	if _, err := e.Redrive(context.Background(), engine.RedriveRequest{}); !errors.Is(err, engine.ErrInvalidConfig) {
 		t.Errorf("Redrive with neither group nor ids: %v, want ErrInvalidConfig", err)
 	}
 }

@@ -716,7 +716,7 @@ function renderDeadLetters(list) {
 function updateRedrive() {
   const n = selected.size;
   $("dl-redrive").disabled = n === 0;
-  $("dl-redrive").textContent = n ? `Redrive ${n}` : "Redrive selected";
+  $("dl-redrive").textContent = n ? `Redrive ${n} to ${n === 1 ? "its group" : "their groups"}` : "Redrive selected";
   const all = $("dl-select-all");
   all.checked = n > 0 && n === deadLetters.size;
   all.indeterminate = n > 0 && n < deadLetters.size;
@@ -734,28 +734,51 @@ $("dl-group").addEventListener("change", () => {
   loadDeadLetters();
 });
 $("dl-redrive").addEventListener("click", async () => {
-  // One request per group: the redrive endpoint takes a group and its ids.
+  // One request per group: each group's letters go back to that group only,
+  // at their own offsets. Letters without a group can only be appended to
+  // their topics again, and only when the box says so.
+  const append = $("dl-append").checked;
   const byGroup = new Map();
   for (const x of selected.values()) {
     const g = x.group || "";
     if (!byGroup.has(g)) byGroup.set(g, []);
     byGroup.get(g).push(x.id);
   }
+  const ungrouped = byGroup.get("")?.length ?? 0;
+  if (ungrouped && !append) byGroup.delete("");
+  if (
+    ungrouped &&
+    append &&
+    !window.confirm(
+      `Publish ${ungrouped} letter${ungrouped === 1 ? "" : "s"} without a group to ${ungrouped === 1 ? "its topic" : "their topics"} again? Every subscriber and group of those topics receives them again.`,
+    )
+  ) {
+    return;
+  }
   $("dl-redrive").disabled = true;
-  const done = [];
+  let n = 0;
+  let asked = 0;
   const failed = [];
   for (const [group, ids] of byGroup) {
     const body = group ? { group, ids } : { ids };
+    if (append) body.append_to_topics = true;
     try {
-      await api("/v1/deadletters/redrive", { method: "POST", body });
-      done.push(ids.length);
+      const r = await api("/v1/deadletters/redrive", { method: "POST", body });
+      n += Number(r?.redriven) || 0;
+      asked += ids.length;
     } catch (err) {
       failed.push(`${group || "(no group)"}: ${apiError(err)}`);
     }
   }
-  const n = done.reduce((a, b) => a + b, 0);
-  if (failed.length) setStatus("dl-status", `Redrove ${n}; failed ${failed.join("; ")}`, "error");
-  else setStatus("dl-status", `Redrove ${n} dead letter${n === 1 ? "" : "s"}.`, "ok");
+  const notes = [`Redrove ${n} dead letter${n === 1 ? "" : "s"}.`];
+  if (ungrouped && !append) {
+    notes.push(`Left ${ungrouped} without a group: tick “Append letters without a group to their topics” to publish them again.`);
+  }
+  if (asked > n) {
+    notes.push(`Left ${asked - n} that could not go back to their group (the group is gone or retention trimmed the record).`);
+  }
+  if (failed.length) setStatus("dl-status", `${notes.join(" ")} Failed ${failed.join("; ")}`, "error");
+  else setStatus("dl-status", notes.join(" "), "ok");
   selected.clear();
   await loadDeadLetters();
 });

@@ -6,6 +6,9 @@
 // engine.GroupPolicy; and dead-lettering after the last attempt. A record
 // whose dead letter is not yet stored stays owed (Storing): the committed
 // offset never moves past it until the engine reports the letter stored.
+// A redriven dead letter comes back through Window.Redeliver: a new flight
+// at its own offset with a fresh attempt count (in Redo when it is below the
+// committed offset, which does not move back).
 //
 // An engine keeps what is its own: where records come from, where dead
 // letters are stored, who owns a partition, and how positions are
@@ -23,6 +26,7 @@ package groupstate
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,6 +93,7 @@ type Flight struct {
 	LastErr string
 
 	letter *engine.DeadLetter // while Storing: the letter, kept for retries
+	again  bool               // while Storing: redriven; Ready again once the letter is stored
 	timer  engine.Timer
 	gen    uint64 // bumped on every state change; stale timers see a new value
 }
@@ -141,33 +146,57 @@ func (f *Flight) Ack() {
 }
 
 // Window is a group's cursor on one partition. Offsets below Committed are
-// done; Flights holds one flight per offset in [Committed, Next), so
-// Flights[i] is offset Committed+i. The zero value is an empty window at
-// offset zero.
+// done, except those in Redo; Flights holds one flight per offset in
+// [Committed, Next), so Flights[i] is offset Committed+i. The zero value is
+// an empty window at offset zero.
 type Window struct {
 	Committed int64
 	Next      int64
 	Flights   []*Flight
-	Skipped   int64 // records skipped because retention removed them first
+	// Redo holds the redriven records below Committed being delivered
+	// again (see Redeliver), in offset order, one flight per offset. They
+	// count in the window like Flights; the committed offset never waits
+	// for them.
+	Redo    []*Flight
+	Skipped int64 // records skipped because retention removed them first
 }
 
-// Drop forgets every flight, stopping its timers.
-func (w *Window) Drop() {
+// All yields every flight of the window in offset order: Redo, then
+// Flights.
+func (w *Window) All(yield func(*Flight) bool) {
+	for _, f := range w.Redo {
+		if !yield(f) {
+			return
+		}
+	}
 	for _, f := range w.Flights {
+		if !yield(f) {
+			return
+		}
+	}
+}
+
+// Drop forgets every flight, Redo included, stopping its timers.
+func (w *Window) Drop() {
+	for f := range w.All {
 		f.stop()
 	}
-	w.Flights = nil
+	w.Flights, w.Redo = nil, nil
 	w.Next = w.Committed
 }
 
-// FastForward moves the cursor up to earliest, dropping flights below it.
+// FastForward moves the cursor up to earliest, dropping flights below it
+// (Redo stays: its records are in their flights).
 // When earliest is past every flight it drops the whole window (leaving
 // Flights empty); otherwise at least one flight remains.
 func (w *Window) FastForward(earliest int64) {
 	k := earliest - w.Committed
 	if k >= int64(len(w.Flights)) {
+		for _, f := range w.Flights {
+			f.stop()
+		}
+		w.Flights = nil
 		w.Committed = earliest
-		w.Drop()
 		w.Next = max(w.Next, earliest)
 		return
 	}
@@ -193,11 +222,16 @@ func (w *Window) SkipTo(earliest int64) (from, to int64) {
 
 // InFlightAt returns the flight at offset if it is leased to a member.
 func (w *Window) InFlightAt(offset int64) *Flight {
-	if offset < w.Committed || offset >= w.Next {
+	if offset >= w.Committed && offset < w.Next {
+		if f := w.Flights[offset-w.Committed]; f.State == InFlight {
+			return f
+		}
 		return nil
 	}
-	if f := w.Flights[offset-w.Committed]; f.State == InFlight {
-		return f
+	for _, f := range w.Redo {
+		if f.Rec.Offset == offset && f.State == InFlight {
+			return f
+		}
 	}
 	return nil
 }
@@ -207,7 +241,7 @@ func (w *Window) InFlightAt(offset int64) *Flight {
 // than m (draining: the partition moved and the old member still holds
 // records, so m gets nothing until they are settled).
 func (w *Window) Load(m *Member) (outstanding, inFlight int, draining bool) {
-	for _, f := range w.Flights {
+	for f := range w.All {
 		switch {
 		case f.State == Done:
 			continue
@@ -225,7 +259,7 @@ func (w *Window) Load(m *Member) (outstanding, inFlight int, draining bool) {
 // Leased returns how many flights are leased to a member.
 func (w *Window) Leased() int {
 	n := 0
-	for _, f := range w.Flights {
+	for f := range w.All {
 		if f.State == InFlight {
 			n++
 		}
@@ -265,12 +299,18 @@ func accepts(filter map[string]string, r *engine.Record) bool {
 }
 
 // Advance moves Committed past every contiguous Done flight at the front
-// of the window.
+// of the window and forgets the Done flights of Redo.
 func (w *Window) Advance() {
 	for len(w.Flights) > 0 && w.Flights[0].State == Done {
 		w.Flights[0] = nil
 		w.Flights = w.Flights[1:]
 		w.Committed++
+	}
+	if len(w.Redo) > 0 {
+		w.Redo = slices.DeleteFunc(w.Redo, func(f *Flight) bool { return f.State == Done })
+		if len(w.Redo) == 0 {
+			w.Redo = nil
+		}
 	}
 }
 
@@ -347,7 +387,7 @@ func (ma *Machine[P]) Deliver(p P, f *Flight, m *Member) {
 // DeliverReady delivers the Ready flights of w to m, in offset order, while
 // m has room; when it holds one back it marks m Starved.
 func (ma *Machine[P]) DeliverReady(p P, w *Window, m *Member) {
-	for _, f := range w.Flights {
+	for f := range w.All {
 		if f.State != Ready {
 			continue
 		}
@@ -414,7 +454,7 @@ func (ma *Machine[P]) store(p P, f *Flight) {
 	switch err := ma.DeadLetter(f.letter, settle); {
 	case err == nil:
 		settled = true
-		f.State, f.letter = Done, nil
+		f.letterStored()
 	case errors.Is(err, ErrPending):
 	default:
 		settled = true
@@ -426,11 +466,23 @@ func (ma *Machine[P]) store(p P, f *Flight) {
 func (ma *Machine[P]) settle(p P, f *Flight, err error) {
 	if err == nil {
 		f.stop()
-		f.State, f.letter = Done, nil
+		f.letterStored()
 	} else {
 		ma.retryStore(p, f)
 	}
 	ma.Pump(p)
+}
+
+// letterStored ends a Storing flight whose letter is stored: Done, or
+// Ready with no attempts when it was redriven meanwhile.
+func (f *Flight) letterStored() {
+	f.letter = nil
+	if f.again {
+		f.again = false
+		f.State, f.Attempt, f.LastErr = Ready, 0, ""
+		return
+	}
+	f.State = Done
 }
 
 // retryStore tries f's dead letter again after the backoff of its last
@@ -456,7 +508,7 @@ func (ma *Machine[P]) retryStore(p P, f *Flight) {
 // left, so they go to the partition's next member at once, or to the dead
 // letters when that was their last attempt. The caller pumps afterwards.
 func (ma *Machine[P]) Release(p P, w *Window, m *Member) {
-	for _, f := range w.Flights {
+	for f := range w.All {
 		if f.State == InFlight && f.To == m {
 			ma.Fail(p, f, "member left", false)
 		}
@@ -470,7 +522,7 @@ func (ma *Machine[P]) Release(p P, w *Window, m *Member) {
 // Ready again, or dead-lettered when it was the last attempt. The caller
 // pumps afterwards.
 func (ma *Machine[P]) HandBack(p P, w *Window, m *Member, unsent func(offset int64) bool) {
-	for _, f := range w.Flights {
+	for f := range w.All {
 		if f.State != InFlight || f.To != m {
 			continue
 		}
