@@ -81,6 +81,8 @@ func Run(t *testing.T, f Features, newEngine Factory) {
 		{"Topics/CreateInspectDelete", testCreateInspectDelete},
 		{"Topics/InvalidConfig", testInvalidConfig},
 		{"Topics/DefaultsApplied", testDefaultsApplied},
+		{"Topics/PagedInNameOrder", testTopicsPaged},
+		{"Topics/PagedUnderChurn", testTopicsPagedUnderChurn},
 		{"Append/AutoCreate", testAutoCreate},
 		{"Append/Strict", testStrict},
 		{"Append/RecordFields", testRecordFields},
