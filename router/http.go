@@ -245,24 +245,28 @@ func parseDuration(field, s string) (time.Duration, error) {
 	return d, nil
 }
 
-// httpTopics serves one page of the topics, in name order (see paging.go).
+// httpTopics serves one page of the topics, in name order (see paging.go):
+// the engine builds only that page.
 func (rt *Router) httpTopics(c echo.Context) error {
 	pr, err := parsePage(c)
 	if err != nil {
 		return err
 	}
-	ts, err := rt.eng.Topics(c.Request().Context())
+	ts, more, err := rt.eng.TopicsPage(c.Request().Context(), pr.after, pr.limit)
 	if err != nil {
 		return err
 	}
 	pw := newPageWriter("topics", pr.limit)
-	for i := startAfter(len(ts), func(i int) string { return ts[i].Config.Name }, pr.after); i < len(ts); i++ {
-		if ok, err := pw.add(ts[i].Config.Name, topicView(ts[i])); err != nil || !ok {
+	for _, t := range ts {
+		if ok, err := pw.add(t.Config.Name, topicView(t)); err != nil || !ok {
 			if err != nil {
 				return err
 			}
 			break
 		}
+	}
+	if more {
+		pw.full = true
 	}
 	return pw.send(c)
 }

@@ -29,9 +29,11 @@ import (
 // oldest first and the cursor is the last letter returned; if it was
 // redriven meanwhile, the next page starts after its time.
 //
-// A page is encoded whole before it is written, so a reader that stops
-// reading holds at most one page, and only until the server's write
-// timeout closes the connection.
+// The engine builds only the page of topics (engine.Engine.TopicsPage),
+// and a page is encoded whole before it is written, so a listing request
+// holds at most about one page at any moment, and a reader that stops
+// reading holds it only until the server's write timeout closes the
+// connection.
 const (
 	DefaultPageLimit = 100
 	MaxPageLimit     = 1000

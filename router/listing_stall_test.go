@@ -1,0 +1,132 @@
+package router_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http/httptest"
+	"net/url"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// memStats returns the runtime's memory statistics after a full
+// collection, so HeapAlloc is the live heap.
+func memStats() runtime.MemStats {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m
+}
+
+// smallSendBuffers is a listener whose connections have a 4 KiB send
+// buffer, so that a response its client does not read stays with the
+// gateway instead of in the kernel.
+type smallSendBuffers struct{ net.Listener }
+
+func (l smallSendBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		_ = c.(*net.TCPConn).SetWriteBuffer(4096)
+	}
+	return c, err
+}
+
+// smallReceiveBuffer makes a dialled socket's receive buffer 4 KiB before
+// it connects (so the window it advertises is small too).
+func smallReceiveBuffer(_, _ string, rc syscall.RawConn) error {
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// stalledReader sends GET path over a raw TCP connection with a small
+// receive buffer, reads the status line (so the handler has listed and
+// started writing) and then reads nothing more. The connection closes when
+// the test ends.
+func stalledReader(t *testing.T, addr, path string) {
+	t.Helper()
+	d := net.Dialer{Timeout: waitTimeout, Control: smallReceiveBuffer}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: gateway\r\n\r\n", path); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReaderSize(c, 16).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 200") {
+		t.Fatalf("GET %s: status line %q, %v", path, line, err)
+	}
+}
+
+// TestStalledListingReadersHoldAboutOnePage: on a gateway with 20,000
+// topics, clients that ask for a page of GET /v1/topics and stop reading
+// make the gateway hold about a page each, not the listing: neither while
+// they stall (the heap in use) nor at any moment before (the heap each
+// request allocated, which bounds what it can have held).
+func TestStalledListingReadersHoldAboutOnePage(t *testing.T) {
+	g := newGateway(t)
+	ctx := context.Background()
+	const topics = 20000
+	for i := range topics {
+		if _, err := g.eng.CreateTopic(ctx, engine.TopicConfig{Name: fmt.Sprintf("spray.t%05d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := httptest.NewUnstartedServer(g.rt)
+	srv.Listener = smallSendBuffers{srv.Listener}
+	srv.Start()
+	t.Cleanup(srv.Close)
+
+	_, next, _ := getPage(t, g, "/v1/topics?limit=1000", "topics")
+	for _, path := range []string{"/v1/topics", "/v1/topics?limit=1000&cursor=" + url.QueryEscape(next)} {
+		t.Run(path, func(t *testing.T) {
+			items, _, pageBytes := getPage(t, g, path, "topics")
+			if len(items) == 0 {
+				t.Fatalf("GET %s: empty page", path)
+			}
+			// A request allocates its page's items (no larger than their
+			// JSON), their JSON, the page's buffer (which grows by
+			// doubling: up to four times the page in all) and the
+			// connection's buffers and request state; a stalled one holds
+			// the encoded page and the connection.
+			const perConn = 64 << 10
+			perRequest := uint64(6*pageBytes + perConn)
+			const readers = 20
+			heldBound := uint64(readers*(2*pageBytes+perConn)) + 4<<20
+
+			before := memStats()
+			for range readers {
+				stalledReader(t, srv.Listener.Addr().String(), path)
+			}
+			after := memStats()
+			var held uint64
+			if after.HeapAlloc > before.HeapAlloc {
+				held = after.HeapAlloc - before.HeapAlloc
+			}
+			allocated := (after.TotalAlloc - before.TotalAlloc) / readers
+			t.Logf("%d stalled readers of %d-byte pages: %d KiB held in all (bound %d KiB), %d KiB allocated per request (bound %d KiB)",
+				readers, pageBytes, held>>10, heldBound>>10, allocated>>10, perRequest>>10)
+			if held > heldBound {
+				t.Errorf("%d stalled readers hold %d KiB of heap, more than %d KiB: about one %d-byte page each",
+					readers, held>>10, heldBound>>10, pageBytes)
+			}
+			if allocated > perRequest {
+				t.Errorf("a listing request allocated %d KiB, more than %d KiB: about one %d-byte page",
+					allocated>>10, perRequest>>10, pageBytes)
+			}
+		})
+	}
+}
