@@ -252,21 +252,13 @@ func (rt *Router) httpTopics(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ts, more, err := rt.eng.TopicsPage(c.Request().Context(), pr.after, pr.limit)
+	pw := newPageWriter("topics", pr.limit)
+	ctx := c.Request().Context()
+	err = fillPage(pw, pr.after, func(after string, limit int) ([]engine.TopicInfo, bool, error) {
+		return rt.eng.TopicsPage(ctx, after, limit)
+	}, func(t engine.TopicInfo) string { return t.Config.Name }, func(t engine.TopicInfo) any { return topicView(t) })
 	if err != nil {
 		return err
-	}
-	pw := newPageWriter("topics", pr.limit)
-	for _, t := range ts {
-		if ok, err := pw.add(t.Config.Name, topicView(t)); err != nil || !ok {
-			if err != nil {
-				return err
-			}
-			break
-		}
-	}
-	if more {
-		pw.full = true
 	}
 	return pw.send(c)
 }

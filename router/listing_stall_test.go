@@ -9,10 +9,12 @@ import (
 	"net/url"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/router"
 )
 
 // memStats returns the runtime's memory statistics after a full
@@ -128,5 +130,45 @@ func TestStalledListingReadersHoldAboutOnePage(t *testing.T) {
 					allocated>>10, perRequest>>10, pageBytes)
 			}
 		})
+	}
+}
+
+// pageCounter counts the topics the engine built for listings.
+type pageCounter struct {
+	engine.Engine
+	built atomic.Int64
+}
+
+func (p *pageCounter) TopicsPage(ctx context.Context, after string, limit int) ([]engine.TopicInfo, bool, error) {
+	ts, more, err := p.Engine.TopicsPage(ctx, after, limit)
+	p.built.Add(int64(len(ts)))
+	return ts, more, err
+}
+
+// TestLargeTopicsListedByBytes: when topics are large (1,024 partitions,
+// about 80 KiB of JSON each), a page of up to 1,000 stops at the byte
+// bound, and the gateway builds little more than the topics it sends.
+func TestLargeTopicsListedByBytes(t *testing.T) {
+	pc := &pageCounter{}
+	g := newGateway(t, func(c *gwConfig) {
+		c.wrap = func(e engine.Engine) engine.Engine { pc.Engine = e; return pc }
+	})
+	const topics = 60
+	for i := range topics {
+		if _, err := g.eng.CreateTopic(context.Background(), engine.TopicConfig{Name: fmt.Sprintf("wide.t%02d", i), Partitions: engine.MaxPartitions}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	items, next, size := getPage(t, g, "/v1/topics?limit=1000", "topics")
+	built := pc.built.Load()
+	t.Logf("a page of %d topics, %d bytes; %d topics built", len(items), size, built)
+	if size > router.MaxPageBytes || next == "" || len(items) >= topics {
+		t.Fatalf("page of %d topics, %d bytes, next_cursor %q: want under %d bytes with a cursor", len(items), size, next, router.MaxPageBytes)
+	}
+	if slack := int64(len(items)/4 + 8); built > int64(len(items))+slack {
+		t.Errorf("built %d topics for a page of %d, want at most %d more", built, len(items), slack)
+	}
+	if names := pageAll(t, g, "/v1/topics?limit=1000", "topics", "name", topics); len(names) != topics {
+		t.Fatalf("paged through %d topics, want %d", len(names), topics)
 	}
 }
