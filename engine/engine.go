@@ -581,6 +581,9 @@ type Engine interface {
 	// the topic when partition < 0); in-flight records are dropped.
 	Seek(ctx context.Context, group, topic string, partition int, to Start) error
 	Groups(ctx context.Context) ([]GroupInfo, error)
+	// GroupsPage is TopicsPage for groups: at most limit groups named
+	// after after, in name order, and whether more follow.
+	GroupsPage(ctx context.Context, after string, limit int) (page []GroupInfo, more bool, err error)
 	Group(ctx context.Context, name string) (GroupInfo, error)
 	// DeleteGroup removes a group, its positions and its members (their
 	// leases end; later acks get ErrUnknownGroup). A group that has had no

@@ -195,3 +195,108 @@ func testTopicsPagedUnderChurn(t *testing.T, s *suite) {
 		t.Fatalf("churn did not happen: %d deleted, %d created ahead, %d behind", len(deleted), len(late), len(behind))
 	}
 }
+
+// pageOwnGroups pages through the test's own groups (named env.base +
+// "-"), limit at a time, calling between(after) before each page after the
+// first, with the checks of pageOwn.
+func (env *env) pageOwnGroups(limit, maxGroups int, between func(after string)) []string {
+	env.t.Helper()
+	prefix := env.base + "-"
+	after := prefix
+	var out []string
+	for pages := 0; ; pages++ {
+		if pages > maxGroups+1 {
+			env.t.Fatalf("limit %d: more than %d pages", limit, maxGroups+1)
+		}
+		if pages > 0 && between != nil {
+			between(after)
+		}
+		page, more, err := env.e.GroupsPage(ctx(), after, limit)
+		if err != nil {
+			env.t.Fatalf("GroupsPage(%q, %d): %v", after, limit, err)
+		}
+		if len(page) > max(limit, 1) || (more && len(page) == 0) {
+			env.t.Fatalf("GroupsPage(%q, %d) returned %d groups, more %v", after, limit, len(page), more)
+		}
+		for _, g := range page {
+			if !strings.HasPrefix(g.Name, prefix) {
+				return out
+			}
+			out = append(out, g.Name)
+		}
+		if !more {
+			return out
+		}
+		after = page[len(page)-1].Name
+	}
+}
+
+// testGroupsPaged: paging through the groups lists each once, in name
+// order, whatever the page size; under churn between pages, groups that
+// exist throughout are listed once, a group deleted before its page is
+// not, and one created ahead of the cursor is.
+func testGroupsPaged(t *testing.T, s *suite) {
+	env := s.env(t, Config{})
+	topic := env.topic("t")
+	env.create(engine.TopicConfig{Name: topic})
+	sk := newSink()
+	const n = 13
+	want := make([]string, n)
+	for i := range n {
+		want[i] = env.group(fmt.Sprintf("g%02d", 2*i))
+	}
+	for _, i := range rand.New(rand.NewPCG(3, 4)).Perm(n) {
+		env.join(engine.JoinRequest{Group: want[i], Pattern: topic, Member: "m"}, sk.consumer(want[i]+"/m"))
+	}
+	for _, limit := range []int{0, 1, 3, 12, 13, 100} {
+		t.Run(fmt.Sprintf("limit_%d", limit), func(t *testing.T) {
+			if got := env.pageOwnGroups(limit, n, nil); !slices.Equal(got, want) {
+				t.Fatalf("paged groups = %v, want %v", got, want)
+			}
+		})
+	}
+
+	t.Run("churn", func(t *testing.T) {
+		stable := map[string]bool{}
+		for _, g := range want {
+			stable[g] = true
+		}
+		deleted, late := map[string]bool{}, map[string]bool{}
+		step := 0
+		got := env.pageOwnGroups(2, 2*n, func(after string) {
+			step++
+			if d := want[n-step]; d > after && stable[d] {
+				if err := env.e.DeleteGroup(ctx(), d); err != nil {
+					t.Fatalf("DeleteGroup(%s): %v", d, err)
+				}
+				delete(stable, d)
+				deleted[d] = true
+			}
+			if c := env.group(fmt.Sprintf("g%02d", 2*(n-step)+1)); c > after {
+				env.join(engine.JoinRequest{Group: c, Pattern: topic, Member: "m"}, sk.consumer(c+"/m"))
+				late[c] = true
+			}
+		})
+		if !slices.IsSorted(got) || len(slices.Compact(slices.Clone(got))) != len(got) {
+			t.Fatalf("paged groups not in strict name order: %v", got)
+		}
+		for g := range stable {
+			if !slices.Contains(got, g) {
+				t.Errorf("%s existed throughout but was not listed: %v", g, got)
+			}
+		}
+		for g := range late {
+			if !slices.Contains(got, g) {
+				t.Errorf("%s was created ahead of the cursor but not listed: %v", g, got)
+			}
+		}
+		for g := range deleted {
+			if slices.Contains(got, g) {
+				t.Errorf("%s was deleted before its page but listed: %v", g, got)
+			}
+		}
+		if len(deleted) == 0 || len(late) == 0 {
+			t.Fatalf("churn did not happen: %d deleted, %d created", len(deleted), len(late))
+		}
+	})
+}

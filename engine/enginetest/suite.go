@@ -83,6 +83,7 @@ func Run(t *testing.T, f Features, newEngine Factory) {
 		{"Topics/DefaultsApplied", testDefaultsApplied},
 		{"Topics/PagedInNameOrder", testTopicsPaged},
 		{"Topics/PagedUnderChurn", testTopicsPagedUnderChurn},
+		{"Groups/Paged", testGroupsPaged},
 		{"Append/AutoCreate", testAutoCreate},
 		{"Append/Strict", testStrict},
 		{"Append/RecordFields", testRecordFields},
