@@ -398,24 +398,20 @@ func groupView(g engine.GroupInfo) groupJSON {
 	return out
 }
 
-// httpGroups serves one page of the groups, in name order (see paging.go).
+// httpGroups serves one page of the groups, in name order (see paging.go):
+// the engine builds only that page.
 func (rt *Router) httpGroups(c echo.Context) error {
 	pr, err := parsePage(c)
 	if err != nil {
 		return err
 	}
-	gs, err := rt.eng.Groups(c.Request().Context())
+	pw := newPageWriter("groups", pr.limit)
+	ctx := c.Request().Context()
+	err = fillPage(pw, pr.after, func(after string, limit int) ([]engine.GroupInfo, bool, error) {
+		return rt.eng.GroupsPage(ctx, after, limit)
+	}, func(g engine.GroupInfo) string { return g.Name }, func(g engine.GroupInfo) any { return groupView(g) })
 	if err != nil {
 		return err
-	}
-	pw := newPageWriter("groups", pr.limit)
-	for i := startAfter(len(gs), func(i int) string { return gs[i].Name }, pr.after); i < len(gs); i++ {
-		if ok, err := pw.add(gs[i].Name, groupView(gs[i])); err != nil || !ok {
-			if err != nil {
-				return err
-			}
-			break
-		}
 	}
 	return pw.send(c)
 }

@@ -29,9 +29,9 @@ import (
 // oldest first and the cursor is the last letter returned; if it was
 // redriven meanwhile, the next page starts after its time.
 //
-// The engine builds only the page of topics (engine.Engine.TopicsPage,
-// asked a chunk at a time by fillPage so the byte bound leaves few built
-// topics out), and a page is encoded whole before it is written, so a listing request
+// The engine builds only the page of topics or groups
+// (engine.Engine.TopicsPage and GroupsPage, asked a chunk at a time by
+// fillPage so the byte bound leaves few built items out), and a page is encoded whole before it is written, so a listing request
 // holds at most about one page at any moment, and a reader that stops
 // reading holds it only until the server's write timeout closes the
 // connection.
