@@ -565,6 +565,14 @@ type Engine interface {
 	DeleteTopic(ctx context.Context, name string) error
 	Topic(ctx context.Context, name string) (TopicInfo, error)
 	Topics(ctx context.Context) ([]TopicInfo, error)
+	// TopicsPage returns, in name order, at most limit topics (limit is
+	// taken as 1 to 10,000) whose names sort after after ("" for the
+	// first page), and whether topics after the last of them exist. It
+	// holds no more than the page while it builds it, so a listing costs
+	// each request its page, not the whole set. Paging by the last name
+	// returned lists every topic that exists throughout once, in order;
+	// topics created or deleted meanwhile appear or not by their name.
+	TopicsPage(ctx context.Context, after string, limit int) (page []TopicInfo, more bool, err error)
 
 	// Append stores m and announces it to observers before returning.
 	// An unknown topic is created with the defaults unless the engine is
@@ -607,6 +615,9 @@ type Engine interface {
 	// the topic when partition < 0); in-flight records are dropped.
 	Seek(ctx context.Context, group, topic string, partition int, to Start) error
 	Groups(ctx context.Context) ([]GroupInfo, error)
+	// GroupsPage is TopicsPage for groups: at most limit groups named
+	// after after, in name order, and whether more follow.
+	GroupsPage(ctx context.Context, after string, limit int) (page []GroupInfo, more bool, err error)
 	Group(ctx context.Context, name string) (GroupInfo, error)
 	// DeleteGroup removes a group, its positions and its members (their
 	// leases end; later acks get ErrUnknownGroup). A group that has had no

@@ -245,24 +245,20 @@ func parseDuration(field, s string) (time.Duration, error) {
 	return d, nil
 }
 
-// httpTopics serves one page of the topics, in name order (see paging.go).
+// httpTopics serves one page of the topics, in name order (see paging.go):
+// the engine builds only that page.
 func (rt *Router) httpTopics(c echo.Context) error {
 	pr, err := parsePage(c)
 	if err != nil {
 		return err
 	}
-	ts, err := rt.eng.Topics(c.Request().Context())
+	pw := newPageWriter("topics", pr.limit)
+	ctx := c.Request().Context()
+	err = fillPage(pw, pr.after, func(after string, limit int) ([]engine.TopicInfo, bool, error) {
+		return rt.eng.TopicsPage(ctx, after, limit)
+	}, func(t engine.TopicInfo) string { return t.Config.Name }, func(t engine.TopicInfo) any { return topicView(t) })
 	if err != nil {
 		return err
-	}
-	pw := newPageWriter("topics", pr.limit)
-	for i := startAfter(len(ts), func(i int) string { return ts[i].Config.Name }, pr.after); i < len(ts); i++ {
-		if ok, err := pw.add(ts[i].Config.Name, topicView(ts[i])); err != nil || !ok {
-			if err != nil {
-				return err
-			}
-			break
-		}
 	}
 	return pw.send(c)
 }
@@ -402,24 +398,20 @@ func groupView(g engine.GroupInfo) groupJSON {
 	return out
 }
 
-// httpGroups serves one page of the groups, in name order (see paging.go).
+// httpGroups serves one page of the groups, in name order (see paging.go):
+// the engine builds only that page.
 func (rt *Router) httpGroups(c echo.Context) error {
 	pr, err := parsePage(c)
 	if err != nil {
 		return err
 	}
-	gs, err := rt.eng.Groups(c.Request().Context())
+	pw := newPageWriter("groups", pr.limit)
+	ctx := c.Request().Context()
+	err = fillPage(pw, pr.after, func(after string, limit int) ([]engine.GroupInfo, bool, error) {
+		return rt.eng.GroupsPage(ctx, after, limit)
+	}, func(g engine.GroupInfo) string { return g.Name }, func(g engine.GroupInfo) any { return groupView(g) })
 	if err != nil {
 		return err
-	}
-	pw := newPageWriter("groups", pr.limit)
-	for i := startAfter(len(gs), func(i int) string { return gs[i].Name }, pr.after); i < len(gs); i++ {
-		if ok, err := pw.add(gs[i].Name, groupView(gs[i])); err != nil || !ok {
-			if err != nil {
-				return err
-			}
-			break
-		}
 	}
 	return pw.send(c)
 }

@@ -29,9 +29,12 @@ import (
 // oldest first and the cursor is the last letter returned; if it was
 // redriven meanwhile, the next page starts after its time.
 //
-// A page is encoded whole before it is written, so a reader that stops
-// reading holds at most one page, and only until the server's write
-// timeout closes the connection.
+// The engine builds only the page of topics or groups
+// (engine.Engine.TopicsPage and GroupsPage, asked a chunk at a time by
+// fillPage so the byte bound leaves few built items out), and a page is encoded whole before it is written, so a listing request
+// holds at most about one page at any moment, and a reader that stops
+// reading holds it only until the server's write timeout closes the
+// connection.
 const (
 	DefaultPageLimit = 100
 	MaxPageLimit     = 1000
@@ -119,6 +122,50 @@ func (w *pageWriter) send(c echo.Context) error {
 	}
 	w.buf.WriteString("}\n")
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, w.buf.Bytes())
+}
+
+// firstChunk is how many items fillPage asks the engine for first; later
+// requests are sized by the bytes the page has left and the items' size so
+// far, so that items the byte bound leaves out are few.
+const firstChunk = 8
+
+// fillPage fills w with items fetched from the engine in name order after
+// after, a chunk at a time: at most the page's limit, and no more than the
+// page's remaining bytes suggest, so a request never builds much more than
+// the page it sends (a topic of 1,024 partitions is 100 KiB of JSON).
+// name is an item's cursor key, view its JSON form.
+func fillPage[T any](w *pageWriter, after string, fetch func(after string, limit int) ([]T, bool, error),
+	name func(T) string, view func(T) any) error {
+	for w.n < w.limit {
+		n := w.limit - w.n
+		if w.n == 0 {
+			n = min(n, firstChunk)
+		} else if perItem := w.buf.Len() / w.n; perItem > 0 {
+			n = min(n, (MaxPageBytes-w.buf.Len())/perItem+1)
+		}
+		items, more, err := fetch(after, max(n, 1))
+		if err != nil {
+			return err
+		}
+		for _, it := range items {
+			ok, err := w.add(name(it), view(it))
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return nil
+			}
+		}
+		if !more {
+			return nil
+		}
+		if len(items) == 0 { // not an engine's answer; end the page with a cursor
+			break
+		}
+		after = name(items[len(items)-1])
+	}
+	w.full = true
+	return nil
 }
 
 // startAfter returns the index of the first of n name-sorted items whose

@@ -73,7 +73,11 @@
 // second (or at once after a topic was created or deleted); in between it
 // answers from that load, with earliest and next offsets brought up to
 // what the tail and this node's appends saw. Readiness probes, replaying
-// subscribes and the system topics call it often.
+// subscribes and the system topics call it often. Topics live in a KV
+// bucket whose watcher keeps every topic's configuration on every node,
+// so listing needs no NATS call of its own: TopicsPage picks one page from
+// that set (keeping only the page) and loads the partition states of the
+// page's topics only, or copies them from a fresh Topics load.
 //
 // Live tail. Each engine runs one ordered consumer over <prefix>.rec.>,
 // starting after the last record stored when it was created. It sees every

@@ -18,6 +18,7 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/internal/lifecycle"
+	"github.com/switchyard/switchyard/engine/internal/listing"
 )
 
 // Record headers. Payload bytes are the NATS message data.
@@ -724,22 +725,96 @@ func (e *Engine) Topics(ctx context.Context) (_ []engine.TopicInfo, err error) {
 // the node has seen since.
 func (c *topicsCache) current() []engine.TopicInfo {
 	out := make([]engine.TopicInfo, 0, len(c.infos))
-	for i, info := range c.infos {
-		t := c.ts[i]
-		if t.deleted.Load() {
+	for i := range c.infos {
+		if info, ok := c.fresh(i); ok {
+			out = append(out, info)
+		}
+	}
+	return out
+}
+
+// page returns the cached topics of a TopicsPage, brought up to date as
+// by current: it finds the cursor by binary search and copies only the
+// page.
+func (c *topicsCache) page(after string, limit int) ([]engine.TopicInfo, bool) {
+	limit = min(max(limit, 1), listing.MaxLimit)
+	i, _ := slices.BinarySearchFunc(c.ts, after, func(t *topic, name string) int { return strings.Compare(t.name, name) })
+	if i < len(c.ts) && c.ts[i].name == after {
+		i++
+	}
+	var out []engine.TopicInfo
+	for ; i < len(c.ts); i++ {
+		info, ok := c.fresh(i)
+		if !ok {
 			continue
 		}
-		info.Parts = slices.Clone(info.Parts)
-		for j, p := range t.parts {
-			earliest, next := p.view()
-			pi := &info.Parts[j]
-			pi.Next = max(pi.Next, next)
-			pi.Earliest = min(max(pi.Earliest, earliest), pi.Next)
-			pi.Dropped = pi.Earliest
+		if len(out) == limit {
+			return out, true
 		}
 		out = append(out, info)
 	}
-	return out
+	return out, false
+}
+
+// fresh returns the i-th cached topic with offsets brought up to what the
+// node has seen since, or false when it was deleted since.
+func (c *topicsCache) fresh(i int) (engine.TopicInfo, bool) {
+	info, t := c.infos[i], c.ts[i]
+	if t.deleted.Load() {
+		return engine.TopicInfo{}, false
+	}
+	info.Parts = slices.Clone(info.Parts)
+	for j, p := range t.parts {
+		earliest, next := p.view()
+		pi := &info.Parts[j]
+		pi.Next = max(pi.Next, next)
+		pi.Earliest = min(max(pi.Earliest, earliest), pi.Next)
+		pi.Dropped = pi.Earliest
+	}
+	return info, true
+}
+
+// TopicsPage returns at most limit topics named after after, sorted by
+// name, and whether more follow (see engine.Engine). Every node knows
+// every topic's configuration (the topic bucket's watcher keeps them in
+// memory), so no NATS listing is needed: the page's topics are picked from
+// that set, keeping only the page, and their partition states come from
+// the last Topics load while it is fresh (as Topics serves them), else
+// from NATS for the page's partitions only. Like Topics it fails at once
+// while NATS is unreachable.
+func (e *Engine) TopicsPage(ctx context.Context, after string, limit int) (_ []engine.TopicInfo, more bool, err error) {
+	ctx, done := e.onConn(ctx)
+	defer func() { err = done(err) }()
+	if err := e.reachable(); err != nil {
+		return nil, false, err
+	}
+	gen := e.topicsGen.Load()
+	e.topicsMu.Lock()
+	c := e.topicsC
+	e.topicsMu.Unlock()
+	if c != nil && c.gen == gen && time.Since(c.at) < topicsMaxAge {
+		out, more := c.page(after, limit)
+		return out, more, nil
+	}
+	p := listing.New[*topic](after, limit)
+	e.tmu.RLock()
+	for name, t := range e.topics {
+		p.Add(name, t)
+	}
+	e.tmu.RUnlock()
+	ts, more := p.Sorted()
+	out := make([]engine.TopicInfo, 0, len(ts))
+	for _, t := range ts {
+		info, err := e.topicInfo(ctx, t)
+		if err != nil {
+			if errors.Is(err, engine.ErrUnavailable) || ctx.Err() != nil {
+				return nil, false, err
+			}
+			continue // deleted meanwhile
+		}
+		out = append(out, info)
+	}
+	return out, more, nil
 }
 
 // errTopicGone: the topic was deleted between lookup and append.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/internal/lifecycle"
+	"github.com/switchyard/switchyard/engine/internal/listing"
 )
 
 // topic is one topic's partitions and dedupe state.
@@ -293,6 +294,23 @@ func (e *Engine) Topics(ctx context.Context) ([]engine.TopicInfo, error) {
 		out = append(out, e.topicInfo(t))
 	}
 	return out, nil
+}
+
+// TopicsPage returns at most limit topics named after after, sorted by
+// name, and whether more follow (see engine.Engine). It visits every
+// topic but keeps only the page's: memory in proportion to limit.
+func (e *Engine) TopicsPage(ctx context.Context, after string, limit int) ([]engine.TopicInfo, bool, error) {
+	p := listing.New[*topic](after, limit)
+	e.topics.Range(func(k, v any) bool {
+		p.Add(k.(string), v.(*topic))
+		return true
+	})
+	ts, more := p.Sorted()
+	out := make([]engine.TopicInfo, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, e.topicInfo(t))
+	}
+	return out, more, nil
 }
 
 func (e *Engine) topicInfo(t *topic) engine.TopicInfo {
