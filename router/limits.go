@@ -89,13 +89,21 @@ type limiter struct {
 	conns int
 	perIP map[string]int
 
-	ratePerIP float64
-	burst     int
-	rmu       sync.Mutex // guards rates and swept
-	rates     map[string]*ipRate
-	swept     time.Time
+	httpPublish *perIPRate
 
 	known sync.Map // topic -> struct{}: topics seen to exist (for maxTopics)
+}
+
+// perIPRate is a token bucket per client IP: rate a second, burst the
+// rate rounded down (at least 1). A rate of 0 allows everything. Buckets
+// idle for rateIdle are dropped. It is safe for concurrent use.
+type perIPRate struct {
+	rate  float64
+	burst int
+
+	mu    sync.Mutex // guards the fields below
+	rates map[string]*ipRate
+	swept time.Time
 }
 
 type ipRate struct {
@@ -103,15 +111,18 @@ type ipRate struct {
 	seen time.Time
 }
 
-// rateIdle is how long an idle client IP's HTTP publish bucket is kept.
+// rateIdle is how long an idle client IP's bucket is kept.
 const rateIdle = time.Minute
+
+func newPerIPRate(r float64) *perIPRate {
+	return &perIPRate{rate: r, burst: max(1, int(r)), rates: make(map[string]*ipRate)}
+}
 
 func newLimiter(o Options) *limiter {
 	return &limiter{
 		maxConns: o.MaxConnections, maxPerIP: o.MaxConnectionsPerIP, maxTopics: o.MaxTopics,
-		perIP:     make(map[string]int),
-		ratePerIP: o.HTTPPublishRate, burst: max(1, int(o.HTTPPublishRate)),
-		rates: make(map[string]*ipRate),
+		perIP:       make(map[string]int),
+		httpPublish: newPerIPRate(o.HTTPPublishRate),
 	}
 }
 
@@ -143,23 +154,28 @@ func (l *limiter) acquireConn(ip string) (release func(), limit string) {
 
 // allowHTTPPublish takes a token from ip's HTTP publish bucket.
 func (l *limiter) allowHTTPPublish(ip string, now time.Time) bool {
-	if l.ratePerIP <= 0 {
+	return l.httpPublish.allow(ip, now)
+}
+
+// allow takes a token from ip's bucket.
+func (b *perIPRate) allow(ip string, now time.Time) bool {
+	if b.rate <= 0 {
 		return true
 	}
-	l.rmu.Lock()
-	defer l.rmu.Unlock()
-	if now.Sub(l.swept) > rateIdle {
-		for k, r := range l.rates {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if now.Sub(b.swept) > rateIdle {
+		for k, r := range b.rates {
 			if now.Sub(r.seen) > rateIdle {
-				delete(l.rates, k)
+				delete(b.rates, k)
 			}
 		}
-		l.swept = now
+		b.swept = now
 	}
-	r := l.rates[ip]
+	r := b.rates[ip]
 	if r == nil {
-		r = &ipRate{lim: rate.NewLimiter(rate.Limit(l.ratePerIP), l.burst)}
-		l.rates[ip] = r
+		r = &ipRate{lim: rate.NewLimiter(rate.Limit(b.rate), b.burst)}
+		b.rates[ip] = r
 	}
 	r.seen = now
 	return r.lim.AllowN(now, 1)
