@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -72,7 +73,7 @@ func newLimitMetrics(reg prometheus.Registerer) *limitMetrics {
 			Help: "Token refresh events on open sessions: required (refresh_required sent), ok (refreshed), refused."},
 			[]string{"outcome"}),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "limit_rejections_total",
-			Help: "Requests refused by a configured limit (connections, connections_per_ip, topics, partitions, http_publish_rate, redrive_ids)."},
+			Help: "Requests refused by a configured limit (connections, connections_per_ip, connect_rate_per_ip, connect_hook_per_ip, topics, partitions, http_publish_rate, redrive_ids)."},
 			[]string{"limit"}),
 	}
 	reg.MustRegister(m.authFailures, m.forbidden, m.sessionsExpired, m.refreshes, m.limited)
@@ -90,6 +91,7 @@ type limiter struct {
 	perIP map[string]int
 
 	httpPublish *perIPRate
+	connect     *perIPRate // connect attempts (Options.ConnectRatePerIP)
 
 	known sync.Map // topic -> struct{}: topics seen to exist (for maxTopics)
 }
@@ -123,6 +125,7 @@ func newLimiter(o Options) *limiter {
 		maxConns: o.MaxConnections, maxPerIP: o.MaxConnectionsPerIP, maxTopics: o.MaxTopics,
 		perIP:       make(map[string]int),
 		httpPublish: newPerIPRate(o.HTTPPublishRate),
+		connect:     newPerIPRate(o.ConnectRatePerIP),
 	}
 }
 
@@ -181,11 +184,45 @@ func (b *perIPRate) allow(ip string, now time.Time) bool {
 	return r.lim.AllowN(now, 1)
 }
 
-// reserveConn applies the connection limits to a WebSocket upgrade. On
-// refusal it has written the JSON error (503 for the global limit, 429 per
-// IP) and returns nil.
+// Limits of a connect (limit_rejections_total labels) checked before its
+// credential.
+const (
+	limitConnectRate     = "connect_rate_per_ip"
+	limitConnectHookAddr = "connect_hook_per_ip"
+)
+
+// admitConn admits a WebSocket upgrade or SSE stream: every local limit
+// first (the connect rate, connections, connections per IP), then the
+// credential, whose check may ask the connect hook or read the JWKS. So an
+// address past a limit costs the application nothing, and the hook's slots
+// go to connects that can be let in. On refusal by a limit it has written
+// the response and returns a nil release and error; when the credential
+// is refused it has given the slot back and returns the error. Otherwise
+// the caller owns release.
+func (rt *Router) admitConn(c echo.Context) (who *principal, release func(), err error) {
+	if release = rt.reserveConn(c); release == nil {
+		return nil, nil, nil
+	}
+	if who, err = rt.authWS(c); err != nil {
+		release()
+		return nil, nil, err
+	}
+	return who, release, nil
+}
+
+// reserveConn applies the connect rate and the connection limits to a
+// WebSocket upgrade or SSE stream. On refusal it has written the JSON error
+// (503 for the global limit, 429 per IP) and returns nil.
 func (rt *Router) reserveConn(c echo.Context) func() {
-	release, limit := rt.limits.acquireConn(c.RealIP())
+	ip := c.RealIP()
+	if !rt.limits.connect.allow(ip, time.Now()) {
+		rt.lim.limited.WithLabelValues(limitConnectRate).Inc()
+		c.Response().Header().Set("Retry-After", "1")
+		_ = c.JSON(http.StatusTooManyRequests, map[string]string{"code": codeRateLimited,
+			"message": fmt.Sprintf("more than %g connects a second from this address; retry later", rt.limits.connect.rate)})
+		return nil
+	}
+	release, limit := rt.limits.acquireConn(ip)
 	if release != nil {
 		return release
 	}
