@@ -228,3 +228,34 @@ func TestConnectHookShareOfAddress(t *testing.T) {
 		t.Fatalf("limit_rejections_total{limit=connect_hook_per_ip} = %v, want %d", got, attackers-slots/4)
 	}
 }
+
+// TestConnectRatePerIP: past --connect-rate-per-ip an address's WebSocket
+// and SSE connects are refused with 429 rate_limited before the connect
+// hook, counted; another address is not limited by it.
+func TestConnectRatePerIP(t *testing.T) {
+	var from hookCallsFrom
+	b := newBackend(t, func(w http.ResponseWriter, r *http.Request, hook string, body map[string]any) {
+		addr, _ := body["remote_addr"].(string)
+		from.add(addr)
+		reply(w, map[string]any{"allow": true, "user": addr})
+	})
+	g := newGateway(t, trustLoopback, withHooks(b, connectHooksOnly), func(c *gwConfig) {
+		c.router.ConnectRatePerIP = 0.001 // a burst of 1, then nothing for the test's life
+	})
+	g.dialWithHeader(t, fromAddr(attackerAddr))
+
+	st, body, h := g.dialRefused(t, "", fromAddr(attackerAddr))
+	if st != http.StatusTooManyRequests || body["code"] != "rate_limited" || h.Get("Retry-After") == "" {
+		t.Fatalf("second connect from one address: %d %v, Retry-After %q", st, body, h.Get("Retry-After"))
+	}
+	if s, st := openSSE(t, g.srv.URL, "/v1/sse?pattern=a.x", fromAddr(attackerAddr)); s != nil || st != http.StatusTooManyRequests {
+		t.Fatalf("SSE stream past the connect rate: status %d, want 429", st)
+	}
+	g.dialWithHeader(t, fromAddr(bystanderAddr))
+	if n := from.get(attackerAddr); n != 1 {
+		t.Fatalf("connect hook called %d times for the limited address, want 1", n)
+	}
+	if got := metricValue(t, g.reg, "switchyard_limit_rejections_total", map[string]string{"limit": "connect_rate_per_ip"}); got != 2 {
+		t.Fatalf("limit_rejections_total{limit=connect_rate_per_ip} = %v, want 2", got)
+	}
+}
