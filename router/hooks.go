@@ -52,8 +52,8 @@ import (
 // (admitConn), and one client IP has at most HookOptions.MaxConcurrentPerIP
 // connect calls in flight, so an address cannot take every slot.
 //
-// Concurrency: a hooks value is safe for concurrent use; the cache has its
-// own leaf mutex.
+// Concurrency: a hooks value is safe for concurrent use; the cache and the
+// per-IP connect counts have a leaf mutex each.
 
 // Hook names, also the last path segment of their URL and the "hook"
 // metric label.
