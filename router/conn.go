@@ -53,10 +53,6 @@ func (rt *Router) serveWS(c echo.Context) error {
 	if rt.closing.Load() {
 		return perr(codeShuttingDown, "server is shutting down")
 	}
-	who, err := rt.authWS(c)
-	if err != nil {
-		return err
-	}
 	var lean bool
 	switch env := c.QueryParam("envelope"); env {
 	case envelopeFull:
@@ -65,9 +61,13 @@ func (rt *Router) serveWS(c echo.Context) error {
 	default:
 		return perr(codeBadRequest, `envelope: want "lean" or nothing`)
 	}
-	release := rt.reserveConn(c)
+	// The limits before the credential, which may cost a hook call.
+	who, release, err := rt.admitConn(c)
+	if err != nil {
+		return err
+	}
 	if release == nil {
-		return nil // reserveConn wrote the refusal
+		return nil // admitConn wrote the refusal
 	}
 	cn := &conn{rt: rt, id: newID(), who: who, lean: lean, subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription),
 		pipe: newPubPipe(rt.opts.PublishPipeline, rt.opts.PublishPipelineBytes)}

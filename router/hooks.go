@@ -48,9 +48,12 @@ import (
 // requests or goroutines (calls run on the caller's goroutine: the HTTP
 // handler of the upgrade, SSE stream or publish, or the session's reader). The subscribe cache is
 // bounded in entries and bytes (least recently used entries go first).
+// A connect is asked about only once it has passed every local limit
+// (admitConn), and one client IP has at most HookOptions.MaxConcurrentPerIP
+// connect calls in flight, so an address cannot take every slot.
 //
-// Concurrency: a hooks value is safe for concurrent use; the cache has its
-// own leaf mutex.
+// Concurrency: a hooks value is safe for concurrent use; the cache and the
+// per-IP connect counts have a leaf mutex each.
 
 // Hook names, also the last path segment of their URL and the "hook"
 // metric label.
@@ -96,6 +99,12 @@ type HookOptions struct {
 	Cookies []string
 	// MaxConcurrent bounds the hook requests in flight. Default: 64.
 	MaxConcurrent int
+	// MaxConcurrentPerIP bounds the connect hook calls of one client IP
+	// in flight or waiting for a slot; a connect past it is refused at
+	// once with 429 rate_limited, so one address cannot take every slot
+	// and make other addresses' connects wait. Default: a quarter of
+	// MaxConcurrent (16), at least 1.
+	MaxConcurrentPerIP int
 	// CacheEntries and CacheBytes bound the cache of subscribe answers.
 	// Default: 10000 entries, 4 MiB.
 	CacheEntries int
@@ -114,6 +123,28 @@ type hooks struct {
 	calls   *prometheus.CounterVec   // hook, outcome
 	latency *prometheus.HistogramVec // hook
 	now     func() time.Time
+
+	ipMu sync.Mutex     // guards byIP; a leaf lock
+	byIP map[string]int // connect calls in flight per client IP, none at 0
+}
+
+// takeIPShare counts a connect call for ip, from before it waits for a
+// slot until it is answered, unless ip already has MaxConcurrentPerIP;
+// done gives it back.
+func (h *hooks) takeIPShare(ip string) (done func(), ok bool) {
+	h.ipMu.Lock()
+	defer h.ipMu.Unlock()
+	if h.byIP[ip] >= h.opts.MaxConcurrentPerIP {
+		return nil, false
+	}
+	h.byIP[ip]++
+	return func() {
+		h.ipMu.Lock()
+		defer h.ipMu.Unlock()
+		if h.byIP[ip]--; h.byIP[ip] <= 0 {
+			delete(h.byIP, ip)
+		}
+	}, true
 }
 
 func newHooks(o HookOptions, m *hookMetrics) (*hooks, error) {
@@ -133,13 +164,16 @@ func newHooks(o HookOptions, m *hookMetrics) (*hooks, error) {
 	if o.MaxConcurrent <= 0 {
 		o.MaxConcurrent = defaultHookConcurrent
 	}
+	if o.MaxConcurrentPerIP <= 0 {
+		o.MaxConcurrentPerIP = max(1, o.MaxConcurrent/4)
+	}
 	if o.CacheEntries <= 0 {
 		o.CacheEntries = defaultHookCacheCount
 	}
 	if o.CacheBytes <= 0 {
 		o.CacheBytes = defaultHookCacheBytes
 	}
-	h := &hooks{opts: o, client: o.Client, slots: make(chan struct{}, o.MaxConcurrent), now: time.Now}
+	h := &hooks{opts: o, client: o.Client, slots: make(chan struct{}, o.MaxConcurrent), byIP: map[string]int{}, now: time.Now}
 	if h.client == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxConnsPerHost = o.MaxConcurrent
@@ -324,10 +358,19 @@ func (h *hooks) failed(name string) *protoError {
 	return perr(codeUnavailable, "the %s authorization backend is unavailable; retry later", name)
 }
 
-// hookConnect asks the connect hook about a WebSocket upgrade.
+// hookConnect asks the connect hook about a WebSocket upgrade or SSE
+// stream, within the client IP's share of the hook's slots.
 func (rt *Router) hookConnect(c echo.Context) (*principal, error) {
 	r := c.Request()
-	body := map[string]any{"hook": hookConnect, "remote_addr": c.RealIP()}
+	ip := c.RealIP()
+	done, ok := rt.hooks.takeIPShare(ip)
+	if !ok {
+		c.Response().Header().Set("Retry-After", "1")
+		return nil, refuse(limitConnectHookAddr, codeRateLimited,
+			"%d connects from this address are waiting for the application; retry later", rt.hooks.opts.MaxConcurrentPerIP)
+	}
+	defer done()
+	body := map[string]any{"hook": hookConnect, "remote_addr": ip}
 	if hs := rt.hooks.opts.Headers; len(hs) > 0 {
 		m := map[string]string{}
 		for _, name := range hs {

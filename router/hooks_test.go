@@ -276,6 +276,7 @@ func TestHookSlowBackendManyConnects(t *testing.T) {
 	defer counting.next.CloseIdleConnections()
 	g := newGateway(t, withHooks(b, func(o *router.HookOptions) {
 		o.MaxConcurrent = limit
+		o.MaxConcurrentPerIP = clients // every client is on 127.0.0.1: no share of the slots here
 		o.ConnectTimeout = 300 * time.Millisecond
 		o.Client = &http.Client{Transport: counting}
 	}))

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -72,7 +73,7 @@ func newLimitMetrics(reg prometheus.Registerer) *limitMetrics {
 			Help: "Token refresh events on open sessions: required (refresh_required sent), ok (refreshed), refused."},
 			[]string{"outcome"}),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "limit_rejections_total",
-			Help: "Requests refused by a configured limit (connections, connections_per_ip, topics, partitions, http_publish_rate, redrive_ids)."},
+			Help: "Requests refused by a configured limit (connections, connections_per_ip, connect_rate_per_ip, connect_hook_per_ip, topics, partitions, http_publish_rate, redrive_ids)."},
 			[]string{"limit"}),
 	}
 	reg.MustRegister(m.authFailures, m.forbidden, m.sessionsExpired, m.refreshes, m.limited)
@@ -89,13 +90,22 @@ type limiter struct {
 	conns int
 	perIP map[string]int
 
-	ratePerIP float64
-	burst     int
-	rmu       sync.Mutex // guards rates and swept
-	rates     map[string]*ipRate
-	swept     time.Time
+	httpPublish *perIPRate
+	connect     *perIPRate // connect attempts (Options.ConnectRatePerIP)
 
 	known sync.Map // topic -> struct{}: topics seen to exist (for maxTopics)
+}
+
+// perIPRate is a token bucket per client IP: rate a second, burst the
+// rate rounded down (at least 1). A rate of 0 allows everything. Buckets
+// idle for rateIdle are dropped. It is safe for concurrent use.
+type perIPRate struct {
+	rate  float64
+	burst int
+
+	mu    sync.Mutex // guards the fields below
+	rates map[string]*ipRate
+	swept time.Time
 }
 
 type ipRate struct {
@@ -103,15 +113,19 @@ type ipRate struct {
 	seen time.Time
 }
 
-// rateIdle is how long an idle client IP's HTTP publish bucket is kept.
+// rateIdle is how long an idle client IP's bucket is kept.
 const rateIdle = time.Minute
+
+func newPerIPRate(r float64) *perIPRate {
+	return &perIPRate{rate: r, burst: max(1, int(r)), rates: make(map[string]*ipRate)}
+}
 
 func newLimiter(o Options) *limiter {
 	return &limiter{
 		maxConns: o.MaxConnections, maxPerIP: o.MaxConnectionsPerIP, maxTopics: o.MaxTopics,
-		perIP:     make(map[string]int),
-		ratePerIP: o.HTTPPublishRate, burst: max(1, int(o.HTTPPublishRate)),
-		rates: make(map[string]*ipRate),
+		perIP:       make(map[string]int),
+		httpPublish: newPerIPRate(o.HTTPPublishRate),
+		connect:     newPerIPRate(o.ConnectRatePerIP),
 	}
 }
 
@@ -143,33 +157,72 @@ func (l *limiter) acquireConn(ip string) (release func(), limit string) {
 
 // allowHTTPPublish takes a token from ip's HTTP publish bucket.
 func (l *limiter) allowHTTPPublish(ip string, now time.Time) bool {
-	if l.ratePerIP <= 0 {
+	return l.httpPublish.allow(ip, now)
+}
+
+// allow takes a token from ip's bucket.
+func (b *perIPRate) allow(ip string, now time.Time) bool {
+	if b.rate <= 0 {
 		return true
 	}
-	l.rmu.Lock()
-	defer l.rmu.Unlock()
-	if now.Sub(l.swept) > rateIdle {
-		for k, r := range l.rates {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if now.Sub(b.swept) > rateIdle {
+		for k, r := range b.rates {
 			if now.Sub(r.seen) > rateIdle {
-				delete(l.rates, k)
+				delete(b.rates, k)
 			}
 		}
-		l.swept = now
+		b.swept = now
 	}
-	r := l.rates[ip]
+	r := b.rates[ip]
 	if r == nil {
-		r = &ipRate{lim: rate.NewLimiter(rate.Limit(l.ratePerIP), l.burst)}
-		l.rates[ip] = r
+		r = &ipRate{lim: rate.NewLimiter(rate.Limit(b.rate), b.burst)}
+		b.rates[ip] = r
 	}
 	r.seen = now
 	return r.lim.AllowN(now, 1)
 }
 
-// reserveConn applies the connection limits to a WebSocket upgrade. On
-// refusal it has written the JSON error (503 for the global limit, 429 per
-// IP) and returns nil.
+// Limits of a connect (limit_rejections_total labels) checked before its
+// credential.
+const (
+	limitConnectRate     = "connect_rate_per_ip"
+	limitConnectHookAddr = "connect_hook_per_ip"
+)
+
+// admitConn admits a WebSocket upgrade or SSE stream: every local limit
+// first (the connect rate, connections, connections per IP), then the
+// credential, whose check may ask the connect hook or read the JWKS. So an
+// address past a limit costs the application nothing, and the hook's slots
+// go to connects that can be let in. On refusal by a limit it has written
+// the response and returns a nil release and error; when the credential
+// is refused it has given the slot back and returns the error. Otherwise
+// the caller owns release.
+func (rt *Router) admitConn(c echo.Context) (who *principal, release func(), err error) {
+	if release = rt.reserveConn(c); release == nil {
+		return nil, nil, nil
+	}
+	if who, err = rt.authWS(c); err != nil {
+		release()
+		return nil, nil, err
+	}
+	return who, release, nil
+}
+
+// reserveConn applies the connect rate and the connection limits to a
+// WebSocket upgrade or SSE stream. On refusal it has written the JSON error
+// (503 for the global limit, 429 per IP) and returns nil.
 func (rt *Router) reserveConn(c echo.Context) func() {
-	release, limit := rt.limits.acquireConn(c.RealIP())
+	ip := c.RealIP()
+	if !rt.limits.connect.allow(ip, time.Now()) {
+		rt.lim.limited.WithLabelValues(limitConnectRate).Inc()
+		c.Response().Header().Set("Retry-After", "1")
+		_ = c.JSON(http.StatusTooManyRequests, map[string]string{"code": codeRateLimited,
+			"message": fmt.Sprintf("more than %g connects a second from this address; retry later", rt.limits.connect.rate)})
+		return nil
+	}
+	release, limit := rt.limits.acquireConn(ip)
 	if release != nil {
 		return release
 	}

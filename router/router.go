@@ -123,6 +123,14 @@ type Options struct {
 	// MaxConnectionsPerIP bounds open WebSocket sessions per client IP (429
 	// too_many_connections); 0: unlimited.
 	MaxConnectionsPerIP int
+	// ConnectRatePerIP limits WebSocket upgrades and SSE streams a client
+	// IP may attempt per second, refused or not (token bucket, burst the
+	// rate rounded down, at least 1; 429 rate_limited past it, before any
+	// credential check, connect hook or key fetch); 0: unlimited. Off by
+	// default like the other per-IP limits: the gateway cannot tell one
+	// client from many behind a NAT, and the connect hook is shared fairly
+	// whatever the rate (HookOptions.MaxConcurrentPerIP).
+	ConnectRatePerIP float64
 	// MaxTopics bounds the topics (not counting $ topics) that HTTP create
 	// and auto-create on publish may bring about (too_many_topics); 0:
 	// unlimited. Concurrent creates may overshoot it by their number.

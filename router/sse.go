@@ -107,13 +107,12 @@ func (rt *Router) serveSSE(c echo.Context) error {
 	if v := q.Get("on_full"); v != "" {
 		onFull = &v
 	}
-	who, err := rt.authWS(c)
+	who, release, err := rt.admitConn(c)
 	if err != nil {
 		return err
 	}
-	release := rt.reserveConn(c)
 	if release == nil {
-		return nil // reserveConn wrote the refusal
+		return nil // admitConn wrote the refusal
 	}
 
 	cn := &conn{rt: rt, id: newID(), who: who, subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription)}

@@ -138,6 +138,7 @@ type config struct {
 	HookHeaders         string
 	HookCookies         string
 	HookMaxConcurrent   int
+	HookMaxConcurrentIP int
 	HookCacheEntries    int
 	HookCacheBytes      int
 	AdminKey            string
@@ -147,6 +148,7 @@ type config struct {
 	AnonymousPublish    string
 	MaxConnections      int
 	MaxConnectionsPerIP int
+	ConnectRatePerIP    float64
 	MaxTopics           int
 	MaxPartitions       int
 	HTTPPublishRate     float64
@@ -223,6 +225,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.HookHeaders, "hook-headers", "", "comma-separated request headers sent to the connect hook")
 	fs.StringVar(&cfg.HookCookies, "hook-cookies", "", "comma-separated cookie names sent to the connect hook")
 	fs.IntVar(&cfg.HookMaxConcurrent, "hook-max-concurrent", 64, "hook requests in flight at most")
+	fs.IntVar(&cfg.HookMaxConcurrentIP, "hook-max-concurrent-per-ip", 0, "connect hook requests of one client IP in flight or waiting for a slot at most; past it a connect gets 429 (0: a quarter of --hook-max-concurrent)")
 	fs.IntVar(&cfg.HookCacheEntries, "hook-cache-entries", 10000, "cached subscribe hook answers at most")
 	fs.IntVar(&cfg.HookCacheBytes, "hook-cache-bytes", 4<<20, "bytes of cached subscribe hook answers at most")
 	fs.DurationVar(&cfg.JWTRefreshLead, "jwt-refresh-lead", 0, "how long before a session's token expires it gets refresh_required (0: 30s or a tenth of the token's lifetime, whichever is less; negative: never)")
@@ -233,6 +236,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.AnonymousPublish, "anonymous-publish", "", "comma-separated patterns anonymous clients may publish to (with --allow-anonymous)")
 	fs.IntVar(&cfg.MaxConnections, "max-connections", 0, "open WebSocket sessions (0: unlimited)")
 	fs.IntVar(&cfg.MaxConnectionsPerIP, "max-connections-per-ip", 0, "open WebSocket sessions per client IP (0: unlimited)")
+	fs.Float64Var(&cfg.ConnectRatePerIP, "connect-rate-per-ip", 0, "WebSocket and SSE connects a client IP may attempt per second, checked before any token check or hook (0: unlimited)")
 	fs.IntVar(&cfg.MaxTopics, "max-topics", 0, "topics that may exist, not counting $ topics (0: unlimited)")
 	fs.IntVar(&cfg.MaxPartitions, "max-partitions", engine.MaxPartitions, "partitions of a topic created over HTTP")
 	fs.Float64Var(&cfg.HTTPPublishRate, "http-publish-rate", 0, "HTTP publishes per second per client IP (0: unlimited)")
@@ -460,6 +464,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		MaxPresencePerTopic: cfg.MaxPresencePerTopic,
 		MaxConnections:      cfg.MaxConnections,
 		MaxConnectionsPerIP: cfg.MaxConnectionsPerIP,
+		ConnectRatePerIP:    cfg.ConnectRatePerIP,
 		MaxTopics:           cfg.MaxTopics,
 		MaxPartitions:       cfg.MaxPartitions,
 		HTTPPublishRate:     cfg.HTTPPublishRate,
@@ -634,14 +639,15 @@ func securityOptions(cfg config) (router.AuthOptions, []*net.IPNet, error) {
 // hookOptions builds the router's authorization hook options.
 func hookOptions(cfg config) (router.HookOptions, error) {
 	h := router.HookOptions{
-		URL:           cfg.HookURL,
-		Timeout:       cfg.HookTimeout,
-		FailOpen:      cfg.HookFailOpen,
-		Headers:       splitList(cfg.HookHeaders),
-		Cookies:       splitList(cfg.HookCookies),
-		MaxConcurrent: cfg.HookMaxConcurrent,
-		CacheEntries:  cfg.HookCacheEntries,
-		CacheBytes:    cfg.HookCacheBytes,
+		URL:                cfg.HookURL,
+		Timeout:            cfg.HookTimeout,
+		FailOpen:           cfg.HookFailOpen,
+		Headers:            splitList(cfg.HookHeaders),
+		Cookies:            splitList(cfg.HookCookies),
+		MaxConcurrent:      cfg.HookMaxConcurrent,
+		MaxConcurrentPerIP: cfg.HookMaxConcurrentIP,
+		CacheEntries:       cfg.HookCacheEntries,
+		CacheBytes:         cfg.HookCacheBytes,
 	}
 	if cfg.HookURL == "" {
 		return router.HookOptions{}, nil
