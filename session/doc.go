@@ -85,7 +85,8 @@
 // succession) keeps it waiting instead until a keepalive period passes
 // quietly. At most one writer runs at a time. While a keepalive ping is in
 // flight (at most one, every Options.PingInterval) a short-lived goroutine
-// waits for its pong. Everything Run starts has exited when Run returns
+// waits for its pong, or for the end of the connection, with which the
+// session ends at once. Everything Run starts has exited when Run returns
 // (when Start's ended is called).
 // Send never blocks on the network: it takes the queue's lock and may start
 // the writer goroutine.

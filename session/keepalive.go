@@ -25,8 +25,9 @@ func pongSignal(pongs chan struct{}) {
 	}
 }
 
-// directPing is the keepalive ping of a session that writes its own
-// frames: it writes a ping frame and waits for a pong or ctx.
+// directPing is the keepalive ping of a socket that writes its own frames:
+// it writes a ping frame and waits for a pong or ctx. Accept replaces it
+// with the session's ownPing, which also ends with the connection.
 func directPing(ctx context.Context, lw *lazyWriter, pongs chan struct{}) error {
 	select {
 	case <-pongs: // a pong of an earlier ping, or unsolicited
@@ -38,6 +39,30 @@ func directPing(ctx context.Context, lw *lazyWriter, pongs chan struct{}) error 
 	select {
 	case <-pongs:
 		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ownPing is the keepalive ping of a session accepted by Accept that reads
+// its socket itself (lazyconn.go): it writes a ping frame and waits for a
+// pong, for ctx (the pong timeout), or for the end of the reader, which
+// comes with the connection's: a peer that went away ends the session at
+// once, not when the pong timeout has passed.
+func (s *Session) ownPing(ctx context.Context) error {
+	pongs := s.idle.pongs
+	select {
+	case <-pongs: // a pong of an earlier ping, or unsolicited
+	default:
+	}
+	if err := s.idle.lw.writeControl(opPing, []byte("sy")); err != nil {
+		return err
+	}
+	select {
+	case <-pongs:
+		return nil
+	case <-s.readEnded:
+		return net.ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -122,6 +122,7 @@ type idleWait struct {
 	lr *lazyReader
 	br *bufio.Reader // the library's reader over lr; its buffered bytes come first
 	mu *sync.Mutex
+	lw *lazyWriter // the writer under the library's; keepalive pings go through it
 	// pongs, when set, is signalled for each pong frame wait consumes
 	// (keepalive.go); nil: pongs are left to the library.
 	pongs chan struct{}
@@ -384,7 +385,6 @@ func (l *lazyWriter) uncork() error {
 	l.copied = nil
 	return err
 }
-
 
 // writeText writes one final, unmasked, uncompressed text frame of size
 // payload bytes: the concatenation of parts[1:], shared slices written in

@@ -133,9 +133,11 @@ func Accept(w http.ResponseWriter, r *http.Request, acceptOpts *websocket.Accept
 	s := newSession(id, opts, connSocket(c, hj.lw, direct, pongs))
 	s.conn = c
 	if hj.lr != nil {
-		s.idle = idleWait{lr: hj.lr, br: hj.br, mu: new(sync.Mutex)}
+		s.idle = idleWait{lr: hj.lr, br: hj.br, mu: new(sync.Mutex), lw: hj.lw}
 		if direct {
 			s.idle.pongs = pongs
+			// The keepalive also ends with the reader (keepalive.go).
+			s.sock.ping = s.ownPing
 		}
 		hj.lr.flush = &s.deferral
 	}
