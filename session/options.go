@@ -107,8 +107,10 @@ type Options struct {
 	// MessageTimeout bounds the time from the first frame of an inbound
 	// message to its end; a message still unfinished then (a client parking
 	// a half-sent or fragmented message) closes the session with status
-	// 1008. Default 10s: a message at the 1 MiB frame limit needs about
-	// 100 KiB/s.
+	// 1008. For a session accepted by Accept it counts from the first byte
+	// of the frame's header, and bounds control frames too, so that a client
+	// stopping in the middle of any frame is closed by it. Default 10s: a
+	// message at the 1 MiB frame limit needs about 100 KiB/s.
 	MessageTimeout time.Duration
 	// ReadBudget, if set, is shared by sessions to bound the read buffers
 	// their unfinished inbound messages hold together (see ReadBudget).

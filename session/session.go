@@ -81,9 +81,17 @@ type Session struct {
 	deferral Deferral
 	deferred atomic.Bool
 
+	// bursts counts the starts and ends of the bursts of input of a
+	// session accepted by Accept: odd while one is read and handled.
+	// caughtUp, when set, is closed at the end of the current burst, for
+	// a keepalive ping whose pong may wait behind it (ownPing).
+	bursts   atomic.Uint32
+	caughtUp atomic.Pointer[chan struct{}]
+
 	// Owned by the reader goroutine.
 	idle     idleWait    // zero unless Accept took the lazy path
 	msgTimer *time.Timer // message timeout, reused
+	msgTimed bool        // msgTimer runs (startMessageTimer)
 	chunks   []*[]byte   // the chunks of the long message being read
 	reading  atomic.Int64
 
@@ -133,11 +141,16 @@ func Accept(w http.ResponseWriter, r *http.Request, acceptOpts *websocket.Accept
 	s := newSession(id, opts, connSocket(c, hj.lw, direct, pongs))
 	s.conn = c
 	if hj.lr != nil {
-		s.idle = idleWait{lr: hj.lr, br: hj.br, mu: new(sync.Mutex), lw: hj.lw}
+		s.idle = idleWait{lr: hj.lr, br: hj.br, mu: new(sync.Mutex)}
+		if ao.OnPingReceived == nil {
+			s.idle.lw = hj.lw
+		}
 		if direct {
 			s.idle.pongs = pongs
-			// The keepalive also ends with the reader (keepalive.go).
-			s.sock.ping = s.ownPing
+			// The keepalive also ends with the reader, and spares a
+			// reader busy in its handler (keepalive.go).
+			lw := hj.lw
+			s.sock.ping = func(ctx context.Context) error { return s.ownPing(ctx, lw) }
 		}
 		hj.lr.flush = &s.deferral
 	}
