@@ -376,6 +376,12 @@ func (s *Session) runEnd(err error, stop func() bool) error {
 	if stop() {
 		s.wg.Done() // the AfterFunc will not run
 	}
+	// The kick above makes the writer close the connection and finish.
+	// Waiting for that first orders before Wait the wg.Add of every wake
+	// that started a writer on another goroutine (a Close, a Send): each
+	// writer starts after the one before it parked, and the last closes
+	// writerEnded.
+	<-s.writerEnded
 	s.wg.Wait()
 	s.q.Close() // Send refuses items nobody will write
 
