@@ -62,9 +62,9 @@
 // gets a small bufio pair over a reader and writer that borrow pooled
 // buffers only while bytes are in hand (lazyconn.go; TCP and Unix sockets,
 // not TLS). Control frames never leave its reader waiting inside the
-// library's frame reader: the session answers a client's ping itself,
-// and a session without compression writes its keepalive pings itself and
-// takes their pongs, wherever they arrive between frames (keepalive.go). When its writer parks, the queue gives back its ring slots and
+// library's frame reader: the session answers a client's ping itself, and
+// writes its keepalive pings itself and takes their pongs, wherever they
+// arrive between frames (keepalive.go). When its writer parks, the queue gives back its ring slots and
 // its stream state (Queue.Shrink) to pools shared by all sessions.
 //
 // # One-way sessions
@@ -87,7 +87,10 @@
 // quietly. At most one writer runs at a time. While a keepalive ping is in
 // flight (at most one, every Options.PingInterval) a short-lived goroutine
 // waits for its pong, or for the end of the connection, with which the
-// session ends at once. Everything Run starts has exited when Run returns
+// session ends at once. For a session accepted by Accept, a pong timeout
+// that passes while the reader is busy with input (its handler waiting)
+// is not the peer's silence: the ping waits for the reader to catch up and
+// then for another PongTimeout (keepalive.go). Everything Run starts has exited when Run returns
 // (when Start's ended is called).
 // Send never blocks on the network: it takes the queue's lock and may start
 // the writer goroutine.

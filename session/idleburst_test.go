@@ -2,13 +2,10 @@ package session
 
 import (
 	"bytes"
-	"context"
-	"net"
-	"net/http"
-	"net/http/httptest"
+	"fmt"
+	"io"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,44 +33,6 @@ func sessionGoroutines() (int, string) {
 	return len(mine), strings.Join(mine, "\n\n")
 }
 
-// idleSessions accepts n sessions with raw clients, all handled by h, and
-// returns the clients and the sessions. Cleanup closes the clients and
-// waits for every session to end.
-func idleSessions(t *testing.T, n int, h Handler) ([]net.Conn, []*Session) {
-	t.Helper()
-	sessions := make(chan *Session, n)
-	var ended sync.WaitGroup
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s, err := Accept(w, r, nil, "s", Options{EncodeGap: testGap})
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		ended.Add(1)
-		if err := s.Start(context.Background(), h, func(error) { ended.Done() }); err != nil {
-			t.Error(err)
-		}
-		sessions <- s
-	}))
-	addr := strings.TrimPrefix(srv.URL, "http://")
-	conns := make([]net.Conn, n)
-	list := make([]*Session, n)
-	t.Cleanup(func() {
-		for _, c := range conns {
-			if c != nil {
-				c.Close()
-			}
-		}
-		ended.Wait()
-		srv.Close()
-	})
-	for i := range conns {
-		conns[i] = rawDial(t, addr, "/")
-		list[i] = <-sessions
-	}
-	return conns, list
-}
-
 // TestIdleAfterBurstOneGoroutine: once a burst of input has been handled,
 // an idle session is back to one goroutine, its reader waiting for the
 // socket: also when the burst was a client's ping, which the session
@@ -97,48 +56,56 @@ func TestIdleAfterBurstOneGoroutine(t *testing.T) {
 		{"ping behind a data frame", append(append([]byte{}, text...), ping...), 1, false, true},
 		{"two pings and a pong", append(append(append([]byte{}, ping...), ping...), pong...), 0, true, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			const n = 16
-			var handled atomic.Int64
-			conns, list := idleSessions(t, n, handlerFunc(func(*Session, []byte) { handled.Add(1) }))
-			waitFor(t, "every session idle", func() bool { g, _ := sessionGoroutines(); return g == n })
-			for _, c := range conns {
-				if _, err := c.Write(tc.send); err != nil {
-					t.Fatal(err)
+		for _, compressed := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, compressed=%v", tc.name, compressed), func(t *testing.T) {
+				const n = 16
+				var handled atomic.Int64
+				h := handlerFunc(func(*Session, []byte) { handled.Add(1) })
+				conns := make([]*rawClient, n)
+				list := make([]*Session, n)
+				for i := range conns {
+					rs := rawServeMode(t, compressed, Options{}, h)
+					conns[i], list[i] = rs.client, rs.sess
 				}
-			}
-			if tc.answers {
-				want := []byte{0x80 | opPong, 2, 'p', '1'}
-				for i, c := range conns {
-					got := make([]byte, len(want))
-					_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-					if _, err := c.Read(got); err != nil || !bytes.Equal(got, want) {
-						t.Fatalf("client %d: the answer to its ping is % x (%v), want % x", i, got, err, want)
+				waitFor(t, "every session idle", func() bool { g, _ := sessionGoroutines(); return g == n })
+				for _, c := range conns {
+					if _, err := c.Write(tc.send); err != nil {
+						t.Fatal(err)
 					}
 				}
-			}
-			waitFor(t, "every frame handled", func() bool { return handled.Load() == int64(tc.frames*n) })
-			if tc.pongs {
-				waitFor(t, "every pong taken", func() bool {
-					for _, s := range list {
-						if len(s.idle.pongs) == 0 {
-							return false
+				if tc.answers {
+					want := []byte{0x80 | opPong, 2, 'p', '1'}
+					for i, c := range conns {
+						got := make([]byte, len(want))
+						_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+						if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, want) {
+							t.Fatalf("client %d: the answer to its ping is % x (%v), want % x", i, got, err, want)
 						}
 					}
-					return true
-				})
-			}
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				g, stacks := sessionGoroutines()
-				if g == n {
-					break
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%d idle sessions run %d goroutines, want %d:\n%s", n, g, n, stacks)
+				waitFor(t, "every frame handled", func() bool { return handled.Load() == int64(tc.frames*n) })
+				if tc.pongs {
+					waitFor(t, "every pong taken", func() bool {
+						for _, s := range list {
+							if len(s.idle.pongs) == 0 {
+								return false
+							}
+						}
+						return true
+					})
 				}
-				time.Sleep(time.Millisecond)
-			}
-		})
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					g, stacks := sessionGoroutines()
+					if g == n {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("%d idle sessions run %d goroutines, want %d:\n%s", n, g, n, stacks)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			})
+		}
 	}
 }

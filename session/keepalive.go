@@ -12,13 +12,14 @@ import (
 // waiting for the next data frame on a deep stack. A session accepted by
 // Accept (lazyconn.go) instead takes the complete control frames at the
 // head of its input itself, between frames (idleWait.next): it answers a
-// client's ping with a pong (writeControl), and, without compression, it
-// writes its keepalive pings itself (ownPing) and takes any pong as the
-// answer. Other control frames (a close, the pongs of a compressed
-// session) go to the library, which reports pongs
-// (AcceptOptions.OnPongReceived). RFC 6455 allows unsolicited pongs, so
-// any pong proves the peer alive. A burst of input that held only control
-// frames thus ends, and the session is back to waiting on its small stack.
+// client's ping with a pong (writeControl), and it writes its keepalive
+// pings itself (ownPing), compressed or not (control frames never are),
+// and takes any pong as the answer. Close frames go to the library, and so
+// do control frames met inside a fragmented message; the library reports
+// the pongs it reads (AcceptOptions.OnPongReceived). RFC 6455 allows
+// unsolicited pongs, so any pong proves the peer alive. A burst of input
+// that held only control frames thus ends, and the session is back to
+// waiting on its small stack.
 
 // pongSignal returns a non-blocking signal on pongs (capacity 1).
 func pongSignal(pongs chan struct{}) {

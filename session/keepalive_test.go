@@ -2,6 +2,7 @@ package session
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -27,18 +28,20 @@ func TestKeepaliveEndsWithConnection(t *testing.T) {
 			return c.Close()
 		}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			const pongTimeout = 30 * time.Second
-			rs := rawServe(t, Options{PingInterval: 10 * time.Millisecond, PongTimeout: pongTimeout}, echo{})
-			if b0, _ := rs.client.readFrame(t); b0 != 0x80|opPing {
-				t.Fatalf("first frame of the server starts %#x, want a ping", b0)
-			}
-			// The ping is outstanding: the client never answers it.
-			if err := tc.leave(rs.client); err != nil {
-				t.Fatal(err)
-			}
-			rs.waitEnded(t, pongTimeout/3, "the client left with a ping outstanding")
-		})
+		for _, compressed := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, compressed=%v", tc.name, compressed), func(t *testing.T) {
+				const pongTimeout = 30 * time.Second
+				rs := rawServeMode(t, compressed, Options{PingInterval: 10 * time.Millisecond, PongTimeout: pongTimeout}, echo{})
+				if b0, _ := rs.client.readFrame(t); b0 != 0x80|opPing {
+					t.Fatalf("first frame of the server starts %#x, want a ping", b0)
+				}
+				// The ping is outstanding: the client never answers it.
+				if err := tc.leave(rs.client); err != nil {
+					t.Fatal(err)
+				}
+				rs.waitEnded(t, pongTimeout/3, "the client left with a ping outstanding")
+			})
+		}
 	}
 }
 
@@ -73,9 +76,15 @@ func (b *blockingHandler) HandleFrame(_ *Session, data []byte) {
 // once the reader gets to it. Before, the keepalive ended the session
 // although the client had answered.
 func TestKeepaliveSparesBusyReader(t *testing.T) {
+	for _, compressed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("compressed=%v", compressed), func(t *testing.T) { testKeepaliveSparesBusyReader(t, compressed) })
+	}
+}
+
+func testKeepaliveSparesBusyReader(t *testing.T, compressed bool) {
 	const pongTimeout = 100 * time.Millisecond
 	h := newBlockingHandler()
-	rs := rawServe(t, Options{PingInterval: 20 * time.Millisecond, PongTimeout: pongTimeout}, h)
+	rs := rawServeMode(t, compressed, Options{PingInterval: 20 * time.Millisecond, PongTimeout: pongTimeout}, h)
 	t.Cleanup(h.releaseOnce) // before the session's cleanup waits for it
 	if _, err := rs.client.Write(maskedText("block")); err != nil {
 		t.Fatal(err)

@@ -85,7 +85,10 @@ type Options struct {
 	// the 30s idle timeout common in proxies.
 	PingInterval time.Duration
 	// PongTimeout is how long a ping waits for its pong before the session
-	// ends. Default 10s.
+	// ends. For a session accepted by Accept it runs again from the moment
+	// the reader has caught up with its input when it passed while the
+	// reader was busy (a handler waiting): a pong is not read while the
+	// handler runs. Default 10s.
 	PongTimeout time.Duration
 	// WriteTimeout bounds a single write; one taking longer ends the session.
 	// Default 10s.

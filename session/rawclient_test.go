@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 // rawClient is a client that speaks WebSocket frames by hand over a plain
@@ -33,13 +35,26 @@ type rawSession struct {
 // a raw client. Cleanup closes the client and waits for the session.
 func rawServe(t *testing.T, opts Options, h Handler) *rawSession {
 	t.Helper()
+	return rawServeMode(t, false, opts, h)
+}
+
+// rawServeMode is rawServe with permessage-deflate negotiated when
+// compressed is set (the raw client's own frames stay uncompressed).
+func rawServeMode(t *testing.T, compressed bool, opts Options, h Handler) *rawSession {
+	t.Helper()
+	var ao *websocket.AcceptOptions
+	ext := ""
+	if compressed {
+		ao = &websocket.AcceptOptions{CompressionMode: websocket.CompressionNoContextTakeover}
+		ext = "Sec-WebSocket-Extensions: permessage-deflate; client_no_context_takeover; server_no_context_takeover\r\n"
+	}
 	if opts.EncodeGap == nil {
 		opts.EncodeGap = testGap
 	}
 	rs := &rawSession{runErr: make(chan error, 1)}
 	sessions := make(chan *Session, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s, err := Accept(w, r, nil, "raw", opts)
+		s, err := Accept(w, r, ao, "raw", opts)
 		if err != nil {
 			t.Error(err)
 			close(sessions)
@@ -57,7 +72,7 @@ func rawServe(t *testing.T, opts Options, h Handler) *rawSession {
 	}
 	key := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
 	req := "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
-		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + key + "\r\n\r\n"
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + key + "\r\n" + ext + "\r\n"
 	if _, err := c.Write([]byte(req)); err != nil {
 		t.Fatal(err)
 	}
@@ -68,6 +83,9 @@ func rawServe(t *testing.T, opts Options, h Handler) *rawSession {
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("upgrade reply %d", resp.StatusCode)
+	}
+	if got := strings.Contains(resp.Header.Get("Sec-WebSocket-Extensions"), "permessage-deflate"); got != compressed {
+		t.Fatalf("compression negotiated: %v, want %v", got, compressed)
 	}
 	rs.sess = <-sessions
 	if rs.sess == nil {

@@ -134,24 +134,22 @@ func Accept(w http.ResponseWriter, r *http.Request, acceptOpts *websocket.Accept
 	if err != nil {
 		return nil, fmt.Errorf("session: accept: %w", err)
 	}
-	// Without compression the session writes its text frames and its
-	// keepalive pings itself (lazyWriter.writeText, keepalive.go); with
-	// it, through the library.
+	// Without compression the session writes its text frames itself
+	// (lazyWriter.writeText); with it, through the library.
 	direct := hj.lw != nil && !strings.Contains(w.Header().Get("Sec-WebSocket-Extensions"), "permessage-deflate")
 	s := newSession(id, opts, connSocket(c, hj.lw, direct, pongs))
 	s.conn = c
 	if hj.lr != nil {
-		s.idle = idleWait{lr: hj.lr, br: hj.br, mu: new(sync.Mutex)}
+		s.idle = idleWait{lr: hj.lr, br: hj.br, mu: new(sync.Mutex), pongs: pongs}
 		if ao.OnPingReceived == nil {
 			s.idle.lw = hj.lw
 		}
-		if direct {
-			s.idle.pongs = pongs
-			// The keepalive also ends with the reader, and spares a
-			// reader busy in its handler (keepalive.go).
-			lw := hj.lw
-			s.sock.ping = func(ctx context.Context) error { return s.ownPing(ctx, lw) }
-		}
+		// The session writes its keepalive pings itself, compressed or
+		// not (control frames never are), and takes their pongs: the
+		// keepalive ends with the reader, and spares a reader busy in
+		// its handler (keepalive.go).
+		lw := hj.lw
+		s.sock.ping = func(ctx context.Context) error { return s.ownPing(ctx, lw) }
 		hj.lr.flush = &s.deferral
 	}
 	return s, nil
