@@ -159,11 +159,14 @@ const (
 const maxHeadReads = 16
 
 // next consumes the complete control frames at the head of the input that
-// the session takes itself, reading what the socket has without waiting
-// while nothing else is at hand, and reports what is left at the head and
-// whether it took a frame. It returns an error only when answering a ping
-// failed.
-func (w idleWait) next() (st int, took bool, err error) {
+// the session takes itself and reports what is left at the head and
+// whether it took a frame. It reads what the socket has, without waiting,
+// while only the start of a frame is at hand, or nothing and fresh is set
+// (the first look after wait found the socket readable); with nothing at
+// hand otherwise the caller waits for the socket, which costs no more
+// system calls than a read that finds nothing. It returns an error only
+// when answering a ping failed.
+func (w idleWait) next(fresh bool) (st int, took bool, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for range maxHeadReads {
@@ -172,6 +175,9 @@ func (w idleWait) next() (st int, took bool, err error) {
 		took = took || n > 0
 		if err != nil || st == headData || st == headControl {
 			return st, took, err
+		}
+		if !fresh && st == headNone {
+			return st, took, nil
 		}
 		n, rerr := w.lr.readNow()
 		if rerr != nil {

@@ -33,14 +33,14 @@ type rawSession struct {
 
 // rawServe accepts one session with opts, runs it with h and dials it with
 // a raw client. Cleanup closes the client and waits for the session.
-func rawServe(t *testing.T, opts Options, h Handler) *rawSession {
+func rawServe(t testing.TB, opts Options, h Handler) *rawSession {
 	t.Helper()
 	return rawServeMode(t, false, opts, h)
 }
 
 // rawServeMode is rawServe with permessage-deflate negotiated when
 // compressed is set (the raw client's own frames stay uncompressed).
-func rawServeMode(t *testing.T, compressed bool, opts Options, h Handler) *rawSession {
+func rawServeMode(t testing.TB, compressed bool, opts Options, h Handler) *rawSession {
 	t.Helper()
 	var ao *websocket.AcceptOptions
 	ext := ""

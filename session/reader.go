@@ -82,8 +82,8 @@ func (s *Session) readLoop(ctx context.Context, h Handler) error {
 // socket between frames. Bursts never overlap: the reader's fields pass
 // from one to the next through readLoop's channel.
 func (s *Session) readBurst(ctx context.Context, h Handler) error {
-	for {
-		st, took, err := s.idle.next()
+	for fresh := true; ; fresh = false {
+		st, took, err := s.idle.next(fresh)
 		if err != nil {
 			return err
 		}
