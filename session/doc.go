@@ -48,9 +48,10 @@
 // within Options.MessageTimeout of its first frame, or the session closes
 // with 1008; for a session accepted by Accept the timeout starts with the
 // first byte of the frame's header, and covers control frames too, so that
-// a client that stops in the middle of any frame is closed by it. A message is read into a small pooled buffer and, when longer,
-// into fixed 64 KiB chunks: an unfinished message holds about the bytes
-// that arrived (Stats.Reading), never a buffer grown by copying.
+// a client that stops in the middle of any frame is closed by it. A
+// message is read into a small pooled buffer and, when longer, into fixed
+// 64 KiB chunks: an unfinished message holds about the bytes that arrived
+// (Stats.Reading), never a buffer grown by copying.
 //
 // # Memory of an idle session
 //
@@ -64,8 +65,9 @@
 // not TLS). Control frames never leave its reader waiting inside the
 // library's frame reader: the session answers a client's ping itself, and
 // writes its keepalive pings itself and takes their pongs, wherever they
-// arrive between frames (keepalive.go). When its writer parks, the queue gives back its ring slots and
-// its stream state (Queue.Shrink) to pools shared by all sessions.
+// arrive between frames (keepalive.go). When its writer parks, the queue
+// gives back its ring slots and its stream state (Queue.Shrink) to pools
+// shared by all sessions.
 //
 // # One-way sessions
 //
@@ -90,8 +92,8 @@
 // session ends at once. For a session accepted by Accept, a pong timeout
 // that passes while the reader is busy with input (its handler waiting)
 // is not the peer's silence: the ping waits for the reader to catch up and
-// then for another PongTimeout (keepalive.go). Everything Run starts has exited when Run returns
-// (when Start's ended is called).
+// then for another PongTimeout (keepalive.go). Everything Run starts has
+// exited when Run returns (when Start's ended is called).
 // Send never blocks on the network: it takes the queue's lock and may start
 // the writer goroutine.
 //
