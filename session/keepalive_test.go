@@ -84,7 +84,8 @@ func TestKeepaliveSparesBusyReader(t *testing.T) {
 func testKeepaliveSparesBusyReader(t *testing.T, compressed bool) {
 	const pongTimeout = 100 * time.Millisecond
 	h := newBlockingHandler()
-	rs := rawServeMode(t, compressed, Options{PingInterval: 20 * time.Millisecond, PongTimeout: pongTimeout}, h)
+	// The first ping comes well after the frame below is in the handler.
+	rs := rawServeMode(t, compressed, Options{PingInterval: 500 * time.Millisecond, PongTimeout: pongTimeout}, h)
 	t.Cleanup(h.releaseOnce) // before the session's cleanup waits for it
 	if _, err := rs.client.Write(maskedText("block")); err != nil {
 		t.Fatal(err)
@@ -139,7 +140,7 @@ func testKeepaliveSparesBusyReader(t *testing.T, compressed bool) {
 func TestKeepaliveEndsSilentClientAfterBusyReader(t *testing.T) {
 	const pongTimeout = 50 * time.Millisecond
 	h := newBlockingHandler()
-	rs := rawServe(t, Options{PingInterval: 20 * time.Millisecond, PongTimeout: pongTimeout}, h)
+	rs := rawServe(t, Options{PingInterval: 500 * time.Millisecond, PongTimeout: pongTimeout}, h)
 	t.Cleanup(h.releaseOnce) // before the session's cleanup waits for it
 	if _, err := rs.client.Write(maskedText("block")); err != nil {
 		t.Fatal(err)

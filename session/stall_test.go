@@ -54,7 +54,8 @@ func TestStalledFrameEndsByMessageTimeout(t *testing.T) {
 // complete control frame is not timed out.
 func TestFrameInPiecesIsHandled(t *testing.T) {
 	got := make(chan string, 1)
-	const timeout = 100 * time.Millisecond
+	// Long enough for the one-byte writes below on a loaded machine.
+	const timeout = time.Second
 	rs := rawServe(t, Options{MessageTimeout: timeout, PingInterval: time.Hour},
 		handlerFunc(func(_ *Session, data []byte) { got <- string(data) }))
 	for _, b := range maskedText("pieces") {
@@ -83,6 +84,6 @@ func TestFrameInPiecesIsHandled(t *testing.T) {
 	select {
 	case err := <-rs.runErr:
 		t.Fatalf("an idle session ended: %v", err)
-	case <-time.After(5 * timeout):
+	case <-time.After(3 * timeout):
 	}
 }
