@@ -49,9 +49,12 @@
 // the connection with status 1003, invalid UTF-8 with 1007, and a frame over
 // Options.ReadLimit with 1009. A message (all its fragments) must arrive
 // within Options.MessageTimeout of its first frame, or the session closes
-// with 1008. A message is read into a small pooled buffer and, when longer,
-// into fixed 64 KiB chunks: an unfinished message holds about the bytes
-// that arrived (Stats.Reading), never a buffer grown by copying.
+// with 1008; for a session accepted by Accept the timeout starts with the
+// first byte of the frame's header, and covers control frames too, so that
+// a client that stops in the middle of any frame is closed by it. A
+// message is read into a small pooled buffer and, when longer, into fixed
+// 64 KiB chunks: an unfinished message holds about the bytes that arrived
+// (Stats.Reading), never a buffer grown by copying.
 //
 // # Memory of an idle session
 //
@@ -62,12 +65,12 @@
 // writer goroutine (see Concurrency) and no buffer: the WebSocket library
 // gets a small bufio pair over a reader and writer that borrow pooled
 // buffers only while bytes are in hand (lazyconn.go; TCP and Unix sockets,
-// not TLS), also when the library's reader waits for the frame after a
-// control frame. A session without compression writes its keepalive pings
-// itself and takes the pongs it finds while waiting (keepalive.go), so a
-// keepalive does not leave its reader waiting inside the library's frame
-// reader. When its writer parks, the queue gives back its ring slots and
-// its stream state (Queue.Shrink) to pools shared by all sessions.
+// not TLS). Control frames never leave its reader waiting inside the
+// library's frame reader: the session answers a client's ping itself, and
+// writes its keepalive pings itself and takes their pongs, wherever they
+// arrive between frames (keepalive.go). When its writer parks, the queue
+// gives back its ring slots and its stream state (Queue.Shrink) to pools
+// shared by all sessions.
 //
 // # One-way sessions
 //
@@ -88,8 +91,12 @@
 // succession) keeps it waiting instead until a keepalive period passes
 // quietly. At most one writer runs at a time. While a keepalive ping is in
 // flight (at most one, every Options.PingInterval) a short-lived goroutine
-// waits for its pong. Everything Run starts has exited when Run returns
-// (when Start's ended is called).
+// waits for its pong, or for the end of the connection, with which the
+// session ends at once. For a session accepted by Accept, a pong timeout
+// that passes while the reader is busy with input (its handler waiting)
+// is not the peer's silence: the ping waits for the reader to catch up and
+// then for another PongTimeout (keepalive.go). Everything Run starts has
+// exited when Run returns (when Start's ended is called).
 // Send never blocks on the network: it takes the queue's lock and may start
 // the writer goroutine.
 //

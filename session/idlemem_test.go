@@ -129,26 +129,35 @@ func TestIdleSessionSmallStack(t *testing.T) {
 	ended.Wait()
 }
 
-// TestTakePongs: only whole masked pong frames at the head are consumed.
-func TestTakePongs(t *testing.T) {
-	pong := maskedText("sy")
-	pong[0] = 0x80 | opPong
+// TestHeadFrame: what the bytes at hand start with, wherever they are
+// split between the library's buffer and the session's.
+func TestHeadFrame(t *testing.T) {
+	pong := maskedFrame(0x80|opPong, "sy")
 	text := maskedText("x")
-	both := append(append([]byte{}, pong...), pong...)
+	long := []byte{0x81, 0x80 | 126, 0x01, 0x00, 1, 2, 3, 4} // 256 bytes follow
 	for _, tc := range []struct {
-		name        string
-		in          []byte
-		used, pongs int
+		name string
+		in   []byte
+		st   int
+		size int
 	}{
-		{"one", pong, len(pong), 1},
-		{"two", both, len(both), 2},
-		{"then text", append(append([]byte{}, pong...), text...), len(pong), 1},
-		{"text first", append(append([]byte{}, text...), pong...), 0, 0},
-		{"partial", pong[:len(pong)-1], 0, 0},
-		{"unmasked", []byte{0x8A, 0}, 0, 0},
+		{"nothing", nil, headNone, 0},
+		{"one byte", pong[:1], headPartial, 0},
+		{"header without its mask", pong[:4], headPartial, 0},
+		{"pong", pong, headControl, len(pong)},
+		{"pong then text", append(append([]byte{}, pong...), text...), headControl, len(pong)},
+		{"pong without its last byte", pong[:len(pong)-1], headPartial, 0},
+		{"text", text, headData, 0},
+		{"text header only", text[:6], headData, 0},
+		{"extended length, part of it", long[:3], headPartial, 0},
+		{"extended length", long, headData, 0},
+		{"unmasked control frame", []byte{0x8A, 0}, headControl, 0},
 	} {
-		if used, pongs := takePongs(tc.in); used != tc.used || pongs != tc.pongs {
-			t.Errorf("%s: used %d, pongs %d; want %d, %d", tc.name, used, pongs, tc.used, tc.pongs)
+		for split := 0; split <= len(tc.in); split++ {
+			in := headBytes{a: tc.in[:split], b: tc.in[split:]}
+			if st, size := in.frame(); st != tc.st || size != tc.size {
+				t.Errorf("%s, split at %d: state %d, size %d; want %d, %d", tc.name, split, st, size, tc.st, tc.size)
+			}
 		}
 	}
 }

@@ -109,70 +109,127 @@ func (h *lazyHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 // idleWait lets the reader wait for the next frame on a shallow stack:
-// the reader calls wait between frames, before the library's Reader, and
-// it returns once the socket is readable or has failed, or at once when
-// bytes are buffered already. Waiting here rather than deep in the
-// library's frame reading lets the runtime shrink an idle reader's stack
-// to a few KiB.
+// the reader waits for its socket in wait, and a burst of input is read on
+// a goroutine of its own that asks next, before each frame, whether a
+// frame is at hand for the library's reader. next consumes the complete
+// control frames it finds at the head of the input itself (keepalive.go),
+// so that a burst never waits inside the library for the frame after a
+// control frame, and it hands the library only frames whose header is at
+// hand, so that a frame started and not continued is timed (reader.go)
+// and waited for here, on the shallow stack, not in the library.
 //
 // The library reads the connection outside the reader only in its close
 // handshake (Conn.Close waits for the peer's close frame); mu orders that
-// with the look at the buffers: the writer holds it around Close.
+// with next's reads and looks at the buffers: the writer holds it around
+// Close.
 type idleWait struct {
 	lr *lazyReader
 	br *bufio.Reader // the library's reader over lr; its buffered bytes come first
 	mu *sync.Mutex
-	// pongs, when set, is signalled for each pong frame wait consumes
+	// lw, when set, is the writer under the library's, through which next
+	// answers the client's pings itself; nil when the AcceptOptions want
+	// to see them (OnPingReceived): they are left to the library.
+	lw *lazyWriter
+	// pongs, when set, is signalled for each pong frame next consumes
 	// (keepalive.go); nil: pongs are left to the library.
 	pongs chan struct{}
 }
 
+// wait waits until the socket is readable or has failed, holding no
+// buffer; the bytes it finds are read by next.
 func (w idleWait) wait() {
-	if w.buffered() {
-		return
-	}
 	if w.lr.flush != nil {
 		w.lr.flush.Flush() // nothing left of the last read (deferral.go)
 	}
-	for {
-		_ = w.lr.rc.Read(func(fd uintptr) bool { return !peekWouldBlock(fd) })
-		// An error is the library's to report: its read fails the same way.
-		if w.pongs == nil || !w.takePongs() {
-			return
+	// An error is the library's to report: its read fails the same way.
+	_ = w.lr.rc.Read(func(fd uintptr) bool { return !peekWouldBlock(fd) })
+}
+
+// What next finds at the head of the input.
+const (
+	headNone    = iota // nothing: wait for the socket
+	headPartial        // the start of a frame, its header (or control frame) incomplete: wait for the socket
+	headData           // a data frame's header: the library reads on
+	headControl        // a control frame next leaves to the library, or the socket's end or failure
+	headMore           // control frames only so far, and more input: look again
+)
+
+// maxHeadReads bounds the reads of one call of next, so that a client
+// sending control frames only does not hold mu for long.
+const maxHeadReads = 16
+
+// next consumes the complete control frames at the head of the input that
+// the session takes itself and reports what is left at the head and
+// whether it took a frame. It reads what the socket has, without waiting,
+// while only the start of a frame is at hand, or nothing and fresh is set
+// (the first look after wait found the socket readable); with nothing at
+// hand otherwise the caller waits for the socket, which costs no more
+// system calls than a read that finds nothing. It returns an error only
+// when answering a ping failed.
+func (w idleWait) next(fresh bool) (st int, took bool, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for range maxHeadReads {
+		var n int
+		st, n, err = w.takeControl()
+		took = took || n > 0
+		if err != nil || st == headData || st == headControl {
+			return st, took, err
 		}
-		// Only keepalive pongs arrived: back to waiting, holding nothing.
+		if !fresh && st == headNone {
+			return st, took, nil
+		}
+		n, rerr := w.lr.readNow()
+		if rerr != nil {
+			return headControl, took, nil // the library's read meets the same end
+		}
+		if n == 0 {
+			if st == headPartial {
+				w.lr.keepSmall()
+			}
+			return st, took, nil
+		}
+	}
+	return headMore, took, nil // mu is let go between looks
+}
+
+// takeControl consumes the complete control frames at the head of the
+// bytes at hand that the session takes (pongs when pongs is set, pings
+// when lw is) and reports what is left and how many it took.
+func (w idleWait) takeControl() (st, took int, err error) {
+	for ; ; took++ {
+		a, _ := w.br.Peek(w.br.Buffered())
+		in := headBytes{a: a, b: w.lr.pending}
+		st, size := in.frame()
+		if st != headControl {
+			return st, took, nil
+		}
+		b0 := in.at(0)
+		if size == 0 || !(b0 == 0x80|opPong && w.pongs != nil || b0 == 0x80|opPing && w.lw != nil) {
+			return headControl, took, nil // a close frame, a bad one, or one the library wants to see
+		}
+		var payload [125]byte
+		p := payload[:size-6]
+		for i := range p {
+			p[i] = in.at(6+i) ^ in.at(2+i%4)
+		}
+		w.discard(len(a), size)
+		if b0 == 0x80|opPong {
+			pongSignal(w.pongs)
+			continue
+		}
+		if err := w.lw.writeControl(opPong, p); err != nil {
+			return headNone, took, err
+		}
 	}
 }
 
-// takePongs reads what the socket has and consumes the pong frames at its
-// head (keepalive.go). It reports true when nothing else is left, so that
-// the caller waits again; false leaves the rest to the library.
-func (w idleWait) takePongs() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	lr := w.lr
-	if w.br.Buffered() > 0 || len(lr.pending) > 0 {
-		return false
-	}
-	// The socket is readable (or failed): this read does not wait.
-	var bp *[]byte
-	n, err := lr.readSocket(nil, &bp)
-	if n == 0 || err != nil {
-		if bp != nil {
-			putBuf(bp)
-		}
-		return false // the library's read meets the same end
-	}
-	used, pongs := takePongs((*bp)[:n])
-	for range pongs {
-		pongSignal(w.pongs)
-	}
-	if used == n {
-		putBuf(bp)
-		return true
-	}
-	lr.buf, lr.pending = bp, (*bp)[used:n]
-	return false
+// discard drops the first n bytes at hand, of which inBR are buffered in
+// br.
+func (w idleWait) discard(inBR, n int) {
+	k := min(n, inBR)
+	_, _ = w.br.Discard(k)
+	w.lr.drop(n - k)
 }
 
 // buffered reports whether bytes already read wait in the buffers.
@@ -180,6 +237,58 @@ func (w idleWait) buffered() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.br.Buffered() > 0 || len(w.lr.pending) > 0
+}
+
+// headBytes is the input at hand in two parts: what the library's
+// bufio.Reader holds, then what lazyReader holds.
+type headBytes struct{ a, b []byte }
+
+func (h headBytes) len() int { return len(h.a) + len(h.b) }
+
+func (h headBytes) at(i int) byte {
+	if i < len(h.a) {
+		return h.a[i]
+	}
+	return h.b[i-len(h.a)]
+}
+
+// frame reports what the bytes at hand start with (RFC 6455, 5.2): nothing,
+// a frame whose header is incomplete, a data frame's complete header, or a
+// control frame (opcode 8 and above) — with, for a short masked control
+// frame, its size when it is complete, and headPartial while it is not.
+func (h headBytes) frame() (st, size int) {
+	n := h.len()
+	if n == 0 {
+		return headNone, 0
+	}
+	if n < 2 {
+		return headPartial, 0
+	}
+	b0, b1 := h.at(0), h.at(1)
+	hl := 2
+	switch b1 & 0x7f {
+	case 126:
+		hl += 2
+	case 127:
+		hl += 8
+	}
+	if b1&0x80 != 0 {
+		hl += 4
+	}
+	if n < hl {
+		return headPartial, 0
+	}
+	if b0&0x08 == 0 {
+		return headData, 0
+	}
+	if b1&0x80 == 0 || b1&0x7f > 125 {
+		return headControl, 0 // the library refuses it
+	}
+	size = hl + int(b1&0x7f)
+	if n < size {
+		return headPartial, 0
+	}
+	return headControl, size
 }
 
 // lazyConn is a hijacked connection that reads through a lazyReader.
@@ -229,6 +338,67 @@ func (l *lazyReader) Read(p []byte) (int, error) {
 		l.buf = nil
 	}
 	return n, nil
+}
+
+// readNow reads what the socket has, without waiting, after the bytes
+// pending, which it moves into a pooled buffer with room after them first.
+// It returns the number of bytes read: 0 when the socket has nothing now,
+// with io.EOF or an error when it ended or failed.
+func (l *lazyReader) readNow() (int, error) {
+	if l.flush != nil {
+		l.flush.Flush() // the frames of the last read have been handled (deferral.go)
+	}
+	if l.buf == nil {
+		bp := getBuf()
+		*bp = append((*bp)[:0], l.pending...)
+		l.buf, l.pending = bp, *bp
+	} else if len(l.pending) == cap(l.pending) {
+		b := (*l.buf)[:cap(*l.buf)]
+		l.pending = b[:copy(b, l.pending)]
+	}
+	room := l.pending[len(l.pending):cap(l.pending)]
+	var n int
+	var rerr error
+	err := l.rc.Read(func(fd uintptr) bool {
+		n, rerr = readFD(fd, room)
+		return true // no wait
+	})
+	switch {
+	case err != nil:
+	case errors.Is(rerr, syscall.EAGAIN):
+		n = 0
+	case rerr != nil:
+		err = &net.OpError{Op: "read", Net: "tcp", Err: rerr}
+	case n == 0:
+		err = io.EOF
+	}
+	l.pending = l.pending[:len(l.pending)+n]
+	if len(l.pending) == 0 {
+		putBuf(l.buf)
+		l.buf, l.pending = nil, nil
+	}
+	return n, err
+}
+
+// keepSmall moves the pending bytes (the start of a frame, a few bytes)
+// out of the pooled buffer into one of their size, so that a session
+// waiting for the rest of a frame holds no pooled buffer.
+func (l *lazyReader) keepSmall() {
+	if l.buf == nil {
+		return
+	}
+	l.pending = append([]byte(nil), l.pending...)
+	putBuf(l.buf)
+	l.buf = nil
+}
+
+// drop drops the first n pending bytes.
+func (l *lazyReader) drop(n int) {
+	l.pending = l.pending[n:]
+	if len(l.pending) == 0 && l.buf != nil {
+		putBuf(l.buf)
+		l.buf, l.pending = nil, nil
+	}
 }
 
 // readSocket reads once into p or, with p nil, into a buffer of bufPool
@@ -384,7 +554,6 @@ func (l *lazyWriter) uncork() error {
 	l.copied = nil
 	return err
 }
-
 
 // writeText writes one final, unmasked, uncompressed text frame of size
 // payload bytes: the concatenation of parts[1:], shared slices written in

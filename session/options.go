@@ -85,7 +85,10 @@ type Options struct {
 	// the 30s idle timeout common in proxies.
 	PingInterval time.Duration
 	// PongTimeout is how long a ping waits for its pong before the session
-	// ends. Default 10s.
+	// ends. For a session accepted by Accept it runs again from the moment
+	// the reader has caught up with its input when it passed while the
+	// reader was busy (a handler waiting): a pong is not read while the
+	// handler runs. Default 10s.
 	PongTimeout time.Duration
 	// WriteTimeout bounds a single write; one taking longer ends the session.
 	// Default 10s.
@@ -107,8 +110,10 @@ type Options struct {
 	// MessageTimeout bounds the time from the first frame of an inbound
 	// message to its end; a message still unfinished then (a client parking
 	// a half-sent or fragmented message) closes the session with status
-	// 1008. Default 10s: a message at the 1 MiB frame limit needs about
-	// 100 KiB/s.
+	// 1008. For a session accepted by Accept it counts from the first byte
+	// of the frame's header, and bounds control frames too, so that a client
+	// stopping in the middle of any frame is closed by it. Default 10s: a
+	// message at the 1 MiB frame limit needs about 100 KiB/s.
 	MessageTimeout time.Duration
 	// ReadBudget, if set, is shared by sessions to bound the read buffers
 	// their unfinished inbound messages hold together (see ReadBudget).

@@ -21,8 +21,13 @@ import (
 // frame) holds what arrived plus at most one chunk, never a multiple of
 // it. A complete message of one chunk is handled in place; a longer one
 // is joined into one buffer of its exact size for the handler. The
-// message's first byte starts Options.MessageTimeout; a message not
-// complete by then closes the session with 1008.
+// message's first byte starts Options.MessageTimeout (for a session
+// accepted by Accept, the first byte of its first frame's header; for
+// others, once that header has been read); a message not complete by then
+// closes the session with 1008. So does, for a session accepted by Accept,
+// a frame header or a control frame not complete within MessageTimeout of
+// its first byte (idleWait.next): a client that stops in the middle of a
+// frame is caught by the message timeout, not only by the keepalive.
 
 // chunkSize is the size of the buffers long messages are read into.
 const chunkSize = 64 << 10
@@ -45,31 +50,67 @@ func (s *Session) readLoop(ctx context.Context, h Handler) error {
 			}
 		}
 	}
+	defer s.stopMessageTimer() // a frame started and never continued
 	burst := make(chan error, 1)
-	for {
-		// Wait for a frame without holding a buffer: idle sessions cost
-		// no read buffer, and this goroutine no more than the smallest
-		// stack (see Start).
-		s.idle.wait()
+	for waited := !s.idle.buffered(); ; waited = true {
+		if waited {
+			// Wait for input without holding a buffer: idle sessions
+			// cost no read buffer, and this goroutine no more than the
+			// smallest stack (see Start).
+			s.idle.wait()
+		}
+		s.bursts.Add(1) // odd: busy with input
 		go func() { burst <- s.readBurst(ctx, h) }()
-		if err := <-burst; err != nil {
+		err := <-burst
+		s.bursts.Add(1)
+		if s.caughtUp.Load() != nil {
+			if c := s.caughtUp.Swap(nil); c != nil {
+				close(*c) // a keepalive ping waited for this (ownPing)
+			}
+		}
+		if err != nil {
 			return err
 		}
 	}
 }
 
 // readBurst reads and handles frames while input is at hand: it returns
-// nil once the last read's bytes are used up between two frames (the
-// caller waits for the socket again), or the error that ends the session.
-// Bursts never overlap: the reader's fields pass from one to the next
-// through readLoop's channel.
+// nil once nothing more is (the caller waits for the socket again), or
+// the error that ends the session. Control frames the session takes
+// itself never reach the library (idleWait.next), and a frame whose header
+// has not all arrived is left until it has: the burst never waits for the
+// socket between frames. Bursts never overlap: the reader's fields pass
+// from one to the next through readLoop's channel.
 func (s *Session) readBurst(ctx context.Context, h Handler) error {
-	for {
-		if err := s.readNext(ctx, h); err != nil {
+	for fresh := true; ; fresh = false {
+		st, took, err := s.idle.next(fresh)
+		if err != nil {
 			return err
 		}
-		if !s.idle.buffered() {
+		if took {
+			// A control frame that had started is complete.
+			if err := s.stopMessageTimer(); err != nil {
+				return err
+			}
+		}
+		switch st {
+		case headNone:
 			return nil
+		case headPartial:
+			// A frame has started: it must be complete within
+			// MessageTimeout of its first byte.
+			s.startMessageTimer()
+			return nil
+		case headMore:
+			continue
+		case headControl:
+			// The library reads it (and the frames after it).
+			if err := s.stopMessageTimer(); err != nil {
+				return err
+			}
+		}
+		if err := s.readNext(ctx, h); err != nil {
+			return err
 		}
 	}
 }
@@ -90,17 +131,14 @@ func (s *Session) readNext(ctx context.Context, h Handler) error {
 // readFrame reads one text message from r within Options.MessageTimeout
 // and hands it to h.
 func (s *Session) readFrame(r io.Reader, h Handler) error {
-	s.wg.Add(1) // for the timer's callback; released by Stop or by it
-	s.msgTimer.Reset(s.opts.MessageTimeout)
+	s.startMessageTimer() // unless it runs since the frame's first byte
 	bp := getBuf()
 	defer putBuf(bp)
 	// Past ReadLimit the websocket package sends the 1009 close itself.
 	data, err := s.readMessage(r, bp)
 	defer s.releaseChunks()
-	if s.msgTimer.Stop() {
-		s.wg.Done()
-	} else {
-		return ErrMessageTimeout // the callback requested the close
+	if terr := s.stopMessageTimer(); terr != nil {
+		return terr // the callback requested the close
 	}
 	if err != nil {
 		return err
@@ -207,6 +245,31 @@ func fill(r io.Reader, buf []byte) (_ []byte, end bool, err error) {
 		}
 	}
 	return buf, false, nil
+}
+
+// startMessageTimer starts the message timeout unless it runs already.
+func (s *Session) startMessageTimer() {
+	if s.msgTimed {
+		return
+	}
+	s.msgTimed = true
+	s.wg.Add(1) // for the timer's callback; released by Stop or by it
+	s.msgTimer.Reset(s.opts.MessageTimeout)
+}
+
+// stopMessageTimer stops the message timeout if it runs; it returns
+// ErrMessageTimeout if the timeout has passed (its callback requested the
+// close).
+func (s *Session) stopMessageTimer() error {
+	if !s.msgTimed {
+		return nil
+	}
+	s.msgTimed = false
+	if !s.msgTimer.Stop() {
+		return ErrMessageTimeout
+	}
+	s.wg.Done()
+	return nil
 }
 
 // onMessageTimeout runs when an inbound message took longer than

@@ -81,9 +81,17 @@ type Session struct {
 	deferral Deferral
 	deferred atomic.Bool
 
+	// bursts counts the starts and ends of the bursts of input of a
+	// session accepted by Accept: odd while one is read and handled.
+	// caughtUp, when set, is closed at the end of the current burst, for
+	// a keepalive ping whose pong may wait behind it (ownPing).
+	bursts   atomic.Uint32
+	caughtUp atomic.Pointer[chan struct{}]
+
 	// Owned by the reader goroutine.
 	idle     idleWait    // zero unless Accept took the lazy path
 	msgTimer *time.Timer // message timeout, reused
+	msgTimed bool        // msgTimer runs (startMessageTimer)
 	chunks   []*[]byte   // the chunks of the long message being read
 	reading  atomic.Int64
 
@@ -126,17 +134,22 @@ func Accept(w http.ResponseWriter, r *http.Request, acceptOpts *websocket.Accept
 	if err != nil {
 		return nil, fmt.Errorf("session: accept: %w", err)
 	}
-	// Without compression the session writes its text frames and its
-	// keepalive pings itself (lazyWriter.writeText, keepalive.go); with
-	// it, through the library.
+	// Without compression the session writes its text frames itself
+	// (lazyWriter.writeText); with it, through the library.
 	direct := hj.lw != nil && !strings.Contains(w.Header().Get("Sec-WebSocket-Extensions"), "permessage-deflate")
 	s := newSession(id, opts, connSocket(c, hj.lw, direct, pongs))
 	s.conn = c
 	if hj.lr != nil {
-		s.idle = idleWait{lr: hj.lr, br: hj.br, mu: new(sync.Mutex)}
-		if direct {
-			s.idle.pongs = pongs
+		s.idle = idleWait{lr: hj.lr, br: hj.br, mu: new(sync.Mutex), pongs: pongs}
+		if ao.OnPingReceived == nil {
+			s.idle.lw = hj.lw
 		}
+		// The session writes its keepalive pings itself, compressed or
+		// not (control frames never are), and takes their pongs: the
+		// keepalive ends with the reader, and spares a reader busy in
+		// its handler (keepalive.go).
+		lw := hj.lw
+		s.sock.ping = func(ctx context.Context) error { return s.ownPing(ctx, lw) }
 		hj.lr.flush = &s.deferral
 	}
 	return s, nil
@@ -362,6 +375,12 @@ func (s *Session) runEnd(err error, stop func() bool) error {
 	if stop() {
 		s.wg.Done() // the AfterFunc will not run
 	}
+	// The kick above makes the writer close the connection and finish.
+	// Waiting for that first orders before Wait the wg.Add of every wake
+	// that started a writer on another goroutine (a Close, a Send): each
+	// writer starts after the one before it parked, and the last closes
+	// writerEnded.
+	<-s.writerEnded
 	s.wg.Wait()
 	s.q.Close() // Send refuses items nobody will write
 
