@@ -15,9 +15,12 @@ package router
 // event:
 //
 //   - a message frame is an event of the default type ("message") whose
-//     data is the frame's JSON and whose id is a position token: the epoch
-//     and, for every pattern, the last offset delivered on every (topic,
-//     partition), base64url-encoded. It is opaque to clients.
+//     data is the frame's JSON and whose id is "<stream>.<n>", the
+//     stream's key and the event's number (sse_resume.go). It is opaque to
+//     clients. The queue puts the item's position on a line before the
+//     frame (session.Options.FramePrefix), so writing an event parses
+//     nothing back and costs the same however many partitions the stream
+//     has seen.
 //   - every other frame is an event named after its op (welcome,
 //     subscribed, gap, error, topic_deleted, refresh_required, …) with the
 //     frame's JSON as data, and no id.
@@ -29,10 +32,12 @@ package router
 // A browser's EventSource reconnects by itself and sends the last id it
 // received as the Last-Event-ID header (or a client passes it as the
 // last_event_id query parameter): every pattern then resumes after its
-// positions exactly as a WebSocket subscribe with "from": {"epoch",
-// "positions"} does, with the same "recovered" answer in its subscribed
-// event. A token from another epoch resumes as such a subscribe would (from
-// the earliest records, recovered false).
+// positions as the gateway kept them for that id (sse_resume.go) exactly as
+// a WebSocket subscribe with "from": {"epoch", "positions"} does, with the
+// same "recovered" answer in its subscribed event. An id the gateway no
+// longer knows, or a token from another epoch, resumes as such a subscribe
+// would (from the earliest records, recovered false). A Last-Event-ID past
+// the bounds (sse_token.go) is refused with 400 before the stream starts.
 //
 // Each write extends the response's write deadline by the session's write
 // timeout (http.ResponseController), so a server-wide WriteTimeout does not
@@ -42,7 +47,7 @@ package router
 //
 // Concurrency: the session's writer goroutine calls Write and Close, its
 // keepalive goroutine Keepalive; sseTransport.mu serializes them. The
-// position state is touched by Write only.
+// position state is the stream's sseState, under its own lock.
 
 import (
 	"bytes"
