@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchyard/switchyard/engine"
 )
@@ -241,16 +242,24 @@ func TestSSEPositionsPastTheBound(t *testing.T) {
 }
 
 // TestSSEResumeStateBound: an ended stream's positions are kept within
-// the byte bound only; past it a reconnect resumes as an unknown stream
-// does, and the kept bytes stay within the bound.
+// the byte bound and for the TTL only; past either a reconnect resumes as
+// an unknown stream does, and the kept bytes stay within the bound.
 func TestSSEResumeStateBound(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		bytes     int64
+		ttl       time.Duration
 		recovered bool
-	}{{"within", 1 << 20, true}, {"past", 1, false}} {
+	}{
+		{"within", 1 << 20, time.Hour, true},
+		{"past the bytes", 1, time.Hour, false},
+		{"past the TTL", 1 << 20, time.Nanosecond, false},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := newGateway(t, func(c *gwConfig) { c.router.SSE.ResumeBytes = tc.bytes })
+			g := newGateway(t, func(c *gwConfig) {
+				c.router.SSE.ResumeBytes = tc.bytes
+				c.router.SSE.ResumeTTL = tc.ttl
+			})
 			if _, err := g.rt.Publish(context.Background(), engine.Message{Topic: "r", Data: []byte(`1`)}); err != nil {
 				t.Fatal(err)
 			}

@@ -149,7 +149,6 @@ type sseState struct {
 	undo     []sseUndo // ring: the change of event n is at (n-base-1) % sseUndoEvents
 	bytes    int64
 	endedAt  time.Time
-	isEnded  bool
 }
 
 type sseSlotKey struct {
@@ -183,7 +182,7 @@ func (r *sseResume) newState(key, epoch string, patterns []string) *sseState {
 // end keeps st for ResumeTTL within ResumeBytes.
 func (r *sseResume) end(st *sseState, now time.Time) {
 	st.mu.Lock()
-	st.isEnded, st.endedAt = true, now
+	st.endedAt = now
 	b := st.bytes + int64(cap(st.undo))*16
 	st.mu.Unlock()
 	r.mu.Lock()
