@@ -207,7 +207,6 @@ type sseTransport struct {
 	timeout   time.Duration
 
 	mu   sync.Mutex // guards following and every write to w
-	buf  []byte
 	done bool
 }
 
@@ -251,7 +250,13 @@ func (t *sseTransport) flush(p []byte) error {
 func (t *sseTransport) write(_ context.Context, batch []byte) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	b := t.buf[:0]
+	bp := sseBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= maxSSEBuf {
+			sseBufs.Put(bp)
+		}
+	}()
+	b := (*bp)[:0]
 	untracked := 0
 	t.st.mu.Lock()
 	for len(batch) > 0 {
@@ -271,7 +276,7 @@ func (t *sseTransport) write(_ context.Context, batch []byte) error {
 			b = append(b, '\n')
 			continue
 		}
-		if op := frameOp(line); op != "message" {
+		if op := frameOp(line); string(op) != "message" {
 			b = append(b, "event: "...)
 			b = append(b, op...)
 			b = append(b, '\n')
@@ -284,12 +289,17 @@ func (t *sseTransport) write(_ context.Context, batch []byte) error {
 	if untracked > 0 {
 		t.untracked.Add(float64(untracked))
 	}
-	t.buf = b
-	if cap(t.buf) > 64<<10 {
-		t.buf = nil // one large batch is not worth keeping
-	}
+	*bp = b
 	return t.flush(b)
 }
+
+// sseBufs holds the buffers write builds its events in: shared by the
+// streams, so that one that is not writing holds none.
+var sseBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+// maxSSEBuf bounds the buffers kept in sseBufs: the events of a batch of
+// the default 64 KiB with their ids and field names fit.
+const maxSSEBuf = 256 << 10
 
 // parseSSEPrefix reads "<slot> <offset>" as sseState.prefix wrote it.
 func parseSSEPrefix(p []byte) (slot int32, offset int64) {
@@ -315,17 +325,17 @@ func parseSSEPrefix(p []byte) (slot int32, offset int64) {
 }
 
 // frameOp returns the op of a frame the router encoded: every frame starts
-// with {"op":"<op>".
-func frameOp(line []byte) string {
+// with {"op":"<op>". It allocates nothing.
+func frameOp(line []byte) []byte {
 	const prefix = `{"op":"`
 	if !bytes.HasPrefix(line, []byte(prefix)) {
-		return "frame"
+		return []byte("frame")
 	}
 	rest := line[len(prefix):]
 	if i := bytes.IndexByte(rest, '"'); i > 0 {
-		return string(rest[:i])
+		return rest[:i]
 	}
-	return "frame"
+	return []byte("frame")
 }
 
 func (t *sseTransport) keepalive(context.Context) error {

@@ -20,15 +20,17 @@ import (
 // subscribers, over WebSocket and over Server-Sent Events, the publisher
 // at most a window ahead of them so nothing is dropped: "busy" is one
 // topic, "wide" a wildcard over 1,000 topics written in turn (each stream
-// has seen every partition). It reports the process CPU per delivery
-// (gateway and the in-process readers, which only split lines and count
-// message frames).
+// has seen every partition); "stalled" streams stop reading once
+// subscribed (their queues fill and drop) and the publisher does not wait.
+// It reports the process CPU per delivery (gateway and the in-process
+// readers, which only split lines and count message frames).
 func BenchmarkSSEvsWSDelivery(b *testing.B) {
 	const streams, window = 20, 64
 	for _, shape := range []struct {
-		name   string
-		topics int
-	}{{"busy", 1}, {"wide", 1000}} {
+		name    string
+		topics  int
+		reading bool
+	}{{"busy", 1, true}, {"wide", 1000, true}, {"stalled", 1, false}} {
 		for _, transport := range []string{"ws", "sse"} {
 			b.Run(shape.name+"/"+transport, func(b *testing.B) {
 				rt, _, wsURL := benchGateway(b, false)
@@ -74,6 +76,10 @@ func BenchmarkSSEvsWSDelivery(b *testing.B) {
 								}
 								if bytes.Contains(data, []byte(`"op":"subscribed"`)) {
 									ready <- struct{}{}
+									if !shape.reading {
+										<-ctx.Done()
+										return
+									}
 								}
 								count(int64(bytes.Count(data, []byte(`{"op":"message"`))))
 							}
@@ -104,6 +110,10 @@ func BenchmarkSSEvsWSDelivery(b *testing.B) {
 								count(1)
 							case bytes.HasPrefix(line, []byte(`data: {"op":"subscribed"`)):
 								ready <- struct{}{}
+								if !shape.reading {
+									<-ctx.Done()
+									return
+								}
 							}
 						}
 					}()
@@ -115,14 +125,14 @@ func BenchmarkSSEvsWSDelivery(b *testing.B) {
 				b.ResetTimer()
 				cpu0 := cpuTime()
 				for i := range b.N {
-					for int64(i-window)*streams > got.Load() {
+					for shape.reading && int64(i-window)*streams > got.Load() {
 						<-progress
 					}
 					if _, err := rt.Publish(ctx, engine.Message{Topic: topic(i), Data: []byte(`{"v":1}`)}); err != nil {
 						b.Fatal(err)
 					}
 				}
-				for got.Load() < int64(b.N)*streams {
+				for shape.reading && got.Load() < int64(b.N)*streams {
 					<-progress
 				}
 				b.StopTimer()
