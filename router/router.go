@@ -158,6 +158,9 @@ type Options struct {
 	// it); default 100: enough for a chart's recent points per series,
 	// while a wildcard over many topics replays at most N records each.
 	MaxLast int
+	// SSE bounds what Server-Sent Event streams hold for their
+	// resumption (see SSEOptions).
+	SSE SSEOptions
 	// Bounds limit the sizes of names, keys, headers, filters and ids, and
 	// the queue_full dead letters of slow subscriptions (see Bounds).
 	Bounds Bounds
@@ -268,6 +271,7 @@ type Router struct {
 	httpm        *httpMetrics
 	writeTimeout atomic.Int64 // the NewServer's write timeout, for long polls
 	bm           *boundMetrics
+	sse          *sseResume
 }
 
 // New creates a Router on opts.Engine and starts its background goroutines
@@ -303,6 +307,7 @@ func New(opts Options) (*Router, error) {
 		limits: newLimiter(opts),
 		lim:    newLimitMetrics(opts.Registry),
 		httpm:  newHTTPMetrics(opts.Registry),
+		sse:    newSSEResume(opts.SSE.withDefaults(), opts.Registry),
 	}
 	rt.initMetrics()
 	rt.bm = newBoundMetrics(rt)

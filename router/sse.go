@@ -15,9 +15,12 @@ package router
 // event:
 //
 //   - a message frame is an event of the default type ("message") whose
-//     data is the frame's JSON and whose id is a position token: the epoch
-//     and, for every pattern, the last offset delivered on every (topic,
-//     partition), base64url-encoded. It is opaque to clients.
+//     data is the frame's JSON and whose id is "<stream>.<n>", the
+//     stream's key and the event's number (sse_resume.go). It is opaque to
+//     clients. The queue puts the item's position on a line before the
+//     frame (session.Options.FramePrefix), so writing an event parses
+//     nothing back and costs the same however many partitions the stream
+//     has seen.
 //   - every other frame is an event named after its op (welcome,
 //     subscribed, gap, error, topic_deleted, refresh_required, …) with the
 //     frame's JSON as data, and no id.
@@ -29,10 +32,12 @@ package router
 // A browser's EventSource reconnects by itself and sends the last id it
 // received as the Last-Event-ID header (or a client passes it as the
 // last_event_id query parameter): every pattern then resumes after its
-// positions exactly as a WebSocket subscribe with "from": {"epoch",
-// "positions"} does, with the same "recovered" answer in its subscribed
-// event. A token from another epoch resumes as such a subscribe would (from
-// the earliest records, recovered false).
+// positions as the gateway kept them for that id (sse_resume.go) exactly as
+// a WebSocket subscribe with "from": {"epoch", "positions"} does, with the
+// same "recovered" answer in its subscribed event. An id the gateway no
+// longer knows, or a token from another epoch, resumes as such a subscribe
+// would (from the earliest records, recovered false). A Last-Event-ID past
+// the bounds (sse_token.go) is refused with 400 before the stream starts.
 //
 // Each write extends the response's write deadline by the session's write
 // timeout (http.ResponseController), so a server-wide WriteTimeout does not
@@ -42,14 +47,12 @@ package router
 //
 // Concurrency: the session's writer goroutine calls Write and Close, its
 // keepalive goroutine Keepalive; sseTransport.mu serializes them. The
-// position state is touched by Write only.
+// position state is the stream's sseState, under its own lock.
 
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 	"sync"
@@ -57,10 +60,10 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/switchyard/switchyard/session"
-	"github.com/switchyard/switchyard/trie"
 )
 
 // sseRetry is the reconnect delay the stream asks EventSource to use: a
@@ -88,7 +91,11 @@ func (rt *Router) serveSSE(c echo.Context) error {
 	var from json.RawMessage
 	if f := q.Get("from"); f != "" {
 		from = sseFrom(f)
-		if _, pe := parseFrom(from); pe != nil {
+		spec, pe := parseFrom(from)
+		if pe == nil {
+			pe = rt.checkLast(spec, "")
+		}
+		if pe != nil {
 			return pe
 		}
 	}
@@ -96,11 +103,13 @@ func (rt *Router) serveSSE(c echo.Context) error {
 	if tok == "" {
 		tok = q.Get("last_event_id")
 	}
-	var resume *ssePositions
+	epoch := rt.eng.Epoch()
+	var resume *sseResumeAt
 	if tok != "" {
-		var err error
-		if resume, err = decodeSSEToken(tok); err != nil {
-			return perr(codeBadRequest, "Last-Event-ID is not a position token of this gateway")
+		var pe *protoError
+		if resume, pe = rt.sseResumePoint(tok, epoch, patterns); pe != nil {
+			rt.sse.resumes.WithLabelValues("refused").Inc()
+			return pe
 		}
 	}
 	var onFull *string
@@ -119,15 +128,19 @@ func (rt *Router) serveSSE(c echo.Context) error {
 	if rt.opts.PublishRate > 0 {
 		cn.limiter = rate.NewLimiter(rate.Limit(rt.opts.PublishRate), rt.opts.PublishBurst)
 	}
-	epoch := rt.eng.Epoch()
-	tr := newSSETransport(c.Response(), epoch, rt.opts.Session.WriteTimeout)
-	if resume != nil && resume.epoch == epoch {
-		tr.pos = resume // ids keep the partitions seen before the drop
+	st := rt.sse.newState(cn.id, epoch, patterns)
+	if resume != nil && resume.known && resume.epoch == epoch {
+		rt.sse.resumes.WithLabelValues("exact").Inc()
+		st.inherit(resume.positions, resume.n) // ids keep counting, and keep the partitions seen before the drop
+	} else if resume != nil {
+		rt.sse.resumes.WithLabelValues("unknown").Inc()
 	}
+	tr := newSSETransport(c.Response(), st, rt.sse.untracked, rt.opts.Session.WriteTimeout)
 	sopts := rt.opts.Session
 	sopts.EncodeGap = cn.encodeGap
 	sopts.OnDrop = cn.onDrop
 	sopts.OnSent = rt.onSent
+	sopts.FramePrefix = st.prefix(cn)
 	cn.sess = session.NewOneWay(cn.id, sopts, session.Transport{
 		Write:     tr.write,
 		Keepalive: tr.keepalive,
@@ -135,10 +148,12 @@ func (rt *Router) serveSSE(c echo.Context) error {
 		CloseNow:  tr.closeNow,
 	})
 	if !rt.addConn(cn) {
+		rt.sse.end(st, time.Now())
 		release()
 		return perr(codeShuttingDown, "server is shutting down")
 	}
 	if err := tr.start(); err != nil {
+		rt.sse.end(st, time.Now())
 		rt.removeConn(cn)
 		release()
 		return nil // the client is gone
@@ -158,8 +173,8 @@ func (rt *Router) serveSSE(c echo.Context) error {
 	for i, p := range patterns {
 		pattern := p
 		req := &request{Op: "subscribe", ID: json.RawMessage(strconv.Itoa(i + 1)), Pattern: &pattern, From: from, OnFull: onFull}
-		if resume != nil && resume.has(pattern) {
-			req.From = resume.from(pattern)
+		if f := resume.from(pattern); f != nil {
+			req.From = f
 		}
 		if pe := cn.subscribe(req); pe != nil {
 			cn.sess.Send(session.Item{Frame: cn.errorFrame(req.ID, pe)})
@@ -167,6 +182,7 @@ func (rt *Router) serveSSE(c echo.Context) error {
 	}
 	err = cn.sess.Run(cn.ctx, nil)
 	stop()
+	rt.sse.end(st, time.Now()) // before the session stops counting: resumable once it has
 	cn.runEnd(err, release)
 	return nil
 }
@@ -183,22 +199,21 @@ func sseFrom(v string) json.RawMessage {
 
 // sseTransport writes a session's batches to an event-stream response.
 type sseTransport struct {
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	epoch   string
-	timeout time.Duration
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	st        *sseState
+	untracked prometheus.Counter
+	timeout   time.Duration
 
 	mu   sync.Mutex // guards following and every write to w
-	buf  []byte
-	pos  *ssePositions
 	done bool
 }
 
-func newSSETransport(w http.ResponseWriter, epoch string, timeout time.Duration) *sseTransport {
+func newSSETransport(w http.ResponseWriter, st *sseState, untracked prometheus.Counter, timeout time.Duration) *sseTransport {
 	if timeout <= 0 {
 		timeout = session.DefaultWriteTimeout
 	}
-	return &sseTransport{w: w, rc: http.NewResponseController(w), epoch: epoch, timeout: timeout, pos: &ssePositions{epoch: epoch}}
+	return &sseTransport{w: w, rc: http.NewResponseController(w), st: st, untracked: untracked, timeout: timeout}
 }
 
 // start writes the response header and the retry hint.
@@ -228,10 +243,21 @@ func (t *sseTransport) flush(p []byte) error {
 	return t.rc.Flush()
 }
 
+// write turns a batch into events. A message frame follows the line its
+// FramePrefix wrote (sseState.prefix): NUL, the position slot and the
+// offset, which become the event's id here, in the order of writing.
 func (t *sseTransport) write(_ context.Context, batch []byte) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	b := t.buf[:0]
+	bp := sseBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= maxSSEBuf {
+			sseBufs.Put(bp)
+		}
+	}()
+	b := (*bp)[:0]
+	untracked := 0
+	t.st.mu.Lock()
 	for len(batch) > 0 {
 		line := batch
 		if i := bytes.IndexByte(batch, '\n'); i >= 0 {
@@ -239,22 +265,17 @@ func (t *sseTransport) write(_ context.Context, batch []byte) error {
 		} else {
 			batch = nil
 		}
-		op := frameOp(line)
-		if op == "message" {
-			var m struct {
-				Pattern   string `json:"pattern"`
-				Topic     string `json:"topic"`
-				Partition int    `json:"partition"`
-				Offset    int64  `json:"offset"`
-				Group     string `json:"group"`
+		if len(line) > 0 && line[0] == 0 {
+			slot, offset := parseSSEPrefix(line[1:])
+			if slot < 0 {
+				untracked++
 			}
-			if json.Unmarshal(line, &m) == nil && m.Group == "" {
-				t.pos.set(m.Pattern, m.Topic, m.Partition, m.Offset)
-				b = append(b, "id: "...)
-				b = t.pos.appendToken(b)
-				b = append(b, '\n')
-			}
-		} else {
+			b = append(b, "id: "...)
+			b = t.st.appendID(b, t.st.advance(slot, offset))
+			b = append(b, '\n')
+			continue
+		}
+		if op := frameOp(line); string(op) != "message" {
 			b = append(b, "event: "...)
 			b = append(b, op...)
 			b = append(b, '\n')
@@ -263,25 +284,57 @@ func (t *sseTransport) write(_ context.Context, batch []byte) error {
 		b = append(b, line...)
 		b = append(b, "\n\n"...)
 	}
-	t.buf = b
-	if cap(t.buf) > 64<<10 {
-		t.buf = nil // one large batch is not worth keeping
+	t.st.mu.Unlock()
+	if untracked > 0 {
+		t.untracked.Add(float64(untracked))
 	}
+	*bp = b
 	return t.flush(b)
 }
 
+// sseBufs holds the buffers write builds its events in: shared by the
+// streams, so that one that is not writing holds none.
+var sseBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+// maxSSEBuf bounds the buffers kept in sseBufs: the events of a batch of
+// the default 64 KiB with their ids and field names fit.
+const maxSSEBuf = 256 << 10
+
+// parseSSEPrefix reads "<slot> <offset>" as sseState.prefix wrote it.
+func parseSSEPrefix(p []byte) (slot int32, offset int64) {
+	var v [2]int64
+	k, neg := 0, false
+	for _, c := range p {
+		switch {
+		case c == '-':
+			neg = true
+		case c == ' ':
+			if neg {
+				v[k] = -v[k]
+			}
+			k, neg = 1, false
+		default:
+			v[k] = v[k]*10 + int64(c-'0')
+		}
+	}
+	if neg {
+		v[k] = -v[k]
+	}
+	return int32(v[0]), v[1]
+}
+
 // frameOp returns the op of a frame the router encoded: every frame starts
-// with {"op":"<op>".
-func frameOp(line []byte) string {
+// with {"op":"<op>". It allocates nothing.
+func frameOp(line []byte) []byte {
 	const prefix = `{"op":"`
 	if !bytes.HasPrefix(line, []byte(prefix)) {
-		return "frame"
+		return []byte("frame")
 	}
 	rest := line[len(prefix):]
 	if i := bytes.IndexByte(rest, '"'); i > 0 {
-		return string(rest[:i])
+		return rest[:i]
 	}
-	return "frame"
+	return []byte("frame")
 }
 
 func (t *sseTransport) keepalive(context.Context) error {
@@ -307,155 +360,4 @@ func (t *sseTransport) closeNow() error {
 	// returns once the session ends, and net/http closes the connection.
 	_ = t.rc.SetWriteDeadline(time.Now())
 	return nil
-}
-
-// ssePositions is the content of a position token: the last offset
-// delivered per pattern and (topic, partition), in first-seen order so that
-// tokens are stable.
-type ssePositions struct {
-	epoch string
-	subs  []ssePatternPos
-}
-
-type ssePatternPos struct {
-	pattern string
-	parts   []ssePart
-	index   map[partKey]int
-}
-
-type ssePart struct {
-	topic     string
-	partition int
-	offset    int64
-}
-
-func (p *ssePositions) set(pattern, topic string, partition int, offset int64) {
-	var sp *ssePatternPos
-	for i := range p.subs {
-		if p.subs[i].pattern == pattern {
-			sp = &p.subs[i]
-			break
-		}
-	}
-	if sp == nil {
-		p.subs = append(p.subs, ssePatternPos{pattern: pattern, index: map[partKey]int{}})
-		sp = &p.subs[len(p.subs)-1]
-	}
-	if sp.index == nil {
-		sp.index = map[partKey]int{}
-		for i, pt := range sp.parts {
-			sp.index[partKey{pt.topic, pt.partition}] = i
-		}
-	}
-	k := partKey{topic, partition}
-	if i, ok := sp.index[k]; ok {
-		sp.parts[i].offset = offset
-		return
-	}
-	sp.index[k] = len(sp.parts)
-	sp.parts = append(sp.parts, ssePart{topic, partition, offset})
-}
-
-// appendToken appends the token: base64url (no padding) of
-// {"e":epoch,"s":[{"p":pattern,"o":[[topic,partition,offset],…]},…]}.
-func (p *ssePositions) appendToken(dst []byte) []byte {
-	js := make([]byte, 0, 64)
-	js = append(js, `{"e":`...)
-	js = appendString(js, p.epoch)
-	js = append(js, `,"s":[`...)
-	for i, sp := range p.subs {
-		if i > 0 {
-			js = append(js, ',')
-		}
-		js = append(js, `{"p":`...)
-		js = appendString(js, sp.pattern)
-		js = append(js, `,"o":[`...)
-		for j, pt := range sp.parts {
-			if j > 0 {
-				js = append(js, ',')
-			}
-			js = append(js, '[')
-			js = appendString(js, pt.topic)
-			js = append(js, ',')
-			js = strconv.AppendInt(js, int64(pt.partition), 10)
-			js = append(js, ',')
-			js = strconv.AppendInt(js, pt.offset, 10)
-			js = append(js, ']')
-		}
-		js = append(js, "]}"...)
-	}
-	js = append(js, "]}"...)
-	return base64.RawURLEncoding.AppendEncode(dst, js)
-}
-
-func decodeSSEToken(tok string) (*ssePositions, error) {
-	js, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil {
-		return nil, err
-	}
-	var raw struct {
-		E *string `json:"e"`
-		S []struct {
-			P string               `json:"p"`
-			O [][3]json.RawMessage `json:"o"`
-		} `json:"s"`
-	}
-	if err := json.Unmarshal(js, &raw); err != nil {
-		return nil, err
-	}
-	if raw.E == nil {
-		return nil, errors.New("no epoch")
-	}
-	p := &ssePositions{epoch: *raw.E}
-	for _, s := range raw.S {
-		sp := ssePatternPos{pattern: s.P}
-		for _, o := range s.O {
-			var pt ssePart
-			if json.Unmarshal(o[0], &pt.topic) != nil || json.Unmarshal(o[1], &pt.partition) != nil || json.Unmarshal(o[2], &pt.offset) != nil {
-				return nil, errors.New("malformed position")
-			}
-			if trie.ValidateTopic(pt.topic) != nil || pt.partition < 0 || pt.offset < -1 {
-				return nil, errors.New("position out of range")
-			}
-			sp.parts = append(sp.parts, pt)
-		}
-		p.subs = append(p.subs, sp)
-	}
-	return p, nil
-}
-
-// has reports whether the token holds positions of pattern; a pattern that
-// had delivered nothing resumes with the stream's own from, as the
-// WebSocket clients do.
-func (p *ssePositions) has(pattern string) bool {
-	for _, sp := range p.subs {
-		if sp.pattern == pattern && len(sp.parts) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// from returns the subscribe "from" that resumes pattern after its
-// positions.
-func (p *ssePositions) from(pattern string) json.RawMessage {
-	type pos struct {
-		Topic     string `json:"topic"`
-		Partition int    `json:"partition"`
-		Offset    int64  `json:"offset"`
-	}
-	out := struct {
-		Epoch     string `json:"epoch"`
-		Positions []pos  `json:"positions"`
-	}{Epoch: p.epoch, Positions: []pos{}}
-	for _, sp := range p.subs {
-		if sp.pattern != pattern {
-			continue
-		}
-		for _, pt := range sp.parts {
-			out.Positions = append(out.Positions, pos{pt.topic, pt.partition, pt.offset})
-		}
-	}
-	b, _ := json.Marshal(out)
-	return b
 }

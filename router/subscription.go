@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -262,7 +263,10 @@ func (rt *Router) replayPlan(ctx context.Context, s *subscription, from fromSpec
 			recovered = false
 		} else {
 			for _, p := range from.pos {
-				known[partKey{p.Topic, p.Partition}] = p.Offset + 1
+				// The next offset, saturated: a position at the largest
+				// offset resumes at the partition's end, never wraps
+				// round to a gap before its start.
+				known[partKey{p.Topic, p.Partition}] = p.Offset + min(1, math.MaxInt64-p.Offset)
 			}
 		}
 	}

@@ -149,6 +149,14 @@ type Options struct {
 	// write, once for every item of that write whose Ref is not nil, with
 	// the time the write completed; optional; must not block.
 	OnSent func(ref any, at time.Time)
+	// FramePrefix, if set, appends what goes before the frame of each
+	// stream item (Stream.Sub != 0) that AppendBatch takes, on a line of
+	// its own: the gateway's Server-Sent Events put the item's position
+	// there for their transport. It runs with the queue's lock held, may
+	// be called for an item that then does not fit the batch (and again
+	// for the next batch), and must not block; AppendFrames (WebSocket
+	// batches) ignores it. nil: frames only.
+	FramePrefix func(dst []byte, it *Item) []byte
 }
 
 // Defaults for Options.

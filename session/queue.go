@@ -63,6 +63,7 @@ type Queue struct {
 	hardLimit int // bound on control and reliable items
 	ctlLimit  int // bound on the bytes of control items
 	encodeGap func(dst []byte, s Stream, from, to int64) []byte
+	prefix    func(dst []byte, it *Item) []byte
 	onDrop    func(it *Item)
 	ready     chan struct{}
 	// With write coalescing (Options.WriteDelay), a batch holds at most
@@ -114,6 +115,7 @@ func NewQueue(opts Options) *Queue {
 		hardLimit: 4 * opts.QueueMessages,
 		ctlLimit:  opts.ControlBytes,
 		encodeGap: opts.EncodeGap,
+		prefix:    opts.FramePrefix,
 		onDrop:    opts.OnDrop,
 		ready:     make(chan struct{}, 1),
 	}
@@ -453,7 +455,7 @@ func (q *Queue) take(b *batch) {
 					return
 				}
 			}
-			if !b.add(it.Frame) {
+			if !q.addItem(b, it) {
 				return
 			}
 			if it.Ref != nil {
@@ -540,6 +542,30 @@ func (q *Queue) addGapFrame(b *batch, s Stream, st *streamState) bool {
 	b.n++
 	q.gapsSent++
 	st.gaps = st.gaps[:copy(st.gaps, st.gaps[1:])]
+	return true
+}
+
+// addItem adds a stream item's frame to b, after its FramePrefix if the
+// queue has one, reporting whether it fit.
+func (q *Queue) addItem(b *batch, it *Item) bool {
+	if q.prefix == nil || b.pieces {
+		return b.add(it.Frame)
+	}
+	mark := len(b.buf)
+	if b.n > 0 {
+		if b.maxFrames > 0 && b.n >= b.maxFrames {
+			return false
+		}
+		b.buf = append(b.buf, '\n')
+	}
+	b.buf = q.prefix(b.buf, it)
+	b.buf = append(b.buf, '\n')
+	b.buf = append(b.buf, it.Frame...)
+	if b.n > 0 && len(b.buf)-b.start > b.max {
+		b.buf = b.buf[:mark]
+		return false
+	}
+	b.n++
 	return true
 }
 

@@ -104,6 +104,7 @@ type config struct {
 	MaxMessageBytes      int
 	MaxSubscriptions     int
 	MaxLast              int
+	SSE                  router.SSEOptions
 	Compression          onOff
 	PublishRate          float64
 	PublishPipeline      int
@@ -194,6 +195,10 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.MaxSubscriptions, "max-subscriptions", 1000, "subscriptions per session")
 	fs.Var(&cfg.Compression, "compression", `WebSocket permessage-deflate, "off" or "on" (no context takeover; frames of 512 bytes and more): off by default since it costs CPU per subscriber and frame, which pays only when clients are short of bandwidth and payloads are large`)
 	fs.IntVar(&cfg.MaxLast, "max-last", 100, `largest N of a subscribe's "from": {"last": N} (records per matched partition)`)
+	fs.IntVar(&cfg.SSE.MaxPositions, "sse-max-positions", router.DefaultSSEMaxPositions, "positions (pattern, topic, partition) a Server-Sent Events stream keeps for its resumption, and that a Last-Event-ID of the earlier self-contained form may name (400 past it)")
+	fs.IntVar(&cfg.SSE.MaxTokenBytes, "sse-max-token-bytes", router.DefaultSSEMaxTokenBytes, "largest Last-Event-ID of a Server-Sent Events stream (400 past it)")
+	fs.DurationVar(&cfg.SSE.ResumeTTL, "sse-resume-ttl", router.DefaultSSEResumeTTL, "how long an ended Server-Sent Events stream stays resumable by its last event id")
+	fs.Int64Var(&cfg.SSE.ResumeBytes, "sse-resume-bytes", router.DefaultSSEResumeBytes, "memory for the positions of ended Server-Sent Events streams kept for resumption; past it the oldest are forgotten")
 	fs.Float64Var(&cfg.PublishRate, "publish-rate", 0, "publishes per second per session (0: unlimited)")
 	fs.IntVar(&cfg.PublishPipeline, "publish-pipeline", router.DefaultPublishPipeline, "publishes in flight per WebSocket session; past it the session's reader waits (1: one at a time)")
 	fs.IntVar(&cfg.PublishPipelineBytes, "publish-pipeline-bytes", router.DefaultPublishPipelineBytes, "data bytes of the publishes in flight per WebSocket session; past it the session's reader waits")
@@ -450,6 +455,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		Bounds:               cfg.Wire.bounds(),
 		MaxSubscriptions:     cfg.MaxSubscriptions,
 		MaxLast:              cfg.MaxLast,
+		SSE:                  cfg.SSE,
 		Compression:          bool(cfg.Compression),
 		MaxMessageBytes:      cfg.MaxMessageBytes,
 		PublishRate:          cfg.PublishRate,
