@@ -20,7 +20,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -259,7 +258,6 @@ func (tr *torture) sameIDPublishers(ctx context.Context, rng *rand.Rand, stop <-
 				frames = wsFrame(frames, 1, true, appendTorturePublish(nil, int64(i), p.t.name, randKey(rng), "", p.sent, p.gen))
 			}
 			frames = wsFrame(frames, 1, true, appendTorturePublish(nil, 99, tr.block.name, "", id, sent, 0))
-			roundStart := time.Now()
 			if _, err := b.Write(frames); err != nil {
 				for _, p := range ps {
 					tr.end(p, nil)
@@ -280,9 +278,6 @@ func (tr *torture) sameIDPublishers(ctx context.Context, rng *rand.Rand, stop <-
 				for _, l := range bytes.Split(payload, newline) {
 					if len(l) == 0 || !(isOp(l, opPublished) || isOp(l, opError)) {
 						continue
-					}
-					if debugTrace && got >= len(ps) {
-						fmt.Fprintf(os.Stderr, "TRACE sameid round %v: %.120s\n", time.Since(roundStart), l)
 					}
 					if got < len(ps) {
 						if isOp(l, opError) {
@@ -372,13 +367,17 @@ func (tr *torture) rawSubscriber(ctx context.Context, rng *rand.Rand, v *sview, 
 		readerDone := make(chan struct{})
 		go func() { // exits when the connection ends
 			defer close(readerDone)
+			lines := 0
 			_ = readFramesThen(ctx, conn, func(l []byte) bool {
+				lines++
 				tr.plainLine(v, l, func() { once.Do(func() { v.confirmed(time.Now()); close(confirmed) }) })
 				return true
 			}, func() bool {
 				if slow && !stopped(ctx, stop) {
-					pause(ctx, 3*time.Millisecond)
+					// About 300 messages a second.
+					pause(ctx, time.Duration(lines)*3*time.Millisecond)
 				}
+				lines = 0
 				return true
 			})
 		}()

@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -433,9 +432,6 @@ func (tr *torture) deleter(ctx context.Context, rng *rand.Rand, stop <-chan stru
 		_, status, err := tr.do(ctx, http.MethodDelete, "/v1/topics/"+t.name, nil)
 		if err == nil && status == http.StatusNoContent {
 			tr.l.deleted(t.name, t.gen.Load())
-			if debugTrace {
-				fmt.Fprintf(os.Stderr, "TRACE %s deleted %s gen %d\n", time.Now().Format("05.000"), t.name, t.gen.Load())
-			}
 			t.gen.Add(1)
 			tr.deletes.Add(1)
 			if err := tr.createTopic(ctx, t, ""); err != nil {

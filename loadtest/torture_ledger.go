@@ -22,7 +22,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -231,9 +230,6 @@ func (v *sview) confirmed(at time.Time) {
 	logs := v.l.matching(v.pattern)
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if debugTrace {
-		fmt.Fprintf(os.Stderr, "TRACE %s %s confirmed\n", time.Now().Format("05.000"), v.name)
-	}
 	v.live, v.since = true, at
 	if !v.first.IsZero() {
 		return
@@ -284,9 +280,6 @@ func (v *sview) message(topic string, gen int64, part int, off int64, appended t
 			}
 		}
 	}
-	if debugTrace && strings.HasPrefix(topic, "tt.d.") {
-		fmt.Fprintf(os.Stderr, "TRACE %s %s msg %s/%d g%d o%d\n", time.Now().Format("05.000"), v.name, topic, part, gen, off)
-	}
 	if gen > v.curGen[topic] {
 		v.curGen[topic] = gen
 	}
@@ -312,12 +305,17 @@ func (v *sview) gap(topic string, part int, from, to int64) {
 	v.l.gapped.Add(to - from)
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if debugTrace && strings.HasPrefix(topic, "tt.d.") {
-		fmt.Fprintf(os.Stderr, "TRACE %s %s gap %s/%d %d-%d\n", time.Now().Format("05.000"), v.name, topic, part, from, to)
-	}
+	// A gap names no generation: it belongs to the generation whose
+	// offsets it continues, else to the newest one seen.
 	gen, ok := v.curGen[topic]
 	if !ok {
 		gen = v.l.topics[topic].gen.Load()
+	}
+	for k, p := range v.pos {
+		if k.topic == topic && k.part == part && p.hw+1 == from {
+			gen = k.gen
+			break
+		}
 	}
 	k := pkey{topic, gen, part}
 	p := v.pos[k]
@@ -466,5 +464,3 @@ func (o *overloadWatch) during(from, to int64) bool {
 	}
 	return false
 }
-
-var debugTrace = os.Getenv("TORTURE_TRACE") != ""
