@@ -208,6 +208,9 @@ func runTorture(ctx context.Context, cfg *tortureConfig, stdout, stderr io.Write
 		tr.plain = append(tr.plain, mk(fmt.Sprintf("tt.a.%d", i), 2))
 	}
 	tr.deletable = []*tortureTopic{mk("tt.d.0", 2), mk("tt.d.1", 1)}
+	for _, t := range tr.deletable {
+		t.deletable = true
+	}
 	tr.quiet = mk("tt.q.0", 1)
 	tr.groupTopics = []*tortureTopic{mk("tg.0", 2), mk("tg.1", 2)}
 	tr.block = mk("tb.0", 1)
@@ -274,12 +277,181 @@ func runTorture(ctx context.Context, cfg *tortureConfig, stdout, stderr io.Write
 	}
 
 	// The load.
-	master := rand.New(rand.NewPCG(uint64(cfg.seed), 0x70727475))
 	cctx, cancelClients := context.WithCancel(ctx)
 	defer cancelClients()
 	stop := make(chan struct{})
-	var clients sync.WaitGroup
-	var final sync.WaitGroup
+	clients, final := tr.startLoad(ctx, cctx, stop, stderr)
+
+	// Progress, and the second half of the deadlock check: acknowledged
+	// publishes must keep coming while the load runs.
+	end := time.Now().Add(cfg.duration)
+	lastAcked, lastMove := int64(0), time.Now()
+	for time.Now().Before(end) && ctx.Err() == nil {
+		pause(ctx, time.Second)
+		a := tr.l.acked.Load()
+		if a != lastAcked {
+			lastAcked, lastMove = a, time.Now()
+		} else if time.Since(lastMove) > 15*time.Second {
+			tr.v5.add("no publish acknowledged for %v", time.Since(lastMove).Round(time.Second))
+			var sb strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&sb, 1)
+			fmt.Fprintf(stderr, "torture: no progress; goroutines:\n%s\n", sb.String())
+			lastMove = time.Now()
+		}
+		fmt.Fprintf(stderr, "torture: %v acked %d delivered %d gapped %d group acks %d kills %d deletes %d | v1 %d v2 %d v3 %d\n",
+			time.Since(started).Round(time.Second), a, tr.l.delivered.Load(), tr.l.gapped.Load(), tr.groups.acks.Load(),
+			tr.kills.Load(), tr.deletes.Load(), tr.l.v1.count(), tr.l.v2.count(), tr.groups.v.count())
+	}
+	close(stop)
+	loadEnd := time.Now()
+
+	// Drain: subscribers reconnected and reading, then caught up; the
+	// group settled.
+	waitGroupFor(final, cfg.drain)
+	drainEnd := time.Now().Add(cfg.drain)
+	for time.Now().Before(drainEnd) && ctx.Err() == nil {
+		missing := int64(0)
+		for _, v := range tr.l.subs {
+			missing += v.missing(false)
+		}
+		if missing == 0 {
+			break
+		}
+		pause(ctx, 200*time.Millisecond)
+	}
+	for _, v := range tr.l.subs {
+		v.missing(true)
+	}
+	var unsettled int64
+	for time.Now().Before(drainEnd.Add(cfg.drain)) && ctx.Err() == nil {
+		if unsettled, err = tr.unsettled(ctx, false); err == nil && unsettled == 0 {
+			break
+		}
+		pause(ctx, 500*time.Millisecond)
+	}
+	if unsettled, err = tr.unsettled(ctx, true); err != nil {
+		tr.groups.v.add("%v", err)
+	}
+	drained := time.Since(loadEnd)
+
+	// Every client leaves (the non-readers and raw subscribers without a
+	// close frame).
+	cancelClients()
+	clients.Wait()
+	left := time.Now()
+	http.DefaultClient.CloseIdleConnections()
+	tr.sse.CloseIdleConnections()
+	var last baseline
+	settled := false
+	for time.Since(left) < cfg.settle {
+		last = tr.measure(ctx)
+		if last.conns == base.conns && last.subs == base.subs &&
+			last.goroutines <= base.goroutines+goroutineSlack && last.fds <= base.fds+fdSlack {
+			settled = true
+			break
+		}
+		pause(ctx, 100*time.Millisecond)
+	}
+	settleTook := time.Since(left)
+	// The heap, once the run's topics and groups are gone.
+	for _, t := range append(all, tr.block) {
+		_, _, _ = tr.do(ctx, http.MethodDelete, "/v1/topics/"+t.name, nil)
+	}
+	for _, g := range []string{tortureGroup, tortureBlockGroup} {
+		_, _, _ = tr.do(ctx, http.MethodDelete, "/v1/groups/"+g, nil)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	after := tr.measure(ctx)
+	heapOK := after.heap <= base.heap+heapSlackMiB<<20
+
+	gwStopped = true
+	stopErr := gw.stop()
+	if stopErr != nil {
+		tr.v5.add("the gateway did not stop cleanly: %v", stopErr)
+	}
+	nProblems, problems := gw.problems.snapshot()
+	for _, p := range problems {
+		if strings.Contains(strings.ToLower(p), "panic") {
+			tr.v5.add("the gateway logged: %s", p)
+		}
+	}
+
+	return tr.report(stdout, verdictFigures{settled: settled && heapOK, settleTook: settleTook, base: base, last: last,
+		after: after, unsettled: unsettled, stopErr: stopErr, problems: nProblems, drained: drained, started: started}), nil
+}
+
+// verdictFigures are the figures of a run's end that the verdicts use.
+type verdictFigures struct {
+	settled           bool
+	settleTook        time.Duration
+	base, last, after baseline
+	unsettled         int64
+	stopErr           error
+	problems          int
+	drained           time.Duration
+	started           time.Time
+}
+
+// report prints a verdict per invariant and the run's figures; it reports
+// whether every verdict is PASS.
+func (tr *torture) report(stdout io.Writer, f verdictFigures) bool {
+	ok := true
+	verdict := func(name string, pass bool, figures string, examples []string) {
+		word := "PASS"
+		if !pass {
+			word, ok = "FAIL", false
+		}
+		fmt.Fprintf(stdout, "%s: %s  %s\n", name, word, figures)
+		for _, e := range examples {
+			fmt.Fprintf(stdout, "    %s\n", e)
+		}
+	}
+	var missingTotal int64
+	for _, v := range tr.l.subs {
+		missingTotal += v.missing(false)
+	}
+	v1 := tr.l.v1.count()
+	verdict("invariant 1 (every acknowledged record arrives, in order, or in a gap)", v1 == 0,
+		fmt.Sprintf("%d acknowledged publishes, %d deliveries checked over %d subscribers, %d records in gaps, %d missing, %d violations",
+			tr.l.acked.Load(), tr.l.delivered.Load(), len(tr.l.subs), tr.l.gapped.Load(), missingTotal, v1), tr.l.v1.examples())
+	over := tr.l.over
+	over.mu.Lock()
+	overloaded := over.total
+	over.mu.Unlock()
+	v2 := tr.l.v2.count()
+	verdict("invariant 2 (no reading subscriber waits over the stall bound)", v2 == 0,
+		fmt.Sprintf("%d stalls over %v, worst wait %v, process starved for %v in all",
+			v2, tr.cfg.stall, time.Duration(tr.l.worstWait.Load()).Round(time.Millisecond), overloaded.Round(time.Millisecond)), tr.l.v2.examples())
+	v3 := tr.groups.v.count()
+	verdict("invariant 3 (group records acked or dead-lettered, once, never redelivered after ack)", v3 == 0,
+		fmt.Sprintf("%d deliveries, %d confirmed acks, %d acked with the confirmation lost, %d unsettled, %d violations",
+			tr.groups.deliveries.Load(), tr.groups.acks.Load(), tr.groups.unconfirmed.Load(), f.unsettled, v3), tr.groups.v.examples())
+	verdict("invariant 4 (back to baseline once every client left)", f.settled,
+		fmt.Sprintf("after %v: connections %d (baseline %d), subscriptions %d (%d), goroutines %d (%d, slack %d), fds %d (%d, slack %d); heap %d MiB (%d MiB, slack %d MiB)",
+			f.settleTook.Round(time.Millisecond), f.last.conns, f.base.conns, f.last.subs, f.base.subs, f.last.goroutines, f.base.goroutines, goroutineSlack,
+			f.last.fds, f.base.fds, fdSlack, f.after.heap>>20, f.base.heap>>20, heapSlackMiB), nil)
+	v5 := tr.v5.count()
+	verdict("invariant 5 (no panic, no deadlock)", v5 == 0,
+		fmt.Sprintf("%d gateway warnings or errors logged, stopped cleanly: %v", f.problems, f.stopErr == nil), tr.v5.examples())
+	fmt.Fprintf(stdout, "torture: records checked %d (deliveries %d, group deliveries %d), publishes acknowledged %d, kills %d, topic deletes %d, same-msg_id rounds %d, resets %d, publish errors %d, drained in %v, run time %v\n",
+		tr.l.delivered.Load()+tr.groups.deliveries.Load(), tr.l.delivered.Load(), tr.groups.deliveries.Load(), tr.l.acked.Load(),
+		tr.kills.Load(), tr.deletes.Load(), tr.sameIDRounds.Load(), tr.resets.Load(), tr.pubErrors.Load(),
+		f.drained.Round(time.Millisecond), time.Since(f.started).Round(time.Millisecond))
+	if tr.l.acked.Load() == 0 || tr.l.delivered.Load() == 0 {
+		fmt.Fprintln(stdout, "torture: FAIL: nothing was published or delivered; the run checked nothing")
+		ok = false
+	}
+	return ok
+}
+
+// startLoad starts every client of the run, on cctx, with choices drawn
+// from the seed; the publishers and churners stop when stop is closed,
+// the rest when cctx ends. clients is done when every client has left,
+// final when every subscriber is connected and reading after stop.
+func (tr *torture) startLoad(ctx, cctx context.Context, stop <-chan struct{}, stderr io.Writer) (clients, final *sync.WaitGroup) {
+	cfg := tr.cfg
+	master := rand.New(rand.NewPCG(uint64(cfg.seed), 0x70727475))
+	clients, final = &sync.WaitGroup{}, &sync.WaitGroup{}
 	n := 0
 	spawn := func(f func(rng *rand.Rand)) {
 		n++
@@ -361,147 +533,7 @@ func runTorture(ctx context.Context, cfg *tortureConfig, stdout, stderr io.Write
 	}
 	fmt.Fprintf(stderr, "torture: clients: %s\n", strings.Join(sortedStrings(mix), ", "))
 
-	// Progress, and the second half of the deadlock check: acknowledged
-	// publishes must keep coming while the load runs.
-	end := time.Now().Add(cfg.duration)
-	lastAcked, lastMove := int64(0), time.Now()
-	for time.Now().Before(end) && ctx.Err() == nil {
-		pause(ctx, time.Second)
-		a := tr.l.acked.Load()
-		if a != lastAcked {
-			lastAcked, lastMove = a, time.Now()
-		} else if time.Since(lastMove) > 15*time.Second {
-			tr.v5.add("no publish acknowledged for %v", time.Since(lastMove).Round(time.Second))
-			var sb strings.Builder
-			_ = pprof.Lookup("goroutine").WriteTo(&sb, 1)
-			fmt.Fprintf(stderr, "torture: no progress; goroutines:\n%s\n", sb.String())
-			lastMove = time.Now()
-		}
-		fmt.Fprintf(stderr, "torture: %v acked %d delivered %d gapped %d group acks %d kills %d deletes %d | v1 %d v2 %d v3 %d\n",
-			time.Since(started).Round(time.Second), a, tr.l.delivered.Load(), tr.l.gapped.Load(), tr.groups.acks.Load(),
-			tr.kills.Load(), tr.deletes.Load(), tr.l.v1.count(), tr.l.v2.count(), tr.groups.v.count())
-	}
-	close(stop)
-	loadEnd := time.Now()
-
-	// Drain: subscribers reconnected and reading, then caught up; the
-	// group settled.
-	waitGroupFor(&final, cfg.drain)
-	drainEnd := time.Now().Add(cfg.drain)
-	for time.Now().Before(drainEnd) && ctx.Err() == nil {
-		missing := int64(0)
-		for _, v := range tr.l.subs {
-			missing += v.missing(false)
-		}
-		if missing == 0 {
-			break
-		}
-		pause(ctx, 200*time.Millisecond)
-	}
-	for _, v := range tr.l.subs {
-		v.missing(true)
-	}
-	var unsettled int64
-	for time.Now().Before(drainEnd.Add(cfg.drain)) && ctx.Err() == nil {
-		if unsettled, err = tr.unsettled(ctx, false); err == nil && unsettled == 0 {
-			break
-		}
-		pause(ctx, 500*time.Millisecond)
-	}
-	if unsettled, err = tr.unsettled(ctx, true); err != nil {
-		tr.groups.v.add("%v", err)
-	}
-	drained := time.Since(loadEnd)
-
-	// Every client leaves (the non-readers and raw subscribers without a
-	// close frame).
-	cancelClients()
-	clients.Wait()
-	left := time.Now()
-	http.DefaultClient.CloseIdleConnections()
-	tr.sse.CloseIdleConnections()
-	var last baseline
-	settled := false
-	for time.Since(left) < cfg.settle {
-		last = tr.measure(ctx)
-		if last.conns == base.conns && last.subs == base.subs &&
-			last.goroutines <= base.goroutines+goroutineSlack && last.fds <= base.fds+fdSlack {
-			settled = true
-			break
-		}
-		pause(ctx, 100*time.Millisecond)
-	}
-	settleTook := time.Since(left)
-	// The heap, once the run's topics and groups are gone.
-	for _, t := range append(all, tr.block) {
-		_, _, _ = tr.do(ctx, http.MethodDelete, "/v1/topics/"+t.name, nil)
-	}
-	for _, g := range []string{tortureGroup, tortureBlockGroup} {
-		_, _, _ = tr.do(ctx, http.MethodDelete, "/v1/groups/"+g, nil)
-	}
-	http.DefaultClient.CloseIdleConnections()
-	after := tr.measure(ctx)
-	heapOK := after.heap <= base.heap+heapSlackMiB<<20
-
-	gwStopped = true
-	stopErr := gw.stop()
-	if stopErr != nil {
-		tr.v5.add("the gateway did not stop cleanly: %v", stopErr)
-	}
-	nProblems, problems := gw.problems.snapshot()
-	for _, p := range problems {
-		if strings.Contains(strings.ToLower(p), "panic") {
-			tr.v5.add("the gateway logged: %s", p)
-		}
-	}
-
-	// Verdicts.
-	ok := true
-	verdict := func(name string, pass bool, figures string, examples []string) {
-		word := "PASS"
-		if !pass {
-			word, ok = "FAIL", false
-		}
-		fmt.Fprintf(stdout, "%s: %s  %s\n", name, word, figures)
-		for _, e := range examples {
-			fmt.Fprintf(stdout, "    %s\n", e)
-		}
-	}
-	var missingTotal int64
-	for _, v := range tr.l.subs {
-		missingTotal += v.missing(false)
-	}
-	v1 := tr.l.v1.count()
-	verdict("invariant 1 (every acknowledged record arrives, in order, or in a gap)", v1 == 0,
-		fmt.Sprintf("%d acknowledged publishes, %d deliveries checked over %d subscribers, %d records in gaps, %d missing, %d violations",
-			tr.l.acked.Load(), tr.l.delivered.Load(), len(tr.l.subs), tr.l.gapped.Load(), missingTotal, v1), tr.l.v1.examples())
-	over.mu.Lock()
-	overloaded := over.total
-	over.mu.Unlock()
-	v2 := tr.l.v2.count()
-	verdict("invariant 2 (no reading subscriber waits over the stall bound)", v2 == 0,
-		fmt.Sprintf("%d stalls over %v, worst wait %v, process starved for %v in all",
-			v2, cfg.stall, time.Duration(tr.l.worstWait.Load()).Round(time.Millisecond), overloaded.Round(time.Millisecond)), tr.l.v2.examples())
-	v3 := tr.groups.v.count()
-	verdict("invariant 3 (group records acked or dead-lettered, once, never redelivered after ack)", v3 == 0,
-		fmt.Sprintf("%d deliveries, %d confirmed acks, %d acked with the confirmation lost, %d unsettled, %d violations",
-			tr.groups.deliveries.Load(), tr.groups.acks.Load(), tr.groups.unconfirmed.Load(), unsettled, v3), tr.groups.v.examples())
-	verdict("invariant 4 (back to baseline once every client left)", settled && heapOK,
-		fmt.Sprintf("after %v: connections %d (baseline %d), subscriptions %d (%d), goroutines %d (%d, slack %d), fds %d (%d, slack %d); heap %d MiB (%d MiB, slack %d MiB)",
-			settleTook.Round(time.Millisecond), last.conns, base.conns, last.subs, base.subs, last.goroutines, base.goroutines, goroutineSlack,
-			last.fds, base.fds, fdSlack, after.heap>>20, base.heap>>20, heapSlackMiB), nil)
-	v5 := tr.v5.count()
-	verdict("invariant 5 (no panic, no deadlock)", v5 == 0,
-		fmt.Sprintf("%d gateway warnings or errors logged, stopped cleanly: %v", nProblems, stopErr == nil), tr.v5.examples())
-	fmt.Fprintf(stdout, "torture: records checked %d (deliveries %d, group deliveries %d), publishes acknowledged %d, kills %d, topic deletes %d, same-msg_id rounds %d, resets %d, publish errors %d, drained in %v, run time %v\n",
-		tr.l.delivered.Load()+tr.groups.deliveries.Load(), tr.l.delivered.Load(), tr.groups.deliveries.Load(), tr.l.acked.Load(),
-		tr.kills.Load(), tr.deletes.Load(), tr.sameIDRounds.Load(), tr.resets.Load(), tr.pubErrors.Load(),
-		drained.Round(time.Millisecond), time.Since(started).Round(time.Millisecond))
-	if tr.l.acked.Load() == 0 || tr.l.delivered.Load() == 0 {
-		fmt.Fprintln(stdout, "torture: FAIL: nothing was published or delivered; the run checked nothing")
-		ok = false
-	}
-	return ok, nil
+	return clients, final
 }
 
 // Slack of the baseline check: goroutines and file descriptors of this

@@ -77,6 +77,8 @@ type tortureTopic struct {
 	// again.
 	gate sync.RWMutex
 	gen  atomic.Int64
+	// deletable: the run deletes and creates the topic again.
+	deletable bool
 }
 
 // ledger is the books. It is safe for concurrent use.
@@ -178,6 +180,19 @@ func (v *violations) examples() []string {
 	return append([]string(nil), v.first...)
 }
 
+// isDeleted reports whether the generation of k has been deleted.
+func (l *ledger) isDeleted(k pkey) bool {
+	l.mu.Lock()
+	pl := l.logs[k]
+	l.mu.Unlock()
+	if pl == nil {
+		return false
+	}
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.deleted != 0
+}
+
 // patternMatches reports whether a subscription pattern matches topic.
 func patternMatches(pattern, topic string) bool {
 	ps, ts := strings.Split(pattern, "."), strings.Split(topic, ".")
@@ -209,6 +224,9 @@ type sview struct {
 	pos     map[pkey]*spos
 	curGen  map[string]int64 // the newest generation seen per topic
 	stalled map[pkey]int64   // offsets already reported as stalled
+	recent  map[tpart]*[historyLen]event
+	loose   map[tpart][][2]int64 // gaps of a deleted topic that continue no generation seen
+	conns   int                  // connections so far (the confirmations)
 }
 
 // spos is a subscriber's range of one (topic, generation, partition).
@@ -216,7 +234,8 @@ type spos struct{ first, hw int64 }
 
 func (l *ledger) newView(name, pattern string, reading bool) *sview {
 	v := &sview{name: name, pattern: pattern, l: l, reading: reading, base: map[pkey]int64{},
-		pos: map[pkey]*spos{}, curGen: map[string]int64{}, stalled: map[pkey]int64{}}
+		pos: map[pkey]*spos{}, curGen: map[string]int64{}, stalled: map[pkey]int64{},
+		recent: map[tpart]*[historyLen]event{}, loose: map[tpart][][2]int64{}}
 	l.mu.Lock()
 	l.subs = append(l.subs, v)
 	l.mu.Unlock()
@@ -231,6 +250,7 @@ func (v *sview) confirmed(at time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.live, v.since = true, at
+	v.conns++
 	if !v.first.IsZero() {
 		return
 	}
@@ -266,6 +286,7 @@ func (v *sview) message(topic string, gen int64, part int, off int64, appended t
 	now := time.Now()
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.note(topic, part, event{kind: 'm', conn: v.conns, gen: gen, a: off})
 	if v.live && v.reading && appended.After(v.since) {
 		// A record appended while the subscription was live reaches a
 		// reading subscriber within the stall bound.
@@ -288,9 +309,12 @@ func (v *sview) message(topic string, gen int64, part int, off int64, appended t
 	case p == nil:
 		v.pos[k] = &spos{first: off, hw: off}
 	case off <= p.hw:
-		v.l.v1.add("%s (%s): %s/%d gen %d: offset %d after %d (duplicate or out of order)", v.name, v.pattern, topic, part, gen, off, p.hw)
+		v.l.v1.add("%s (%s): %s/%d gen %d: offset %d after %d (duplicate or out of order); %s", v.name, v.pattern, topic, part, gen, off, p.hw, v.history(topic, part))
 	case off > p.hw+1:
-		v.l.v1.add("%s (%s): %s/%d gen %d: offsets %d-%d skipped without a gap", v.name, v.pattern, topic, part, gen, p.hw+1, off-1)
+		// Records of a generation deleted since need not arrive.
+		if !v.coveredLoose(topic, part, p.hw+1, off) && !v.l.isDeleted(k) {
+			v.l.v1.add("%s (%s): %s/%d gen %d: offsets %d-%d skipped without a gap; %s", v.name, v.pattern, topic, part, gen, p.hw+1, off-1, v.history(topic, part))
+		}
 		p.hw = off
 	default:
 		p.hw = off
@@ -305,25 +329,33 @@ func (v *sview) gap(topic string, part int, from, to int64) {
 	v.l.gapped.Add(to - from)
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.note(topic, part, event{kind: 'g', conn: v.conns, a: from, b: to})
 	// A gap names no generation: it belongs to the generation whose
-	// offsets it continues, else to the newest one seen.
-	gen, ok := v.curGen[topic]
-	if !ok {
-		gen = v.l.topics[topic].gen.Load()
-	}
+	// offsets it continues. A topic never deleted has one generation; for
+	// one that was deleted and created again, a gap that continues none is
+	// kept aside and may account for a jump of any generation
+	// (coveredLoose).
+	gen, found := int64(0), false
 	for k, p := range v.pos {
 		if k.topic == topic && k.part == part && p.hw+1 == from {
-			gen = k.gen
+			gen, found = k.gen, true
 			break
 		}
+	}
+	if !found && v.l.topics[topic].deletable {
+		tp := tpart{topic, part}
+		v.loose[tp] = append(v.loose[tp], [2]int64{from, to})
+		return
 	}
 	k := pkey{topic, gen, part}
 	p := v.pos[k]
 	switch {
 	case p == nil:
 		v.pos[k] = &spos{first: from, hw: to - 1}
+	case from > p.hw+1 && !v.l.isDeleted(k):
+		v.l.v1.add("%s (%s): %s/%d gen %d: offsets %d-%d skipped before gap %d-%d; %s", v.name, v.pattern, topic, part, gen, p.hw+1, from-1, from, to-1, v.history(topic, part))
+		p.hw = to - 1
 	case from > p.hw+1:
-		v.l.v1.add("%s (%s): %s/%d gen %d: offsets %d-%d skipped before gap %d-%d", v.name, v.pattern, topic, part, gen, p.hw+1, from-1, from, to-1)
 		p.hw = to - 1
 	case to-1 > p.hw:
 		p.hw = to - 1
@@ -400,7 +432,7 @@ func (v *sview) missing(report bool) int64 {
 			var m int64
 			var firstOff int64 = -1
 			for _, e := range pl.entries {
-				if v.owed(pl, e, false) {
+				if v.owed(pl, e, false) && !v.coveredLoose(pl.key.topic, pl.key.part, e.off, e.off+1) {
 					if m == 0 {
 						firstOff = e.off
 					}
@@ -408,8 +440,12 @@ func (v *sview) missing(report bool) int64 {
 				}
 			}
 			if m > 0 && report {
-				v.l.v1.add("%s (%s): %d acknowledged records of %s/%d gen %d never arrived (first: offset %d)",
-					v.name, v.pattern, m, pl.key.topic, pl.key.part, pl.key.gen, firstOff)
+				got := "none of its records"
+				if p := v.pos[pl.key]; p != nil {
+					got = fmt.Sprintf("offsets %d-%d", p.first, p.hw)
+				}
+				v.l.v1.add("%s (%s): %d acknowledged records of %s/%d gen %d never arrived (first: offset %d; received %s; on connection %d; %s)",
+					v.name, v.pattern, m, pl.key.topic, pl.key.part, pl.key.gen, firstOff, got, v.conns, v.history(pl.key.topic, pl.key.part))
 			}
 			n += m
 		}
@@ -463,4 +499,85 @@ func (o *overloadWatch) during(from, to int64) bool {
 		}
 	}
 	return false
+}
+
+// historyLen is how many frames of one (topic, partition) a subscriber
+// remembers, to show with a violation.
+const historyLen = 40
+
+type tpart struct {
+	topic string
+	part  int
+}
+
+// event is a frame a subscriber received: a message (gen, offset a) or a
+// gap [a, b), on its conn-th connection.
+type event struct {
+	kind      byte
+	conn      int
+	gen, a, b int64
+}
+
+// note remembers e of (topic, part); v.mu is held.
+func (v *sview) note(topic string, part int, e event) {
+	k := tpart{topic, part}
+	h := v.recent[k]
+	if h == nil {
+		h = new([historyLen]event)
+		v.recent[k] = h
+	}
+	copy(h[:], h[1:])
+	h[historyLen-1] = e
+}
+
+// history describes the frames of (topic, part) v received last, oldest
+// first; v.mu is held.
+func (v *sview) history(topic string, part int) string {
+	h := v.recent[tpart{topic, part}]
+	if h == nil {
+		return "no frames before"
+	}
+	var sb strings.Builder
+	sb.WriteString("frames before (connection: frame):")
+	for _, e := range h {
+		switch e.kind {
+		case 'm':
+			fmt.Fprintf(&sb, " %d:g%d/%d", e.conn, e.gen, e.a)
+		case 'g':
+			fmt.Fprintf(&sb, " %d:gap%d-%d", e.conn, e.a, e.b-1)
+		case 'd':
+			fmt.Fprintf(&sb, " %d:deleted", e.conn)
+		}
+	}
+	return sb.String()
+}
+
+// topicDeleted notes a topic_deleted frame.
+func (v *sview) topicDeleted(topic string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for k := range v.recent {
+		if k.topic == topic {
+			v.note(topic, k.part, event{kind: 'd', conn: v.conns})
+		}
+	}
+}
+
+// coveredLoose reports whether gaps kept aside (see gap) cover [from, to)
+// of (topic, part); v.mu is held.
+func (v *sview) coveredLoose(topic string, part int, from, to int64) bool {
+	for from < to {
+		next := from
+		for _, g := range v.loose[tpart{topic, part}] {
+			if g[0] <= from && from < g[1] {
+				next = g[1]
+				break
+			}
+		}
+		if next == from {
+			return false
+		}
+		from = next
+	}
+	return true
 }
