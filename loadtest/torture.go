@@ -41,6 +41,14 @@ package main
 //
 // It exits 1 when any verdict is FAIL. See torture_ledger.go for the
 // books behind 1 and 2 and torture_groups.go for 3.
+//
+// Not yet part of it: graceful restarts of the gateway, and a cluster of
+// gateways on NATS servers. SSE and Go client subscribers stay off the
+// topics that are deleted: a resume position names no incarnation of a
+// topic, so positions held across a delete and re-create would skip the
+// new topic's first records by design; raw subscribers, which resume
+// after a delete only with positions of the topic's current incarnation,
+// cover deletes.
 
 import (
 	"context"
@@ -460,7 +468,7 @@ func (tr *torture) startLoad(ctx, cctx context.Context, stop <-chan struct{}, st
 		go func() { defer clients.Done(); f(rng) }()
 	}
 	patterns := []string{"tt.a.1", "tt.a.*", "tt.#", "tt.d.0", "tt.*.0", "#", "tg.*", "tt.a.3", "tt.d.*"}
-	clientPatterns := []string{"tt.a.*", "tt.a.2", "tg.#", "tt.a.0"} // no deletable topic: see the report
+	clientPatterns := []string{"tt.a.*", "tt.a.2", "tg.#", "tt.a.0"} // no deleted topic: see the file's doc
 	counts := map[string]int{
 		"ws publishers": 2 + master.IntN(3), "http publishers": 1 + master.IntN(2), "same-msg_id pairs": 1,
 		"raw subscribers": 6 + master.IntN(4), "sse subscribers": 1 + master.IntN(2), "client subscribers": 1 + master.IntN(2),
