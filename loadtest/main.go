@@ -31,6 +31,11 @@
 //	          errors, huge filters and ids, unfinished fragments, stalled
 //	          readers, topic spray, trickling HTTP, cross-site POSTs) and
 //	          the gateway's peak heap is bounded too (see hostile.go).
+//	torture   a seeded, randomised run of hostile and ordinary clients
+//	          against an embedded gateway that checks the delivery,
+//	          stall, group, baseline and liveness promises and prints a
+//	          verdict per invariant (see torture.go; its own flags:
+//	          go run ./loadtest torture -h). Used by CI.
 //
 // The generator refuses gateways that are not on a loopback address. Every
 // loop is bounded by --duration (and --messages), so a run ends by itself;
@@ -129,6 +134,11 @@ func main() {
 
 // run is the command; it returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "torture" {
+		ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
+		defer stop()
+		return tortureCommand(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "chart" {
 		if err := chartCommand(args[1:], stdout); err != nil {
 			fmt.Fprintln(stderr, "loadtest chart:", err)

@@ -1,0 +1,583 @@
+package main
+
+// The torture run's books: every publish the gateway acknowledged, per
+// (topic, generation, partition) in offset order, and what each subscriber
+// saw of it. A topic's generation counts its deletions: the run deletes a
+// topic only while no publish to it is in flight (tortureTopic.gate), and
+// every payload names the generation it was published to, so records of a
+// deleted topic and of its successor are never confused.
+//
+// The checks (invariants 1 and 2 of torture.go) read the books:
+//
+//   - on every delivery: a subscriber's offsets per (topic, generation,
+//     partition) rise by one, or jump over a gap it was told about;
+//     anything else is a duplicate, a reordering or a silent skip;
+//   - every checkInterval: a reading subscriber has received (or been told
+//     of a gap over) every record acknowledged more than --stall ago that
+//     was published after it subscribed, unless the machine was overloaded
+//     meanwhile (overloadWatch);
+//   - at the end: every live subscriber has received every record its
+//     pattern matches that was published after it first subscribed, in a
+//     generation of the topic that was not deleted.
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// entry is one acknowledged record.
+type entry struct {
+	off         int64
+	sent, acked int64 // unix nanoseconds
+}
+
+// partLog is the acknowledged records of one (topic, generation,
+// partition), in offset order. It is safe for concurrent use.
+type partLog struct {
+	key     pkey
+	mu      sync.Mutex // guards following
+	entries []entry
+	deleted int64 // unix nanoseconds of the generation's deletion; 0: live
+}
+
+type pkey struct {
+	topic string
+	gen   int64
+	part  int
+}
+
+// add records an acknowledged record; a duplicate position (a msg_id
+// repeat) is kept once.
+func (l *partLog) add(e entry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(l.entries)
+	i := n
+	for i > 0 && l.entries[i-1].off >= e.off { // mostly appends
+		i--
+	}
+	if i < n && l.entries[i].off == e.off {
+		return
+	}
+	l.entries = append(l.entries, entry{})
+	copy(l.entries[i+1:], l.entries[i:n])
+	l.entries[i] = e
+}
+
+// tortureTopic is one topic of the run.
+type tortureTopic struct {
+	name  string
+	parts int
+	// gate is held shared by every publish to the topic from its send to
+	// its reply, and exclusively while the topic is deleted and created
+	// again.
+	gate sync.RWMutex
+	gen  atomic.Int64
+	// deletable: the run deletes and creates the topic again.
+	deletable bool
+}
+
+// ledger is the books. It is safe for concurrent use.
+type ledger struct {
+	topics map[string]*tortureTopic // fixed before the load starts
+
+	mu   sync.Mutex // guards following
+	logs map[pkey]*partLog
+	subs []*sview
+
+	acked     atomic.Int64 // acknowledged publishes (repeats included)
+	delivered atomic.Int64 // deliveries checked
+	gapped    atomic.Int64 // records reported in gaps
+	v1        violations   // invariant 1
+	v2        violations   // invariant 2
+	over      *overloadWatch
+	stall     time.Duration
+	worstWait atomic.Int64 // nanoseconds, over stall-checked records
+}
+
+func newLedger(topics []*tortureTopic, stall time.Duration, over *overloadWatch) *ledger {
+	l := &ledger{topics: map[string]*tortureTopic{}, logs: map[pkey]*partLog{}, stall: stall, over: over}
+	for _, t := range topics {
+		l.topics[t.name] = t
+	}
+	return l
+}
+
+// log returns the partLog of k, creating it.
+func (l *ledger) log(k pkey) *partLog {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	pl := l.logs[k]
+	if pl == nil {
+		pl = &partLog{key: k}
+		l.logs[k] = pl
+	}
+	return pl
+}
+
+// published records an acknowledged publish.
+func (l *ledger) published(topic string, gen int64, part int, off int64, sent time.Time) {
+	l.acked.Add(1)
+	l.log(pkey{topic, gen, part}).add(entry{off: off, sent: sent.UnixNano(), acked: time.Now().UnixNano()})
+}
+
+// deleted marks a generation of topic as deleted.
+func (l *ledger) deleted(topic string, gen int64) {
+	now := time.Now().UnixNano()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, pl := range l.logs {
+		if k.topic == topic && k.gen == gen {
+			pl.mu.Lock()
+			pl.deleted = now
+			pl.mu.Unlock()
+		}
+	}
+}
+
+// snapshot returns the partLogs whose topic pattern matches.
+func (l *ledger) matching(pattern string) []*partLog {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*partLog
+	for k, pl := range l.logs {
+		if patternMatches(pattern, k.topic) {
+			out = append(out, pl)
+		}
+	}
+	return out
+}
+
+// violations counts failures of one invariant and keeps the first few.
+type violations struct {
+	mu    sync.Mutex
+	n     int64
+	first []string
+}
+
+func (v *violations) add(format string, args ...any) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.n++
+	if len(v.first) < 5 {
+		v.first = append(v.first, time.Now().UTC().Format("15:04:05.000 ")+fmt.Sprintf(format, args...))
+	}
+}
+
+func (v *violations) count() int64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.n
+}
+
+func (v *violations) examples() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return append([]string(nil), v.first...)
+}
+
+// isDeleted reports whether the generation of k has been deleted.
+func (l *ledger) isDeleted(k pkey) bool {
+	l.mu.Lock()
+	pl := l.logs[k]
+	l.mu.Unlock()
+	if pl == nil {
+		return false
+	}
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.deleted != 0
+}
+
+// patternMatches reports whether a subscription pattern matches topic.
+func patternMatches(pattern, topic string) bool {
+	ps, ts := strings.Split(pattern, "."), strings.Split(topic, ".")
+	for i, p := range ps {
+		if p == "#" {
+			return len(ts) > i
+		}
+		if i >= len(ts) || (p != "*" && p != ts[i]) {
+			return false
+		}
+	}
+	return len(ps) == len(ts)
+}
+
+// sview is what one subscriber (across its reconnections) has seen. It is
+// safe for concurrent use.
+type sview struct {
+	name, pattern string
+	l             *ledger
+
+	mu sync.Mutex // guards following
+	// reading: the subscriber reads at full speed, so the stall bound
+	// applies to it.
+	reading bool
+	live    bool      // subscribed now
+	since   time.Time // the current subscription's confirmation
+	first   time.Time // the first confirmation; zero before it
+	base    map[pkey]int64
+	pos     map[pkey]*spos
+	curGen  map[string]int64 // the newest generation seen per topic
+	stalled map[pkey]int64   // offsets already reported as stalled
+	recent  map[tpart]*[historyLen]event
+	loose   map[tpart][][2]int64 // gaps of a deleted topic that continue no generation seen
+	conns   int                  // connections so far (the confirmations)
+}
+
+// spos is a subscriber's range of one (topic, generation, partition).
+type spos struct{ first, hw int64 }
+
+func (l *ledger) newView(name, pattern string, reading bool) *sview {
+	v := &sview{name: name, pattern: pattern, l: l, reading: reading, base: map[pkey]int64{},
+		pos: map[pkey]*spos{}, curGen: map[string]int64{}, stalled: map[pkey]int64{},
+		recent: map[tpart]*[historyLen]event{}, loose: map[tpart][][2]int64{}}
+	l.mu.Lock()
+	l.subs = append(l.subs, v)
+	l.mu.Unlock()
+	return v
+}
+
+// confirmed marks the subscription confirmed at now (sent before the reply
+// is read: a publish sent after it must arrive). The first confirmation
+// fixes what the subscriber is owed: records acknowledged after it.
+func (v *sview) confirmed(at time.Time) {
+	logs := v.l.matching(v.pattern)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.live, v.since = true, at
+	v.conns++
+	if !v.first.IsZero() {
+		return
+	}
+	v.first = at
+	for _, pl := range logs {
+		pl.mu.Lock()
+		if n := len(pl.entries); n > 0 {
+			v.base[pl.key] = pl.entries[n-1].off
+		}
+		pl.mu.Unlock()
+	}
+}
+
+// lost marks the subscriber disconnected.
+func (v *sview) lost() {
+	v.mu.Lock()
+	v.live = false
+	v.mu.Unlock()
+}
+
+// setReading says whether the stall bound applies.
+func (v *sview) setReading(r bool) {
+	v.mu.Lock()
+	v.reading = r
+	v.mu.Unlock()
+}
+
+// message checks one delivery; appended is the record's append time (zero:
+// unknown).
+func (v *sview) message(topic string, gen int64, part int, off int64, appended time.Time) {
+	v.l.delivered.Add(1)
+	k := pkey{topic, gen, part}
+	now := time.Now()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.note(topic, part, event{kind: 'm', conn: v.conns, gen: gen, a: off})
+	if v.live && v.reading && appended.After(v.since) {
+		// A record appended while the subscription was live reaches a
+		// reading subscriber within the stall bound.
+		wait := now.Sub(appended)
+		if !v.l.over.during(appended.UnixNano(), now.UnixNano()) {
+			if int64(wait) > v.l.worstWait.Load() {
+				v.l.worstWait.Store(int64(wait))
+			}
+			if wait > v.l.stall {
+				v.l.v2.add("%s (%s): %s/%d offset %d received %v after it was appended",
+					v.name, v.pattern, topic, part, off, wait.Round(time.Millisecond))
+			}
+		}
+	}
+	if gen > v.curGen[topic] {
+		v.curGen[topic] = gen
+	}
+	p := v.pos[k]
+	switch {
+	case p == nil:
+		v.pos[k] = &spos{first: off, hw: off}
+	case off <= p.hw:
+		v.l.v1.add("%s (%s): %s/%d gen %d: offset %d after %d (duplicate or out of order); %s", v.name, v.pattern, topic, part, gen, off, p.hw, v.history(topic, part))
+	case off > p.hw+1:
+		// Records of a generation deleted since need not arrive.
+		if !v.coveredLoose(topic, part, p.hw+1, off) && !v.l.isDeleted(k) {
+			v.l.v1.add("%s (%s): %s/%d gen %d: offsets %d-%d skipped without a gap; %s", v.name, v.pattern, topic, part, gen, p.hw+1, off-1, v.history(topic, part))
+		}
+		p.hw = off
+	default:
+		p.hw = off
+	}
+}
+
+// gap records a gap [from, to) of topic's newest generation seen.
+func (v *sview) gap(topic string, part int, from, to int64) {
+	if to <= from {
+		return
+	}
+	v.l.gapped.Add(to - from)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.note(topic, part, event{kind: 'g', conn: v.conns, a: from, b: to})
+	// A gap names no generation: it belongs to the generation whose
+	// offsets it continues. A topic never deleted has one generation; for
+	// one that was deleted and created again, a gap that continues none is
+	// kept aside and may account for a jump of any generation
+	// (coveredLoose).
+	gen, found := int64(0), false
+	for k, p := range v.pos {
+		if k.topic == topic && k.part == part && p.hw+1 == from {
+			gen, found = k.gen, true
+			break
+		}
+	}
+	if !found && v.l.topics[topic].deletable {
+		tp := tpart{topic, part}
+		v.loose[tp] = append(v.loose[tp], [2]int64{from, to})
+		return
+	}
+	k := pkey{topic, gen, part}
+	p := v.pos[k]
+	switch {
+	case p == nil:
+		v.pos[k] = &spos{first: from, hw: to - 1}
+	case from > p.hw+1 && !v.l.isDeleted(k):
+		v.l.v1.add("%s (%s): %s/%d gen %d: offsets %d-%d skipped before gap %d-%d; %s", v.name, v.pattern, topic, part, gen, p.hw+1, from-1, from, to-1, v.history(topic, part))
+		p.hw = to - 1
+	case from > p.hw+1:
+		p.hw = to - 1
+	case to-1 > p.hw:
+		p.hw = to - 1
+	}
+}
+
+// owed reports whether e of pl is owed to v and not yet received. For
+// stall checks only records published after the current subscription
+// count.
+func (v *sview) owed(pl *partLog, e entry, stall bool) bool {
+	if v.first.IsZero() || e.sent <= v.first.UnixNano() {
+		return false
+	}
+	if b, ok := v.base[pl.key]; ok && e.off <= b {
+		return false
+	}
+	if stall && e.sent <= v.since.UnixNano() {
+		return false
+	}
+	p := v.pos[pl.key]
+	return p == nil || e.off < p.first || e.off > p.hw
+}
+
+// checkStalls reports records v has waited for longer than the stall
+// bound. It looks at each partition's oldest owed record only.
+func (v *sview) checkStalls(now time.Time) {
+	logs := v.l.matching(v.pattern)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.live || !v.reading {
+		return
+	}
+	for _, pl := range logs {
+		pl.mu.Lock()
+		if pl.deleted != 0 {
+			pl.mu.Unlock()
+			continue
+		}
+		hw := int64(-1)
+		if p := v.pos[pl.key]; p != nil {
+			hw = p.hw
+		}
+		i := sort.Search(len(pl.entries), func(i int) bool { return pl.entries[i].off > hw })
+		for n := 0; i < len(pl.entries) && n < 512; i, n = i+1, n+1 {
+			e := pl.entries[i]
+			if !v.owed(pl, e, true) {
+				continue
+			}
+			wait := now.UnixNano() - e.acked
+			if wait > v.l.worstWait.Load() && !v.l.over.during(e.sent, now.UnixNano()) {
+				v.l.worstWait.Store(wait)
+			}
+			if wait > int64(v.l.stall) && v.stalled[pl.key] < e.off+1 && !v.l.over.during(e.sent, now.UnixNano()) {
+				v.stalled[pl.key] = e.off + 1
+				v.l.v2.add("%s (%s): %s/%d offset %d not received %v after its publish was acknowledged",
+					v.name, v.pattern, pl.key.topic, pl.key.part, e.off, time.Duration(wait).Round(time.Millisecond))
+			}
+			break
+		}
+		pl.mu.Unlock()
+	}
+}
+
+// missing counts the records owed to v that it has not received, in live
+// generations; with report it reports them as violations.
+func (v *sview) missing(report bool) int64 {
+	logs := v.l.matching(v.pattern)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var n int64
+	for _, pl := range logs {
+		pl.mu.Lock()
+		if pl.deleted == 0 {
+			var m int64
+			var firstOff int64 = -1
+			for _, e := range pl.entries {
+				if v.owed(pl, e, false) && !v.coveredLoose(pl.key.topic, pl.key.part, e.off, e.off+1) {
+					if m == 0 {
+						firstOff = e.off
+					}
+					m++
+				}
+			}
+			if m > 0 && report {
+				got := "none of its records"
+				if p := v.pos[pl.key]; p != nil {
+					got = fmt.Sprintf("offsets %d-%d", p.first, p.hw)
+				}
+				v.l.v1.add("%s (%s): %d acknowledged records of %s/%d gen %d never arrived (first: offset %d; received %s; on connection %d; %s)",
+					v.name, v.pattern, m, pl.key.topic, pl.key.part, pl.key.gen, firstOff, got, v.conns, v.history(pl.key.topic, pl.key.part))
+			}
+			n += m
+		}
+		pl.mu.Unlock()
+	}
+	return n
+}
+
+// overloadWatch notices when this process is starved of CPU: a ticker
+// that fires late by more than a bound marks the time it missed as
+// overloaded. It is safe for concurrent use.
+type overloadWatch struct {
+	mu    sync.Mutex // guards following
+	spans [][2]int64 // [from, to] unix nanoseconds
+	total time.Duration
+}
+
+// run ticks until stop is closed.
+func (o *overloadWatch) run(stop <-chan struct{}) {
+	const tick, late = 20 * time.Millisecond, 150 * time.Millisecond
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			if d := now.Sub(last); d > tick+late {
+				o.mu.Lock()
+				o.spans = append(o.spans, [2]int64{last.UnixNano(), now.UnixNano()})
+				o.total += d
+				o.mu.Unlock()
+			}
+			last = now
+		}
+	}
+}
+
+// during reports whether an overloaded span touches [from, to].
+func (o *overloadWatch) during(from, to int64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i := len(o.spans) - 1; i >= 0; i-- {
+		s := o.spans[i]
+		if s[1] < from {
+			return false
+		}
+		if s[0] <= to {
+			return true
+		}
+	}
+	return false
+}
+
+// historyLen is how many frames of one (topic, partition) a subscriber
+// remembers, to show with a violation.
+const historyLen = 40
+
+type tpart struct {
+	topic string
+	part  int
+}
+
+// event is a frame a subscriber received: a message (gen, offset a) or a
+// gap [a, b), on its conn-th connection.
+type event struct {
+	kind      byte
+	conn      int
+	gen, a, b int64
+}
+
+// note remembers e of (topic, part); v.mu is held.
+func (v *sview) note(topic string, part int, e event) {
+	k := tpart{topic, part}
+	h := v.recent[k]
+	if h == nil {
+		h = new([historyLen]event)
+		v.recent[k] = h
+	}
+	copy(h[:], h[1:])
+	h[historyLen-1] = e
+}
+
+// history describes the frames of (topic, part) v received last, oldest
+// first; v.mu is held.
+func (v *sview) history(topic string, part int) string {
+	h := v.recent[tpart{topic, part}]
+	if h == nil {
+		return "no frames before"
+	}
+	var sb strings.Builder
+	sb.WriteString("frames before (connection: frame):")
+	for _, e := range h {
+		switch e.kind {
+		case 'm':
+			fmt.Fprintf(&sb, " %d:g%d/%d", e.conn, e.gen, e.a)
+		case 'g':
+			fmt.Fprintf(&sb, " %d:gap%d-%d", e.conn, e.a, e.b-1)
+		case 'd':
+			fmt.Fprintf(&sb, " %d:deleted", e.conn)
+		}
+	}
+	return sb.String()
+}
+
+// topicDeleted notes a topic_deleted frame.
+func (v *sview) topicDeleted(topic string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for k := range v.recent {
+		if k.topic == topic {
+			v.note(topic, k.part, event{kind: 'd', conn: v.conns})
+		}
+	}
+}
+
+// coveredLoose reports whether gaps kept aside (see gap) cover [from, to)
+// of (topic, part); v.mu is held.
+func (v *sview) coveredLoose(topic string, part int, from, to int64) bool {
+	for from < to {
+		next := from
+		for _, g := range v.loose[tpart{topic, part}] {
+			if g[0] <= from && from < g[1] {
+				next = g[1]
+				break
+			}
+		}
+		if next == from {
+			return false
+		}
+		from = next
+	}
+	return true
+}
