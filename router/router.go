@@ -117,6 +117,9 @@ type Options struct {
 	// MaxPresencePerTopic bounds the members a topic's presence lists and
 	// announces; members beyond it are only counted. Default 1000.
 	MaxPresencePerTopic int
+	// Presence bounds presence joins per session and announcements per
+	// member (see PresenceOptions).
+	Presence PresenceOptions
 	// MaxConnections bounds open WebSocket sessions (503
 	// too_many_connections past it); 0: unlimited.
 	MaxConnections int
