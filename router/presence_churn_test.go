@@ -1,11 +1,14 @@
 package router_test
 
 import (
+	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/session"
 )
@@ -161,4 +164,64 @@ func TestPresenceJoinRateDefault(t *testing.T) {
 	}
 	// Without presence, the same subscribe is not limited.
 	c.subscribe(t, "room")
+}
+
+// listGate holds the first member listing (PresenceList with a limit)
+// until released; counts (limit 0) pass.
+type listGate struct {
+	engine.Engine
+	p       engine.Presence
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (l *listGate) PresenceJoin(ctx context.Context, m engine.PresenceMember) error {
+	return l.p.PresenceJoin(ctx, m)
+}
+
+func (l *listGate) PresenceLeave(ctx context.Context, topic, session string) error {
+	return l.p.PresenceLeave(ctx, topic, session)
+}
+
+func (l *listGate) WatchPresence(obs engine.PresenceObserver) func() { return l.p.WatchPresence(obs) }
+
+func (l *listGate) PresenceList(ctx context.Context, topic string, limit int) ([]engine.PresenceMember, int, error) {
+	if limit > 0 {
+		l.once.Do(func() {
+			close(l.entered)
+			<-l.release
+		})
+	}
+	return l.p.PresenceList(ctx, topic, limit)
+}
+
+// TestPresenceListOrderedWithAnnouncements: a join made while a member's
+// presence op is listing reaches the member after the reply, so that it
+// applies to the list the reply carries.
+func TestPresenceListOrderedWithAnnouncements(t *testing.T) {
+	gate := &listGate{entered: make(chan struct{}), release: make(chan struct{})}
+	g := newGateway(t, func(c *gwConfig) {
+		c.wrap = func(e engine.Engine) engine.Engine {
+			gate.Engine, gate.p = e, e.(engine.Presence)
+			return gate
+		}
+	})
+	ann := g.dial(t)
+	ann.subscribe(t, "room", "presence", true)
+	ann.send(t, map[string]any{"op": "presence", "id": "list", "topic": "room"})
+	select {
+	case <-gate.entered:
+	case <-time.After(waitTimeout):
+		t.Fatal("the presence op did not list")
+	}
+	bob := g.dial(t)
+	bob.subscribe(t, "room", "presence", true) // announced to ann while it lists
+	close(gate.release)
+	if r := ann.next(t); r["id"] != "list" {
+		t.Fatalf("first frame after the listing %v, want its reply", r)
+	}
+	if j := ann.nextOp(t, "join"); j["session"] != bob.welcome["session"] {
+		t.Fatalf("join %v", j)
+	}
 }

@@ -27,7 +27,8 @@
 //
 //  1. engine-internal locks (the engine calls Appended and Deliver with
 //     them held)
-//  2. subscription.mu
+//  2. subscription.mu; presenceMember.mu, then presenceHub.mu
+//     (presence_churn.go)
 //  3. session queue locks (inside session.Send)
 //
 // conn.mu and Router.mu are leaf locks: nothing else is taken while they
