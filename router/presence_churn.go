@@ -101,6 +101,7 @@ type presenceMember struct {
 	ended   bool
 }
 
+// presenceChurn is the presence hub's state for the bounds above.
 type presenceChurn struct {
 	queueBytes int
 	queueItems int
@@ -110,8 +111,8 @@ type presenceChurn struct {
 	dropped prometheus.Counter
 	resyncs prometheus.Counter
 
-	done chan struct{} // closed by close
-	wg   sync.WaitGroup
+	done chan struct{}  // closed by closeChurn
+	wg   sync.WaitGroup // the sweeper
 
 	// Guarded by presenceHub.mu:
 	stale    map[*presenceMember]struct{}
