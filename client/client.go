@@ -470,6 +470,12 @@ func (c *Client) handle(f *inFrame) {
 		c.onRefreshRequired()
 	case "join", "leave":
 		c.onPresence(f)
+	case "presence":
+		if id, ok := parseID(f.ID); ok {
+			c.complete(id, f, nil)
+		} else {
+			c.onPresenceResync(f.Topic) // the gateway dropped announcements
+		}
 	case "unsubscribed":
 		if len(f.ID) == 0 && f.Reason != "" {
 			c.onRevoked(f)

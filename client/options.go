@@ -68,7 +68,8 @@ type Options struct {
 	// subscription is then closed). Default: the error is only logged.
 	OnError func(error)
 	// OnPresence is called, on the dispatcher goroutine, for every join
-	// and leave on the topics this client subscribed to with presence.
+	// and leave on the topics this client subscribed to with presence,
+	// and with the list after a resync (PresenceEvent.Resync).
 	// Default: none (the frames are ignored).
 	OnPresence func(PresenceEvent)
 }

@@ -32,10 +32,14 @@ import (
 // Bound: a topic lists and announces at most Options.MaxPresencePerTopic
 // members; sessions that join beyond it are counted only (hidden), so a
 // crowded topic costs each subscriber nothing per member beyond the bound.
+// Churn is bounded per session (joins per second) and per member (queued
+// announcements, then a resync frame): presence_churn.go.
 //
-// Concurrency: presenceHub.mu is a leaf lock guarding the local index; the
-// engine calls PresenceChanged on its goroutines, which takes mu and then
-// only queues frames (session.Send is safe for concurrent use).
+// Concurrency: presenceHub.mu guards the local index and is taken after a
+// presenceMember's mu, never before (presence_churn.go); the engine calls
+// PresenceChanged on its goroutines, which takes mu to copy the members
+// and then each member's mu to queue a frame (session.Send is safe for
+// concurrent use).
 
 // defaultMaxPresencePerTopic bounds listed members: a page of names a
 // client can show, and join/leave traffic each subscriber can absorb.
@@ -46,12 +50,15 @@ type presenceHub struct {
 	max  int
 	stop func()
 
-	mu    sync.Mutex // guards local
-	local map[string]map[*subscription]struct{}
+	mu    sync.Mutex // guards local and presenceChurn's guarded fields
+	local map[string]map[*subscription]*presenceMember
+
+	presenceChurn // announcement and join bounds (presence_churn.go)
 }
 
 func (rt *Router) startPresence() {
-	h := &presenceHub{max: rt.opts.MaxPresencePerTopic, local: map[string]map[*subscription]struct{}{}}
+	h := &presenceHub{max: rt.opts.MaxPresencePerTopic, local: map[string]map[*subscription]*presenceMember{}}
+	h.initChurn(rt)
 	if h.max <= 0 {
 		h.max = defaultMaxPresencePerTopic
 	}
@@ -62,11 +69,15 @@ func (rt *Router) startPresence() {
 	rt.pres = h
 }
 
-// close stops watching the engine.
+// close stops watching the engine and sending resync frames.
 func (h *presenceHub) close() {
-	if h != nil && h.stop != nil {
+	if h == nil {
+		return
+	}
+	if h.stop != nil {
 		h.stop()
 	}
+	h.closeChurn()
 }
 
 // PresenceChanged implements engine.PresenceObserver.
@@ -75,12 +86,12 @@ func (h *presenceHub) PresenceChanged(m engine.PresenceMember, joined bool) {
 		return
 	}
 	h.mu.Lock()
-	subs := make([]*subscription, 0, len(h.local[m.Topic]))
-	for s := range h.local[m.Topic] {
-		subs = append(subs, s)
+	members := make([]*presenceMember, 0, len(h.local[m.Topic]))
+	for _, pm := range h.local[m.Topic] {
+		members = append(members, pm)
 	}
 	h.mu.Unlock()
-	if len(subs) == 0 {
+	if len(members) == 0 {
 		return
 	}
 	op := "leave"
@@ -88,9 +99,9 @@ func (h *presenceHub) PresenceChanged(m engine.PresenceMember, joined bool) {
 		op = "join"
 	}
 	frame := encodePresence(op, m)
-	for _, s := range subs {
-		if s.c != nil && s.c.id != m.Session {
-			s.c.sess.Send(session.Item{Frame: frame})
+	for _, pm := range members {
+		if pm.s.c != nil && pm.s.c.id != m.Session {
+			h.announce(pm, frame)
 		}
 	}
 }
@@ -137,6 +148,10 @@ func (cn *conn) checkPresence(req *request, pattern, group string) (bool, *proto
 // presenceJoin puts s's session in its topic's presence set.
 func (rt *Router) presenceJoin(ctx context.Context, s *subscription) *protoError {
 	h := rt.pres
+	if !h.allowJoin(s.c) {
+		return refuse(limitPresenceJoinRate, codeRateLimited,
+			"presence joins are limited to %g per second per session (burst %d); subscribe with presence less often", float64(h.joinRate), h.joinBurst)
+	}
 	_, n, err := h.eng.PresenceList(ctx, s.pattern, 0)
 	if err != nil {
 		return toProto(err)
@@ -144,10 +159,10 @@ func (rt *Router) presenceJoin(ctx context.Context, s *subscription) *protoError
 	h.mu.Lock()
 	set := h.local[s.pattern]
 	if set == nil {
-		set = map[*subscription]struct{}{}
+		set = map[*subscription]*presenceMember{}
 		h.local[s.pattern] = set
 	}
-	set[s] = struct{}{}
+	set[s] = &presenceMember{s: s}
 	h.mu.Unlock()
 	m := engine.PresenceMember{Topic: s.pattern, Session: s.c.id, User: s.c.who.subject, Info: s.c.who.info, Hidden: n >= h.max}
 	if err := h.eng.PresenceJoin(ctx, m); err != nil {
@@ -160,17 +175,24 @@ func (rt *Router) presenceJoin(ctx context.Context, s *subscription) *protoError
 func (rt *Router) presenceForget(s *subscription) {
 	h := rt.pres
 	h.mu.Lock()
+	pm := h.local[s.pattern][s]
 	delete(h.local[s.pattern], s)
 	if len(h.local[s.pattern]) == 0 {
 		delete(h.local, s.pattern)
 	}
 	h.mu.Unlock()
+	if pm != nil {
+		h.endMember(pm)
+	}
 }
 
 // presenceLeave takes s's session out of the presence set (the session may
 // be gone: a fresh context).
 func (rt *Router) presenceLeave(s *subscription) {
 	rt.presenceForget(s)
+	if s.c.ctx.Err() != nil {
+		rt.pres.forgetJoins(s.c) // the session is ending
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), defaultHookTimeout)
 	defer cancel()
 	if err := rt.pres.eng.PresenceLeave(ctx, s.pattern, s.c.id); err != nil {
@@ -216,12 +238,37 @@ func (cn *conn) presenceOp(req *request) *protoError {
 	if trie.ValidateTopic(topic) == nil && !cn.who.canSubscribe(topic) && !cn.presenceMember(topic) {
 		return cn.rt.forbidden("subscribe", "not allowed to see who is on %q", topic)
 	}
-	out, pe := cn.rt.presenceReply(cn.ctx, topic, false)
-	if pe != nil {
-		return pe
+	// A member's list is answered in order with its announcements:
+	// those made while it is built follow the reply.
+	pm := cn.presenceMemberOf(topic)
+	if pm != nil {
+		pm.beginListing()
 	}
-	cn.sess.Send(session.Item{Frame: encodeReply("presence", req.ID, out)})
-	return nil
+	out, pe := cn.rt.presenceReply(cn.ctx, topic, false)
+	var reply []byte
+	if pe == nil {
+		reply = encodeReply("presence", req.ID, out)
+	}
+	if pm != nil {
+		cn.rt.pres.endListing(pm, reply)
+	} else if reply != nil {
+		cn.sess.Send(session.Item{Frame: reply})
+	}
+	return pe
+}
+
+// presenceMemberOf returns the session's presence member of topic, if any.
+func (cn *conn) presenceMemberOf(topic string) *presenceMember {
+	cn.mu.Lock()
+	s := cn.subs[subKey{topic, ""}]
+	cn.mu.Unlock()
+	if s == nil || !s.presence {
+		return nil
+	}
+	h := cn.rt.pres
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.local[topic][s]
 }
 
 // presenceMember reports whether the session holds a presence

@@ -27,7 +27,8 @@
 //
 //  1. engine-internal locks (the engine calls Appended and Deliver with
 //     them held)
-//  2. subscription.mu
+//  2. subscription.mu; presenceMember.mu, then presenceHub.mu
+//     (presence_churn.go)
 //  3. session queue locks (inside session.Send)
 //
 // conn.mu and Router.mu are leaf locks: nothing else is taken while they
@@ -117,6 +118,9 @@ type Options struct {
 	// MaxPresencePerTopic bounds the members a topic's presence lists and
 	// announces; members beyond it are only counted. Default 1000.
 	MaxPresencePerTopic int
+	// Presence bounds presence joins per session and announcements per
+	// member (see PresenceOptions).
+	Presence PresenceOptions
 	// MaxConnections bounds open WebSocket sessions (503
 	// too_many_connections past it); 0: unlimited.
 	MaxConnections int

@@ -234,6 +234,19 @@ export interface PresenceEvent {
   info?: JSONValue;
 }
 
+/**
+ * The server dropped `join`/`leave` frames to this client (it read them too
+ * slowly); the client listed the topic again. Replace what earlier events
+ * built with `members`; later events apply to it.
+ */
+export interface PresenceResync {
+  op: "presence";
+  resync: true;
+  topic: string;
+  count: number;
+  members: Array<{ session: string; user: string; info?: JSONValue }>;
+}
+
 /** Options of the async-iterable form of {@link Client.subscribe}. */
 export interface StreamOptions extends SubscribeOptions {
   /** How many messages wait for the loop (default {@link DEFAULTS}.streamBuffer). */
@@ -341,6 +354,7 @@ export interface ClientEvents {
   refresh_required: (frame: RefreshRequired) => void;
   join: (frame: PresenceEvent) => void;
   leave: (frame: PresenceEvent) => void;
+  presence: (frame: PresenceResync) => void;
   /** The first connection falls back to the next transport. */
   transport: (ev: { transport: "websocket" | "sse"; code: number; reason: string }) => void;
 }

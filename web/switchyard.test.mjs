@@ -374,3 +374,23 @@ test("presence: subscribe flag, join/leave events and the presence op", async ()
   assert.equal((await q).count, 1);
   client.close();
 });
+
+test("presence: a resync frame lists the topic again, emitted in order with later events", async (t) => {
+  const { client, ws } = await open({ token: "jwt" });
+  t.after(() => client.close());
+  const p = client.subscribe("rooms.1", () => {}, { presence: true });
+  ws.recv({ op: "subscribed", id: ws.last("subscribe").id, pattern: "rooms.1" });
+  await p;
+  const seen = [];
+  client.on("join", (f) => seen.push("join " + f.session));
+  client.on("leave", (f) => seen.push("leave " + f.session));
+  client.on("presence", (f) => seen.push(`resync ${f.topic} ${f.count} ${f.members.map((m) => m.session).join(",")}`));
+  ws.recv({ op: "join", topic: "rooms.1", session: "s2", user: "bob" }, { op: "presence", topic: "rooms.1", resync: true });
+  const preq = ws.last("presence");
+  assert.equal(preq.topic, "rooms.1");
+  assert.notEqual(preq.id, undefined);
+  // The reply and a leave after it arrive in one message: the list comes first.
+  ws.recv({ op: "presence", id: preq.id, topic: "rooms.1", count: 2, members: [{ session: "s1", user: "ann" }, { session: "s3", user: "cat" }] },
+    { op: "leave", topic: "rooms.1", session: "s3", user: "cat" });
+  assert.deepEqual(seen, ["join s2", "resync rooms.1 2 s1,s3", "leave s3"]);
+});

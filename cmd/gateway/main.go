@@ -133,6 +133,9 @@ type config struct {
 	JWTClaims           string
 	HookURL             string
 	MaxPresencePerTopic int
+	PresenceJoinRate    float64
+	PresenceJoinBurst   int
+	PresenceQueueBytes  int
 	Hooks               string
 	HookTimeout         time.Duration
 	HookFailOpen        bool
@@ -223,6 +226,9 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.JWTClaimsPrefix, "jwt-claims-prefix", "", "prefix of the grant claims (publish, subscribe, groups), e.g. https://example.com/")
 	fs.StringVar(&cfg.JWTClaims, "jwt-claims", "", "grant claim names, e.g. publish=pub,subscribe=https://x/sub,groups=grp (overrides --jwt-claims-prefix)")
 	fs.IntVar(&cfg.MaxPresencePerTopic, "max-presence-per-topic", 1000, "members a topic's presence lists and announces; beyond it they are only counted")
+	fs.Float64Var(&cfg.PresenceJoinRate, "presence-join-rate", router.DefaultPresenceJoinRate, "presence joins (subscribes with presence) per second per session; past it rate_limited (negative: unlimited)")
+	fs.IntVar(&cfg.PresenceJoinBurst, "presence-join-burst", router.DefaultPresenceJoinBurst, "presence joins a session may make at once")
+	fs.IntVar(&cfg.PresenceQueueBytes, "presence-queue-bytes", router.DefaultPresenceQueueBytes, "control bytes a member may have queued for presence join/leave frames to be queued to it; past it they are dropped and a resync frame follows (at most half of --control-queue-bytes)")
 	fs.StringVar(&cfg.HookURL, "hook-url", "", "base URL of the application's authorization hooks (POST URL/connect, URL/subscribe, URL/publish)")
 	fs.StringVar(&cfg.Hooks, "hooks", "connect,subscribe", "comma-separated hooks to call with --hook-url: connect, subscribe, publish")
 	fs.DurationVar(&cfg.HookTimeout, "hook-timeout", 2*time.Second, "bound on each hook call, waiting for a free slot included")
@@ -468,6 +474,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		Auth:                auth,
 		Hooks:               hooks,
 		MaxPresencePerTopic: cfg.MaxPresencePerTopic,
+		Presence:            router.PresenceOptions{JoinRate: cfg.PresenceJoinRate, JoinBurst: cfg.PresenceJoinBurst, QueueBytes: cfg.PresenceQueueBytes},
 		MaxConnections:      cfg.MaxConnections,
 		MaxConnectionsPerIP: cfg.MaxConnectionsPerIP,
 		ConnectRatePerIP:    cfg.ConnectRatePerIP,

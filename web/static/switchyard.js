@@ -570,6 +570,10 @@ export class Subscription {
  *    reported as an `error` with code `forbidden`.
  *  - `join` / `leave` (frame): presence changes on a topic this client
  *    subscribed to with `presence: true`.
+ *  - `presence` ({op: "presence", resync: true, topic, count, members}):
+ *    the server dropped `join`/`leave` frames to this client (it read them
+ *    too slowly), so the client listed the topic again: replace what the
+ *    earlier events built with `members`; later events apply to it.
  */
 export class Client {
   /** @package Use {@link connect}. */
@@ -1015,6 +1019,10 @@ export class Client {
       case "join":
       case "leave":
         return this._onPresence(f);
+      case "presence":
+        if (f.id === undefined) return this._onPresenceResync(f);
+        if (this._pending.has(f.id)) return this._settle(f.id, null, f);
+        return undefined;
       case "unsubscribed":
         if (f.id === undefined && f.reason) return this._onRevoked(f);
         if (f.id !== undefined && this._pending.has(f.id)) return this._settle(f.id, null, f);
@@ -1235,7 +1243,7 @@ export class Client {
    * connected, the request waits for the next connection unless
    * opts.queue is false. @private
    */
-  _request(frame, { queue = true, signal } = {}) {
+  _request(frame, { queue = true, signal, onReply } = {}) {
     if (this.state === "closed") return Promise.reject(this._closedError());
     if (signal && signal.aborted) return Promise.reject(abortError(signal));
     const id = this._nextId++;
@@ -1262,7 +1270,7 @@ export class Client {
         off();
         fn(v);
       };
-      this._pending.set(id, { kind: frame.op, frame, sent: open, timer, resolve: done(resolve), reject: done(reject) });
+      this._pending.set(id, { kind: frame.op, frame, sent: open, timer, onReply, resolve: done(resolve), reject: done(reject) });
       if (open) this._send({ ...frame, id });
     });
   }
@@ -1276,6 +1284,7 @@ export class Client {
     if (err) p.reject(err);
     else {
       const { op: _op, id: _id, ...rest } = reply;
+      if (p.onReply) p.onReply(rest); // at once, before the frames after the reply
       p.resolve(p.kind === "subscribe" ? reply : rest);
     }
   }
@@ -1339,7 +1348,20 @@ export class Client {
     this._emit("error", new SwitchyardError(f.reason, `subscription ${f.pattern} ended: the refreshed token does not allow it`, { frame: f }));
   }
 
-  /** A presence join or leave frame. @private */
+  /**
+   * The server dropped presence frames to this client: list the topic
+   * again and emit `presence` with the list, at its reply, before any
+   * later frame (the server sends the joins and leaves made meanwhile
+   * after the reply). @private
+   */
+  _onPresenceResync(f) {
+    const onReply = (list) => this._onPresence({ op: "presence", resync: true, ...list });
+    this._request({ op: "presence", topic: f.topic }, { queue: false, onReply }).catch((err) => {
+      if (this.state !== "closed") this._emit("error", err);
+    });
+  }
+
+  /** A presence join, leave or resync. @private */
   _onPresence(f) {
     this._emit(f.op, f);
     for (const sub of this._subs.values()) {
