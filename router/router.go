@@ -260,6 +260,8 @@ type Router struct {
 	httpm        *httpMetrics
 	writeTimeout atomic.Int64 // the NewServer's write timeout, for long polls
 	bm           *boundMetrics
+	gm           *groupMetrics
+	seeks        seekLocks
 }
 
 // New creates a Router on opts.Engine and starts its background goroutines
@@ -298,6 +300,7 @@ func New(opts Options) (*Router, error) {
 	}
 	rt.initMetrics()
 	rt.bm = newBoundMetrics(rt)
+	rt.gm = newGroupMetrics(opts.Registry)
 	if rt.hooks, err = newHooks(opts.Hooks, newHookMetrics(opts.Registry)); err != nil {
 		return nil, err
 	}

@@ -60,6 +60,9 @@ type subscription struct {
 	// socket, by position: a graceful shutdown hands them back as never
 	// delivered (see shutdown.go).
 	unsent map[engine.Position]int
+	// drained, when not nil, is closed once unsent is empty (a seek waits
+	// on it: groupseek.go).
+	drained chan struct{}
 }
 
 // groupRef is the session.Item Ref of a group delivery: once the writer
@@ -78,6 +81,10 @@ func (r *groupRef) sent() {
 		s.unsent[r.pos] = n - 1
 	} else {
 		delete(s.unsent, r.pos)
+	}
+	if len(s.unsent) == 0 && s.drained != nil {
+		close(s.drained)
+		s.drained = nil
 	}
 }
 
