@@ -268,14 +268,15 @@ func (w *Window) Leased() int {
 }
 
 // Fill appends flights for the records from Next up to end while fewer
-// than limit are outstanding, starting from outstanding. at returns the
-// record at an offset, or nil when it cannot be had now (Fill stops there).
-// A record without every header pair of filter is Done at once.
-func (w *Window) Fill(outstanding, limit int, end int64, filter map[string]string, at func(int64) *engine.Record) {
+// than limit are outstanding, starting from outstanding, and returns how
+// many are outstanding then. at returns the record at an offset, or nil
+// when it cannot be had now (Fill stops there). A record without every
+// header pair of filter is Done at once.
+func (w *Window) Fill(outstanding, limit int, end int64, filter map[string]string, at func(int64) *engine.Record) int {
 	for outstanding < limit && w.Next < end {
 		r := at(w.Next)
 		if r == nil {
-			return
+			return outstanding
 		}
 		w.Next++
 		f := &Flight{Rec: r}
@@ -286,6 +287,7 @@ func (w *Window) Fill(outstanding, limit int, end int64, filter map[string]strin
 		}
 		w.Flights = append(w.Flights, f)
 	}
+	return outstanding
 }
 
 // accepts reports whether a record's headers hold every pair of filter.
