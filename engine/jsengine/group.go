@@ -1020,7 +1020,7 @@ func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Cons
 		e.gmu.Unlock()
 		return "", fmt.Errorf("jsengine: group %q already has member %q: %w", g.name, id, engine.ErrInvalidConfig)
 	}
-	g.local[id] = &groupstate.Member{ID: id, Consumer: c, Limit: req.MaxLeased}
+	g.local[id] = &groupstate.Member{ID: id, Consumer: c, Limit: req.MaxLeased, LimitBytes: req.MaxLeasedBytes}
 	e.disarmIdle(g)
 	if e.reg[g.name] == nil {
 		e.reg[g.name] = make(map[string]string)

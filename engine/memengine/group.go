@@ -369,6 +369,8 @@ func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Cons
 		return "", fmt.Errorf("memengine: max in flight %d outside 0 to %d: %w", req.MaxInFlight, engine.MaxGroupInFlight, engine.ErrInvalidConfig)
 	case req.MaxLeased < 0:
 		return "", fmt.Errorf("memengine: negative member window: %w", engine.ErrInvalidConfig)
+	case req.MaxLeasedBytes < 0:
+		return "", fmt.Errorf("memengine: negative member byte window: %w", engine.ErrInvalidConfig)
 	}
 	if err := trie.ValidatePattern(req.Pattern); err != nil {
 		return "", fmt.Errorf("memengine: %w: %w", engine.ErrInvalidConfig, err)
@@ -446,7 +448,7 @@ func (e *Engine) joinLocked(g *group, req engine.JoinRequest, c engine.Consumer)
 	if g.members[id] != nil {
 		return "", fmt.Errorf("memengine: group %q already has member %q: %w", g.name, id, engine.ErrInvalidConfig)
 	}
-	g.members[id] = &groupstate.Member{ID: id, Consumer: c, Limit: req.MaxLeased}
+	g.members[id] = &groupstate.Member{ID: id, Consumer: c, Limit: req.MaxLeased, LimitBytes: req.MaxLeasedBytes}
 	e.disarmIdle(g)
 	e.rebalance(g)
 	return id, nil
