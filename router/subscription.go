@@ -37,6 +37,10 @@ type subscription struct {
 	presence bool
 	// maxInFlight is a group subscribe's max_in_flight (0: the group's).
 	maxInFlight int
+	// leases and leaseBytes are the member window a group membership
+	// reserved of its session's lease bounds; guarded by conn.mu.
+	leases     int
+	leaseBytes int64
 	// handedBack is set once shutdown handed the member back to the
 	// engine: ending the subscription then does not leave again.
 	handedBack atomic.Bool
