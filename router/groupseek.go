@@ -82,8 +82,7 @@ func (rt *Router) seek(ctx context.Context, group, topic string, partition int, 
 // waiting in their session queues, for at most seekDrainWait.
 func (rt *Router) awaitDrained(ctx context.Context, group string) {
 	var subs []*subscription
-	rt.mu.Lock()
-	for cn := range rt.conns {
+	for _, cn := range rt.connList() {
 		cn.mu.Lock()
 		for k, s := range cn.subs {
 			if k.group == group {
@@ -92,7 +91,6 @@ func (rt *Router) awaitDrained(ctx context.Context, group string) {
 		}
 		cn.mu.Unlock()
 	}
-	rt.mu.Unlock()
 	if len(subs) == 0 {
 		return
 	}
