@@ -356,6 +356,11 @@ type JoinRequest struct {
 	// 0: no bound beyond MaxInFlight per partition. It belongs to the
 	// member, not the group.
 	MaxLeased int
+	// MaxLeasedBytes bounds, likewise, the bytes of the records leased to
+	// this member at once (data, key and headers): the engine delivers
+	// another only while the member holds fewer, so it may pass the bound
+	// by one record. 0: no bound. It bounds the member, not the group.
+	MaxLeasedBytes int64
 }
 
 // AnyMember ends a member argument of Ack or Nack that names a family of

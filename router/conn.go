@@ -45,6 +45,10 @@ type conn struct {
 	// filterBytes is the filter bytes of the subscriptions in subs
 	// (bounded by Bounds.MaxSessionFilterBytes).
 	filterBytes int
+	// leases and leaseBytes are what the group memberships reserved
+	// (groupleases.go).
+	leases     int
+	leaseBytes int64
 }
 
 type subKey struct{ pattern, group string }
@@ -490,6 +494,9 @@ func (cn *conn) unindex(s *subscription) {
 }
 
 func (cn *conn) joinGroup(s *subscription, from fromSpec) *protoError {
+	if pe := cn.reserveLeases(s); pe != nil {
+		return pe
+	}
 	s.mu.Lock()
 	s.holding = true // deliveries wait until "subscribed" is queued
 	s.mu.Unlock()
@@ -502,11 +509,14 @@ func (cn *conn) joinGroup(s *subscription, from fromSpec) *protoError {
 		// The group's window per partition, and the member's over all its
 		// partitions: the engine holds back what the session's queue could
 		// not take, so a member of many partitions with backlog is never
-		// closed with 1013 for what the engine pushed at once.
-		MaxInFlight: s.maxInFlight,
-		MaxLeased:   cn.rt.opts.Session.QueueMessages,
+		// closed with 1013 for what the engine pushed at once, and what
+		// the session's lease bounds leave it (groupleases.go).
+		MaxInFlight:    s.maxInFlight,
+		MaxLeased:      s.leases,
+		MaxLeasedBytes: s.leaseBytes,
 	}, s)
 	if err != nil {
+		cn.releaseLeases(s)
 		return toProto(err)
 	}
 	// Under cn.mu: Shutdown's hand-back reads it from another goroutine.
@@ -588,6 +598,9 @@ func (rt *Router) dropSub(s *subscription) {
 		if err := rt.eng.Leave(ctx, s.group, s.member); err != nil && !errors.Is(err, engine.ErrClosed) && !errors.Is(err, engine.ErrUnknownGroup) {
 			rt.log.Warn("leaving group failed", "group", s.group, "member", s.member, "err", err)
 		}
+	}
+	if s.c != nil {
+		s.c.releaseLeases(s) // the member's leases went with it
 	}
 }
 

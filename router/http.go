@@ -463,7 +463,7 @@ func (rt *Router) httpSeek(c echo.Context) error {
 		return perr(codeBadRequest, `missing field "offset" or "time"`)
 	}
 	group := param(c, "group")
-	if err := rt.eng.Seek(c.Request().Context(), group, *req.Topic, partition, to); err != nil {
+	if err := rt.seek(c.Request().Context(), group, *req.Topic, partition, to); err != nil {
 		return err
 	}
 	g, err := rt.eng.Group(c.Request().Context(), group)

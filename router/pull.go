@@ -27,6 +27,11 @@ const pullWindow = 100
 // its buffer): the largest poll.
 const pullLeased = 1000
 
+// pullLeasedBytes bounds likewise the bytes of the records a pull member
+// holds leased (engine.JoinRequest.MaxLeasedBytes): with
+// GroupBounds.MaxPullMembers it bounds what pull members hold.
+const pullLeasedBytes = 4 << 20
+
 // pullPrefix begins the member ID of every pull member, on every node: an
 // HTTP ack or nack settles a record leased to any pull member of the group
 // (engine.MembersOf), wherever it was polled.
@@ -37,6 +42,7 @@ const pullPrefix = "pull-"
 // the lease starts when the record reaches the member's buffer.
 type pullMember struct {
 	group, pattern, member string
+	client                 string        // pullClient of the poll that made it
 	wake                   chan struct{} // capacity 1: "something arrived"
 
 	mu       sync.Mutex // guards the fields below
@@ -69,9 +75,33 @@ func (p *pullMember) take(n int) []engine.Delivery {
 	return out
 }
 
-func (rt *Router) pullMemberFor(ctx context.Context, group, pattern string) (*pullMember, error) {
+// pullClient names the client a poll comes from, for
+// GroupBounds.MaxPullMembersPerClient: its token's subject, or its IP
+// address when it has none of its own (no auth, anonymous access, the
+// admin key).
+func (rt *Router) pullClient(c echo.Context) string {
+	switch p := rt.principalOf(c); p {
+	case nil, openPrincipal:
+	default:
+		if p.subject != "" && p.subject != "anonymous" && p.subject != "admin" {
+			return "sub:" + p.subject
+		}
+	}
+	return "ip:" + c.RealIP()
+}
+
+// pullMemberFor returns this node's pull member of group, making it (and
+// the group, when it is new) for client within the pull-member bounds.
+func (rt *Router) pullMemberFor(ctx context.Context, group, pattern, client string) (*pullMember, error) {
 	rt.mu.Lock()
 	pm := rt.pulls[group]
+	if pm == nil {
+		if pe := rt.roomForPull(client); pe != nil {
+			rt.mu.Unlock()
+			return nil, pe
+		}
+		rt.pullsBy[client]++ // reserved while joining
+	}
 	rt.mu.Unlock()
 	if pm != nil {
 		if pm.pattern != pattern {
@@ -79,17 +109,21 @@ func (rt *Router) pullMemberFor(ctx context.Context, group, pattern string) (*pu
 		}
 		return pm, nil
 	}
-	pm = &pullMember{group: group, pattern: pattern, member: pullPrefix + newID(), wake: make(chan struct{}, 1), lastPoll: time.Now()}
-	req := engine.JoinRequest{Group: group, Pattern: pattern, Member: pm.member, MaxLeased: pullLeased}
+	pm = &pullMember{group: group, pattern: pattern, client: client, member: pullPrefix + newID(), wake: make(chan struct{}, 1), lastPoll: time.Now()}
+	req := engine.JoinRequest{Group: group, Pattern: pattern, Member: pm.member, MaxLeased: pullLeased, MaxLeasedBytes: pullLeasedBytes}
 	if _, err := rt.eng.Group(ctx, group); errors.Is(err, engine.ErrUnknownGroup) {
 		req.MaxInFlight = pullWindow // a new group: batches
 	}
 	if _, err := rt.eng.Join(ctx, req, pm); err != nil {
+		rt.mu.Lock()
+		rt.unreservePullLocked(client)
+		rt.mu.Unlock()
 		return nil, err
 	}
 	rt.mu.Lock()
 	if other := rt.pulls[group]; other != nil || rt.closing.Load() {
 		// Lost a race with another poll (or shutdown): keep one member.
+		rt.unreservePullLocked(client)
 		rt.mu.Unlock()
 		_ = rt.eng.Leave(context.Background(), group, pm.member)
 		if other == nil {
@@ -100,6 +134,35 @@ func (rt *Router) pullMemberFor(ctx context.Context, group, pattern string) (*pu
 	rt.pulls[group] = pm
 	rt.mu.Unlock()
 	return pm, nil
+}
+
+// roomForPull refuses a new pull member past GroupBounds.MaxPullMembers
+// or the client's MaxPullMembersPerClient, counting the refusal. Pull
+// members being made count (rt.pullsBy holds them), so concurrent polls
+// cannot overshoot. Caller holds rt.mu.
+func (rt *Router) roomForPull(client string) *protoError {
+	b := rt.opts.Groups
+	held := 0
+	for _, n := range rt.pullsBy {
+		held += n
+	}
+	switch {
+	case b.MaxPullMembers > 0 && held >= b.MaxPullMembers:
+		rt.lim.limited.WithLabelValues(limitPullMembers).Inc()
+		return perr(codeTooManySubs, "the gateway holds its limit of %d pull members (groups polled in the last minute); try again later", b.MaxPullMembers)
+	case b.MaxPullMembersPerClient > 0 && rt.pullsBy[client] >= b.MaxPullMembersPerClient:
+		rt.lim.limited.WithLabelValues(limitPullMembersPerClient).Inc()
+		return perr(codeTooManySubs, "this client holds its limit of %d pull members (groups polled in the last minute); poll fewer groups, or wait for those it no longer polls to leave a minute after their last poll", b.MaxPullMembersPerClient)
+	}
+	return nil
+}
+
+// unreservePullLocked gives back one pull member of client. Caller holds
+// rt.mu.
+func (rt *Router) unreservePullLocked(client string) {
+	if rt.pullsBy[client]--; rt.pullsBy[client] <= 0 {
+		delete(rt.pullsBy, client)
+	}
 }
 
 func (rt *Router) httpPoll(c echo.Context) error {
@@ -130,7 +193,7 @@ func (rt *Router) httpPoll(c echo.Context) error {
 	if rt.closing.Load() {
 		return perr(codeShuttingDown, "server is shutting down")
 	}
-	pm, err := rt.pullMemberFor(rt.ctx, group, *req.Pattern)
+	pm, err := rt.pullMemberFor(rt.ctx, group, *req.Pattern, rt.pullClient(c))
 	if err != nil {
 		return err
 	}
@@ -217,6 +280,7 @@ func (rt *Router) expirePulls(now time.Time, all bool) {
 			pm.left = true
 			gone = append(gone, pm)
 			delete(rt.pulls, g)
+			rt.unreservePullLocked(pm.client)
 		}
 		pm.mu.Unlock()
 	}
@@ -251,6 +315,7 @@ func (rt *Router) endGroup(group string) {
 		pm.left = true
 		pm.mu.Unlock()
 		delete(rt.pulls, group)
+		rt.unreservePullLocked(pm.client)
 	}
 	conns := make([]*conn, 0, len(rt.conns))
 	for cn := range rt.conns {

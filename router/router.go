@@ -77,6 +77,9 @@ type Options struct {
 	Session session.Options
 	// MaxSubscriptions bounds one session's subscriptions; default 1000.
 	MaxSubscriptions int
+	// Groups bounds pull members and the leases of a session's group
+	// memberships (see GroupBounds).
+	Groups GroupBounds
 	// MaxMessageBytes bounds a publish's data, as written in the frame
 	// (message_too_large past it; the session stays open); default 1 MiB.
 	// Session.ReadLimit defaults to it plus PublishEnvelopeBytes(Bounds),
@@ -224,6 +227,7 @@ func (o Options) withDefaults() Options {
 	if o.Session.QueueMessages == 0 {
 		o.Session.QueueMessages = 1024
 	}
+	o.Groups = o.Groups.withDefaults(o.Session.QueueMessages)
 	if o.Session.ControlBytes == 0 {
 		o.Session.ControlBytes = session.DefaultControlBytes
 	}
@@ -260,8 +264,11 @@ type Router struct {
 
 	mu    sync.Mutex // guards conns
 	conns map[*conn]struct{}
-	pulls map[string]*pullMember          // guarded by mu
-	local map[*LocalSubscription]struct{} // guarded by mu
+	pulls map[string]*pullMember // guarded by mu
+	// pullsBy counts the pull members in pulls by the client that made
+	// them (pullClient); guarded by mu.
+	pullsBy map[string]int
+	local   map[*LocalSubscription]struct{} // guarded by mu
 
 	stopBG chan struct{}          // closed by Shutdown to stop background loops
 	dlq    chan engine.DeadLetter // queue_full dead letters to record
@@ -276,6 +283,8 @@ type Router struct {
 	writeTimeout atomic.Int64 // the NewServer's write timeout, for long polls
 	bm           *boundMetrics
 	sse          *sseResume
+	gm           *groupMetrics
+	seeks        seekLocks
 }
 
 // New creates a Router on opts.Engine and starts its background goroutines
@@ -297,24 +306,26 @@ func New(opts Options) (*Router, error) {
 		return nil, err
 	}
 	rt := &Router{
-		opts:   opts,
-		eng:    opts.Engine,
-		log:    opts.Logger,
-		subs:   trie.New[*subscription](),
-		m:      newMetrics(opts.Registry),
-		conns:  make(map[*conn]struct{}),
-		pulls:  make(map[string]*pullMember),
-		local:  make(map[*LocalSubscription]struct{}),
-		stopBG: make(chan struct{}),
-		dlq:    make(chan engine.DeadLetter, deadLetterBuffer),
-		auth:   auth,
-		limits: newLimiter(opts),
-		lim:    newLimitMetrics(opts.Registry),
-		httpm:  newHTTPMetrics(opts.Registry),
-		sse:    newSSEResume(opts.SSE.withDefaults(), opts.Registry),
+		opts:    opts,
+		eng:     opts.Engine,
+		log:     opts.Logger,
+		subs:    trie.New[*subscription](),
+		m:       newMetrics(opts.Registry),
+		conns:   make(map[*conn]struct{}),
+		pulls:   make(map[string]*pullMember),
+		pullsBy: make(map[string]int),
+		local:   make(map[*LocalSubscription]struct{}),
+		stopBG:  make(chan struct{}),
+		dlq:     make(chan engine.DeadLetter, deadLetterBuffer),
+		auth:    auth,
+		limits:  newLimiter(opts),
+		lim:     newLimitMetrics(opts.Registry),
+		httpm:   newHTTPMetrics(opts.Registry),
+		sse:     newSSEResume(opts.SSE.withDefaults(), opts.Registry),
 	}
 	rt.initMetrics()
 	rt.bm = newBoundMetrics(rt)
+	rt.gm = newGroupMetrics(rt, opts.Registry)
 	if rt.hooks, err = newHooks(opts.Hooks, newHookMetrics(opts.Registry)); err != nil {
 		return nil, err
 	}

@@ -54,6 +54,7 @@ func (rt *Router) handBack(ctx context.Context, conns []*conn) {
 		pm.mu.Unlock()
 		refs = append(refs, engine.MemberRef{Group: g, Member: pm.member, Unsent: unsent})
 		delete(rt.pulls, g)
+		rt.unreservePullLocked(pm.client)
 	}
 	rt.mu.Unlock()
 	if len(refs) == 0 && len(subs) == 0 {

@@ -38,6 +38,10 @@ type subscription struct {
 	presence bool
 	// maxInFlight is a group subscribe's max_in_flight (0: the group's).
 	maxInFlight int
+	// leases and leaseBytes are the member window a group membership
+	// reserved of its session's lease bounds; guarded by conn.mu.
+	leases     int
+	leaseBytes int64
 	// handedBack is set once shutdown handed the member back to the
 	// engine: ending the subscription then does not leave again.
 	handedBack atomic.Bool
@@ -61,6 +65,9 @@ type subscription struct {
 	// socket, by position: a graceful shutdown hands them back as never
 	// delivered (see shutdown.go).
 	unsent map[engine.Position]int
+	// drained, when not nil, is closed once unsent is empty (a seek waits
+	// on it: groupseek.go).
+	drained chan struct{}
 }
 
 // groupRef is the session.Item Ref of a group delivery: once the writer
@@ -79,6 +86,10 @@ func (r *groupRef) sent() {
 		s.unsent[r.pos] = n - 1
 	} else {
 		delete(s.unsent, r.pos)
+	}
+	if len(s.unsent) == 0 && s.drained != nil {
+		close(s.drained)
+		s.drained = nil
 	}
 }
 

@@ -103,6 +103,7 @@ type config struct {
 	MaxFrameBytes        int64
 	MaxMessageBytes      int
 	MaxSubscriptions     int
+	Groups               router.GroupBounds
 	MaxLast              int
 	SSE                  router.SSEOptions
 	Compression          onOff
@@ -196,6 +197,10 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.Int64Var(&cfg.MaxFrameBytes, "max-frame-bytes", 0, fmt.Sprintf("largest inbound WebSocket message, fragments included (close 1009 past it); 0: --max-message-bytes plus the largest publish envelope that --max-key-bytes, --max-msg-id-bytes, --max-header-bytes, --max-headers, --max-topic-bytes and --max-id-bytes allow, escaped (%d bytes with the defaults), so that a publish over --max-message-bytes gets message_too_large and its session stays open", defaultMaxMessageBytes+router.PublishEnvelopeBytes(router.Bounds{})))
 	fs.IntVar(&cfg.MaxMessageBytes, "max-message-bytes", defaultMaxMessageBytes, "largest publish data, as written in the frame (message_too_large)")
 	fs.IntVar(&cfg.MaxSubscriptions, "max-subscriptions", 1000, "subscriptions per session")
+	fs.IntVar(&cfg.Groups.MaxPullMembers, "max-pull-members", router.DefaultMaxPullMembers, "HTTP pull members this gateway holds at once (one per group polled here in the last minute); a poll that would make another gets 429 too_many_subscriptions (negative: no bound)")
+	fs.IntVar(&cfg.Groups.MaxPullMembersPerClient, "max-pull-members-per-client", router.DefaultMaxPullMembersPerClient, "pull members one client (token subject, or IP without one) may make this gateway hold; past it 429 too_many_subscriptions (negative: no bound)")
+	fs.IntVar(&cfg.Groups.MaxSessionLeases, "max-session-leases", 0, "records one WebSocket session may hold leased over all its group memberships; past it deliveries pause until it acks, and a subscribe that finds none left gets too_many_subscriptions (0: 4 × --queue-messages; negative: no bound)")
+	fs.Int64Var(&cfg.Groups.MaxSessionLeaseBytes, "max-session-lease-bytes", router.DefaultMaxSessionLeaseBytes, "bytes of the records one WebSocket session may hold leased over all its group memberships, as --max-session-leases (negative: no bound)")
 	fs.Var(&cfg.Compression, "compression", `WebSocket permessage-deflate, "off" or "on" (no context takeover; frames of 512 bytes and more): off by default since it costs CPU per subscriber and frame, which pays only when clients are short of bandwidth and payloads are large`)
 	fs.IntVar(&cfg.MaxLast, "max-last", 100, `largest N of a subscribe's "from": {"last": N} (records per matched partition)`)
 	fs.IntVar(&cfg.SSE.MaxPositions, "sse-max-positions", router.DefaultSSEMaxPositions, "positions (pattern, topic, partition) a Server-Sent Events stream keeps for its resumption, and that a Last-Event-ID of the earlier self-contained form may name (400 past it)")
@@ -460,6 +465,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		},
 		Bounds:               cfg.Wire.bounds(),
 		MaxSubscriptions:     cfg.MaxSubscriptions,
+		Groups:               cfg.Groups,
 		MaxLast:              cfg.MaxLast,
 		SSE:                  cfg.SSE,
 		Compression:          bool(cfg.Compression),

@@ -113,6 +113,14 @@ type gpart struct {
 	member  *groupstate.Member // the owner when it is on this node
 	removed bool
 	pumped  bool // listed in p.pumped
+	// parked: parkAfter tail records in a row found the cursor, held here,
+	// unable to take one (its window or its member's full, or draining),
+	// so records no longer pump it; the ack, nack, timeout, claim or
+	// rebalance that gives it room takes it back (pump). room is what the
+	// last pump found; useless counts those records.
+	parked  bool
+	room    bool
+	useless uint8
 	reading bool // listed in p.reading
 
 	stored    commitVal // last value seen in the bucket
@@ -243,7 +251,7 @@ func (e *Engine) removeTopicFromGroup(g *group, t *topic) bool {
 // loop over one stays valid while pump changes it. Caller holds gmu.
 func (e *Engine) track(gp *gpart) {
 	p := gp.p
-	if want := !gp.removed && (gp.member != nil || gp.holding); want != gp.pumped {
+	if want := !gp.removed && (gp.member != nil || gp.holding) && !gp.parked; want != gp.pumped {
 		gp.pumped = want
 		p.pumped = relist(p.pumped, gp, want)
 		p.npumped.Store(int32(len(p.pumped)))
@@ -397,11 +405,13 @@ func (e *Engine) fetchAhead(gp *gpart, off int64) {
 // releases the partition once it no longer owns it and nothing is in
 // flight. Caller holds gmu.
 func (e *Engine) pump(gp *gpart) {
-	defer e.track(gp) // holding or the member may have changed
+	defer e.track(gp) // holding, the member or parked may have changed
+	gp.room = false
 	if gp.removed || e.closed.Load() {
 		return
 	}
 	if !gp.holding {
+		gp.parked = false // records retry the claim
 		if gp.member != nil && !gp.acquiring {
 			gp.acquiring = true
 			e.markDirty(gp)
@@ -420,7 +430,7 @@ func (e *Engine) pump(gp *gpart) {
 	outstanding, inFlight, draining := gp.Load(m)
 	if m != nil && !draining {
 		n := len(gp.Flights)
-		gp.Fill(outstanding, e.window(g.def), next, g.def.Filter,
+		outstanding = gp.Fill(outstanding, e.window(g.def), next, g.def.Filter,
 			func(off int64) *engine.Record { return e.recordAt(gp, off) })
 		for _, f := range gp.Flights[n:] {
 			e.resumeAttempts(gp, f)
@@ -462,6 +472,9 @@ func (e *Engine) pump(gp *gpart) {
 	if trimmed, _ := gp.p.view(); gp.Committed < trimmed {
 		defer e.pump(gp) // recordAt found records trimmed meanwhile
 	}
+	if gp.room = m != nil && !draining && outstanding < e.window(g.def) && m.Room(); gp.room {
+		gp.useless, gp.parked = 0, false
+	}
 	if m != nil && m.Settled() {
 		e.pumpMember(g, m, gp)
 	}
@@ -473,6 +486,34 @@ func (e *Engine) pump(gp *gpart) {
 		gp.holding = false
 		e.markDirty(gp)
 		e.updateFloor(gp.p)
+	}
+}
+
+// parkAfter is how many tail records in a row must find a cursor unable to
+// take one before records stop pumping it. A member that keeps up takes
+// each record, so it is never parked; one whose window stays full (it acks
+// slower than records arrive, or not at all, like an abandoned pull
+// member) costs a record nothing once parked: its acks, nacks and timeouts
+// pump it as before. A parked cursor whose leased records retention trims
+// learns of the gap at its next ack or timeout.
+const parkAfter = 8
+
+// pumpAppended pumps gp for a tail record and parks it once parkAfter
+// records in a row found it, held by this node, unable to take one (a
+// cursor waiting for its claim is never parked: records retry the claim).
+// Caller holds gmu.
+func (e *Engine) pumpAppended(gp *gpart) {
+	e.pump(gp)
+	if gp.room || !gp.holding {
+		gp.useless = 0
+		return
+	}
+	if gp.useless < parkAfter {
+		gp.useless++
+	}
+	if gp.useless >= parkAfter && !gp.parked {
+		gp.parked = true
+		e.track(gp)
 	}
 }
 
@@ -979,7 +1020,7 @@ func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Cons
 		e.gmu.Unlock()
 		return "", fmt.Errorf("jsengine: group %q already has member %q: %w", g.name, id, engine.ErrInvalidConfig)
 	}
-	g.local[id] = &groupstate.Member{ID: id, Consumer: c, Limit: req.MaxLeased}
+	g.local[id] = &groupstate.Member{ID: id, Consumer: c, Limit: req.MaxLeased, LimitBytes: req.MaxLeasedBytes}
 	e.disarmIdle(g)
 	if e.reg[g.name] == nil {
 		e.reg[g.name] = make(map[string]string)

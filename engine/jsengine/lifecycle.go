@@ -35,6 +35,8 @@ func checkJoin(req engine.JoinRequest) error {
 		return fmt.Errorf("jsengine: max in flight %d outside 0 to %d: %w", req.MaxInFlight, engine.MaxGroupInFlight, engine.ErrInvalidConfig)
 	case req.MaxLeased < 0:
 		return fmt.Errorf("jsengine: negative member window: %w", engine.ErrInvalidConfig)
+	case req.MaxLeasedBytes < 0:
+		return fmt.Errorf("jsengine: negative member byte window: %w", engine.ErrInvalidConfig)
 	}
 	return nil
 }

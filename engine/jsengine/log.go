@@ -1383,7 +1383,7 @@ func (e *Engine) tailMsg(msg jetstream.Msg) {
 	}
 	e.gmu.Lock()
 	for _, gp := range p.pumped { // copied on write: pump may change it
-		e.pump(gp)
+		e.pumpAppended(gp)
 	}
 	e.gmu.Unlock()
 }

@@ -149,3 +149,36 @@ func BenchmarkAppendIdleGroups(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAppendFullWindows appends to a topic that many groups read
+// whose members hold a full window and never ack (abandoned pull members,
+// say): like idle groups, full=10000 should be close to full=0.
+func BenchmarkAppendFullWindows(b *testing.B) {
+	for _, full := range []int{0, 10_000} {
+		b.Run(fmt.Sprintf("full=%d", full), func(b *testing.B) {
+			e := newEngine(b, enginetest.Config{})
+			ctx := context.Background()
+			if _, err := e.CreateTopic(ctx, engine.TopicConfig{Name: "bench", Partitions: 1, MaxMessages: 1 << 16}); err != nil {
+				b.Fatal(err)
+			}
+			for i := range full {
+				g := fmt.Sprintf("full-%d", i)
+				if _, err := e.Join(ctx, engine.JoinRequest{Group: g, Pattern: "bench", Member: "m", MaxInFlight: 1}, nopConsumer{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			m := engine.Message{Topic: "bench", Data: payload}
+			for range 16 { // fill every window; appends then stop pumping them
+				if _, err := e.Append(ctx, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := e.Append(ctx, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

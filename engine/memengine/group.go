@@ -49,6 +49,14 @@ type gpart struct {
 	member  *groupstate.Member // assigned member; nil when the group has none
 	removed bool               // the topic was deleted or the group dropped it
 	active  bool               // listed in p.active: the group delivers it
+	pumped  bool               // listed in p.pumped: appends pump it
+	// parked: appends found the cursor unable to take a record parkAfter
+	// times in a row (its window or its member's full, or draining), so
+	// they no longer pump it; the ack, nack, timeout or rebalance that
+	// gives it room again takes it back (pump). useless counts those
+	// appends.
+	parked  bool
+	useless uint8
 
 	floor atomic.Int64 // Committed, published for the block policy
 
@@ -120,10 +128,38 @@ func (e *Engine) setActive(gp *gpart, on bool) {
 		return
 	}
 	gp.active = on
+	gp.parked, gp.useless = false, 0
 	p := gp.p
 	p.mu.Lock()
+	p.active.Store(relist(p.active.Load(), gp, on))
+	listPumped(gp)
+	e.updateFloorLocked(p)
+	p.mu.Unlock()
+}
+
+// parkAfter is how many appends in a row must find a cursor unable to take
+// a record before appends stop pumping it. A member that keeps up takes
+// each append's record, so it is never parked; one whose window stays full
+// (it acks slower than records arrive, or not at all, like an abandoned
+// pull member) costs an append nothing once parked: its acks, nacks and
+// timeouts pump it as before. A parked cursor whose leased records
+// retention trims learns of the gap at its next ack or timeout.
+const parkAfter = 8
+
+// listPumped lists gp in p.pumped, or takes it off, as gp.active and
+// gp.parked say. Caller holds g.mu and p.mu.
+func listPumped(gp *gpart) {
+	if want := gp.active && !gp.parked; want != gp.pumped {
+		gp.pumped = want
+		gp.p.pumped.Store(relist(gp.p.pumped.Load(), gp, want))
+	}
+}
+
+// relist returns a copy of *cur with gp added (on) or removed; nil when
+// that is empty.
+func relist(cur *[]*gpart, gp *gpart, on bool) *[]*gpart {
 	var next []*gpart
-	if cur := p.active.Load(); cur != nil {
+	if cur != nil {
 		next = slices.Clone(*cur)
 	}
 	if on {
@@ -132,12 +168,33 @@ func (e *Engine) setActive(gp *gpart, on bool) {
 		next = slices.DeleteFunc(next, func(x *gpart) bool { return x == gp })
 	}
 	if len(next) == 0 {
-		p.active.Store(nil)
-	} else {
-		p.active.Store(&next)
+		return nil
 	}
-	e.updateFloorLocked(p)
-	p.mu.Unlock()
+	return &next
+}
+
+// park takes gp off or puts it back on the cursors appends pump. Caller
+// holds g.mu.
+func (e *Engine) park(gp *gpart, on bool) {
+	gp.parked = on
+	gp.p.mu.Lock()
+	listPumped(gp)
+	gp.p.mu.Unlock()
+}
+
+// pumpAppended pumps gp for an appended record and parks it once
+// parkAfter appends in a row found it unable to take one. Caller holds
+// g.mu.
+func (e *Engine) pumpAppended(gp *gpart) {
+	if e.pump(gp) {
+		return
+	}
+	if gp.useless < parkAfter {
+		gp.useless++
+	}
+	if gp.useless >= parkAfter && gp.active && !gp.parked {
+		e.park(gp, true)
+	}
 }
 
 // updateFloor publishes gp's committed offset to the block policy of its
@@ -199,10 +256,12 @@ func (e *Engine) rebalance(g *group) {
 // the member), delivers ready flights and new records up to the group's
 // window outstanding and as many as the member may hold, and advances the
 // committed offset. When the member was held back and has room again, its
-// other partitions are pumped too. Caller holds g.mu.
-func (e *Engine) pump(gp *gpart) {
+// other partitions are pumped too. It reports whether gp could take
+// another record now (and so whether an append should pump it); a parked
+// cursor that could is listed again. Caller holds g.mu.
+func (e *Engine) pump(gp *gpart) (room bool) {
 	if gp.removed || e.closed.Load() {
-		return
+		return false
 	}
 	g, p := gp.g, gp.p
 	before := gp.Committed
@@ -213,7 +272,7 @@ func (e *Engine) pump(gp *gpart) {
 	m := gp.member
 	outstanding, _, draining := gp.Load(m)
 	if m != nil && !draining {
-		gp.Fill(outstanding, g.maxInFlight, p.next(), g.filter, p.at)
+		outstanding = gp.Fill(outstanding, g.maxInFlight, p.next(), g.filter, p.at)
 	}
 	p.mu.Unlock()
 
@@ -227,6 +286,13 @@ func (e *Engine) pump(gp *gpart) {
 	if gp.Committed != before {
 		e.updateFloor(gp)
 	}
+	room = m != nil && !draining && outstanding < g.maxInFlight && m.Room()
+	if room {
+		gp.useless = 0
+		if gp.parked {
+			e.park(gp, false)
+		}
+	}
 	if m != nil && m.Settled() {
 		for _, o := range g.order {
 			if o != gp && o.member == m {
@@ -234,6 +300,7 @@ func (e *Engine) pump(gp *gpart) {
 			}
 		}
 	}
+	return room
 }
 
 // newMachine returns the group state machine wired to e. Timer callbacks
@@ -248,7 +315,7 @@ func (e *Engine) newMachine() groupstate.Machine[*gpart] {
 		LockOf:     func(gp *gpart) sync.Locker { return &gp.g.mu },
 		AfterFunc:  e.afterFunc,
 		Active:     func(gp *gpart) bool { return !gp.removed && !e.closed.Load() },
-		Pump:       e.pump,
+		Pump:       func(gp *gpart) { e.pump(gp) },
 		DeadLetter: e.deadLetter,
 	}
 }
@@ -302,6 +369,8 @@ func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Cons
 		return "", fmt.Errorf("memengine: max in flight %d outside 0 to %d: %w", req.MaxInFlight, engine.MaxGroupInFlight, engine.ErrInvalidConfig)
 	case req.MaxLeased < 0:
 		return "", fmt.Errorf("memengine: negative member window: %w", engine.ErrInvalidConfig)
+	case req.MaxLeasedBytes < 0:
+		return "", fmt.Errorf("memengine: negative member byte window: %w", engine.ErrInvalidConfig)
 	}
 	if err := trie.ValidatePattern(req.Pattern); err != nil {
 		return "", fmt.Errorf("memengine: %w: %w", engine.ErrInvalidConfig, err)
@@ -379,7 +448,7 @@ func (e *Engine) joinLocked(g *group, req engine.JoinRequest, c engine.Consumer)
 	if g.members[id] != nil {
 		return "", fmt.Errorf("memengine: group %q already has member %q: %w", g.name, id, engine.ErrInvalidConfig)
 	}
-	g.members[id] = &groupstate.Member{ID: id, Consumer: c, Limit: req.MaxLeased}
+	g.members[id] = &groupstate.Member{ID: id, Consumer: c, Limit: req.MaxLeased, LimitBytes: req.MaxLeasedBytes}
 	e.disarmIdle(g)
 	e.rebalance(g)
 	return id, nil

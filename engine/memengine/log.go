@@ -65,10 +65,13 @@ type partition struct {
 	space   chan struct{}
 
 	// active lists the cursors of groups with a member assigned to this
-	// partition: the ones an append pumps. Copy-on-write: replaced under
+	// partition: the ones whose position holds back a block-policy
+	// partition. pumped lists those of them that an append pumps: active
+	// and not parked (see parkAfter). Both copy-on-write: replaced under
 	// mu (by a caller that also holds the cursor's group lock), read with
 	// one atomic load and no lock.
 	active atomic.Pointer[[]*gpart]
+	pumped atomic.Pointer[[]*gpart]
 }
 
 func (p *partition) next() int64 { return p.base + int64(p.n) }
@@ -481,12 +484,13 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message) (eng
 	}
 	p.mu.Unlock()
 
-	// Only cursors with a member are listed, each under its own group's
-	// lock: an append costs what the live groups on the partition need.
-	if active := p.active.Load(); active != nil {
-		for _, gp := range *active {
+	// Only cursors with a member that can take a record are listed, each
+	// pumped under its own group's lock: an append costs what the live
+	// groups on the partition need.
+	if pumped := p.pumped.Load(); pumped != nil {
+		for _, gp := range *pumped {
 			gp.g.mu.Lock()
-			e.pump(gp)
+			e.pumpAppended(gp)
 			gp.g.mu.Unlock()
 		}
 	}

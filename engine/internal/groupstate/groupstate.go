@@ -64,12 +64,34 @@ type Member struct {
 	// member was at its Limit; the engine clears it and pumps the member's
 	// other partitions once the member settles a record (see Settled).
 	Starved bool
+	// LimitBytes bounds likewise the bytes of the records leased to it
+	// (engine.JoinRequest.MaxLeasedBytes, LeaseBytes each); 0: no bound.
+	// A lease is given while the member holds fewer, so one record may
+	// take it past the bound.
+	LimitBytes int64
 
-	leased int // flights leased to the member now
+	leased      int   // flights leased to the member now
+	leasedBytes int64 // their LeaseBytes
 }
 
 // Room reports whether the member may take one more lease.
-func (m *Member) Room() bool { return m.Limit <= 0 || m.leased < m.Limit }
+func (m *Member) Room() bool {
+	return (m.Limit <= 0 || m.leased < m.Limit) && (m.LimitBytes <= 0 || m.leasedBytes < m.LimitBytes)
+}
+
+// LeasedBytes returns the LeaseBytes of the records leased to the member
+// now.
+func (m *Member) LeasedBytes() int64 { return m.leasedBytes }
+
+// LeaseBytes is what a lease of r counts against Member.LimitBytes: its
+// data, key and headers.
+func LeaseBytes(r *engine.Record) int64 {
+	n := len(r.Data) + len(r.Key)
+	for k, v := range r.Headers {
+		n += len(k) + len(v)
+	}
+	return int64(n)
+}
 
 // Leased returns how many records are leased to the member now.
 func (m *Member) Leased() int { return m.leased }
@@ -129,6 +151,7 @@ func (f *Flight) HeldBy(member string) bool {
 func (f *Flight) stop() {
 	if f.State == InFlight && f.To != nil {
 		f.To.leased--
+		f.To.leasedBytes -= LeaseBytes(f.Rec)
 		f.To = nil
 	}
 	if f.timer != nil {
@@ -268,14 +291,15 @@ func (w *Window) Leased() int {
 }
 
 // Fill appends flights for the records from Next up to end while fewer
-// than limit are outstanding, starting from outstanding. at returns the
-// record at an offset, or nil when it cannot be had now (Fill stops there).
-// A record without every header pair of filter is Done at once.
-func (w *Window) Fill(outstanding, limit int, end int64, filter map[string]string, at func(int64) *engine.Record) {
+// than limit are outstanding, starting from outstanding, and returns how
+// many are outstanding then. at returns the record at an offset, or nil
+// when it cannot be had now (Fill stops there). A record without every
+// header pair of filter is Done at once.
+func (w *Window) Fill(outstanding, limit int, end int64, filter map[string]string, at func(int64) *engine.Record) int {
 	for outstanding < limit && w.Next < end {
 		r := at(w.Next)
 		if r == nil {
-			return
+			return outstanding
 		}
 		w.Next++
 		f := &Flight{Rec: r}
@@ -286,6 +310,7 @@ func (w *Window) Fill(outstanding, limit int, end int64, filter map[string]strin
 		}
 		w.Flights = append(w.Flights, f)
 	}
+	return outstanding
 }
 
 // accepts reports whether a record's headers hold every pair of filter.
@@ -370,6 +395,7 @@ func (ma *Machine[P]) Deliver(p P, f *Flight, m *Member) {
 	f.State = InFlight
 	f.To = m
 	m.leased++
+	m.leasedBytes += LeaseBytes(f.Rec)
 	gen := f.gen
 	f.timer = ma.AfterFunc(ma.Policy.AckTimeout, func() {
 		mu := ma.lock(p)
