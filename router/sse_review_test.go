@@ -6,15 +6,14 @@ import (
 	"testing"
 )
 
-// TestReviewSSERetentionGapHasNoID shows that a retention gap met while a
-// Server-Sent Event stream replays is written with an event id and takes
-// an event number, although docs/protocol.md says every frame other than a
-// record is an event "with the frame as data and no id", and that record
-// ids number the records "1, 2, 3, … in the order written": the gap is a
-// stream item (subscription.replayGap sets its Stream), so the queue's
-// FramePrefix puts a position line before it and the transport turns that
-// into an id, advancing the stream's position for the partition to the
-// gap's first, trimmed, offset.
+// TestReviewSSERetentionGapHasNoID: a retention gap met while a
+// Server-Sent Event stream replays is an event without an id, and record
+// ids number the records only ("1, 2, 3, … in the order written"), as
+// docs/protocol.md says. Before, the gap took an id and an event number:
+// it is a stream item (subscription.replayGap sets its Stream), so the
+// queue's FramePrefix put a position line before it, which the transport
+// turned into an id, moving the stream's position for the partition to
+// the gap's first, trimmed, offset.
 func TestReviewSSERetentionGapHasNoID(t *testing.T) {
 	g := newGateway(t)
 	if code, _, _ := g.httpDo(t, "POST", "/v1/topics", map[string]any{"name": "short", "retention": map[string]any{"max_messages": 3}}); code != 201 {

@@ -64,16 +64,16 @@ func rawServeAccept(t *testing.T, ao *websocket.AcceptOptions, opts Options, h H
 	return rs
 }
 
-// TestReviewKeepaliveEndsSilentClientAfterItsPing shows that a session
-// accepted with AcceptOptions.OnPingReceived (the client's pings are left
-// to the library) is never ended by its keepalive once its client has sent
-// one ping and then gone silent without closing its TCP connection (a
-// client that lost power, a dropped NAT mapping): the ping is handed to the
-// library (headControl), whose reader then waits inside the library for
-// the next data frame, so the burst never ends; ownPing, its pong timeout
-// passed while a burst is in progress, waits for that burst to catch up,
-// which never happens. The session must end within the keepalive's
-// PingInterval + PongTimeout (here 20 ms + 200 ms; the bound is 15 s).
+// TestReviewKeepaliveEndsSilentClientAfterItsPing: a session accepted with
+// AcceptOptions.OnPingReceived (the client's pings are left to the
+// library) is ended by its keepalive when its client has sent one ping and
+// then gone silent without closing its TCP connection (a client that lost
+// power, a dropped NAT mapping), within PingInterval + PongTimeout (here
+// 20 ms + 200 ms; the bound is 15 s). Before, it was never ended: the ping
+// went to the library (headControl), whose reader then waited inside the
+// library for the next data frame, so the burst never ended, and ownPing,
+// its pong timeout passed while a burst was in progress, waited for that
+// burst to catch up with its input forever.
 func TestReviewKeepaliveEndsSilentClientAfterItsPing(t *testing.T) {
 	ao := &websocket.AcceptOptions{OnPingReceived: func(context.Context, []byte) bool { return true }}
 	rs := rawServeAccept(t, ao, Options{PingInterval: 20 * time.Millisecond, PongTimeout: 200 * time.Millisecond}, echo{})
