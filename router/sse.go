@@ -266,6 +266,16 @@ func (t *sseTransport) write(_ context.Context, batch []byte) error {
 			batch = nil
 		}
 		if len(line) > 0 && line[0] == 0 {
+			// Only a record's event has an id and a number; the
+			// position line of another stream item (a retention gap)
+			// is dropped.
+			next := batch
+			if i := bytes.IndexByte(next, '\n'); i >= 0 {
+				next = next[:i]
+			}
+			if string(frameOp(next)) != "message" {
+				continue
+			}
 			slot, offset := parseSSEPrefix(line[1:])
 			if slot < 0 {
 				untracked++

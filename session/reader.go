@@ -63,11 +63,7 @@ func (s *Session) readLoop(ctx context.Context, h Handler) error {
 		go func() { burst <- s.readBurst(ctx, h) }()
 		err := <-burst
 		s.bursts.Add(1)
-		if s.caughtUp.Load() != nil {
-			if c := s.caughtUp.Swap(nil); c != nil {
-				close(*c) // a keepalive ping waited for this (ownPing)
-			}
-		}
+		s.releaseCaughtUp()
 		if err != nil {
 			return err
 		}
@@ -104,13 +100,38 @@ func (s *Session) readBurst(ctx context.Context, h Handler) error {
 		case headMore:
 			continue
 		case headControl:
-			// The library reads it (and the frames after it).
+			// The library reads it and, unless it ends the session,
+			// waits for the next data frame itself: meanwhile the
+			// reader waits for its socket as in readLoop, and a
+			// keepalive ping whose pong is missing ends the session
+			// (ownPing).
 			if err := s.stopMessageTimer(); err != nil {
 				return err
 			}
+			s.bursts.Add(1) // even: waiting for input
+			s.releaseCaughtUp()
+			typ, r, err := s.conn.Reader(ctx)
+			s.bursts.Add(1) // odd: busy with input again
+			if err != nil {
+				return err
+			}
+			if err := s.readData(typ, r, h); err != nil {
+				return err
+			}
+			continue
 		}
 		if err := s.readNext(ctx, h); err != nil {
 			return err
+		}
+	}
+}
+
+// releaseCaughtUp closes the channel a keepalive ping waits on for the
+// reader to catch up with its input (ownPing), if one does.
+func (s *Session) releaseCaughtUp() {
+	if s.caughtUp.Load() != nil {
+		if c := s.caughtUp.Swap(nil); c != nil {
+			close(*c)
 		}
 	}
 }
@@ -121,6 +142,11 @@ func (s *Session) readNext(ctx context.Context, h Handler) error {
 	if err != nil {
 		return err
 	}
+	return s.readData(typ, r, h)
+}
+
+// readData reads the message of type typ from r and hands it to h.
+func (s *Session) readData(typ websocket.MessageType, r io.Reader, h Handler) error {
 	if typ != websocket.MessageText {
 		s.closeWith(websocket.StatusUnsupportedData, "binary frames are not supported", false, ErrBinaryFrame)
 		return ErrBinaryFrame
