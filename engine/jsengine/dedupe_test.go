@@ -199,7 +199,7 @@ func TestMsgIDRetriesOnCluster(t *testing.T) {
 			}
 		}
 		if stored > 1 {
-			t.Errorf("id-%d: %d appends stored it, want one", i, stored)
+			t.Errorf("id-%d: %d appends stored it, want one: %+v", i, stored, as)
 		}
 	}
 	info, err := nodes[1].Topic(ctx, topic)
@@ -223,15 +223,21 @@ func TestMsgIDRetriesOnCluster(t *testing.T) {
 // than waiting for a claim whose node may be gone; past the claim's
 // window on the engine's clock too, when the first publish, still to
 // come, would land inside the stream's duplicate window: taking a new
-// claim then stored the MsgID twice, at once.
+// claim then stored the MsgID twice, at once. Also when the first node
+// appended to the partition before, so its view of it is behind when its
+// held publish goes out: the stream then refuses the publish as not
+// following the partition's last record, which is the retry's, and the
+// first append reports that record as a duplicate, not as its own.
 func TestMsgIDRetryWhileFirstPublishHeld(t *testing.T) {
 	const window = time.Minute
 	for _, tc := range []struct {
 		name    string
 		advance time.Duration
+		behind  bool // the first node appended to the partition before
 	}{
-		{"within the window", 0},
-		{"past the claim's window", window + time.Second},
+		{"within the window", 0, false},
+		{"past the claim's window", window + time.Second, false},
+		{"first node's view behind", 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			url := natstest.URL(t)
@@ -243,6 +249,14 @@ func TestMsgIDRetryWhileFirstPublishHeld(t *testing.T) {
 			const topic, id = "claim.held", "order-7"
 			if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: topic, Partitions: 1}); err != nil {
 				t.Fatal(err)
+			}
+			var before []engine.Appended
+			if tc.behind {
+				w, err := a.Append(ctx, engine.Message{Topic: topic, Data: []byte(`"before"`)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				before = append(before, w)
 			}
 			held, release := make(chan struct{}), make(chan struct{})
 			var once sync.Once
@@ -281,8 +295,8 @@ func TestMsgIDRetryWhileFirstPublishHeld(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(recs) != 1 {
-				t.Fatalf("%d records stored for one msg_id: %v", len(recs), recs)
+			if len(recs) != len(before)+1 {
+				t.Fatalf("%d records stored for one msg_id after %d without: %v", len(recs), len(before), recs)
 			}
 			if first.Offset != retry.Offset || first.Duplicate == retry.Duplicate {
 				t.Errorf("first %+v and retry %+v: want one record, reported once as stored and once as a duplicate", first, retry)

@@ -155,9 +155,15 @@
 // under the same Nats-Msg-Id, and either stores the record (the first try
 // never landed) or gets the server's duplicate acknowledgement, with the
 // first record's stream sequence, and reports that record's position with
-// Duplicate set. Nothing waits on an unconfirmed claim. Concurrent repeats
-// on one node wait for the first in-process. On replicated buckets and
-// streams a repeat on another node can find the first one's claim, or its
+// Duplicate set. A retry whose publish is refused because the partition
+// moved on (a standalone server checks the expected last sequence before
+// duplicates; a cluster's leader can refuse it before the first publish is
+// proposed) and then finds the record under its Nats-Msg-Id as the
+// partition's last reports it with Duplicate set too: only the append
+// whose own publish stored a record reports it as stored, so of the
+// repeats of a MsgID at most one does. Nothing waits on an unconfirmed
+// claim. Concurrent repeats on one node wait for the first in-process.
+// On replicated buckets and streams a repeat on another node can find the first one's claim, or its
 // publish, proposed and not yet applied (refused as existing, yet not
 // found); it then waits for it with growing pauses, within its context
 // and at most 10 s, and reports the first record's position. The stream's dedupe alone

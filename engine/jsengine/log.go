@@ -971,10 +971,15 @@ func (e *Engine) appendToPart(ctx context.Context, t *topic, m *engine.Message, 
 		ack, err := e.js.PublishMsg(ctx, msg)
 		if isWrongLast(err) {
 			p.known = false
-			if msgID != "" { // our own earlier try may have landed
+			if msgID != "" {
+				// Another publish under this Nats-Msg-Id (an earlier try,
+				// or another node's under the same claim) may have landed:
+				// a standalone server checks the expected last sequence
+				// before duplicates. Not this publish, which was refused:
+				// a duplicate of it.
 				if last, err := e.rec.GetLastMsgForSubject(ctx, p.subject); err == nil && last.Header.Get(jetstream.MsgIDHeader) == msgID {
 					if pm, err := parseMsg(t, p.index, last.Sequence, last.Header, last.Data); err == nil {
-						res, seq = engine.Appended{Partition: p.index, Offset: pm.off, Time: pm.time}, last.Sequence
+						res, seq = engine.Appended{Partition: p.index, Offset: pm.off, Time: pm.time, Duplicate: true}, last.Sequence
 						break
 					}
 				}
