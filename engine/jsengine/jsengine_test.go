@@ -480,8 +480,11 @@ func TestOutage(t *testing.T) {
 	}
 
 	ns.Start()
+	// An append in flight when the reconnected connection drops again may
+	// be stored although it failed ("connection to NATS lost"): its outcome
+	// is unknown, so the retries carry a msg_id, as a client's should.
 	waitUntil(t, "an append after the outage", func() bool {
-		_, err := a.Append(ctx, engine.Message{Topic: "o", Data: []byte(`1`)})
+		_, err := a.Append(ctx, engine.Message{Topic: "o", Data: []byte(`1`), MsgID: "after-outage"})
 		return err == nil
 	})
 	// A member whose liveness key expired during the outage rejoins on its
