@@ -53,12 +53,19 @@ type subscription struct {
 	// isLive is set once a plain subscription delivers straight from the
 	// live tail, so the hot path takes no lock.
 	isLive atomic.Bool
+	// floors: the offsets a live subscription's catch-up ended at, below
+	// which live records are dropped (replay_handoff.go); nil for most.
+	floors atomic.Pointer[floorSet]
+	// deletions counts topics deleted during the catch-up (the deleted
+	// set), so that the replay checks for them without a lock.
+	deletions atomic.Uint64
 
 	mu         sync.Mutex // guards the fields below
 	catchingUp bool
-	pending    []*engine.Record // live records that arrived during catch-up
-	overflow   bool             // pending hit maxPending
-	holding    bool             // group deliveries wait for the "subscribed" reply
+	pending    []*engine.Record    // live records that arrived during catch-up
+	overflow   bool                // pending hit maxPending
+	deleted    map[string]struct{} // topics deleted during catch-up, until it takes them
+	holding    bool                // group deliveries wait for the "subscribed" reply
 	held       []session.Item
 	ended      bool
 	// unsent counts group deliveries queued and not yet written to the
@@ -141,6 +148,9 @@ func (s *subscription) send(rec *engine.Record, frame []byte) {
 // serializes them), so order is kept.
 func (s *subscription) live(rec *engine.Record, frame []byte, d *session.Deferral) bool {
 	if s.isLive.Load() {
+		if s.belowFloor(rec) {
+			return false // the catch-up gave it already
+		}
 		return s.c.sess.SendDeferred(s.item(rec, frame), d)
 	}
 	s.mu.Lock()
@@ -220,8 +230,16 @@ func (s *subscription) release() {
 	s.holding = false
 }
 
-// topicDeleted tells a plain subscriber that a matching topic is gone.
+// topicDeleted tells a plain subscriber that a matching topic is gone. A
+// catch-up stops replaying it, and a topic created again under the name
+// reaches the subscription from offset 0 (replay_handoff.go).
 func (s *subscription) topicDeleted(topic string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.catchingUp && !s.ended {
+		s.deletedWhileCatchingUp(topic)
+	}
+	s.dropFloors(topic)
 	s.c.sess.Send(session.Item{Frame: encodeReply("topic_deleted", nil, map[string]any{
 		"pattern": s.pattern,
 		"topic":   topic,
@@ -369,24 +387,38 @@ func literalPattern(pattern string) bool {
 // arrive goes live without loss.
 func (s *subscription) catchUp(ctx context.Context, plan []replayPart) {
 	next := make(map[partKey]int64, len(plan))
+	gone := map[string]bool{} // topics deleted during this read of the plan
 	headroom := max(1, s.c.rt.opts.Session.QueueMessages/2)
 	for {
 		for _, p := range plan {
+			k := partKey{p.topic, p.partition}
+			s.mu.Lock()
+			s.takeDeleted(next, gone)
+			gen := s.deletions.Load()
+			s.mu.Unlock()
+			if gone[p.topic] {
+				continue // the incarnation planned for is gone
+			}
 			if p.gapFrom < p.from {
 				s.replayGap(p.topic, p.partition, p.gapFrom, p.from)
 			}
 			if p.done {
-				next[partKey{p.topic, p.partition}] = p.from
+				next[k] = p.from
 				continue
 			}
-			n, err := s.replayPart(ctx, p)
+			n, err := s.replayPart(ctx, p, gen)
 			if err != nil {
 				s.replayFailed(p.topic, err)
 				return
 			}
-			next[partKey{p.topic, p.partition}] = n
+			s.mu.Lock()
+			s.takeDeleted(next, gone)
+			s.mu.Unlock()
+			if !gone[p.topic] {
+				next[k] = n
+			}
 		}
-		replan, err := s.drainPending(ctx, next, headroom)
+		replan, err := s.drainPending(ctx, next, gone, headroom)
 		if err != nil {
 			s.replayFailed("", err)
 			return
@@ -394,7 +426,9 @@ func (s *subscription) catchUp(ctx context.Context, plan []replayPart) {
 		if !replan {
 			return
 		}
-		// Too much arrived while replaying: read the rest from the log.
+		// Too much arrived while replaying: read the rest from the log,
+		// a deleted topic's new incarnation (not in next) from its start.
+		clear(gone)
 		plan = plan[:0]
 		for k, n := range next {
 			plan = append(plan, replayPart{topic: k.topic, partition: k.partition, from: n, gapFrom: n})
@@ -421,13 +455,14 @@ func (s *subscription) replayFailed(topic string, err error) {
 // paced by the queue, and switches the subscription to live once what is
 // left fits with headroom to spare. It reports replan when the buffer
 // overflowed, so the caller reads on from the log at next.
-func (s *subscription) drainPending(ctx context.Context, next map[partKey]int64, headroom int) (replan bool, err error) {
+func (s *subscription) drainPending(ctx context.Context, next map[partKey]int64, gone map[string]bool, headroom int) (replan bool, err error) {
 	for {
 		s.mu.Lock()
 		if s.ended {
 			s.mu.Unlock()
 			return false, errEnded
 		}
+		s.takeDeleted(next, gone)
 		if s.overflow {
 			s.pending = nil
 			s.overflow = false
@@ -450,6 +485,7 @@ func (s *subscription) drainPending(ctx context.Context, next map[partKey]int64,
 			}
 			s.pending = nil
 			s.catchingUp = false
+			s.floors.Store(newFloorSet(next))
 			s.isLive.Store(true)
 			s.mu.Unlock()
 			return false, nil
@@ -477,8 +513,10 @@ func (s *subscription) drainPending(ctx context.Context, next map[partKey]int64,
 var errEnded = errors.New("router: subscription ended")
 
 // replayPart sends one partition's records from p.from to the log's end and
-// returns the offset after the last one read.
-func (s *subscription) replayPart(ctx context.Context, p replayPart) (int64, error) {
+// returns the offset after the last one read. It stops early, with no
+// error, once the topic is deleted (gen: s.deletions when the catch-up
+// last took the deletions).
+func (s *subscription) replayPart(ctx context.Context, p replayPart, gen uint64) (int64, error) {
 	off := p.from
 	for {
 		recs, n, err := s.c.rt.readLog(ctx, p.topic, p.partition, off)
@@ -488,6 +526,9 @@ func (s *subscription) replayPart(ctx context.Context, p replayPart) (int64, err
 		if err != nil {
 			return off, err
 		}
+		if s.replayDeleted(p.topic, gen) {
+			return off, nil // what it read may be a new incarnation's
+		}
 		if len(recs) == 0 {
 			return n, nil
 		}
@@ -495,6 +536,9 @@ func (s *subscription) replayPart(ctx context.Context, p replayPart) (int64, err
 			s.replayGap(p.topic, p.partition, off, recs[0].Offset)
 		}
 		for _, rec := range recs {
+			if s.replayDeleted(p.topic, gen) {
+				return off, nil
+			}
 			if !s.accepts(rec) {
 				continue
 			}

@@ -64,6 +64,10 @@ type Engine struct {
 
 	topicsMu sync.Mutex // serialises creating and deleting topics
 	topics   sync.Map   // string -> *topic; lookups take no lock
+	// deleting: names whose deletion observers are being told of, each
+	// with a channel closed once they were; guarded by topicsMu. A name is
+	// not created again before then (see create).
+	deleting map[string]chan struct{}
 
 	observers lifecycle.Observers // copy-on-write list read by Append
 

@@ -197,12 +197,23 @@ func (e *Engine) CreateTopic(ctx context.Context, cfg engine.TopicConfig) (engin
 
 // create adds a topic unless the name is taken, returning the topic under
 // that name and whether it is new. Groups whose pattern matches start
-// reading it.
+// reading it. A name whose deletion observers are still being told of is
+// created once they were, so that they hear of the deletion before any
+// record of the new topic.
 func (e *Engine) create(cfg engine.TopicConfig) (*topic, bool) {
 	e.topicsMu.Lock()
-	if t := e.lookup(cfg.Name); t != nil {
+	for {
+		if t := e.lookup(cfg.Name); t != nil {
+			e.topicsMu.Unlock()
+			return t, false
+		}
+		told := e.deleting[cfg.Name]
+		if told == nil {
+			break
+		}
 		e.topicsMu.Unlock()
-		return t, false
+		<-told
+		e.topicsMu.Lock()
 	}
 	t := &topic{
 		name:        cfg.Name,
@@ -241,7 +252,8 @@ func (e *Engine) groupsMatching(topic string) []*group {
 
 // DeleteTopic removes a topic and its records, drops its groups' cursors on
 // it (in-flight records on it can no longer be acked) and then calls every
-// observer's TopicDeleted. Appends blocked on it fail.
+// observer's TopicDeleted, before any record of a topic created again under
+// the name. Appends blocked on it fail.
 func (e *Engine) DeleteTopic(ctx context.Context, name string) error {
 	e.topicsMu.Lock()
 	t := e.lookup(name)
@@ -251,7 +263,18 @@ func (e *Engine) DeleteTopic(ctx context.Context, name string) error {
 	}
 	e.topics.Delete(name)
 	t.deleted.Store(true)
+	told := make(chan struct{})
+	if e.deleting == nil {
+		e.deleting = make(map[string]chan struct{})
+	}
+	e.deleting[name] = told
 	e.topicsMu.Unlock()
+	defer func() {
+		e.topicsMu.Lock()
+		delete(e.deleting, name)
+		e.topicsMu.Unlock()
+		close(told)
+	}()
 	// Barrier: an Append that saw the topic before it was deleted finishes
 	// (and announces) under partition.mu before TopicDeleted below.
 	for _, p := range t.parts {
