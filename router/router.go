@@ -465,9 +465,9 @@ func (rt *Router) countPlainDeliveries(n int) {
 }
 
 // TopicDeleted implements engine.Observer: every plain subscriber whose
-// pattern matches the topic is told with a gap frame of reason
-// "topic_deleted" per partition it had seen, after which nothing more of the
-// topic arrives until it is created again.
+// pattern matches the topic is sent a topic_deleted frame; a replay of the
+// topic stops there, and records of a topic created again under the name
+// arrive from offset 0.
 func (rt *Router) TopicDeleted(topic string) {
 	rt.limits.forgetTopic(topic)
 	rt.subs.Match(topic, func(pattern string, subs []*subscription) {
