@@ -226,7 +226,11 @@ type sview struct {
 	stalled map[pkey]int64   // offsets already reported as stalled
 	recent  map[tpart]*[historyLen]event
 	loose   map[tpart][][2]int64 // gaps of a deleted topic that continue no generation seen
-	conns   int                  // connections so far (the confirmations)
+	// lastGen: the generation of the last message of each (topic,
+	// partition) on the current connection, which a gap continues when it
+	// can (see gap).
+	lastGen map[tpart]int64
+	conns   int // connections so far (the confirmations)
 }
 
 // spos is a subscriber's range of one (topic, generation, partition).
@@ -235,7 +239,8 @@ type spos struct{ first, hw int64 }
 func (l *ledger) newView(name, pattern string, reading bool) *sview {
 	v := &sview{name: name, pattern: pattern, l: l, reading: reading, base: map[pkey]int64{},
 		pos: map[pkey]*spos{}, curGen: map[string]int64{}, stalled: map[pkey]int64{},
-		recent: map[tpart]*[historyLen]event{}, loose: map[tpart][][2]int64{}}
+		recent: map[tpart]*[historyLen]event{}, loose: map[tpart][][2]int64{},
+		lastGen: map[tpart]int64{}}
 	l.mu.Lock()
 	l.subs = append(l.subs, v)
 	l.mu.Unlock()
@@ -251,6 +256,7 @@ func (v *sview) confirmed(at time.Time) {
 	defer v.mu.Unlock()
 	v.live, v.since = true, at
 	v.conns++
+	clear(v.lastGen)
 	if !v.first.IsZero() {
 		return
 	}
@@ -304,6 +310,7 @@ func (v *sview) message(topic string, gen int64, part int, off int64, appended t
 	if gen > v.curGen[topic] {
 		v.curGen[topic] = gen
 	}
+	v.lastGen[tpart{topic, part}] = gen
 	p := v.pos[k]
 	switch {
 	case p == nil:
@@ -329,24 +336,35 @@ func (v *sview) gap(topic string, part int, from, to int64) {
 	v.l.gapped.Add(to - from)
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.note(topic, part, event{kind: 'g', conn: v.conns, a: from, b: to})
 	// A gap names no generation: it belongs to the generation whose
 	// offsets it continues. A topic never deleted has one generation; for
 	// one that was deleted and created again, a gap that continues none is
 	// kept aside and may account for a jump of any generation
-	// (coveredLoose).
+	// (coveredLoose). Older generations may end where the current one is:
+	// the gateway writes a gap before the next message of its partition,
+	// after the messages queued before the drop, so a gap continuing the
+	// generation of the partition's last message on this connection is
+	// that generation's; else the newest generation it continues.
+	tp := tpart{topic, part}
 	gen, found := int64(0), false
 	for k, p := range v.pos {
-		if k.topic == topic && k.part == part && p.hw+1 == from {
+		if k.topic != topic || k.part != part || p.hw+1 != from {
+			continue
+		}
+		if last, ok := v.lastGen[tp]; ok && k.gen == last {
 			gen, found = k.gen, true
 			break
 		}
+		if !found || k.gen > gen {
+			gen, found = k.gen, true
+		}
 	}
 	if !found && v.l.topics[topic].deletable {
-		tp := tpart{topic, part}
+		v.note(topic, part, event{kind: 'g', conn: v.conns, gen: -1, a: from, b: to})
 		v.loose[tp] = append(v.loose[tp], [2]int64{from, to})
 		return
 	}
+	v.note(topic, part, event{kind: 'g', conn: v.conns, gen: gen, a: from, b: to})
 	k := pkey{topic, gen, part}
 	p := v.pos[k]
 	switch {
@@ -511,7 +529,8 @@ type tpart struct {
 }
 
 // event is a frame a subscriber received: a message (gen, offset a) or a
-// gap [a, b), on its conn-th connection.
+// gap [a, b) (of generation gen as attributed, -1: kept aside), on its
+// conn-th connection.
 type event struct {
 	kind      byte
 	conn      int
@@ -545,6 +564,9 @@ func (v *sview) history(topic string, part int) string {
 			fmt.Fprintf(&sb, " %d:g%d/%d", e.conn, e.gen, e.a)
 		case 'g':
 			fmt.Fprintf(&sb, " %d:gap%d-%d", e.conn, e.a, e.b-1)
+			if e.gen >= 0 {
+				fmt.Fprintf(&sb, "(g%d)", e.gen)
+			}
 		case 'd':
 			fmt.Fprintf(&sb, " %d:deleted", e.conn)
 		}
