@@ -226,21 +226,22 @@ type sview struct {
 	stalled map[pkey]int64   // offsets already reported as stalled
 	recent  map[tpart]*[historyLen]event
 	loose   map[tpart][][2]int64 // gaps of a deleted topic that continue no generation seen
-	// lastGen: the generation of the last message of each (topic,
-	// partition) on the current connection, which a gap continues when it
-	// can (see gap).
-	lastGen map[tpart]int64
-	conns   int // connections so far (the confirmations)
+	guess   map[tpart]guessedGap // the last gap, when another generation could have had it
+	conns   int                  // connections so far (the confirmations)
 }
 
 // spos is a subscriber's range of one (topic, generation, partition).
 type spos struct{ first, hw int64 }
 
+// guessedGap is a gap [from, to) given to generation gen of its topic
+// while generation other also ended at from-1.
+type guessedGap struct{ gen, other, from, to int64 }
+
 func (l *ledger) newView(name, pattern string, reading bool) *sview {
 	v := &sview{name: name, pattern: pattern, l: l, reading: reading, base: map[pkey]int64{},
 		pos: map[pkey]*spos{}, curGen: map[string]int64{}, stalled: map[pkey]int64{},
 		recent: map[tpart]*[historyLen]event{}, loose: map[tpart][][2]int64{},
-		lastGen: map[tpart]int64{}}
+		guess: map[tpart]guessedGap{}}
 	l.mu.Lock()
 	l.subs = append(l.subs, v)
 	l.mu.Unlock()
@@ -256,7 +257,6 @@ func (v *sview) confirmed(at time.Time) {
 	defer v.mu.Unlock()
 	v.live, v.since = true, at
 	v.conns++
-	clear(v.lastGen)
 	if !v.first.IsZero() {
 		return
 	}
@@ -310,7 +310,7 @@ func (v *sview) message(topic string, gen int64, part int, off int64, appended t
 	if gen > v.curGen[topic] {
 		v.curGen[topic] = gen
 	}
-	v.lastGen[tpart{topic, part}] = gen
+	v.checkGuess(topic, part, gen, off)
 	p := v.pos[k]
 	switch {
 	case p == nil:
@@ -340,24 +340,29 @@ func (v *sview) gap(topic string, part int, from, to int64) {
 	// offsets it continues. A topic never deleted has one generation; for
 	// one that was deleted and created again, a gap that continues none is
 	// kept aside and may account for a jump of any generation
-	// (coveredLoose). Older generations may end where the current one is:
-	// the gateway writes a gap before the next message of its partition,
-	// after the messages queued before the drop, so a gap continuing the
-	// generation of the partition's last message on this connection is
-	// that generation's; else the newest generation it continues.
+	// (coveredLoose). Older generations may end where the current one is;
+	// the gap goes to the newest generation it continues. That is never a
+	// false accusation: an older one was deleted (and marked so in the
+	// books) before a newer one had a record, so its jumps are excused.
+	// A message of that generation at from, next, shows the gap was the
+	// other's (checkGuess).
 	tp := tpart{topic, part}
-	gen, found := int64(0), false
+	delete(v.guess, tp)
+	gen, found, other := int64(0), false, int64(-1)
 	for k, p := range v.pos {
-		if k.topic != topic || k.part != part || p.hw+1 != from {
-			continue
+		if k.topic == topic && k.part == part && p.hw+1 == from {
+			switch {
+			case !found:
+				gen, found = k.gen, true
+			case k.gen > gen:
+				gen, other = k.gen, max(other, gen)
+			default:
+				other = max(other, k.gen)
+			}
 		}
-		if last, ok := v.lastGen[tp]; ok && k.gen == last {
-			gen, found = k.gen, true
-			break
-		}
-		if !found || k.gen > gen {
-			gen, found = k.gen, true
-		}
+	}
+	if other >= 0 {
+		v.guess[tp] = guessedGap{gen: gen, other: other, from: from, to: to}
 	}
 	if !found && v.l.topics[topic].deletable {
 		v.note(topic, part, event{kind: 'g', conn: v.conns, gen: -1, a: from, b: to})
@@ -377,6 +382,33 @@ func (v *sview) gap(topic string, part int, from, to int64) {
 		p.hw = to - 1
 	case to-1 > p.hw:
 		p.hw = to - 1
+	}
+}
+
+// checkGuess moves the gap guessed for (topic, part) to the other
+// generation when the guessed one's next message, gen's off, is the gap's
+// first offset: the gateway writes a gap before the next message of its
+// partition after the drop, so the gap was not the guessed generation's.
+// v.mu is held.
+func (v *sview) checkGuess(topic string, part int, gen, off int64) {
+	tp := tpart{topic, part}
+	g, ok := v.guess[tp]
+	if !ok {
+		return
+	}
+	delete(v.guess, tp)
+	p, o := v.pos[pkey{topic, g.gen, part}], v.pos[pkey{topic, g.other, part}]
+	if gen != g.gen || off != g.from || p == nil || p.hw != g.to-1 || o == nil || o.hw != g.from-1 {
+		return
+	}
+	p.hw, o.hw = g.from-1, g.to-1
+	if h := v.recent[tp]; h != nil {
+		for i := len(h) - 1; i >= 0; i-- {
+			if e := &h[i]; e.kind == 'g' && e.a == g.from && e.b == g.to {
+				e.gen = g.other
+				break
+			}
+		}
 	}
 }
 
