@@ -451,7 +451,7 @@ func (v *sview) checkStalls(now time.Time) {
 		i := sort.Search(len(pl.entries), func(i int) bool { return pl.entries[i].off > hw })
 		for n := 0; i < len(pl.entries) && n < 512; i, n = i+1, n+1 {
 			e := pl.entries[i]
-			if !v.owed(pl, e, true) {
+			if !v.owed(pl, e, true) || v.coveredLoose(pl.key.topic, pl.key.part, e.off, e.off+1) {
 				continue
 			}
 			wait := now.UnixNano() - e.acked

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -123,5 +124,36 @@ func TestLedgerSkipStillCaught(t *testing.T) {
 				t.Fatalf("%d violations, want 1: %q", n, l.v1.examples())
 			}
 		})
+	}
+}
+
+// TestLedgerStallExcusesGapOfARecreatedTopic: a gap over the first records
+// of a re-created topic continues no generation the subscriber saw and is
+// kept aside; the stall check accepts it as the end check does, and still
+// reports what no gap covers.
+func TestLedgerStallExcusesGapOfARecreatedTopic(t *testing.T) {
+	const topic = "tt.d.0"
+	l := ledgerFixture()
+	v := l.newView("raw0", "tt.d.0", true)
+	v.confirmed(time.Now().Add(-time.Second))
+	for off := range int64(10) {
+		l.published(topic, 1, 0, off, time.Now())
+	}
+	deliver(v, topic, 1, 0, 10)
+	l.deleted(topic, 1)
+	v.topicDeleted(topic)
+	for off := range int64(8) {
+		l.published(topic, 2, 0, off, time.Now())
+	}
+	v.gap(topic, 0, 0, 6) // the new generation's records 0-5, dropped
+	v.checkStalls(time.Now().Add(time.Hour))
+	if n := l.v2.count(); n != 1 {
+		t.Fatalf("%d stalls, want 1 (offset 6): %q", n, l.v2.examples())
+	}
+	if ex := l.v2.examples(); !strings.Contains(ex[0], "offset 6 not received") {
+		t.Fatalf("stall reported: %q, want offset 6", ex)
+	}
+	if n := v.missing(false); n != 2 {
+		t.Fatalf("%d records missing, want 2 (offsets 6 and 7)", n)
 	}
 }
