@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -155,5 +159,42 @@ func TestLedgerStallExcusesGapOfARecreatedTopic(t *testing.T) {
 	}
 	if n := v.missing(false); n != 2 {
 		t.Fatalf("%d records missing, want 2 (offsets 6 and 7)", n)
+	}
+}
+
+// TestTortureRecreateAfterLostDeleteReply: a DELETE whose connection is
+// cut after the gateway deleted the topic is sent again; the gateway's 404
+// says the topic is gone, so the books start its next generation.
+func TestTortureRecreateAfterLostDeleteReply(t *testing.T) {
+	var deletes, creates atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodDelete && deletes.Add(1) == 1:
+			// Deleted, but the reply is lost with the connection.
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+		case r.Method == http.MethodDelete:
+			w.WriteHeader(http.StatusNotFound)
+		case r.Method == http.MethodPost:
+			creates.Add(1)
+			w.WriteHeader(http.StatusCreated)
+		default:
+			w.WriteHeader(http.StatusBadRequest)
+		}
+	}))
+	defer srv.Close()
+	defer http.DefaultClient.CloseIdleConnections()
+	l := ledgerFixture()
+	tr := &torture{gw: &tortureGateway{httpURL: srv.URL}, l: l}
+	topic := l.topics["tt.d.0"]
+	l.published(topic.name, 0, 0, 0, time.Now())
+	tr.recreate(context.Background(), topic)
+	if g := topic.gen.Load(); g != 1 || !l.isDeleted(pkey{topic.name, 0, 0}) {
+		t.Fatalf("generation %d (deleted in the books: %v), want 1 and the old one deleted", g, l.isDeleted(pkey{topic.name, 0, 0}))
+	}
+	if d, c := deletes.Load(), creates.Load(); d != 2 || c != 1 {
+		t.Fatalf("%d DELETEs and %d creates, want 2 and 1", d, c)
 	}
 }
