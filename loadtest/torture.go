@@ -449,9 +449,9 @@ func (tr *torture) report(stdout io.Writer, f verdictFigures) bool {
 	v5 := tr.v5.count()
 	verdict("invariant 5 (no panic, no deadlock)", v5 == 0,
 		fmt.Sprintf("%d gateway warnings or errors logged, stopped cleanly: %v", f.problems, f.stopErr == nil), tr.v5.examples())
-	fmt.Fprintf(stdout, "torture: records checked %d (deliveries %d, group deliveries %d), publishes acknowledged %d, kills %d, topic deletes %d, same-msg_id rounds %d, resets %d, publish errors %d, drained in %v, run time %v\n",
+	fmt.Fprintf(stdout, "torture: records checked %d (deliveries %d, group deliveries %d), publishes acknowledged %d, kills %d, topic deletes %d, same-msg_id rounds %d, resets %d, publish errors %d, setup errors %d, drained in %v, run time %v\n",
 		tr.l.delivered.Load()+tr.groups.deliveries.Load(), tr.l.delivered.Load(), tr.groups.deliveries.Load(), tr.l.acked.Load(),
-		tr.kills.Load(), tr.deletes.Load(), tr.sameIDRounds.Load(), tr.resets.Load(), tr.pubErrors.Load(),
+		tr.kills.Load(), tr.deletes.Load(), tr.sameIDRounds.Load(), tr.resets.Load(), tr.pubErrors.Load(), tr.setupErrors.Load(),
 		f.drained.Round(time.Millisecond), time.Since(f.started).Round(time.Millisecond))
 	if tr.l.acked.Load() == 0 || tr.l.delivered.Load() == 0 {
 		fmt.Fprintln(stdout, "torture: FAIL: nothing was published or delivered; the run checked nothing")

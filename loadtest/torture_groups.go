@@ -429,19 +429,36 @@ func (tr *torture) deleter(ctx context.Context, rng *rand.Rand, stop <-chan stru
 		t := tr.deletable[rng.IntN(len(tr.deletable))]
 		t.gate.Lock()
 		tr.deleteMu.Lock()
-		_, status, err := tr.do(ctx, http.MethodDelete, "/v1/topics/"+t.name, nil)
-		if err == nil && status == http.StatusNoContent {
-			tr.l.deleted(t.name, t.gen.Load())
-			t.gen.Add(1)
-			tr.deletes.Add(1)
-			if err := tr.createTopic(ctx, t, ""); err != nil {
-				tr.setupErrors.Add(1)
-			}
-		} else {
-			tr.setupErrors.Add(1)
-		}
+		tr.recreate(ctx, t)
 		tr.deleteMu.Unlock()
 		t.gate.Unlock()
+	}
+}
+
+// recreate deletes t and creates it again, in the books too; the caller
+// holds t.gate and deleteMu exclusively. A DELETE whose reply is lost may
+// have deleted the topic, so it is sent again (a few times) until the
+// gateway answers: 204, or 404 for a topic already gone. Only the run
+// deletes topics, so either way the generation is over.
+func (tr *torture) recreate(ctx context.Context, t *tortureTopic) {
+	status := 0
+	for attempt := 0; attempt < 5 && ctx.Err() == nil; attempt++ {
+		var err error
+		if _, status, err = tr.do(ctx, http.MethodDelete, "/v1/topics/"+t.name, nil); err == nil && status < 500 {
+			break
+		}
+		status = 0
+		pause(ctx, 100*time.Millisecond)
+	}
+	if status == http.StatusNoContent || status == http.StatusNotFound {
+		tr.l.deleted(t.name, t.gen.Load())
+		t.gen.Add(1)
+		tr.deletes.Add(1)
+		if err := tr.createTopic(ctx, t, ""); err != nil {
+			tr.setupErrors.Add(1)
+		}
+	} else {
+		tr.setupErrors.Add(1)
 	}
 }
 

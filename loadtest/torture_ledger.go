@@ -226,16 +226,22 @@ type sview struct {
 	stalled map[pkey]int64   // offsets already reported as stalled
 	recent  map[tpart]*[historyLen]event
 	loose   map[tpart][][2]int64 // gaps of a deleted topic that continue no generation seen
+	guess   map[tpart]guessedGap // the last gap, when another generation could have had it
 	conns   int                  // connections so far (the confirmations)
 }
 
 // spos is a subscriber's range of one (topic, generation, partition).
 type spos struct{ first, hw int64 }
 
+// guessedGap is a gap [from, to) given to generation gen of its topic
+// while generation other also ended at from-1.
+type guessedGap struct{ gen, other, from, to int64 }
+
 func (l *ledger) newView(name, pattern string, reading bool) *sview {
 	v := &sview{name: name, pattern: pattern, l: l, reading: reading, base: map[pkey]int64{},
 		pos: map[pkey]*spos{}, curGen: map[string]int64{}, stalled: map[pkey]int64{},
-		recent: map[tpart]*[historyLen]event{}, loose: map[tpart][][2]int64{}}
+		recent: map[tpart]*[historyLen]event{}, loose: map[tpart][][2]int64{},
+		guess: map[tpart]guessedGap{}}
 	l.mu.Lock()
 	l.subs = append(l.subs, v)
 	l.mu.Unlock()
@@ -304,6 +310,7 @@ func (v *sview) message(topic string, gen int64, part int, off int64, appended t
 	if gen > v.curGen[topic] {
 		v.curGen[topic] = gen
 	}
+	v.checkGuess(topic, part, gen, off)
 	p := v.pos[k]
 	switch {
 	case p == nil:
@@ -329,24 +336,40 @@ func (v *sview) gap(topic string, part int, from, to int64) {
 	v.l.gapped.Add(to - from)
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.note(topic, part, event{kind: 'g', conn: v.conns, a: from, b: to})
 	// A gap names no generation: it belongs to the generation whose
 	// offsets it continues. A topic never deleted has one generation; for
 	// one that was deleted and created again, a gap that continues none is
 	// kept aside and may account for a jump of any generation
-	// (coveredLoose).
-	gen, found := int64(0), false
+	// (coveredLoose). Older generations may end where the current one is;
+	// the gap goes to the newest generation it continues. That is never a
+	// false accusation: an older one was deleted (and marked so in the
+	// books) before a newer one had a record, so its jumps are excused.
+	// A message of that generation at from, next, shows the gap was the
+	// other's (checkGuess).
+	tp := tpart{topic, part}
+	delete(v.guess, tp)
+	gen, found, other := int64(0), false, int64(-1)
 	for k, p := range v.pos {
 		if k.topic == topic && k.part == part && p.hw+1 == from {
-			gen, found = k.gen, true
-			break
+			switch {
+			case !found:
+				gen, found = k.gen, true
+			case k.gen > gen:
+				gen, other = k.gen, max(other, gen)
+			default:
+				other = max(other, k.gen)
+			}
 		}
 	}
+	if other >= 0 {
+		v.guess[tp] = guessedGap{gen: gen, other: other, from: from, to: to}
+	}
 	if !found && v.l.topics[topic].deletable {
-		tp := tpart{topic, part}
+		v.note(topic, part, event{kind: 'g', conn: v.conns, gen: -1, a: from, b: to})
 		v.loose[tp] = append(v.loose[tp], [2]int64{from, to})
 		return
 	}
+	v.note(topic, part, event{kind: 'g', conn: v.conns, gen: gen, a: from, b: to})
 	k := pkey{topic, gen, part}
 	p := v.pos[k]
 	switch {
@@ -359,6 +382,33 @@ func (v *sview) gap(topic string, part int, from, to int64) {
 		p.hw = to - 1
 	case to-1 > p.hw:
 		p.hw = to - 1
+	}
+}
+
+// checkGuess moves the gap guessed for (topic, part) to the other
+// generation when the guessed one's next message, gen's off, is the gap's
+// first offset: the gateway writes a gap before the next message of its
+// partition after the drop, so the gap was not the guessed generation's.
+// v.mu is held.
+func (v *sview) checkGuess(topic string, part int, gen, off int64) {
+	tp := tpart{topic, part}
+	g, ok := v.guess[tp]
+	if !ok {
+		return
+	}
+	delete(v.guess, tp)
+	p, o := v.pos[pkey{topic, g.gen, part}], v.pos[pkey{topic, g.other, part}]
+	if gen != g.gen || off != g.from || p == nil || p.hw != g.to-1 || o == nil || o.hw != g.from-1 {
+		return
+	}
+	p.hw, o.hw = g.from-1, g.to-1
+	if h := v.recent[tp]; h != nil {
+		for i := len(h) - 1; i >= 0; i-- {
+			if e := &h[i]; e.kind == 'g' && e.a == g.from && e.b == g.to {
+				e.gen = g.other
+				break
+			}
+		}
 	}
 }
 
@@ -401,7 +451,7 @@ func (v *sview) checkStalls(now time.Time) {
 		i := sort.Search(len(pl.entries), func(i int) bool { return pl.entries[i].off > hw })
 		for n := 0; i < len(pl.entries) && n < 512; i, n = i+1, n+1 {
 			e := pl.entries[i]
-			if !v.owed(pl, e, true) {
+			if !v.owed(pl, e, true) || v.coveredLoose(pl.key.topic, pl.key.part, e.off, e.off+1) {
 				continue
 			}
 			wait := now.UnixNano() - e.acked
@@ -511,7 +561,8 @@ type tpart struct {
 }
 
 // event is a frame a subscriber received: a message (gen, offset a) or a
-// gap [a, b), on its conn-th connection.
+// gap [a, b) (of generation gen as attributed, -1: kept aside), on its
+// conn-th connection.
 type event struct {
 	kind      byte
 	conn      int
@@ -545,6 +596,9 @@ func (v *sview) history(topic string, part int) string {
 			fmt.Fprintf(&sb, " %d:g%d/%d", e.conn, e.gen, e.a)
 		case 'g':
 			fmt.Fprintf(&sb, " %d:gap%d-%d", e.conn, e.a, e.b-1)
+			if e.gen >= 0 {
+				fmt.Fprintf(&sb, "(g%d)", e.gen)
+			}
 		case 'd':
 			fmt.Fprintf(&sb, " %d:deleted", e.conn)
 		}
