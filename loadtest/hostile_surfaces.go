@@ -21,7 +21,7 @@ package main
 //     pull; past --max-pull-members-per-client they must be 429
 //     too_many_subscriptions (pull_members_per_client).
 //   - never-acking session: one WebSocket session joining many groups on
-//     "#" with max_in_flight 1000, reading every delivery and acking none.
+//     the soak's topics with max_in_flight 1000, reading every delivery and acking none.
 //     Its group subscribes past --max-session-leases must be refused
 //     too_many_subscriptions (session_leases), and it must stay connected.
 //
@@ -405,7 +405,8 @@ func (h *hostile) presenceMember(ctx context.Context, a *hostileActor) error {
 }
 
 // presenceChurner subscribes and unsubscribes with presence on the room,
-// up to 20,000 times per connection at about 200 cycles a second, counting
+// up to 20,000 times per connection at about 100 cycles a second (ten
+// times the default join rate), counting
 // the rate_limited refusals it reads.
 func (h *hostile) presenceChurner(ctx context.Context, a *hostileActor) error {
 	w, done, err := h.dialRawWS(ctx)
@@ -435,7 +436,7 @@ func (h *hostile) presenceChurner(ctx context.Context, a *hostileActor) error {
 		if !w.send(ctx, a, sub) || !w.send(ctx, a, unsub) {
 			return nil
 		}
-		if i%4 == 3 {
+		if i%2 == 1 {
 			pause(ctx, 20*time.Millisecond)
 		}
 	}
@@ -443,8 +444,9 @@ func (h *hostile) presenceChurner(ctx context.Context, a *hostileActor) error {
 	return nil
 }
 
-// neverAcking joins hostileLeaseGroups groups on "#" with max_in_flight
-// 1000 in one session and reads every delivery without acking one.
+// neverAcking joins hostileLeaseGroups groups on the soak's topics
+// ("lt.<run>.soak.t<i>", runner.go) with max_in_flight 1000 in one session
+// and reads every delivery without acking one.
 func (h *hostile) neverAcking(ctx context.Context, a *hostileActor) error {
 	w, done, err := h.dialRawWS(ctx)
 	if err != nil {
@@ -452,7 +454,7 @@ func (h *hostile) neverAcking(ctx context.Context, a *hostileActor) error {
 	}
 	defer done()
 	for i := range hostileLeaseGroups { // the same groups again after a reconnect
-		if !w.send(ctx, a, fmt.Sprintf(`{"op":"subscribe","id":%d,"pattern":"#","group":"hostile-lease-%d","max_in_flight":1000}`, i+1, i)) {
+		if !w.send(ctx, a, fmt.Sprintf(`{"op":"subscribe","id":%d,"pattern":"lt.*.soak.*","group":"hostile-lease-%d","max_in_flight":1000}`, i+1, i)) {
 			h.problem("never-acking session: the gateway closed it while it subscribed")
 			return nil
 		}
