@@ -98,6 +98,7 @@ var hostileEvidence = [][]string{
 var hostileReported = []string{
 	`switchyard_http_timeouts_total{phase="write"}`,
 	`switchyard_http_timeouts_total{phase="read_header"}`,
+	`switchyard_limit_rejections_total{limit="connect_hook_per_ip"}`, // with --inprocess (hostile_hook.go)
 	`switchyard_presence_announcements_dropped_total`,
 	`switchyard_sse_untracked_deliveries_total`,
 	`switchyard_pull_members`,

@@ -54,7 +54,7 @@ const (
 	hostileSSEStreams       = 24
 	hostilePresenceMembers  = 2
 	hostilePresenceChurners = 4
-	hostileSurfaceConns     = hostileSSEStreams + 1 + hostilePresenceMembers + hostilePresenceChurners + 1 + 1
+	hostileSurfaceConns     = hostileSSEStreams + 1 + hostilePresenceMembers + hostilePresenceChurners + 1 + 1 + stormWorkers + 1
 )
 
 // hostilePullMembersPerClient is the gateway's default
@@ -79,6 +79,10 @@ type surfaceTally struct {
 	leaseRefused    atomic.Int64 // group subscribes refused too_many_subscriptions
 	leaseJoined     atomic.Int64 // group subscribes of the never-acking session answered subscribed
 	leaseDeliveries atomic.Int64 // deliveries the never-acking session read
+	stormAttempts   atomic.Int64 // connects of the connect storm (hostile_hook.go)
+	stormRefused    atomic.Int64 // of them, refused 429
+	probeConnects   atomic.Int64 // connects of another address beside it
+	probeMaxMS      atomic.Int64 // the slowest of them
 
 	mu       sync.Mutex // guards problems
 	problems []string
@@ -101,20 +105,31 @@ func (h *hostile) problems(requireLimits bool) []string {
 	t.mu.Lock()
 	out := append([]string(nil), t.problems...)
 	t.mu.Unlock()
+	if hk := hostileHook.Load(); hk != nil {
+		if calls, admitted := hk.stormCalls.Load(), t.stormAttempts.Load()-t.stormRefused.Load(); calls > admitted {
+			out = append(out, fmt.Sprintf("connect storm: %d hook calls for %d connects not refused: refused connects reached the hook", calls, admitted))
+		}
+	}
 	if !requireLimits {
 		return out
 	}
-	for _, c := range []struct {
+	type check struct {
 		n    int64
 		what string
-	}{
+	}
+	checks := []check{
 		{t.sseOpened.Load(), "no SSE non-reader stream started"},
 		{t.forgedRefused.Load(), "no forged Last-Event-ID was answered 400"},
 		{t.presenceLimited.Load(), "no presence churner met rate_limited"},
 		{t.presenceResyncs.Load(), "no slow presence member was sent a resync frame"},
 		{t.pullRefused.Load(), "no group-name spray poll met too_many_subscriptions"},
 		{t.leaseRefused.Load(), "the never-acking session's group subscribes never met too_many_subscriptions"},
-	} {
+	}
+	if hostileHook.Load() != nil {
+		checks = append(checks, check{t.stormRefused.Load(), "no connect of the connect storm was refused"},
+			check{t.probeConnects.Load(), "no other address connected beside the connect storm"})
+	}
+	for _, c := range checks {
 		if c.n == 0 {
 			out = append(out, c.what)
 		}
@@ -125,7 +140,7 @@ func (h *hostile) problems(requireLimits bool) []string {
 // surfaceReport is a line for the report: what the clients saw.
 func (h *hostile) surfaceReport() map[string]int64 {
 	t := &h.tally
-	return map[string]int64{
+	m := map[string]int64{
 		"client_sse_streams_opened":          t.sseOpened.Load(),
 		"client_forged_ids_refused":          t.forgedRefused.Load(),
 		"client_presence_rate_limited":       t.presenceLimited.Load(),
@@ -135,6 +150,14 @@ func (h *hostile) surfaceReport() map[string]int64 {
 		"client_lease_subscribes_refused":    t.leaseRefused.Load(),
 		"client_never_acked_deliveries_read": t.leaseDeliveries.Load(),
 	}
+	if hk := hostileHook.Load(); hk != nil {
+		m["client_storm_connects"] = t.stormAttempts.Load()
+		m["client_storm_refused"] = t.stormRefused.Load()
+		m["client_storm_hook_calls"] = hk.stormCalls.Load()
+		m["client_probe_connects"] = t.probeConnects.Load()
+		m["client_probe_slowest_connect_ms"] = t.probeMaxMS.Load()
+	}
+	return m
 }
 
 // startSurfaces launches the clients above with loop (see start).
@@ -147,6 +170,10 @@ func (h *hostile) startSurfaces(loop func(*hostileActor, int, func(context.Conte
 	loop(h.actor("presence_churners"), hostilePresenceChurners, h.presenceChurner)
 	loop(h.actor("group_name_spray"), 1, h.groupSpray)
 	loop(h.actor("never_acking_groups"), 1, h.neverAcking)
+	if hostileHook.Load() != nil {
+		loop(h.actor("connect_storm"), stormWorkers, h.connectStorm)
+		loop(h.actor("connect_probe"), 1, h.connectProbe)
+	}
 }
 
 func (h *hostile) sseNonReader(ctx context.Context, a *hostileActor) error {
