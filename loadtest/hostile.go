@@ -26,6 +26,10 @@ package main
 //   - cross-site: a text/plain POST /v1/publish with a foreign Origin; it
 //     must be refused (403), never published.
 //
+// The attacks on SSE, presence, pull and WebSocket groups are in
+// hostile_surfaces.go, the connect storm against a slow hook in
+// hostile_hook.go.
+//
 // The soak's checks stand as they are: every bystander (fast reader,
 // churner, group member) must see everything exactly once, the gateway must
 // close none of them, log nothing at warn or error and come back to its
