@@ -26,6 +26,10 @@ package main
 //   - cross-site: a text/plain POST /v1/publish with a foreign Origin; it
 //     must be refused (403), never published.
 //
+// The attacks on SSE, presence, pull and WebSocket groups are in
+// hostile_surfaces.go, the connect storm against a slow hook in
+// hostile_hook.go.
+//
 // The soak's checks stand as they are: every bystander (fast reader,
 // churner, group member) must see everything exactly once, the gateway must
 // close none of them, log nothing at warn or error and come back to its
@@ -67,7 +71,7 @@ import (
 const hostileMaxTopics = 100
 
 // hostileConns is how many connections the hostile clients hold at once.
-const hostileConns = 2 + 1 + 4 + 4 + 4 + 1 + 4 + 1
+const hostileConns = 2 + 1 + 4 + 4 + 4 + 1 + 4 + 1 + hostileSurfaceConns
 
 // hostileEvidence are the gateway counters a hostile run must move, each
 // a list of alternatives (the first limit a request meets is the one
@@ -85,6 +89,12 @@ var hostileEvidence = [][]string{
 	// Unread error replies end the session: by their bytes (1008) or,
 	// with small replies, first by the queue's item bound (1013).
 	{`switchyard_limit_rejections_total{limit="control_queue_bytes"}`, `switchyard_slow_consumer_disconnects_total`},
+	// The newer surfaces (hostile_surfaces.go).
+	{`switchyard_sse_resumes_total{outcome="refused"}`},
+	{`switchyard_limit_rejections_total{limit="presence_join_rate"}`},
+	{`switchyard_presence_resyncs_total`},
+	{`switchyard_limit_rejections_total{limit="pull_members_per_client"}`},
+	{`switchyard_limit_rejections_total{limit="session_leases"}`},
 }
 
 // hostileReported are further counters the report shows without
@@ -92,6 +102,11 @@ var hostileEvidence = [][]string{
 var hostileReported = []string{
 	`switchyard_http_timeouts_total{phase="write"}`,
 	`switchyard_http_timeouts_total{phase="read_header"}`,
+	`switchyard_limit_rejections_total{limit="connect_hook_per_ip"}`, // with --inprocess (hostile_hook.go)
+	`switchyard_presence_announcements_dropped_total`,
+	`switchyard_sse_untracked_deliveries_total`,
+	`switchyard_pull_members`,
+	`switchyard_group_session_leases_reserved`,
 }
 
 func evidenceNames() []string {
@@ -109,6 +124,7 @@ type HostileReport struct {
 	PeakRSS      int64            `json:"peak_rss_bytes"`
 	MaxHeapBytes int64            `json:"max_heap_growth_bytes"`
 	Evidence     map[string]int64 `json:"evidence"`
+	Seen         map[string]int64 `json:"client_seen"` // what the clients saw of the bounds
 }
 
 // HostileActor is one kind of hostile client.
@@ -125,12 +141,14 @@ type hostileActor struct {
 
 // hostile runs the clients above until stop is closed.
 type hostile struct {
-	host    string // host:port of the gateway
-	wsPath  string
-	origin  string
-	actors  []*hostileActor
-	badPost atomic.Value // first cross-site POST that was not refused
-	wg      sync.WaitGroup
+	host   string // host:port of the gateway
+	wsPath string
+	origin string
+	actors []*hostileActor
+	forged []string     // Last-Event-IDs of forgedResume
+	httpc  *http.Client // of the HTTP clients in hostile_surfaces.go
+	tally  surfaceTally
+	wg     sync.WaitGroup
 }
 
 func newHostile(wsURL string) (*hostile, error) {
@@ -178,6 +196,7 @@ func (h *hostile) start(ctx context.Context, stop <-chan struct{}) {
 	loop(h.actor("topic_spray"), 1, h.topicSpray)
 	loop(h.actor("trickling_http"), 4, h.trickle)
 	loop(h.actor("cross_site"), 1, h.crossSite)
+	h.startSurfaces(loop)
 }
 
 func (h *hostile) wait() { h.wg.Wait() }
@@ -448,7 +467,7 @@ func (h *hostile) crossSite(ctx context.Context, a *hostileActor) error {
 	if resp.StatusCode == http.StatusForbidden {
 		a.closed.Add(1)
 	} else {
-		h.badPost.CompareAndSwap(nil, "cross-site text/plain POST /v1/publish answered "+strconv.Itoa(resp.StatusCode)+", want 403")
+		h.problem("cross-site text/plain POST /v1/publish answered %d, want 403", resp.StatusCode)
 	}
 	pause(ctx, 200*time.Millisecond)
 	return nil

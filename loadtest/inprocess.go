@@ -52,14 +52,26 @@ func startInProcess(cfg *config) (*inproc, error) {
 		opts.MaxTopics = hostileMaxTopics
 		opts.Session.MessageTimeout = time.Second
 		srvOpts.ReadTimeout, srvOpts.WriteTimeout, srvOpts.IdleTimeout = 2*time.Second, 2*time.Second, 5*time.Second
+		// A connect hook, slow for the connect storm's address only
+		// (hostile_hook.go); each address's share of it is above the
+		// bystanders' simultaneous connects.
+		hook, err := startConnectHook()
+		if err != nil {
+			_ = eng.Close(context.Background())
+			return nil, fmt.Errorf("in-process gateway: connect hook: %w", err)
+		}
+		opts.Hooks = router.HookOptions{URL: hook.url, Connect: true, MaxConcurrent: 4 * stormHookShare, MaxConcurrentPerIP: stormHookShare}
+		hostileHook.Store(hook)
 	}
 	rt, err := router.New(opts)
 	if err != nil {
+		closeHostileHook()
 		_ = eng.Close(context.Background())
 		return nil, fmt.Errorf("in-process gateway: %w", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		closeHostileHook()
 		return nil, fmt.Errorf("in-process gateway: %w", err)
 	}
 	if cfg.scenario == "soak" {
@@ -91,6 +103,9 @@ func startInProcess(cfg *config) (*inproc, error) {
 				errs = append(errs, fmt.Errorf("in-process gateway: http shutdown: %w", err))
 			}
 			<-done
+			if err := closeHostileHook(); err != nil {
+				errs = append(errs, fmt.Errorf("in-process gateway: connect hook: %w", err))
+			}
 			if err := eng.Close(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("in-process gateway: engine close: %w", err))
 			}

@@ -72,6 +72,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -228,6 +229,9 @@ func (s *SoakReport) writeTable(p func(string, any)) {
 		}
 		for _, name := range evidenceNames() {
 			p("hostile evidence", fmt.Sprintf("%s %d", name, h.Evidence[name]))
+		}
+		for _, name := range slices.Sorted(maps.Keys(h.Seen)) {
+			p("hostile seen", fmt.Sprintf("%s %d", name, h.Seen[name]))
 		}
 	}
 	p("samples", "t_s phase goroutines heap rss sent delivered")
@@ -1202,7 +1206,7 @@ func (r *runner) runSoak(ctx context.Context) (*Report, error) {
 	if hc != nil {
 		close(stopHostile)
 		hc.wait()
-		sr.Hostile = &HostileReport{Actors: hc.report(), MaxHeapBytes: int64(cfg.hostileHeapMB) << 20}
+		sr.Hostile = &HostileReport{Actors: hc.report(), Seen: hc.surfaceReport(), MaxHeapBytes: int64(cfg.hostileHeapMB) << 20}
 		ev, err := scrapeSeries(ctx, st.metricsClient, cfg.httpURL, evidenceNames())
 		if err != nil {
 			sr.violate("hostile: scraping /metrics: %v", err)
@@ -1217,8 +1221,8 @@ func (r *runner) runSoak(ctx context.Context) (*Report, error) {
 				sr.violate("hostile: %s did not move: that limit was never met", strings.Join(alts, " or "))
 			}
 		}
-		if e := hc.badPost.Load(); e != nil {
-			sr.violate("hostile: %v", e)
+		for _, e := range hc.problems(cfg.hostileLimits) {
+			sr.violate("hostile: %s", e)
 		}
 	}
 	for _, c := range pubConns {
