@@ -1,0 +1,89 @@
+package router_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/enginetest"
+)
+
+// TestSessionLeasesComeBackWhenDeadLettered: a session that reads but
+// never acks, in several groups with wide windows over several topics,
+// gets each membership's lease window; as those records time out and are
+// dead-lettered after their last attempt, their leases are the session's
+// again, so new records keep coming, window after window, at the pace of
+// the ack timeouts.
+func TestSessionLeasesComeBackWhenDeadLettered(t *testing.T) {
+	const (
+		queue      = 16
+		groups     = 3
+		records    = 8 * queue // per group: room for several windows
+		ackTimeout = 10 * time.Second
+		backoff    = time.Second
+	)
+	clock := enginetest.NewFakeClock(time.Unix(1_700_000_000, 0))
+	g := newGateway(t, func(c *gwConfig) {
+		c.router.Session.QueueMessages = queue
+		c.engine.Clock = clock
+		c.engine.Policy = engine.GroupPolicy{AckTimeout: ackTimeout, BackoffMin: backoff, BackoffMax: backoff, MaxAttempts: 2}
+	})
+	pub := g.dial(t)
+	topics := []string{"drip.a", "drip.b", "drip.c"}
+	for i := range topics { // the topics exist before the group
+		pub.publish(t, topics[i], i)
+	}
+	c := g.dial(t)
+	for i := range groups {
+		if m := c.call(t, map[string]any{"op": "subscribe", "pattern": "drip.*", "group": fmt.Sprintf("drip-%d", i), "max_in_flight": 1000}); m["op"] != "subscribed" {
+			t.Fatalf("subscribe %d: %v", i, m)
+		}
+	}
+	// The records come while the memberships hold their windows.
+	for i := len(topics); i < records; i++ {
+		pub.publish(t, topics[i%len(topics)], i)
+	}
+	// read takes every delivery the engine has made so far (the router's
+	// group delivery counter is the barrier) and counts, per group, the
+	// records delivered for the first time.
+	firsts := map[any]int{}
+	attempts := map[int64]int{}
+	read := 0
+	readAll := func() {
+		t.Helper()
+		want := int(metricValue(t, g.reg, "switchyard_deliveries_total", map[string]string{"kind": "group"}))
+		for read < want {
+			m := c.next(t) // bounded by waitTimeout
+			if m["op"] != "message" {
+				continue
+			}
+			read++
+			attempts[num(m, "attempt")]++
+			if num(m, "attempt") == 1 {
+				firsts[m["group"]]++
+			}
+		}
+	}
+	readAll()
+	window := firsts["drip-0"]
+	if window == 0 || window >= records {
+		t.Fatalf("drip-0 delivered %d of %d records before the first timeout; want a window", window, records)
+	}
+	t.Logf("first window: %v records first delivered per group", firsts)
+	// Every record runs out of its two attempts within two ack timeouts
+	// and a backoff of its first delivery; a session that gets its leases
+	// back meets every record of drip-0 for the first time within a few
+	// rounds more than records/window.
+	for round := 1; firsts["drip-0"] < records; round++ {
+		if round > 4*records/window {
+			_, grp, _ := g.httpDo(t, "GET", "/v1/groups/drip-0", nil)
+			t.Fatalf("after %d ack timeouts drip-0 has delivered %d of %d records (deliveries by attempt %v): the leases of dead-lettered records did not come back; group %v",
+				round-1, firsts["drip-0"], records, attempts, grp)
+		}
+		clock.Advance(ackTimeout)
+		clock.Advance(backoff)
+		readAll()
+	}
+	t.Logf("every record delivered; deliveries by attempt %v; first deliveries %v", attempts, firsts)
+}
