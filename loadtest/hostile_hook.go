@@ -148,6 +148,12 @@ func (h *hostile) connectStorm(ctx context.Context, a *hostileActor) error {
 			h.tally.stormRefused.Add(1)
 			a.closed.Add(1)
 			pause(ctx, 500*time.Millisecond)
+		case code == http.StatusServiceUnavailable:
+			// Admitted by the local limits, then the hook, slow for this
+			// address, outlived its timeout on a loaded machine: the
+			// gateway fails closed, as documented.
+			h.tally.stormUnavailable.Add(1)
+			pause(ctx, 500*time.Millisecond)
 		case code != http.StatusSwitchingProtocols:
 			h.problem("connect storm: upgrade answered %d", code)
 			pause(ctx, time.Second)

@@ -71,18 +71,19 @@ var hostileRoom = "hostile.room." + strings.Repeat("r", 200)
 
 // surfaceTally is what the clients below saw, for the end-of-run checks.
 type surfaceTally struct {
-	sseOpened       atomic.Int64 // SSE non-reader streams that started
-	forgedRefused   atomic.Int64 // forged Last-Event-IDs answered 400
-	presenceLimited atomic.Int64 // presence subscribes refused rate_limited
-	presenceResyncs atomic.Int64 // presence resync frames members read
-	pullRefused     atomic.Int64 // polls refused too_many_subscriptions
-	leaseRefused    atomic.Int64 // group subscribes refused too_many_subscriptions
-	leaseJoined     atomic.Int64 // group subscribes of the never-acking session answered subscribed
-	leaseDeliveries atomic.Int64 // deliveries the never-acking session read
-	stormAttempts   atomic.Int64 // connects of the connect storm (hostile_hook.go)
-	stormRefused    atomic.Int64 // of them, refused 429
-	probeConnects   atomic.Int64 // connects of another address beside it
-	probeMaxMS      atomic.Int64 // the slowest of them
+	sseOpened        atomic.Int64 // SSE non-reader streams that started
+	forgedRefused    atomic.Int64 // forged Last-Event-IDs answered 400
+	presenceLimited  atomic.Int64 // presence subscribes refused rate_limited
+	presenceResyncs  atomic.Int64 // presence resync frames members read
+	pullRefused      atomic.Int64 // polls refused too_many_subscriptions
+	leaseRefused     atomic.Int64 // group subscribes refused too_many_subscriptions
+	leaseJoined      atomic.Int64 // group subscribes of the never-acking session answered subscribed
+	leaseDeliveries  atomic.Int64 // deliveries the never-acking session read
+	stormAttempts    atomic.Int64 // connects of the connect storm (hostile_hook.go)
+	stormRefused     atomic.Int64 // of them, refused 429
+	stormUnavailable atomic.Int64 // of them, 503 after the slow hook's timeout
+	probeConnects    atomic.Int64 // connects of another address beside it
+	probeMaxMS       atomic.Int64 // the slowest of them
 
 	mu       sync.Mutex // guards problems
 	problems []string
@@ -153,6 +154,7 @@ func (h *hostile) surfaceReport() map[string]int64 {
 	if hk := hostileHook.Load(); hk != nil {
 		m["client_storm_connects"] = t.stormAttempts.Load()
 		m["client_storm_refused"] = t.stormRefused.Load()
+		m["client_storm_unavailable"] = t.stormUnavailable.Load()
 		m["client_storm_hook_calls"] = hk.stormCalls.Load()
 		m["client_probe_connects"] = t.probeConnects.Load()
 		m["client_probe_slowest_connect_ms"] = t.probeMaxMS.Load()
