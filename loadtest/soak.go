@@ -580,8 +580,11 @@ func (rd *soakReader) close(abrupt bool) {
 	<-rd.done
 }
 
+// soakReconnectTries bounds a churner's tries at one reconnect.
+const soakReconnectTries = 5
+
 // churn reconnects rd until stop is closed; it returns connected (or
-// after a failed reconnect, which it counts).
+// after a reconnect failed soakReconnectTries times, which it counts).
 func (rd *soakReader) churn(ctx context.Context, stop <-chan struct{}) {
 	r := rd.st.r
 	for i := 0; ; i++ {
@@ -591,7 +594,21 @@ func (rd *soakReader) churn(ctx context.Context, stop <-chan struct{}) {
 		case <-time.After(soakChurnMin + rand.N(soakChurnMax-soakChurnMin)):
 		}
 		rd.close(i%2 == 1)
-		if err := rd.connect(ctx); err != nil {
+		// A refused upgrade (429 past a per-address bound, 503 when the
+		// connect hook is slower than its timeout on a saturated machine)
+		// is retried after a second, as the clients do; the resume loses
+		// nothing meanwhile.
+		err := rd.connect(ctx)
+		for try := 1; err != nil && try < soakReconnectTries && ctx.Err() == nil; try++ {
+			fmt.Fprintf(r.log, "churner %d: reconnect, try %d: %v\n", rd.idx, try, err)
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Second):
+			}
+			err = rd.connect(ctx)
+		}
+		if err != nil {
 			r.c.connFailures.Add(1)
 			fmt.Fprintf(r.log, "churner %d: reconnect: %v\n", rd.idx, err)
 			return
