@@ -33,7 +33,10 @@
 //
 // conn.mu and Router.mu are leaf locks: nothing else is taken while they
 // are held, and the router never calls into the engine while holding any
-// router lock.
+// router lock. So are the locks of the per-address limiters (limits.go,
+// hooks.go ipMu), the group seek map (groupseek.go; a seek itself waits
+// holding no lock). The SSE resume state (sse_resume.go) takes
+// sseResume.mu, then a stream's mu, then conn.mu.
 package router
 
 import (
