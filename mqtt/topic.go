@@ -216,7 +216,8 @@ func tooLong(sentinel error, name string) error {
 // TopicFromNative returns the MQTT topic name of a valid Switchyard topic:
 // the inverse of TopicToNative. A native topic that TopicToNative never
 // produces (a segment starting with ':' that is not the canonical escape
-// of a level) has no MQTT name; the error wraps ErrNoMQTTName.
+// of a level, or the lone segment ":", which would be the empty name) has
+// no MQTT name; the error wraps ErrNoMQTTName.
 func TopicFromNative(native string) (string, error) {
 	var b strings.Builder
 	b.Grow(len(native))
@@ -235,6 +236,9 @@ func TopicFromNative(native string) (string, error) {
 			return "", fmt.Errorf("%w: %q, segment %d", ErrNoMQTTName, native, i+1)
 		}
 		b.WriteString(level)
+	}
+	if b.Len() == 0 { // ":" alone would be the empty topic name, which MQTT forbids
+		return "", fmt.Errorf("%w: %q is the empty topic name", ErrNoMQTTName, native)
 	}
 	return b.String(), nil
 }

@@ -83,6 +83,7 @@ func TestTopicFromNativeRejectsNonCanonical(t *testing.T) {
 		"::00",     // U+0000
 		"::FF",     // not UTF-8
 		"$abc.:x1", // second segment: "x1" is plain
+		":",        // the empty topic name
 	} {
 		t.Run(native, func(t *testing.T) {
 			if got, err := TopicFromNative(native); !errors.Is(err, ErrNoMQTTName) {
