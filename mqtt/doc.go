@@ -23,12 +23,14 @@
 //
 // # Packets
 //
-// The codec is the packets package of github.com/mochi-mqtt/server/v2
-// (protocol levels 3, 4 and 5); docs/mqtt.md gives the measurements
-// behind that choice. ReadPacket and DecodePacket bound a packet's size
-// before allocating for it; EncodePublish encodes a PUBLISH once into a
-// Publish whose bytes any number of sessions write, each with its own
-// packet identifier and flags.
+// Packets decode with the packets package of github.com/mochi-mqtt/server/v2
+// (protocol levels 3, 4 and 5) under ReadPacket and DecodePacket, which
+// bound a packet's size before allocating for it and turn anything the
+// codec chokes on into ErrMalformed. The PUBLISH, the one packet on the
+// delivery path, has an encoder of its own: EncodePublish encodes it once
+// into a Publish whose bytes any number of sessions write, each with its
+// own packet identifier and flags. docs/mqtt.md gives the measurements
+// behind both choices.
 //
 // # Concurrency
 //

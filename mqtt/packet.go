@@ -217,9 +217,9 @@ type Delivery struct {
 // hold the two byte for byte equal).
 //
 // It is Switchyard's own encoder rather than the codec's PublishEncode
-// because that one spends most of its time looking each of the 27
-// property kinds up in a map of maps (about 3.5 µs for an MQTT 5 PUBLISH
-// against 0.2 µs here; docs/mqtt.md has the profile).
+// because that one spends 80 % of its time looking each of the 27
+// property kinds up in a map of maps (about 1 µs for an MQTT 5 PUBLISH
+// against 0.3 µs here; docs/mqtt.md has the profile and the figures).
 func EncodePublish(pk packets.Packet, version byte) (Publish, error) {
 	topic, payload := pk.TopicName, pk.Payload
 	if len(topic) > MaxMQTTNameBytes {
