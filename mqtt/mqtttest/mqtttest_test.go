@@ -318,3 +318,72 @@ func TestRunLeavesNothingBehind(t *testing.T) {
 		t.Fatal("a persistent session was left behind")
 	}
 }
+
+// overlapScript: a client of the given version with overlapping
+// subscriptions at QoS 0 and 2 gets a QoS 1 message.
+func overlapScript(version byte) Script {
+	return Script{
+		Clients: []Client{{Name: "a", Version: version}, {Name: "p", Version: 5}},
+		Steps: []Step{
+			{Op: OpConnect, Client: 0, Clean: true}, {Op: OpConnect, Client: 1, Clean: true},
+			{Op: OpSubscribe, Client: 0, Filter: "t/+", QoS: 0},
+			{Op: OpSubscribe, Client: 0, Filter: "t/#", QoS: 2},
+			{Op: OpPublish, Client: 1, Topic: "t/a", Payload: "m1", QoS: 1},
+			{Op: OpDisconnect, Client: 0}, {Op: OpDisconnect, Client: 1},
+		},
+	}
+}
+
+func overlapRecording(msgs ...Message) *Recording {
+	return &Recording{Clients: [][]Connection{
+		{{Step: 0, Granted: []byte{0, 2}, Messages: msgs}},
+		{{Step: 1}},
+	}}
+}
+
+// TestCompareMosquittoOverlapQoS: the deviation is tolerated only under
+// its own name and only for a 3.1.1 client.
+func TestCompareMosquittoOverlapQoS(t *testing.T) {
+	spec := overlapRecording(Message{Topic: "t/a", Payload: "m1", QoS: 1})
+	mosq := overlapRecording(Message{Topic: "t/a", Payload: "m1", QoS: 0})
+	s4, s5 := overlapScript(4), overlapScript(5)
+	if d := Compare(s4, mosq, spec, MQTTOpen...); len(d) == 0 {
+		t.Fatal("a QoS 0 copy where MQTT requires QoS 1 compares equal under MQTTOpen")
+	}
+	if d := Compare(s4, mosq, spec, append(MQTTOpen, MosquittoOverlapQoS)...); len(d) != 0 {
+		t.Fatalf("not tolerated under %s: %v", MosquittoOverlapQoS, d)
+	}
+	if d := Compare(s5, mosq, spec, append(MQTTOpen, MosquittoOverlapQoS)...); len(d) == 0 {
+		t.Fatalf("tolerated for an MQTT 5 client under %s", MosquittoOverlapQoS)
+	}
+	lost := overlapRecording()
+	if d := Compare(s4, mosq, lost, append(MQTTOpen, MosquittoOverlapQoS)...); len(d) == 0 {
+		t.Fatal("a lost message is tolerated")
+	}
+}
+
+// TestMosquittoOverlapQoS pins the reference broker's deviation behind
+// MosquittoOverlapQoS: to a 3.1.1 client it sends one copy at the QoS of
+// "t/+" (0), not the highest of the matching subscriptions; to an MQTT 5
+// client it sends one copy per subscription, which MQTT allows.
+func TestMosquittoOverlapQoS(t *testing.T) {
+	addr := mosquitto(t)
+	for _, tc := range []struct {
+		version byte
+		want    []Message
+	}{
+		{4, []Message{{Topic: "t/a", Payload: "m1", QoS: 0}}},
+		{5, []Message{{Topic: "t/a", Payload: "m1", QoS: 0}, {Topic: "t/a", Payload: "m1", QoS: 1}}},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		r, err := Run(ctx, addr, overlapScript(tc.version), Options{})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Clients[0][0].Messages; !slices.Equal(got, tc.want) {
+			t.Errorf("MQTT level %d: Mosquitto sent %v, expected %v; if it now follows MQTT, drop %s",
+				tc.version, got, tc.want, MosquittoOverlapQoS)
+		}
+	}
+}

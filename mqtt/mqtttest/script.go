@@ -60,7 +60,8 @@ func (s Step) String() string {
 }
 
 // Script is a sequence of steps of a fixed set of clients. Topics under
-// "t/" are for plain subscriptions, those under "s/" for shared ones.
+// "t/" are for plain subscriptions, those under "s/" for shared ones;
+// group g1 shares "s/#" and group g2 "s/+".
 type Script struct {
 	Seed    uint64
 	Clients []Client
@@ -85,8 +86,12 @@ var (
 	plainTopics  = []string{"t/a", "t/b", "t/a/x", "t/b/x", "t/a/x/y"}
 	sharedTopics = []string{"s/a", "s/b"}
 	plainFilters = []string{"t/a", "t/b", "t/a/x", "t/+", "t/+/x", "t/#", "t/a/#", "t/+/+"}
-	sharedFilter = []string{"s/#", "s/+"}
 	groups       = []string{"g1", "g2"}
+	// Each group has one shared subscription, so every message on a
+	// matching topic goes to exactly one of its members: a client holding
+	// two shared subscriptions of one group that both match would make
+	// the count depend on the broker (one copy or one per subscription).
+	sharedFilter = map[string]string{"g1": "s/#", "g2": "s/+"}
 )
 
 // Generate returns a script of about steps steps drawn from seed. The same
@@ -144,7 +149,7 @@ func (g *generator) step(groupQoS map[string]byte) {
 	case r < 7:
 		st := Step{Op: OpSubscribe, Filter: pick(g.rng, plainFilters), QoS: byte(g.rng.IntN(3))}
 		if c.Group != "" && g.rng.IntN(2) == 0 {
-			st.Filter = "$share/" + c.Group + "/" + pick(g.rng, sharedFilter)
+			st.Filter = "$share/" + c.Group + "/" + sharedFilter[c.Group]
 			st.QoS = groupQoS[c.Group]
 		}
 		g.subs[i] = append(g.subs[i], st.Filter)
