@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -86,46 +87,56 @@ func appendEscaped(dst []byte, s string, ok func(byte) bool) []byte {
 	return dst
 }
 
-// unescape reverses appendEscaped. It accepts only the canonical form
+// appendUnescaped appends to dst the level or name s is the escape of,
+// reversing appendEscaped. It accepts only the canonical form
 // appendEscaped produces, so that the mapping is a bijection between MQTT
-// names and the native names it produces.
-func unescape(s string, ok func(byte) bool) (string, bool) {
+// names and the native names it produces; otherwise it reports false.
+func appendUnescaped(dst []byte, s string, ok func(byte) bool) ([]byte, bool) {
 	if s == "" {
-		return "", false
+		return dst, false
 	}
 	if s[0] != escapeMark {
-		return s, plain(s, ok)
+		return append(dst, s...), plain(s, ok)
 	}
-	var b strings.Builder
-	b.Grow(len(s))
+	start := len(dst)
 	for i := 1; i < len(s); i++ {
 		c := s[i]
 		if c != escapeMark {
 			if !ok(c) {
-				return "", false
+				return dst, false
 			}
-			b.WriteByte(c)
+			dst = append(dst, c)
 			continue
 		}
 		if i+2 >= len(s) {
-			return "", false
+			return dst, false
 		}
 		hi, lo := unhex(s[i+1]), unhex(s[i+2])
 		if hi < 0 || lo < 0 {
-			return "", false
+			return dst, false
 		}
 		c = byte(hi<<4 | lo)
 		if ok(c) && c != escapeMark {
-			return "", false // would have been written as itself
+			return dst, false // would have been written as itself
 		}
-		b.WriteByte(c)
+		dst = append(dst, c)
 		i += 2
 	}
-	out := b.String()
-	if plain(out, ok) {
-		return "", false // would have been written unchanged
+	// Written unchanged if plain; never escaped if it were.
+	return dst, !plainBytes(dst[start:], ok)
+}
+
+// plainBytes is plain for a byte slice.
+func plainBytes(b []byte, ok func(byte) bool) bool {
+	if len(b) == 0 || b[0] == escapeMark {
+		return false
 	}
-	return out, true
+	for _, c := range b {
+		if !ok(c) {
+			return false
+		}
+	}
+	return true
 }
 
 func unhex(c byte) int {
@@ -219,28 +230,28 @@ func tooLong(sentinel error, name string) error {
 // of a level, or the lone segment ":", which would be the empty name) has
 // no MQTT name; the error wraps ErrNoMQTTName.
 func TopicFromNative(native string) (string, error) {
-	var b strings.Builder
-	b.Grow(len(native))
+	var buf [trie.MaxNameBytes]byte // an MQTT name is never longer than its native form
+	dst := buf[:0]
 	for i, seg, rest, more := 0, native, "", true; more; i, seg = i+1, rest {
 		seg, rest, more = strings.Cut(seg, ".")
 		if i > 0 {
-			b.WriteByte('/')
+			dst = append(dst, '/')
 		}
-		dollar := i == 0 && seg != "" && seg[0] == '$'
-		if dollar {
-			b.WriteByte('$')
+		if i == 0 && seg != "" && seg[0] == '$' {
+			dst = append(dst, '$')
 			seg = seg[1:]
 		}
-		level, ok := unescape(seg, nameByte)
-		if !ok || strings.ContainsAny(level, "+#/\x00") || !utf8.ValidString(level) {
+		start := len(dst)
+		var ok bool
+		dst, ok = appendUnescaped(dst, seg, nameByte)
+		if level := dst[start:]; !ok || bytes.ContainsAny(level, "+#/\x00") || !utf8.Valid(level) {
 			return "", fmt.Errorf("%w: %q, segment %d", ErrNoMQTTName, native, i+1)
 		}
-		b.WriteString(level)
 	}
-	if b.Len() == 0 { // ":" alone would be the empty topic name, which MQTT forbids
+	if len(dst) == 0 { // ":" alone would be the empty topic name, which MQTT forbids
 		return "", fmt.Errorf("%w: %q is the empty topic name", ErrNoMQTTName, native)
 	}
-	return b.String(), nil
+	return string(dst), nil
 }
 
 // Filter is the native form of one MQTT topic filter of a SUBSCRIBE or

@@ -338,3 +338,30 @@ func TestNativeMatchingEqualsMQTT(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkTopicMapping: an MQTT publish maps its topic once; a delivery
+// maps the native topic back once per message (not per session).
+func BenchmarkTopicMapping(b *testing.B) {
+	for _, name := range []string{"sensors/room1/temp", "home/living room/température"} {
+		native, err := TopicToNative(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("ToNative/"+name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := TopicToNative(name); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("FromNative/"+name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := TopicFromNative(native); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
