@@ -171,37 +171,44 @@ func (r *runner) markerTopic(i int) string { return r.opt.Prefix + "/marker/" + 
 // barrier makes every connected client, first the one that acted,
 // publish a marker to its own topic and wait until it receives it.
 func (r *runner) barrier(first int) error {
-	order := append([]int{first}, make([]int, 0, len(r.clients))...)
+	order := []int{first}
 	for i := range r.clients {
 		if i != first {
 			order = append(order, i)
 		}
 	}
 	for _, i := range order {
-		c := r.clients[i]
-		if c == nil {
+		if r.clients[i] == nil {
 			continue
 		}
-		r.markers++
-		want := fmt.Sprintf("marker-%d", r.markers)
-		ctx, cancel := context.WithTimeout(r.ctx, r.opt.StepTimeout)
-		err := c.publish(ctx, r.markerTopic(i), 1, false, []byte(want))
-		for err == nil {
-			select {
-			case got := <-c.markers:
-				if got == want {
-					cancel()
-					goto next
-				}
-			case <-ctx.Done():
-				err = fmt.Errorf("client %s: marker %s not received: %w", r.s.Clients[i].Name, want, ctx.Err())
-			}
+		if err := r.marker(i); err != nil {
+			return err
 		}
-		cancel()
-		return err
-	next:
 	}
 	return nil
+}
+
+// marker makes client i publish a new marker and waits, within the step
+// timeout, until the client receives it.
+func (r *runner) marker(i int) error {
+	c := r.clients[i]
+	r.markers++
+	want := fmt.Sprintf("marker-%d", r.markers)
+	ctx, cancel := context.WithTimeout(r.ctx, r.opt.StepTimeout)
+	defer cancel()
+	if err := c.publish(ctx, r.markerTopic(i), 1, false, []byte(want)); err != nil {
+		return err
+	}
+	for {
+		select {
+		case got := <-c.markers:
+			if got == want {
+				return nil
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("client %s: marker %s not received: %w", r.s.Clients[i].Name, want, ctx.Err())
+		}
+	}
 }
 
 // cleanup disconnects the clients, clears the retained messages and ends
