@@ -6,9 +6,12 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/switchyard/switchyard/trie"
 )
 
 // FuzzDecodePacket feeds arbitrary bytes to the decoder at each protocol
@@ -68,6 +71,43 @@ func FuzzDecodePacket(f *testing.F) {
 			!bytes.Equal(again.Payload, pk.Payload) || !slices.Equal(again.Properties.User, pk.Properties.User) ||
 			again.Properties.ContentType != pk.Properties.ContentType {
 			t.Fatalf("re-encoded PUBLISH differs:\n%+v\n%+v", again, pk)
+		}
+	})
+}
+
+// FuzzTopicMapping: any string is either refused as an MQTT topic name
+// (ErrInvalidTopic) or maps to a valid native topic and back to itself;
+// and any string that is a native topic either has no MQTT name or maps
+// there and back to itself.
+func FuzzTopicMapping(f *testing.F) {
+	for _, s := range []string{"sensors/room1/temp", "/", "a//b", "room 1", "température", ":x", "$", "$SYS/a",
+		"a/$b", ":", "::3A", ":abc", "$:", "a.::2B", strings.Repeat("é/", 20)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		native, err := TopicToNative(s)
+		switch {
+		case err != nil && !errors.Is(err, ErrInvalidTopic):
+			t.Fatalf("TopicToNative(%q): %v", s, err)
+		case err == nil:
+			if verr := trie.ValidateTopic(native); verr != nil {
+				t.Fatalf("TopicToNative(%q) = %q: %v", s, native, verr)
+			}
+			if back, err := TopicFromNative(native); err != nil || back != s {
+				t.Fatalf("TopicFromNative(%q) = %q, %v; want %q", native, back, err, s)
+			}
+		}
+		if trie.ValidateTopic(s) != nil {
+			return
+		}
+		name, err := TopicFromNative(s)
+		switch {
+		case err != nil && !errors.Is(err, ErrNoMQTTName):
+			t.Fatalf("TopicFromNative(%q): %v", s, err)
+		case err == nil:
+			if again, err := TopicToNative(name); err != nil || again != s {
+				t.Fatalf("TopicToNative(%q) = %q, %v; want %q", name, again, err, s)
+			}
 		}
 	})
 }
