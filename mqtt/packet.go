@@ -37,8 +37,8 @@ var (
 // client's protocol level from its CONNECT (a CONNECT packet carries its
 // own and sets pk.ProtocolVersion; pass 0 before it). maxBytes bounds the
 // whole packet, fixed header included, as MQTT 5's Maximum Packet Size
-// does; it is checked before the body is read, so no more than maxBytes
-// are ever allocated for one packet.
+// does; it is checked before the body is read, so the buffer allocated
+// for a packet's body is never larger than maxBytes.
 //
 // The packet's strings and byte slices share one buffer that ReadPacket
 // allocates for it alone and never reuses. A clean end of input before
