@@ -1,0 +1,113 @@
+package mqtt
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/switchyard/switchyard/trie"
+)
+
+// FuzzDecodePacket feeds arbitrary bytes to the decoder at each protocol
+// level. Nothing may panic; DecodePacket and ReadPacket must agree; a
+// PUBLISH that decodes must survive EncodePublish and decode again to the
+// same packet. Run it with
+//
+//	go test -run '^$' -fuzz FuzzDecodePacket -fuzztime 60s ./mqtt/
+func FuzzDecodePacket(f *testing.F) {
+	for _, v := range []byte{Version31, Version311, Version5} {
+		f.Add(v, encodeWith(f, connectPacket(v)))
+		f.Add(v, encodeWith(f, subscribePacket(v)))
+		f.Add(v, encodeWith(f, publishPacket(v, 0)))
+		f.Add(v, encodeWith(f, publishPacket(v, 2)))
+	}
+	for _, in := range [][]byte{
+		{0x30, 0xff, 0xff, 0xff, 0x7f}, {0x30, 0x80, 0x80, 0x80, 0x80, 0x00}, {0x36, 0x00},
+		{0x82, 0x06, 0x00, 0x01, 0x00, 0x00, 0x01, 'a'}, {0x30, 0x06, 0x00, 0x01, 'a', 0x02, 0x7f, 0x00},
+		{0xe0, 0x00}, {0xc0, 0x00}, {0xa2, 0x05, 0x00, 0x01, 0x00, 0x01, 'a'},
+	} {
+		f.Add(Version5, in)
+	}
+	f.Fuzz(func(t *testing.T, version byte, data []byte) {
+		version = Version31 + version%3
+		const limit = 1 << 16
+		pk, n, err := DecodePacket(data, version, limit)
+		if n < 0 || n > len(data) || (err == nil) != (n > 0) {
+			t.Fatalf("DecodePacket took %d of %d bytes, err %v", n, len(data), err)
+		}
+		rp, rerr := ReadPacket(bufio.NewReader(bytes.NewReader(data)), version, limit)
+		if (err == nil) != (rerr == nil) || err != nil && errors.Is(err, ErrMalformed) != errors.Is(rerr, ErrMalformed) {
+			t.Fatalf("DecodePacket: %v; ReadPacket: %v", err, rerr)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrTooLarge) && err != io.ErrUnexpectedEOF {
+				t.Fatalf("unexpected error kind: %v", err)
+			}
+			return
+		}
+		if rp.FixedHeader != pk.FixedHeader || rp.TopicName != pk.TopicName || !bytes.Equal(rp.Payload, pk.Payload) {
+			t.Fatalf("fixed headers differ: %+v and %+v", rp.FixedHeader, pk.FixedHeader)
+		}
+		if pk.FixedHeader.Type != packets.Publish {
+			return
+		}
+		p, err := EncodePublish(pk, pk.ProtocolVersion)
+		if err != nil {
+			return // a property the codec accepted but no PUBLISH may carry out
+		}
+		fh := pk.FixedHeader
+		out := p.AppendTo(nil, Delivery{QoS: fh.Qos, Dup: fh.Dup, Retain: fh.Retain, PacketID: pk.PacketID})
+		again, m, err := DecodePacket(out, version, MaxPacketBytes)
+		if err != nil || m != len(out) {
+			t.Fatalf("re-encoded PUBLISH does not decode: %v (%d of %d bytes)\n%x", err, m, len(out), out)
+		}
+		if again.FixedHeader.Qos != fh.Qos || again.FixedHeader.Dup != fh.Dup || again.FixedHeader.Retain != fh.Retain || again.TopicName != pk.TopicName || again.PacketID != pk.PacketID ||
+			!bytes.Equal(again.Payload, pk.Payload) || !slices.Equal(again.Properties.User, pk.Properties.User) ||
+			again.Properties.ContentType != pk.Properties.ContentType {
+			t.Fatalf("re-encoded PUBLISH differs:\n%+v\n%+v", again, pk)
+		}
+	})
+}
+
+// FuzzTopicMapping: any string is either refused as an MQTT topic name
+// (ErrInvalidTopic) or maps to a valid native topic and back to itself;
+// and any string that is a native topic either has no MQTT name or maps
+// there and back to itself.
+func FuzzTopicMapping(f *testing.F) {
+	for _, s := range []string{"sensors/room1/temp", "/", "a//b", "room 1", "température", ":x", "$", "$SYS/a",
+		"a/$b", ":", "::3A", ":abc", "$:", "a.::2B", strings.Repeat("é/", 20)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		native, err := TopicToNative(s)
+		switch {
+		case err != nil && !errors.Is(err, ErrInvalidTopic):
+			t.Fatalf("TopicToNative(%q): %v", s, err)
+		case err == nil:
+			if verr := trie.ValidateTopic(native); verr != nil {
+				t.Fatalf("TopicToNative(%q) = %q: %v", s, native, verr)
+			}
+			if back, err := TopicFromNative(native); err != nil || back != s {
+				t.Fatalf("TopicFromNative(%q) = %q, %v; want %q", native, back, err, s)
+			}
+		}
+		if trie.ValidateTopic(s) != nil {
+			return
+		}
+		name, err := TopicFromNative(s)
+		switch {
+		case err != nil && !errors.Is(err, ErrNoMQTTName):
+			t.Fatalf("TopicFromNative(%q): %v", s, err)
+		case err == nil:
+			if again, err := TopicToNative(name); err != nil || again != s {
+				t.Fatalf("TopicToNative(%q) = %q, %v; want %q", name, again, err, s)
+			}
+		}
+	})
+}
