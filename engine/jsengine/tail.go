@@ -16,9 +16,15 @@ package jsengine
 // consumer hands over the messages it has already read.
 
 import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard/switchyard/engine"
 )
 
 const (
@@ -74,4 +80,115 @@ func (e *Engine) tailLoop() {
 			run = 0
 		}
 	}
+}
+
+// tailMsg handles one stored message from the live tail (the engine's
+// ordered consumer over every record subject): it updates the partition's
+// view and cache, calls observers and feeds the partition's groups. It
+// runs on the tail goroutine (tail.go), and announces in tailBatch's run.
+func (e *Engine) tailMsg(msg jetstream.Msg) {
+	md, err := msg.Metadata()
+	if err != nil {
+		return
+	}
+	seq := md.Sequence.Stream
+	defer e.advanceTail(seq)
+	e.tailMu.Lock()
+	stale := seq <= e.tailSeq
+	e.tailMu.Unlock()
+	if stale {
+		return
+	}
+	// <prefix>.rec.<topic tokens>.<inc>.<partition>
+	subj := strings.TrimPrefix(msg.Subject(), e.prefix+".rec.")
+	i := strings.LastIndexByte(subj, '.')
+	if i < 0 {
+		return
+	}
+	part, err := strconv.Atoi(subj[i+1:])
+	if err != nil {
+		return
+	}
+	subj = subj[:i]
+	i = strings.LastIndexByte(subj, '.')
+	if i < 0 {
+		return
+	}
+	inc, err := strconv.ParseUint(subj[i+1:], 10, 64)
+	if err != nil {
+		return
+	}
+	name := subj[:i]
+	t := e.local(name)
+	if t == nil || t.inc < inc {
+		e.tailBatch.End() // what is announced is not held for the bucket
+		t = e.tailTopic(name, inc)
+	}
+	if t == nil || t.inc != inc || part >= len(t.parts) || t.deleted.Load() {
+		return
+	}
+	p := t.parts[part]
+	pm, err := parseMsg(t, part, seq, msg.Headers(), msg.Data())
+	if err != nil {
+		return
+	}
+	p.smu.Lock()
+	p.next = max(p.next, pm.off+1)
+	p.seen = max(p.seen, seq)
+	p.tailed = max(p.tailed, pm.off+1)
+	if pm.mark {
+		p.earliest = max(p.earliest, pm.off+1)
+		p.cache = p.cache[:0]
+		p.smu.Unlock()
+		return
+	}
+	p.cacheAdd(cached{rec: pm.rec, seq: seq})
+	p.smu.Unlock()
+
+	for _, o := range e.observers.List() {
+		engine.Announce(e.tailCtx, o, pm.rec)
+	}
+	if p.npumped.Load() == 0 {
+		// No cursor here would act on the record: a Join that makes one
+		// pumps it itself, after the record is in the cache above.
+		return
+	}
+	e.gmu.Lock()
+	for _, gp := range p.pumped { // copied on write: pump may change it
+		e.pumpAppended(gp)
+	}
+	e.gmu.Unlock()
+}
+
+// tailTopic returns the incarnation of name the bucket holds for a tail
+// record of incarnation inc that this node does not know yet. It retries
+// while the bucket cannot be reached, holding the tail back rather than
+// dropping the record, until the engine closes.
+func (e *Engine) tailTopic(name string, inc uint64) *topic {
+	for delay := 20 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		t, err := e.refresh(ctx, name)
+		cancel()
+		if err == nil || errors.Is(err, engine.ErrUnknownTopic) {
+			return t
+		}
+		e.log.Warn("jsengine: tail: topic of a new incarnation", "topic", name, "inc", inc, "err", err)
+		select {
+		case <-time.After(delay):
+		case <-e.closeCh:
+			return nil
+		}
+	}
+}
+
+func (e *Engine) advanceTail(seq uint64) {
+	e.tailMu.Lock()
+	if seq > e.tailSeq {
+		e.tailSeq = seq
+	}
+	if e.tailWait > 0 {
+		close(e.tailWake)
+		e.tailWake = make(chan struct{})
+	}
+	e.tailMu.Unlock()
 }

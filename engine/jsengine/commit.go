@@ -1,0 +1,229 @@
+package jsengine
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// applyStored takes in a position written to the bucket. A value another
+// node wrote while this node holds the partition is either a Seek (holder
+// still this node: adopt the offset) or a takeover (drop the window).
+// Caller holds gmu.
+func (e *Engine) applyStored(gp *gpart, v commitVal, rev uint64) {
+	if rev <= gp.storedRev {
+		return
+	}
+	gp.stored, gp.storedRev, gp.loaded = v, rev, true
+	if v.By != e.node && gp.holding && v.Holder == e.node && len(v.Asked) > 0 {
+		// A redrive asked for by another node: take it up, keep the window.
+		e.takeAsks(gp, v.Asked)
+	} else if v.By != e.node && gp.holding {
+		gp.dropWindow()
+		if v.Holder == e.node {
+			gp.Committed, gp.Next, gp.Skipped = v.Off, v.Off, v.Skipped
+		} else {
+			gp.holding = false
+		}
+	}
+	e.updateFloor(gp.p)
+	e.pump(gp)
+}
+
+// committer writes positions, claims and releases to the group bucket, so
+// that no bucket round trip happens under gmu. It exits when the engine
+// closes.
+func (e *Engine) committer() {
+	defer e.wg.Done()
+	for {
+		select {
+		case <-e.closeCh:
+			return
+		case <-e.kick:
+		}
+		e.gmu.Lock()
+		gps := slices.Collect(maps.Keys(e.dirty))
+		clear(e.dirty)
+		e.gmu.Unlock()
+		// Positions are separate keys: write up to syncParallel at once,
+		// so a round of writes takes one round trip rather than one per
+		// partition. A cursor is in a round at most once, and the next
+		// round starts when this one is done.
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, syncParallel)
+		for _, gp := range gps {
+			if e.closed.Load() {
+				break
+			}
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() { // one position write (with its retries), bounded by 5 s
+				defer wg.Done()
+				defer func() { <-sem }()
+				e.sync(gp)
+			}()
+		}
+		wg.Wait()
+		if e.closed.Load() {
+			return
+		}
+	}
+}
+
+// syncParallel bounds the position writes the committer has in flight.
+const syncParallel = 16
+
+// sync writes gp's wanted state with a compare-and-set on the last
+// revision seen; a conflict reloads the value and tries again.
+func (e *Engine) sync(gp *gpart) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for range 10 {
+		e.gmu.Lock()
+		if gp.removed {
+			e.gmu.Unlock()
+			return
+		}
+		var want commitVal
+		rev, loaded := gp.storedRev, gp.loaded
+		claim := false
+		lost := false // claiming from a holder that died without releasing
+		switch {
+		case gp.holding:
+			want = commitVal{Off: gp.Committed, Skipped: gp.Skipped, Holder: e.node, By: e.node, Leases: gp.leases(gp.member != nil), Redo: gp.redoOffsets()}
+		case gp.acquiring:
+			if gp.member == nil {
+				gp.acquiring = false
+				e.gmu.Unlock()
+				return
+			}
+			if loaded && gp.stored.Holder != "" && gp.stored.Holder != e.node && e.nodes[gp.stored.Holder] {
+				gp.acquiring = false // wait for the holder to release or die
+				e.gmu.Unlock()
+				return
+			}
+			claim = true
+			lost = loaded && gp.stored.Holder != "" && gp.stored.Holder != e.node
+			want = commitVal{Off: gp.stored.Off, Skipped: gp.stored.Skipped, Holder: e.node, By: e.node, Leases: gp.stored.Leases,
+				Redo: gp.stored.redoWithAsked()}
+		default:
+			if !loaded || gp.stored.Holder != e.node {
+				e.gmu.Unlock()
+				return // nothing of ours to release
+			}
+			want = commitVal{Off: gp.Committed, Skipped: gp.Skipped, By: e.node, Leases: gp.handback,
+				Redo: gp.handbackRedo, Asked: gp.untaken(gp.stored.Asked)}
+		}
+		if loaded && !claim && gp.stored.equal(want) {
+			e.gmu.Unlock()
+			return
+		}
+		start := gp.start
+		e.gmu.Unlock()
+
+		var newRev uint64
+		var err error
+		if !loaded {
+			var ent jetstream.KeyValueEntry
+			ent, err = e.groupKV.Get(ctx, gp.key)
+			if err == nil {
+				e.groupEntry(gp, ent)
+				continue
+			}
+			if !errors.Is(err, jetstream.ErrKeyNotFound) {
+				e.log.Warn("jsengine: load position", "key", gp.key, "err", err)
+				e.retryLater(gp)
+				return
+			}
+			if !claim {
+				continue
+			}
+			var off int64
+			if off, err = e.resolve(ctx, gp.p, start); err != nil {
+				e.retryLater(gp)
+				return
+			}
+			want.Off = off
+			newRev, err = e.groupKV.Create(ctx, gp.key, want.marshal())
+		} else {
+			newRev, err = e.groupKV.Update(ctx, gp.key, want.marshal(), rev)
+		}
+		if isWrongLast(err) {
+			if ent, err := e.groupKV.Get(ctx, gp.key); err == nil {
+				e.groupEntry(gp, ent)
+			} else {
+				e.gmu.Lock()
+				gp.loaded, gp.storedRev = false, 0
+				e.gmu.Unlock()
+			}
+			continue
+		}
+		if err != nil {
+			e.log.Warn("jsengine: write position", "key", gp.key, "err", err)
+			e.retryLater(gp)
+			return
+		}
+		e.gmu.Lock()
+		if newRev > gp.storedRev {
+			gp.stored, gp.storedRev, gp.loaded = want, newRev, true
+			if len(want.Asked) == 0 {
+				gp.taken = nil // every redrive taken up is off the bucket now
+			}
+		}
+		if !claim && gp.holding && !gp.removed {
+			e.pump(gp) // attempts just written may be delivered now
+		}
+		if claim && !gp.removed {
+			gp.acquiring = false
+			if !gp.holding {
+				gp.Committed, gp.Next, gp.Skipped = want.Off, want.Off, want.Skipped
+				gp.Flights, gp.Redo, gp.ahead = nil, nil, nil
+				gp.redrives.drop()
+				gp.restore(want.Redo)
+				gp.lost = lost
+				if gp.member != nil {
+					gp.holding = true
+					e.updateFloor(gp.p)
+				} else {
+					e.markDirty(gp) // the owner moved on meanwhile: release
+				}
+			}
+			e.pump(gp)
+		}
+		e.gmu.Unlock()
+		return
+	}
+	e.retryLater(gp)
+}
+
+func (e *Engine) retryLater(gp *gpart) {
+	e.afterReal(200*time.Millisecond, func() {
+		e.gmu.Lock()
+		if !gp.removed {
+			e.markDirty(gp)
+		}
+		e.gmu.Unlock()
+	})
+}
+
+// afterReal runs f after d of real time unless the engine closes first.
+func (e *Engine) afterReal(d time.Duration, f func()) {
+	if !e.life.Enter() {
+		return
+	}
+	go func() { // exits after d or when the engine closes
+		defer e.life.Exit()
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			f()
+		case <-e.closeCh:
+		}
+	}()
+}
