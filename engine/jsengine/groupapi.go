@@ -34,17 +34,14 @@ func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Cons
 	if err := e.reachable(); err != nil {
 		return "", err
 	}
-	switch {
-	case req.Group == "":
-		return "", fmt.Errorf("jsengine: empty group name: %w", engine.ErrInvalidConfig)
-	case c == nil:
+	if err := req.Validate(); err != nil {
+		return "", fmt.Errorf("jsengine: %w", err)
+	}
+	if c == nil {
 		return "", fmt.Errorf("jsengine: nil consumer: %w", engine.ErrInvalidConfig)
 	}
 	if err := trie.ValidatePattern(req.Pattern); err != nil {
 		return "", fmt.Errorf("jsengine: %w: %w", engine.ErrInvalidConfig, err)
-	}
-	if err := checkJoin(req); err != nil {
-		return "", err
 	}
 	def := groupDef{Pattern: req.Pattern, Filter: maps.Clone(req.Filter), From: req.From, MaxInFlight: cmp.Or(req.MaxInFlight, e.policy.MaxInFlight)}
 	if len(def.Filter) == 0 {
