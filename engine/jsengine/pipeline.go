@@ -116,12 +116,7 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 		done(engine.Appended{}, err)
 		return
 	}
-	t, err := e.lookup(ctx, m.Topic)
-	if errors.Is(err, engine.ErrUnknownTopic) && !e.strict {
-		cfg := e.defaults
-		cfg.Name = m.Topic
-		t, _, err = e.create(ctx, cfg)
-	}
+	t, err := e.topicFor(ctx, m.Topic)
 	if err != nil {
 		done(engine.Appended{}, err)
 		return
