@@ -5,12 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard/switchyard/engine"
 )
+
+// connState follows the connection to NATS for the fail-fast and
+// watcher-resume rules (see onConn and watchConn).
+type connState struct {
+	statusCh chan nats.Status // the connection's status changes, for watchConn
+	connMu   sync.Mutex       // guards following
+	// connCtx is canceled when the connection to NATS is lost and replaced
+	// when it is back, so calls in progress fail at once (see onConn).
+	connCtx    context.Context
+	connCancel context.CancelCauseFunc
+	// back is closed (and replaced) when the connection is back after a
+	// loss: the watch loops then resume their watchers.
+	back chan struct{}
+}
 
 // errConnLost is the cause of connCtx's cancellation.
 var errConnLost = errors.New("connection to NATS lost")

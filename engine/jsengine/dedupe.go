@@ -12,12 +12,20 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard/switchyard/engine"
 )
+
+// dedupeCalls is this node's appends with a MsgID in progress, by claim
+// key.
+type dedupeCalls struct {
+	dmu   sync.Mutex // guards following
+	dedup map[string]*dedupCall
+}
 
 // dedupCall is an in-progress idempotent append on this node; repeats of
 // the same MsgID wait for it instead of asking NATS.

@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/engine/internal/groupstate"
 	"github.com/switchyard/switchyard/engine/internal/lifecycle"
 )
 
@@ -92,6 +91,7 @@ var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 // goroutines; see the package documentation for the callback rules, the
 // goroutines it runs and the lock order.
 type Engine struct {
+	// Set by New, then read-only.
 	nc     *nats.Conn
 	ownNC  bool
 	js     jetstream.JetStream
@@ -118,83 +118,27 @@ type Engine struct {
 	// live watcher sees dead nodes without listing the bucket.
 	liveMarkers bool
 
+	settleSub *nats.Subscription // serves acks and nacks forwarded to this node
+
 	closed  atomic.Bool
 	closeCh chan struct{} // closed by Close
 	wg      sync.WaitGroup
 
 	life lifecycle.Guard // engine-closed flag, timer callbacks and afterReal goroutines
 
-	topicsGen    atomic.Uint64 // bumped when a topic is installed or dropped
-	groupFetches atomic.Int64  // group fetches from NATS started (fetchAhead)
-	oneAtATime   atomic.Int64  // AppendAsync calls appended as by Append (appendAfter)
-	topicsMu     sync.Mutex    // guards topicsC
-	topicsC      *topicsCache
-
-	tmu    sync.RWMutex // guards following
-	topics map[string]*topic
-	// deleted remembers the KV revision of each topic name's last delete
-	// seen, so a late create event for an older incarnation is ignored.
-	deleted map[string]uint64
-
-	gmu     sync.Mutex // guards following, partition.gparts/floor state and every group
-	groups  map[string]*group
-	flights groupstate.Machine[*gpart]   // set by New, then read-only
-	reg     map[string]map[string]string // group -> member -> node (the live registry)
-	nodes   map[string]bool              // live nodes
-	dirty   map[*gpart]struct{}          // commits to write
-	kick    chan struct{}                // capacity 1: wakes the committer
+	// One struct per lock, each declared beside the code that takes it;
+	// the lock order is in the package documentation.
+	topicTable  // tmu: the topic map (topics.go)
+	topicList   // topicsMu: the last load of every topic (listing.go)
+	groupTable  // gmu: groups, cursors, the live registry (group.go)
+	tailState   // tailMu: the tail's progress and hand-off (tail.go)
+	connState   // connMu: the connection's status (conn.go)
+	dedupeCalls // dmu: this node's appends with a MsgID (dedupe.go)
+	pipeline    // wmu: this node's pipelined publishes (pipeline.go)
+	letterQueue // lmu: max_attempts letters to store (deadletter.go)
 
 	observers lifecycle.Observers
-
-	tailMu   sync.Mutex // guards following
-	tailSeq  uint64     // last stream sequence the tail has announced
-	tailWake chan struct{}
-	tailWait int
-	// tailGaveUp is the highest sequence a waitTail gave up on because the
-	// tail did not reach it within tailWaitMax (set by New; tests shorten
-	// it); tailGiveUps counts those give-ups.
-	tailGaveUp  uint64
-	tailWaitMax time.Duration
-	tailGiveUps atomic.Int64
-	tailCC      jetstream.ConsumeContext
-
-	// The tail goroutine's hand-off and announcement runs (tail.go).
-	tailQ     chan jetstream.Msg // from the consumer's callback to tailLoop
-	tailStop  chan struct{}      // closed by shutdown once the consumer has stopped
-	tailBatch engine.Batch       // used by the tail goroutine only
-	tailCtx   context.Context    // carries tailBatch; what the tail announces with
-
-	settleSub *nats.Subscription // serves acks and nacks forwarded to this node
-
-	statusCh chan nats.Status // the connection's status changes, for watchConn
-	connMu   sync.Mutex       // guards following
-	// connCtx is canceled when the connection to NATS is lost and replaced
-	// when it is back, so calls in progress fail at once (see onConn).
-	connCtx    context.Context
-	connCancel context.CancelCauseFunc
-	// back is closed (and replaced) when the connection is back after a
-	// loss: the watch loops then resume their watchers.
-	back chan struct{}
-
-	dmu   sync.Mutex // guards following
-	dedup map[string]*dedupCall
-
-	// Pipelined appends (pipeline.go): wmu orders this node's pipelined
-	// publishes; wsem bounds them.
-	wmu  sync.Mutex
-	w    pipe // guarded by wmu
-	wsem chan struct{}
-	// reappends counts refused pipelined records appended again.
-	reappends atomic.Int64
-
-	qfAdded   atomic.Int64 // queue_full letters this node stored
-	qfEvicted atomic.Int64 // queue_full letters its purges dropped at the cap
-
-	pres presence // see presence.go
-
-	lmu        sync.Mutex    // guards following
-	letterQ    []letterJob   // max_attempts letters for letterWriter
-	letterKick chan struct{} // capacity 1: wakes letterWriter
+	pres      presence // see presence.go
 
 	// beforeMemberBeat, when set (by tests), runs in the heartbeat after
 	// it has listed this node's members and before it writes their keys.
@@ -211,6 +155,17 @@ type Engine struct {
 	beforeClaimedPublish atomic.Pointer[func()]
 }
 
+// letterQueue hands max_attempts dead letters to the letter writer and
+// counts the queue_full letters (deadletter.go).
+type letterQueue struct {
+	lmu        sync.Mutex    // guards following
+	letterQ    []letterJob   // max_attempts letters for letterWriter
+	letterKick chan struct{} // capacity 1: wakes letterWriter
+
+	qfAdded   atomic.Int64 // queue_full letters this node stored
+	qfEvicted atomic.Int64 // queue_full letters its purges dropped at the cap
+}
+
 var _ engine.Engine = (*Engine)(nil)
 
 // New connects (unless opts.Conn is set), creates or opens the streams and
@@ -220,30 +175,36 @@ var _ engine.Engine = (*Engine)(nil)
 // with an error wrapping engine.ErrUnavailable when NATS cannot be reached.
 func New(ctx context.Context, opts Options) (*Engine, error) {
 	e := &Engine{
-		prefix:      opts.Prefix,
-		clock:       opts.Clock,
-		newID:       opts.NewID,
-		defaults:    opts.Defaults.WithDefaults(engine.Defaults),
-		strict:      opts.Strict,
-		policy:      opts.Policy.WithDefaults(engine.DefaultGroupPolicy),
-		log:         opts.Logger,
-		ttl:         opts.MemberTTL,
-		replicas:    opts.Replicas,
-		closeCh:     make(chan struct{}),
-		topics:      make(map[string]*topic),
-		deleted:     make(map[string]uint64),
-		groups:      make(map[string]*group),
-		reg:         make(map[string]map[string]string),
-		nodes:       make(map[string]bool),
-		dirty:       make(map[*gpart]struct{}),
-		kick:        make(chan struct{}, 1),
-		letterKick:  make(chan struct{}, 1),
-		tailWake:    make(chan struct{}),
-		tailWaitMax: defaultTailWaitMax,
-		tailQ:       make(chan jetstream.Msg, tailQueueLen),
-		tailStop:    make(chan struct{}),
-		dedup:       make(map[string]*dedupCall),
-		wsem:        make(chan struct{}, maxPipelined),
+		prefix:   opts.Prefix,
+		clock:    opts.Clock,
+		newID:    opts.NewID,
+		defaults: opts.Defaults.WithDefaults(engine.Defaults),
+		strict:   opts.Strict,
+		policy:   opts.Policy.WithDefaults(engine.DefaultGroupPolicy),
+		log:      opts.Logger,
+		ttl:      opts.MemberTTL,
+		replicas: opts.Replicas,
+		closeCh:  make(chan struct{}),
+		topicTable: topicTable{
+			topics:  make(map[string]*topic),
+			deleted: make(map[string]uint64),
+		},
+		groupTable: groupTable{
+			groups: make(map[string]*group),
+			reg:    make(map[string]map[string]string),
+			nodes:  make(map[string]bool),
+			dirty:  make(map[*gpart]struct{}),
+			kick:   make(chan struct{}, 1),
+		},
+		letterQueue: letterQueue{letterKick: make(chan struct{}, 1)},
+		tailState: tailState{
+			tailWake:    make(chan struct{}),
+			tailWaitMax: defaultTailWaitMax,
+			tailQ:       make(chan jetstream.Msg, tailQueueLen),
+			tailStop:    make(chan struct{}),
+		},
+		dedupeCalls: dedupeCalls{dedup: make(map[string]*dedupCall)},
+		pipeline:    pipeline{wsem: make(chan struct{}, maxPipelined)},
 		node:        randomID()[:16],
 	}
 	e.tailCtx = engine.WithBatch(context.Background(), &e.tailBatch)

@@ -8,6 +8,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/internal/groupstate"
@@ -15,6 +17,22 @@ import (
 )
 
 // groupDef is a group's fixed definition in the group bucket.
+// groupTable is every group this node knows, the live registry and the
+// committer's work. gmu also guards each partition's group cursors
+// (partition.gparts, pumped, reading) and every group's and cursor's
+// state.
+type groupTable struct {
+	gmu     sync.Mutex // guards following, partition.gparts/floor state and every group
+	groups  map[string]*group
+	flights groupstate.Machine[*gpart]   // set by New, then read-only
+	reg     map[string]map[string]string // group -> member -> node (the live registry)
+	nodes   map[string]bool              // live nodes
+	dirty   map[*gpart]struct{}          // commits to write
+	kick    chan struct{}                // capacity 1: wakes the committer
+
+	groupFetches atomic.Int64 // group fetches from NATS started (fetchAhead)
+}
+
 type groupDef struct {
 	Pattern string            `json:"pattern"`
 	Filter  map[string]string `json:"filter,omitempty"`

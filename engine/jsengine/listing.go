@@ -6,11 +6,19 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/internal/listing"
 )
+
+// topicList keeps the last load of every topic's partition states for
+// Topics and TopicsPage (see topicsCache).
+type topicList struct {
+	topicsMu sync.Mutex // guards topicsC; a leaf lock
+	topicsC  *topicsCache
+}
 
 // Paged listing of groups (topics: TopicsPage in log.go). Every node
 // keeps every group's definition in memory (the group bucket's watcher),

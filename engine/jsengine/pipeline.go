@@ -60,6 +60,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -75,6 +77,17 @@ const maxPipelined = 1024
 // jsErrWrongLastMsgID is the server's error code for a refused
 // Nats-Expected-Last-Msg-Id.
 const jsErrWrongLastMsgID jetstream.ErrorCode = 10070
+
+// pipeline is the state of this node's pipelined appends: wmu orders
+// their publishes; wsem bounds them.
+type pipeline struct {
+	wmu  sync.Mutex
+	w    pipe // guarded by wmu
+	wsem chan struct{}
+	// reappends counts refused pipelined records appended again.
+	reappends  atomic.Int64
+	oneAtATime atomic.Int64 // AppendAsync calls appended as by Append (appendAfter)
+}
 
 // pipe is the engine's pipelined records in flight, in publish order.
 type pipe struct {

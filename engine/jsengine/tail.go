@@ -20,12 +20,36 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard/switchyard/engine"
 )
+
+// tailState is the live tail's progress, which appends wait on
+// (waitTail), and the tail goroutine's hand-off.
+type tailState struct {
+	tailMu   sync.Mutex // guards following
+	tailSeq  uint64     // last stream sequence the tail has announced
+	tailWake chan struct{}
+	tailWait int
+	// tailGaveUp is the highest sequence a waitTail gave up on because the
+	// tail did not reach it within tailWaitMax (set by New; tests shorten
+	// it); tailGiveUps counts those give-ups.
+	tailGaveUp  uint64
+	tailWaitMax time.Duration
+	tailGiveUps atomic.Int64
+	tailCC      jetstream.ConsumeContext
+
+	// The tail goroutine's hand-off and announcement runs.
+	tailQ     chan jetstream.Msg // from the consumer's callback to tailLoop
+	tailStop  chan struct{}      // closed by shutdown once the consumer has stopped
+	tailBatch engine.Batch       // used by the tail goroutine only
+	tailCtx   context.Context    // carries tailBatch; what the tail announces with
+}
 
 const (
 	// tailQueueLen is how many messages the consumer may hand over ahead

@@ -14,6 +14,19 @@ import (
 	"github.com/switchyard/switchyard/engine"
 )
 
+// topicTable is this node's map of topics: every topic's current
+// incarnation, kept by the topic bucket's watcher (topicEvent) and by
+// calls that meet a topic first (lookup, create).
+type topicTable struct {
+	tmu    sync.RWMutex // guards following; never held while taking another lock
+	topics map[string]*topic
+	// deleted remembers the KV revision of each topic name's last delete
+	// seen, so a late create event for an older incarnation is ignored.
+	deleted map[string]uint64
+
+	topicsGen atomic.Uint64 // bumped when a topic is installed or dropped
+}
+
 type topicVal struct {
 	Config  engine.TopicConfig `json:"config"`
 	Created time.Time          `json:"created"`
