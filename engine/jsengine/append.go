@@ -1,5 +1,22 @@
 package jsengine
 
+// Appends. Each record carries its partition offset in a header (Sy-Off)
+// and is published with Nats-Expected-Last-Subject-Sequence set to the
+// subject's last sequence as this node knows it. The server accepts it
+// only if no other node appended to the partition meanwhile; otherwise
+// the publish fails, the node reloads the subject's last message and
+// retries. That assigns offsets 0, 1, 2, ... without holes or repeats,
+// across any number of nodes, without a central lock or counter; on one
+// node, appends to a partition are serialised locally (partition.amu) so
+// they never conflict with each other. Offsets are stable: they are
+// stored in the records themselves.
+//
+// Append returns after this node's tail has announced the record (or
+// after five seconds, if the tail lags: the record is stored either way).
+// Once an append gave up on the tail, the node's appends return without
+// waiting until the tail reaches that append's record, so a stalled tail
+// delays them by five seconds in all, not five seconds each (waitTail).
+
 import (
 	"context"
 	"encoding/json"

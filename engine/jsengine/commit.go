@@ -1,5 +1,24 @@
 package jsengine
 
+// Commits. Committed offsets are written by a background committer, in
+// rounds of at most 16 keys at once, each write carrying every ack since
+// the previous one; after a crash the next holder redelivers from the
+// last written offset: the records leased and not acked, and those acked
+// since the last write (about one round trip's worth). Group on another
+// node shows them a moment later. Seek works from any node: the holder
+// adopts a position written by someone else.
+//
+// Attempts. The position also holds, per record not yet done, the
+// delivery attempts started on it, and the holder writes each attempt
+// there before the record reaches its member (the write carries the
+// commit of what was acked meanwhile, so a record costs one bucket write
+// as before; delivery waits for it). The next holder, after a crash or a
+// release, continues those counts (resumeAttempts), and a record whose
+// every allowed attempt was used by nodes that died with it goes to the
+// dead letters ("holder lost") without another delivery. A node dying
+// between that write and the delivery counts an attempt that never
+// reached a member: at most one per crash.
+
 import (
 	"context"
 	"errors"

@@ -1,5 +1,19 @@
 package jsengine
 
+// Availability. Calls that cannot reach NATS fail with an error wrapping
+// engine.ErrUnavailable, and fail at once rather than after a timeout:
+// while the connection is down they are refused before any round trip
+// (reachable; Topics too, so it serves as a readiness probe even with no
+// topics), and round trips in progress when it drops are abandoned
+// (onConn). An engine that dials its own connection sets
+// MaxReconnects(-1) and ReconnectBufSize(-1): with no reconnect buffer,
+// an append refused during an outage is never stored later. Records and
+// positions are in NATS, so nothing the engine acknowledged is lost by an
+// outage; an append whose reply was lost when the connection dropped may
+// have been stored although it failed (a retry with the same MsgID is
+// stored once). Records leased to members stay leased across an outage;
+// commits that failed are retried.
+
 import (
 	"context"
 	"errors"

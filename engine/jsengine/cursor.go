@@ -1,5 +1,20 @@
 package jsengine
 
+// Cursors: one per (group, partition) this node knows. A group cursor
+// fetches fetchBatch records at a time, in a goroutine of its own and
+// without the group lock, then pumps; its next fetch starts at the
+// sequence after the last, with no search. A cursor waiting for a record
+// past the last one the tail announced (appended, so its offset is known,
+// but not yet seen by the tail) does not fetch it either: the tail brings
+// it and pumps the cursor.
+//
+// A record pumps only the cursors of its partition that a member on this
+// node owns or that this node holds (partition.pumped), under gmu; when
+// there are none (every group reading it is idle, or delivered by other
+// nodes) the tail takes no engine-wide lock at all, so groups without
+// members cost an append nothing. The block floor likewise counts only
+// the cursors of groups with a member on some node (partition.reading).
+
 import (
 	"context"
 	"time"

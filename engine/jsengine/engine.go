@@ -1,5 +1,7 @@
 package jsengine
 
+// The Engine, its options, New and Close.
+
 import (
 	"context"
 	"crypto/rand"

@@ -1,5 +1,22 @@
 package jsengine
 
+// Consumer groups: shared state, in the <prefix>_groups bucket: each
+// group's definition (pattern, filter, start), created atomically by the
+// first Join on any node, and per (group, topic incarnation, partition) a
+// position: the committed offset, records skipped by retention, and the
+// holder, the node currently delivering that partition. KV positions
+// rather than durable JetStream consumers because the engine's semantics
+// are per partition (one member at a time, offset order, MaxInFlight,
+// skips, seeks by offset or time) while a durable consumer spans a filter
+// and cannot be moved between members or seeked without deleting it;
+// positions in a bucket are cheap, visible to every node, and updated
+// with compare-and-set.
+//
+// This file holds the group types and keys, which topics a group reads,
+// and the assignment of partitions to members (rebalance). Cursors are in
+// cursor.go, the committer in commit.go, membership in membership.go and
+// the public API in groupapi.go and lifecycle.go.
+
 import (
 	"cmp"
 	"encoding/json"

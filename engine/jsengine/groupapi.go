@@ -1,5 +1,9 @@
 package jsengine
 
+// The public group API: Join, Leave, Ack, Nack, Seek, Groups and Group.
+// Acks and nacks are handled by the holding node; one made on another
+// node is forwarded to the holder (remote.go).
+
 import (
 	"cmp"
 	"context"

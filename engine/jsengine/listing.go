@@ -1,5 +1,15 @@
 package jsengine
 
+// Listing. Topics loads every partition's state from NATS at most once a
+// second (or at once after a topic was created or deleted); in between it
+// answers from that load, with earliest and next offsets brought up to
+// what the tail and this node's appends saw. Readiness probes, replaying
+// subscribes and the system topics call it often. Topics live in a KV
+// bucket whose watcher keeps every topic's configuration on every node,
+// so listing needs no NATS call of its own: TopicsPage picks one page
+// from that set (keeping only the page) and loads the partition states of
+// the page's topics only, or copies them from a fresh Topics load.
+
 import (
 	"context"
 	"errors"
@@ -20,7 +30,7 @@ type topicList struct {
 	topicsC  *topicsCache
 }
 
-// Paged listing of groups (topics: TopicsPage in log.go). Every node
+// Paged listing of groups (topics: TopicsPage below). Every node
 // keeps every group's definition in memory (the group bucket's watcher),
 // so a page is picked from that set, keeping only the page's names, and
 // only the page's groups are described (Group: positions from memory,

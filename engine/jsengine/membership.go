@@ -1,5 +1,30 @@
 package jsengine
 
+// Membership, in the <prefix>_live bucket whose keys expire after
+// MemberTTL: each node's key and each member's key (naming its node),
+// refreshed by a heartbeat every MemberTTL/3. Every node watches it and
+// computes the same assignment from it: partitions sorted by (topic,
+// partition) round-robin over members sorted by ID. A node delivers only
+// the partitions assigned to its own members.
+//
+// Handover. To deliver a partition a node claims it: a compare-and-set of
+// the position naming itself as holder, allowed only when the stored
+// holder is nobody, itself, or a node whose key has expired. A node whose
+// member no longer owns a partition stops delivering new records on it
+// and, once nothing of it is in flight, releases it (holder cleared);
+// only then can the new owner's node claim it. Within one node the
+// in-memory engine's rule applies (the new member waits until the old
+// one's leases end). A node that Closes releases everything at once and
+// deletes its keys; a node that dies is taken over when its key expires.
+// Leases not acked by then are redelivered by the next holder from the
+// committed offset.
+//
+// After an outage heartbeats resume; if the outage outlasted MemberTTL the
+// node's own live keys may expire meanwhile, which it ignores for its own
+// members and puts back with the next heartbeat. On a server older than
+// 2.11 expired live keys leave no marker, so the heartbeat also lists the
+// live bucket to notice dead nodes and members.
+
 import (
 	"context"
 	"encoding/json"

@@ -1,5 +1,10 @@
 package jsengine
 
+// The partition cache. The tail keeps the last cacheSize records of every
+// partition in memory, so reads and deliveries near the head cost no
+// round trip; a load of the partition's state and Read add to it at the
+// front (see read.go). It is guarded by partition.smu.
+
 import (
 	"slices"
 

@@ -1,5 +1,23 @@
 package jsengine
 
+// Reading. Read and group catch-up use direct gets of the record stream
+// (with Options.Replicas above 1, gets from the stream's leader instead:
+// see replicas.go) filtered by the partition's subject (one round trip
+// per record), after a binary search over stream sequences for the first
+// wanted offset (offsets grow with sequences within a subject). The
+// search is bounded above by the highest sequence known: the subject's
+// last as just loaded (Read) or the highest this node saw of the subject
+// or of the stream (catch-up), so it takes about log2 of the sequences in
+// between (a dozen round trips over thousands of records, not 63 over all
+// of uint64). Reading a long backlog is therefore slower than a
+// consumer-based scan would be; it keeps Read stateless on the server.
+//
+// A load of a partition's state (Topics, Topic, Read) keeps the newest
+// record it fetched in the partition's cache (partcache.go), and records
+// Read fetches that end where the cache starts are put in front of it, so
+// reading a partition's last records again costs no fetch; a search
+// before the cache is bounded by the cache's first sequence.
+
 import (
 	"context"
 	"encoding/json"

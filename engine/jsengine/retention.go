@@ -1,5 +1,27 @@
 package jsengine
 
+// Retention. JetStream limits apply to a whole stream, so per-partition
+// MaxMessages and MaxAge are enforced by the engine with subject-filtered
+// purges:
+//
+//   - Count: after an append that makes a partition hold more than
+//     MaxMessages (plus trimSlack), the appending node purges the subject
+//     keeping the newest MaxMessages, then reads the earliest record left
+//     (another node may have appended in between: a direct get per trim).
+//     drop_oldest is counted: Dropped equals Earliest, since a topic's
+//     offsets start at 0 and records leave only by retention.
+//   - Age: lazily, on Append, Read, Topic and Resolve (as the in-memory
+//     engine does), using the append time from the engine's clock stored
+//     in each record (Sy-Time), so a fake clock drives it. When every
+//     record has expired, a trim marker (a record-less message holding the
+//     last offset) replaces them, so the next offset survives an empty
+//     partition.
+//   - Block: an append to a full partition waits while a group reading it
+//     has not committed past the oldest record, up to BlockTimeout on the
+//     engine's clock, then fails with engine.ErrBackpressure. Group
+//     positions of every node reach the others through the group bucket,
+//     so a block on one node is released by an ack on another.
+
 import (
 	"context"
 	"fmt"

@@ -1,5 +1,14 @@
 package jsengine
 
+// Set-up: New creates or opens the streams and buckets under the Prefix
+// and loads the topics, groups and live members.
+//
+// Epoch. The node that creates the record stream stores a random epoch in
+// the stream's metadata; every node reads it from there. A recreated
+// stream (and so a restarted offset space) has a new epoch. On a server
+// without stream metadata (before NATS 2.10) the epoch is derived from the
+// stream's creation time and name.
+
 import (
 	"context"
 	"errors"

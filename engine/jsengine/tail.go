@@ -1,5 +1,23 @@
 package jsengine
 
+// Live tail. Each engine runs one ordered consumer over <prefix>.rec.>,
+// starting after the last record stored when it was created. It sees
+// every record stored by any node, in stream order (so in offset order per
+// partition), only once stored (a core subscription would also see
+// publishes that the expected-sequence check then rejects), and resumes
+// after the last record it announced after a reconnect, so observers and
+// groups see every record stored meanwhile by other nodes, in order. It
+// feeds observers and the node's groups (cursor.go); no goroutine per
+// subscriber, no polling.
+//
+// A node whose tail meets a record of an incarnation newer than the one
+// it knows (its topic watcher has not yet reached the delete and the
+// create made on another node) asks the bucket for the topic at once,
+// announces the old incarnation's delete to its observers, then the
+// record: records of a re-created topic are never dropped by a lagging
+// watcher. While the bucket cannot be reached the tail waits and retries
+// rather than drop it (tailTopic).
+//
 // The live tail's hand-off. nats.go's consumer calls tailHandoff for each
 // message of the tail, which hands it to the tail goroutine (tailLoop)
 // through tailQ; the tail goroutine handles the messages one at a time, in

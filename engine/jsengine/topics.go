@@ -1,5 +1,27 @@
 package jsengine
 
+// Topics. One stream, <prefix>_rec, holds every record of every topic on
+// subject <prefix>.rec.<topic>.<inc>.<partition>. Topic names are valid
+// subject tokens as they are (their characters are [A-Za-z0-9_:-], '.'
+// separates segments, '$' may start the first); the partition is the last
+// token and inc the one before it, so parsing from the end is unambiguous.
+// inc is the topic bucket revision that created the topic: a deleted and
+// recreated topic gets fresh subjects, so stale appends by a node that has
+// not yet heard of the delete can never leak into the new incarnation.
+// One stream rather than one per topic or partition because streams are
+// heavy in NATS (a Raft group each when replicated, files, consumers,
+// limits bookkeeping): a gateway with thousands of auto-created topics
+// would otherwise create thousands of streams. The price is that stream
+// limits cannot be per topic; see retention.go.
+//
+// Topic configurations live in the <prefix>_topics bucket, keyed by the
+// base64url of the name (KV keys cannot hold ':' or '$'); creating one is
+// an atomic KV create, so two nodes cannot both create a name; the one
+// refused waits for the other's create to show (see replicas.go). Every
+// node keeps every topic's configuration in its topicTable, kept by the
+// bucket's watcher (topicEvent), which also announces topic deletion to
+// every node.
+
 import (
 	"context"
 	"encoding/json"

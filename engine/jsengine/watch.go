@@ -1,5 +1,11 @@
 package jsengine
 
+// Bucket watchers: one loop per bucket (topics, groups, live). After a
+// reconnect the watchers are recreated at once, resuming after the last
+// revision each applied (the client library alone would notice a watcher
+// lost with a restarted server only after two missed idle heartbeats, 10
+// to 20 s).
+
 import (
 	"context"
 	"time"
