@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard/switchyard/engine"
 )
 
 // applyStored takes in a position written to the bucket. A value another
@@ -98,126 +100,170 @@ func (e *Engine) committer() {
 const syncParallel = 16
 
 // sync writes gp's wanted state with a compare-and-set on the last
-// revision seen; a conflict reloads the value and tries again.
+// revision seen; a conflict reloads the value and tries again. Each round
+// has three phases: work out what to write under gmu (syncWanted), write
+// it without a lock (syncWrite), and apply the outcome under gmu
+// (syncApply).
 func (e *Engine) sync(gp *gpart) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for range 10 {
-		e.gmu.Lock()
-		if gp.removed {
-			e.gmu.Unlock()
+		w, ok := e.syncWanted(gp)
+		if !ok {
 			return
 		}
-		var want commitVal
-		rev, loaded := gp.storedRev, gp.loaded
-		claim := false
-		lost := false // claiming from a holder that died without releasing
-		switch {
-		case gp.holding:
-			want = commitVal{Off: gp.Committed, Skipped: gp.Skipped, Holder: e.node, By: e.node, Leases: gp.leases(gp.member != nil), Redo: gp.redoOffsets()}
-		case gp.acquiring:
-			if gp.member == nil {
-				gp.acquiring = false
-				e.gmu.Unlock()
-				return
-			}
-			if loaded && gp.stored.Holder != "" && gp.stored.Holder != e.node && e.nodes[gp.stored.Holder] {
-				gp.acquiring = false // wait for the holder to release or die
-				e.gmu.Unlock()
-				return
-			}
-			claim = true
-			lost = loaded && gp.stored.Holder != "" && gp.stored.Holder != e.node
-			want = commitVal{Off: gp.stored.Off, Skipped: gp.stored.Skipped, Holder: e.node, By: e.node, Leases: gp.stored.Leases,
-				Redo: gp.stored.redoWithAsked()}
-		default:
-			if !loaded || gp.stored.Holder != e.node {
-				e.gmu.Unlock()
-				return // nothing of ours to release
-			}
-			want = commitVal{Off: gp.Committed, Skipped: gp.Skipped, By: e.node, Leases: gp.handback,
-				Redo: gp.handbackRedo, Asked: gp.untaken(gp.stored.Asked)}
-		}
-		if loaded && !claim && gp.stored.equal(want) {
-			e.gmu.Unlock()
-			return
-		}
-		start := gp.start
-		e.gmu.Unlock()
-
-		var newRev uint64
-		var err error
-		if !loaded {
-			var ent jetstream.KeyValueEntry
-			ent, err = e.groupKV.Get(ctx, gp.key)
-			if err == nil {
-				e.groupEntry(gp, ent)
-				continue
-			}
-			if !errors.Is(err, jetstream.ErrKeyNotFound) {
-				e.log.Warn("jsengine: load position", "key", gp.key, "err", err)
-				e.retryLater(gp)
-				return
-			}
-			if !claim {
-				continue
-			}
-			var off int64
-			if off, err = e.resolve(ctx, gp.p, start); err != nil {
-				e.retryLater(gp)
-				return
-			}
-			want.Off = off
-			newRev, err = e.groupKV.Create(ctx, gp.key, want.marshal())
-		} else {
-			newRev, err = e.groupKV.Update(ctx, gp.key, want.marshal(), rev)
-		}
-		if isWrongLast(err) {
-			if ent, err := e.groupKV.Get(ctx, gp.key); err == nil {
-				e.groupEntry(gp, ent)
-			} else {
-				e.gmu.Lock()
-				gp.loaded, gp.storedRev = false, 0
-				e.gmu.Unlock()
-			}
+		rev, step := e.syncWrite(ctx, gp, &w)
+		switch step {
+		case syncAgain:
 			continue
-		}
-		if err != nil {
-			e.log.Warn("jsengine: write position", "key", gp.key, "err", err)
+		case syncLater:
 			e.retryLater(gp)
 			return
 		}
-		e.gmu.Lock()
-		if newRev > gp.storedRev {
-			gp.stored, gp.storedRev, gp.loaded = want, newRev, true
-			if len(want.Asked) == 0 {
-				gp.taken = nil // every redrive taken up is off the bucket now
-			}
-		}
-		if !claim && gp.holding && !gp.removed {
-			e.pump(gp) // attempts just written may be delivered now
-		}
-		if claim && !gp.removed {
-			gp.acquiring = false
-			if !gp.holding {
-				gp.Committed, gp.Next, gp.Skipped = want.Off, want.Off, want.Skipped
-				gp.Flights, gp.Redo, gp.ahead = nil, nil, nil
-				gp.redrives.drop()
-				gp.restore(want.Redo)
-				gp.lost = lost
-				if gp.member != nil {
-					gp.holding = true
-					e.updateFloor(gp.p)
-				} else {
-					e.markDirty(gp) // the owner moved on meanwhile: release
-				}
-			}
-			e.pump(gp)
-		}
-		e.gmu.Unlock()
+		e.syncApply(gp, &w, rev)
 		return
 	}
 	e.retryLater(gp)
+}
+
+// syncWant is what one round of sync writes to gp's position.
+type syncWant struct {
+	val    commitVal
+	rev    uint64       // the stored revision the write replaces
+	loaded bool         // gp's position was read from the bucket
+	claim  bool         // the write claims the partition for this node
+	lost   bool         // claiming from a holder that died without releasing
+	start  engine.Start // where a new position starts
+}
+
+// syncStep is how syncWrite ended.
+type syncStep int
+
+const (
+	syncWritten syncStep = iota // written: apply it
+	syncAgain                   // the position was reloaded: work out the wanted state again
+	syncLater                   // failed: try again after a pause
+)
+
+// syncWanted works out what gp's position should hold: while holding, the
+// commits, leases and redrives; while acquiring, a claim naming this node
+// (unless a live holder must release first); otherwise a release of what
+// this node held. It reports false when there is nothing to write.
+func (e *Engine) syncWanted(gp *gpart) (syncWant, bool) {
+	e.gmu.Lock()
+	defer e.gmu.Unlock()
+	if gp.removed {
+		return syncWant{}, false
+	}
+	w := syncWant{rev: gp.storedRev, loaded: gp.loaded, start: gp.start}
+	switch {
+	case gp.holding:
+		w.val = commitVal{Off: gp.Committed, Skipped: gp.Skipped, Holder: e.node, By: e.node, Leases: gp.leases(gp.member != nil), Redo: gp.redoOffsets()}
+	case gp.acquiring:
+		if gp.member == nil {
+			gp.acquiring = false
+			return syncWant{}, false
+		}
+		if w.loaded && gp.stored.Holder != "" && gp.stored.Holder != e.node && e.nodes[gp.stored.Holder] {
+			gp.acquiring = false // wait for the holder to release or die
+			return syncWant{}, false
+		}
+		w.claim = true
+		w.lost = w.loaded && gp.stored.Holder != "" && gp.stored.Holder != e.node
+		w.val = commitVal{Off: gp.stored.Off, Skipped: gp.stored.Skipped, Holder: e.node, By: e.node, Leases: gp.stored.Leases,
+			Redo: gp.stored.redoWithAsked()}
+	default:
+		if !w.loaded || gp.stored.Holder != e.node {
+			return syncWant{}, false // nothing of ours to release
+		}
+		w.val = commitVal{Off: gp.Committed, Skipped: gp.Skipped, By: e.node, Leases: gp.handback,
+			Redo: gp.handbackRedo, Asked: gp.untaken(gp.stored.Asked)}
+	}
+	if w.loaded && !w.claim && gp.stored.equal(w.val) {
+		return syncWant{}, false
+	}
+	return w, true
+}
+
+// syncWrite writes w to gp's position without a lock: an update of the
+// stored revision, or, for a position not yet loaded, a load and (for a
+// claim) a create starting at w.start. It returns the new revision.
+func (e *Engine) syncWrite(ctx context.Context, gp *gpart, w *syncWant) (uint64, syncStep) {
+	var newRev uint64
+	var err error
+	if !w.loaded {
+		var ent jetstream.KeyValueEntry
+		ent, err = e.groupKV.Get(ctx, gp.key)
+		if err == nil {
+			e.groupEntry(gp, ent)
+			return 0, syncAgain
+		}
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			e.log.Warn("jsengine: load position", "key", gp.key, "err", err)
+			return 0, syncLater
+		}
+		if !w.claim {
+			return 0, syncAgain
+		}
+		var off int64
+		if off, err = e.resolve(ctx, gp.p, w.start); err != nil {
+			return 0, syncLater
+		}
+		w.val.Off = off
+		newRev, err = e.groupKV.Create(ctx, gp.key, w.val.marshal())
+	} else {
+		newRev, err = e.groupKV.Update(ctx, gp.key, w.val.marshal(), w.rev)
+	}
+	if isWrongLast(err) {
+		if ent, err := e.groupKV.Get(ctx, gp.key); err == nil {
+			e.groupEntry(gp, ent)
+		} else {
+			e.gmu.Lock()
+			gp.loaded, gp.storedRev = false, 0
+			e.gmu.Unlock()
+		}
+		return 0, syncAgain
+	}
+	if err != nil {
+		e.log.Warn("jsengine: write position", "key", gp.key, "err", err)
+		return 0, syncLater
+	}
+	return newRev, syncWritten
+}
+
+// syncApply records that w was written at revision rev and, for a claim,
+// starts holding gp from the written position (or releases it again when
+// its owner moved on meanwhile).
+func (e *Engine) syncApply(gp *gpart, w *syncWant, rev uint64) {
+	e.gmu.Lock()
+	defer e.gmu.Unlock()
+	want := w.val
+	if rev > gp.storedRev {
+		gp.stored, gp.storedRev, gp.loaded = want, rev, true
+		if len(want.Asked) == 0 {
+			gp.taken = nil // every redrive taken up is off the bucket now
+		}
+	}
+	if !w.claim && gp.holding && !gp.removed {
+		e.pump(gp) // attempts just written may be delivered now
+	}
+	if w.claim && !gp.removed {
+		gp.acquiring = false
+		if !gp.holding {
+			gp.Committed, gp.Next, gp.Skipped = want.Off, want.Off, want.Skipped
+			gp.Flights, gp.Redo, gp.ahead = nil, nil, nil
+			gp.redrives.drop()
+			gp.restore(want.Redo)
+			gp.lost = w.lost
+			if gp.member != nil {
+				gp.holding = true
+				e.updateFloor(gp.p)
+			} else {
+				e.markDirty(gp) // the owner moved on meanwhile: release
+			}
+		}
+		e.pump(gp)
+	}
 }
 
 func (e *Engine) retryLater(gp *gpart) {

@@ -210,68 +210,15 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		node:        randomID()[:16],
 	}
 	e.tailCtx = engine.WithBatch(context.Background(), &e.tailBatch)
-	if e.prefix == "" {
-		e.prefix = DefaultPrefix
-	}
-	if !prefixRE.MatchString(e.prefix) {
-		return nil, fmt.Errorf("jsengine: prefix %q: %w", e.prefix, engine.ErrInvalidConfig)
-	}
-	if e.replicas == 0 {
-		e.replicas = 1
-	}
-	if e.replicas < 1 || e.replicas > maxReplicas {
-		return nil, fmt.Errorf("jsengine: replicas %d, want 1 to %d: %w", e.replicas, maxReplicas, engine.ErrInvalidConfig)
-	}
-	if e.clock == nil {
-		e.clock = engine.SystemClock{}
-	}
-	if e.newID == nil {
-		e.newID = randomID
-	}
-	if e.log == nil {
-		e.log = slog.Default()
-	}
-	if e.ttl <= 0 {
-		e.ttl = defaultMemberTTL
+	if err := e.applyDefaults(); err != nil {
+		return nil, err
 	}
 	e.flights = e.newMachine()
-	e.ttl = max(e.ttl, time.Second) // the server's marker TTL resolution
-	if err := e.defaults.Validate(); err != nil {
-		return nil, fmt.Errorf("jsengine: defaults: %w", err)
-	}
 	e.nc = opts.Conn
 	if e.nc == nil {
-		url := opts.URL
-		if url == "" {
-			url = nats.DefaultURL
+		if err := e.dial(opts.URL); err != nil {
+			return nil, err
 		}
-		nc, err := nats.Connect(url, nats.Name("switchyard-gateway"), nats.MaxReconnects(-1),
-			// While reconnecting, fail publishes and requests at once
-			// instead of buffering them: a buffered append would be
-			// stored after its caller was told it failed.
-			nats.ReconnectBufSize(-1),
-			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-				if !e.closed.Load() {
-					e.log.Warn("jsengine: NATS connection lost; reconnecting", "err", err)
-				}
-			}),
-			nats.ReconnectHandler(func(nc *nats.Conn) {
-				e.log.Info("jsengine: NATS reconnected", "url", nc.ConnectedUrl())
-			}),
-			nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-				if e.closed.Load() {
-					return
-				}
-				subject := ""
-				if sub != nil {
-					subject = sub.Subject
-				}
-				e.log.Info("jsengine: NATS", "subject", subject, "err", err)
-			}))
-		if err != nil {
-			return nil, unavailable("connect", err)
-		}
-		e.nc, e.ownNC = nc, true
 	}
 	e.connCtx, e.connCancel = context.WithCancelCause(context.Background())
 	e.back = make(chan struct{})
@@ -286,6 +233,76 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// applyDefaults fills in the options New left empty and checks the
+// values it was given.
+func (e *Engine) applyDefaults() error {
+	if e.prefix == "" {
+		e.prefix = DefaultPrefix
+	}
+	if !prefixRE.MatchString(e.prefix) {
+		return fmt.Errorf("jsengine: prefix %q: %w", e.prefix, engine.ErrInvalidConfig)
+	}
+	if e.replicas == 0 {
+		e.replicas = 1
+	}
+	if e.replicas < 1 || e.replicas > maxReplicas {
+		return fmt.Errorf("jsengine: replicas %d, want 1 to %d: %w", e.replicas, maxReplicas, engine.ErrInvalidConfig)
+	}
+	if e.clock == nil {
+		e.clock = engine.SystemClock{}
+	}
+	if e.newID == nil {
+		e.newID = randomID
+	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	if e.ttl <= 0 {
+		e.ttl = defaultMemberTTL
+	}
+	e.ttl = max(e.ttl, time.Second) // the server's marker TTL resolution
+	if err := e.defaults.Validate(); err != nil {
+		return fmt.Errorf("jsengine: defaults: %w", err)
+	}
+	return nil
+}
+
+// dial connects to url (nats.DefaultURL when empty) for an engine that owns
+// its connection.
+func (e *Engine) dial(url string) error {
+	if url == "" {
+		url = nats.DefaultURL
+	}
+	nc, err := nats.Connect(url, nats.Name("switchyard-gateway"), nats.MaxReconnects(-1),
+		// While reconnecting, fail publishes and requests at once
+		// instead of buffering them: a buffered append would be
+		// stored after its caller was told it failed.
+		nats.ReconnectBufSize(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if !e.closed.Load() {
+				e.log.Warn("jsengine: NATS connection lost; reconnecting", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			e.log.Info("jsengine: NATS reconnected", "url", nc.ConnectedUrl())
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if e.closed.Load() {
+				return
+			}
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			e.log.Info("jsengine: NATS", "subject", subject, "err", err)
+		}))
+	if err != nil {
+		return unavailable("connect", err)
+	}
+	e.nc, e.ownNC = nc, true
+	return nil
 }
 
 func randomID() string {

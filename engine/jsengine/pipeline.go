@@ -115,7 +115,10 @@ type pend struct {
 
 var _ engine.AsyncAppender = (*Engine)(nil)
 
-// AppendAsync implements engine.AsyncAppender; see the file comment.
+// AppendAsync implements engine.AsyncAppender; see the file comment. It
+// is one function of about 110 lines on purpose: it is the WebSocket
+// publish path, and its checks under amu and its chain bookkeeping under
+// wmu are read together.
 func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(engine.Appended, error)) {
 	if m.MsgID != "" || e.replicas > 1 {
 		e.appendSerial(ctx, m, done)

@@ -17,12 +17,44 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// setup opens the streams and buckets, registers this node, and starts
+// the bucket watchers, the tail, the settle subscription, the committer,
+// the heartbeat and the letter writer. On an error New shuts down what it
+// started.
 func (e *Engine) setup(ctx context.Context) error {
 	js, err := jetstream.New(e.nc, jetstream.WithPublishAsyncMaxPending(2*maxPipelined), jetstream.WithPublishAsyncTimeout(pipelineAckTimeout))
 	if err != nil {
 		return unavailable("jetstream", err)
 	}
 	e.js = js
+	if err := e.openStores(ctx); err != nil {
+		return err
+	}
+	if _, err := e.liveKV.Put(ctx, "n."+e.node, []byte("1")); err != nil {
+		return unavailable("register node", err)
+	}
+	e.nodes[e.node] = true
+
+	if err := e.startWatchers(ctx); err != nil {
+		return err
+	}
+	if err := e.startTail(ctx); err != nil {
+		return err
+	}
+	if err := e.subscribeSettle(); err != nil {
+		return err
+	}
+	e.wg.Add(3)
+	go e.committer()    // exits when closeCh is closed
+	go e.heartbeat()    // exits when closeCh is closed
+	go e.letterWriter() // exits when closeCh is closed
+	return nil
+}
+
+// openStores creates or opens the record and dead-letter streams and the
+// four buckets, and reads the record stream's epoch.
+func (e *Engine) openStores(ctx context.Context) error {
+	var err error
 	epoch := randomID()
 	e.rec, err = e.openStream(ctx, jetstream.StreamConfig{
 		Name:        e.prefix + "_rec",
@@ -69,13 +101,13 @@ func (e *Engine) setup(ctx context.Context) error {
 	if e.dedupKV, err = e.openKV(ctx, jetstream.KeyValueConfig{Bucket: e.prefix + "_dedupe", TTL: e.policy.DedupeWindow}); err != nil {
 		return err
 	}
-	if _, err := e.liveKV.Put(ctx, "n."+e.node, []byte("1")); err != nil {
-		return unavailable("register node", err)
-	}
-	e.nodes[e.node] = true
+	return nil
+}
 
-	// Watchers: each delivers the current values, then a nil marker, then
-	// updates. Wait for all three markers so New returns with full state.
+// startWatchers starts one watcher loop per bucket (topics, groups, live).
+// Each delivers the current values, then a nil marker, then updates; it
+// waits for all three markers so New returns with full state.
+func (e *Engine) startWatchers(ctx context.Context) error {
 	ready := make(chan struct{}, 3)
 	for _, w := range []struct {
 		kv jetstream.KeyValue
@@ -95,8 +127,12 @@ func (e *Engine) setup(ctx context.Context) error {
 			return unavailable("initial watch", ctx.Err())
 		}
 	}
+	return nil
+}
 
-	// The live tail starts after the last record stored now.
+// startTail starts the live tail after the last record stored now: the
+// ordered consumer and the tail goroutine it hands messages to.
+func (e *Engine) startTail(ctx context.Context) error {
 	info, err := e.rec.Info(ctx)
 	if err != nil {
 		return unavailable("stream info", err)
@@ -121,14 +157,6 @@ func (e *Engine) setup(ctx context.Context) error {
 		return unavailable("tail", err)
 	}
 	e.tailCC = cc
-
-	if err := e.subscribeSettle(); err != nil {
-		return err
-	}
-	e.wg.Add(3)
-	go e.committer()    // exits when closeCh is closed
-	go e.heartbeat()    // exits when closeCh is closed
-	go e.letterWriter() // exits when closeCh is closed
 	return nil
 }
 
