@@ -365,11 +365,11 @@ type JoinRequest struct {
 }
 
 // Validate reports an error wrapping ErrInvalidConfig for a join request
-// out of range: an
-// empty group name, a MaxInFlight outside 0 to MaxGroupInFlight, or a
-// negative MaxLeased or MaxLeasedBytes. Both engines call it first in Join.
-// It does not check the pattern's syntax; the engines do that with the
-// trie package, which this package does not import.
+// out of range: an empty group name, a MaxInFlight outside 0 to
+// MaxGroupInFlight, or a negative MaxLeased or MaxLeasedBytes. Both
+// engines call it first in Join. It does not check the pattern's syntax;
+// the engines do that with the trie package, which this package does not
+// import.
 func (r JoinRequest) Validate() error {
 	switch {
 	case r.Group == "":

@@ -337,9 +337,10 @@ func (e *Engine) afterFunc(d time.Duration, f func()) engine.Timer {
 // called more than once. Appended is called from the engine's tail
 // goroutine for every record stored by any node sharing the Prefix, in
 // offset order per partition (AppendedContext, for an
-// engine.ContextObserver, with a context carrying the tail's engine.Batch); TopicDeleted from the topic watcher (or,
-// for a topic re-created on another node, from whichever goroutine first
-// meets the new incarnation, before its first record).
+// engine.ContextObserver, with a context carrying the tail's
+// engine.Batch); TopicDeleted from the topic watcher (or, for a topic
+// re-created on another node, from whichever goroutine first meets the
+// new incarnation, before its first record).
 func (e *Engine) Watch(o engine.Observer) (stop func()) {
 	return e.observers.Add(o)
 }
