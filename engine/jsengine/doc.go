@@ -30,7 +30,8 @@
 //     (membership.go), settles forwarded to the holding node (remote.go).
 //   - Dead letters: the <prefix>_dl stream (deadletter.go, redrive.go; see
 //     Dead letters below).
-//   - Presence: presence.go. Replicas: replicas.go. Streams, buckets and
+//   - Presence: the <prefix>_presence bucket (presence.go).
+//   - Replicas of every stream and bucket: replicas.go. Opening them and
 //     the epoch: setup.go. Bucket watchers: watch.go.
 //
 // # Dead letters
