@@ -65,6 +65,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -361,6 +362,26 @@ type JoinRequest struct {
 	// another only while the member holds fewer, so it may pass the bound
 	// by one record. 0: no bound. It bounds the member, not the group.
 	MaxLeasedBytes int64
+}
+
+// Validate reports an error wrapping ErrInvalidConfig for a join request
+// out of range: an empty group name, a MaxInFlight outside 0 to
+// MaxGroupInFlight, or a negative MaxLeased or MaxLeasedBytes. Both
+// engines call it first in Join. It does not check the pattern's syntax;
+// the engines do that with the trie package, which this package does not
+// import.
+func (r JoinRequest) Validate() error {
+	switch {
+	case r.Group == "":
+		return fmt.Errorf("empty group name: %w", ErrInvalidConfig)
+	case r.MaxInFlight < 0 || r.MaxInFlight > MaxGroupInFlight:
+		return fmt.Errorf("max in flight %d outside 0 to %d: %w", r.MaxInFlight, MaxGroupInFlight, ErrInvalidConfig)
+	case r.MaxLeased < 0:
+		return fmt.Errorf("negative member window: %w", ErrInvalidConfig)
+	case r.MaxLeasedBytes < 0:
+		return fmt.Errorf("negative member byte window: %w", ErrInvalidConfig)
+	}
+	return nil
 }
 
 // AnyMember ends a member argument of Ack or Nack that names a family of

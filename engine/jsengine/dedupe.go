@@ -4,6 +4,40 @@ package jsengine
 // fixes the Nats-Msg-Id every publish of that MsgID carries for as long as
 // the claim lives, so the record stream's own duplicate detection stores
 // it at most once, however often and from whichever node it is retried.
+//
+// A MsgID is claimed in the <prefix>_dedupe bucket (bucket TTL: the dedupe
+// window) with an atomic create holding the claim time on the engine's
+// clock. The claim's revision names it: every publish of that MsgID while
+// the claim lives carries Nats-Msg-Id <claim key>.<revision>, and the
+// record stream's Duplicates window is the policy's DedupeWindow, so the
+// server stores it at most once. When an append is confirmed the claim
+// records its position, which repeats within the window return with
+// Duplicate set. An append whose outcome is unknown (its context ended, or
+// the connection dropped, with the publish in flight) leaves the claim
+// unconfirmed, never deleted: a retry on any node publishes again at once
+// under the same Nats-Msg-Id, and either stores the record (the first try
+// never landed) or gets the server's duplicate acknowledgement, with the
+// first record's stream sequence, and reports that record's position with
+// Duplicate set. A retry whose publish is refused because the partition
+// moved on (a standalone server checks the expected last sequence before
+// duplicates; a cluster's leader can refuse it before the first publish is
+// proposed) and then finds the record under its Nats-Msg-Id as the
+// partition's last reports it with Duplicate set too: only the append
+// whose own publish stored a record reports it as stored, so of the
+// repeats of a MsgID at most one does. Nothing waits on an unconfirmed
+// claim. Concurrent repeats on one node wait for the first in-process.
+//
+// On replicated buckets and streams a repeat on another node can find the
+// first one's claim, or its publish, proposed and not yet applied (refused
+// as existing, yet not found); it then waits for it with growing pauses,
+// within its context and at most 10 s, and reports the first record's
+// position. The stream's dedupe alone could not serve: it runs on the
+// server's clock, while a claim expires with the window on the engine's
+// (possibly fake) clock and then gets a new revision, so a MsgID reused
+// after the window is stored again. An expired claim that was never
+// confirmed is republished under first: its record may have been stored
+// late (the stream's window starts then), and only a record older than
+// the window makes way for a new claim.
 
 import (
 	"context"
@@ -12,12 +46,20 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard/switchyard/engine"
 )
+
+// dedupeCalls is this node's appends with a MsgID in progress, by claim
+// key.
+type dedupeCalls struct {
+	dmu   sync.Mutex // guards following
+	dedup map[string]*dedupCall
+}
 
 // dedupCall is an in-progress idempotent append on this node; repeats of
 // the same MsgID wait for it instead of asking NATS.

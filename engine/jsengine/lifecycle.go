@@ -28,19 +28,6 @@ import (
 	"github.com/switchyard/switchyard/engine/internal/groupstate"
 )
 
-// checkJoin validates the window fields of a join request.
-func checkJoin(req engine.JoinRequest) error {
-	switch {
-	case req.MaxInFlight < 0 || req.MaxInFlight > engine.MaxGroupInFlight:
-		return fmt.Errorf("jsengine: max in flight %d outside 0 to %d: %w", req.MaxInFlight, engine.MaxGroupInFlight, engine.ErrInvalidConfig)
-	case req.MaxLeased < 0:
-		return fmt.Errorf("jsengine: negative member window: %w", engine.ErrInvalidConfig)
-	case req.MaxLeasedBytes < 0:
-		return fmt.Errorf("jsengine: negative member byte window: %w", engine.ErrInvalidConfig)
-	}
-	return nil
-}
-
 // window is a group's window per partition.
 func (e *Engine) window(def groupDef) int { return cmp.Or(def.MaxInFlight, e.policy.MaxInFlight) }
 

@@ -60,6 +60,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -75,6 +77,17 @@ const maxPipelined = 1024
 // jsErrWrongLastMsgID is the server's error code for a refused
 // Nats-Expected-Last-Msg-Id.
 const jsErrWrongLastMsgID jetstream.ErrorCode = 10070
+
+// pipeline is the state of this node's pipelined appends: wmu orders
+// their publishes; wsem bounds them.
+type pipeline struct {
+	wmu  sync.Mutex
+	w    pipe // guarded by wmu
+	wsem chan struct{}
+	// reappends counts refused pipelined records appended again.
+	reappends  atomic.Int64
+	oneAtATime atomic.Int64 // AppendAsync calls appended as by Append (appendAfter)
+}
 
 // pipe is the engine's pipelined records in flight, in publish order.
 type pipe struct {
@@ -102,7 +115,10 @@ type pend struct {
 
 var _ engine.AsyncAppender = (*Engine)(nil)
 
-// AppendAsync implements engine.AsyncAppender; see the file comment.
+// AppendAsync implements engine.AsyncAppender; see the file comment. It
+// is one function of about 110 lines on purpose: it is the WebSocket
+// publish path, and its checks under amu and its chain bookkeeping under
+// wmu are read together.
 func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(engine.Appended, error)) {
 	if m.MsgID != "" || e.replicas > 1 {
 		e.appendSerial(ctx, m, done)
@@ -116,12 +132,7 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 		done(engine.Appended{}, err)
 		return
 	}
-	t, err := e.lookup(ctx, m.Topic)
-	if errors.Is(err, engine.ErrUnknownTopic) && !e.strict {
-		cfg := e.defaults
-		cfg.Name = m.Topic
-		t, _, err = e.create(ctx, cfg)
-	}
+	t, err := e.topicFor(ctx, m.Topic)
 	if err != nil {
 		done(engine.Appended{}, err)
 		return

@@ -7,6 +7,14 @@ package jsengine
 // subject <prefix>.settle.<node>, and a node that does not hold the
 // partition sends the settle there, naming the holder it sees in the
 // group bucket, and returns the holder's answer.
+//
+// A node whose watcher has not yet brought the holder's claim (or names a
+// holder that has let go) reads the position from the bucket and forwards
+// to the holder stored there (engine.ErrNotInFlight when the holder is
+// gone: its leases ended with it, and the next holder redelivers). The
+// holder checks the member named as for a local settle: a member family
+// (engine.MembersOf, as the router's HTTP pull members use) matches a
+// lease held by any member of the family on the holder.
 
 import (
 	"context"

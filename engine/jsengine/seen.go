@@ -1,5 +1,14 @@
 package jsengine
 
+// Latest value. A replaying subscribe (the router's "from":"last" over a
+// wildcard, or any catch-up) reads through engine.SeenReader: ReadSeen
+// answers from the partition's view and cache, with no round trip, when
+// the state was loaded once and the records asked for are cached and not
+// past MaxAge; records this node's tail has not announced yet reach the
+// subscription live. So {"last": N} over thousands of topics costs the
+// listing's load (two direct gets per partition, at most once a second)
+// plus, for records older than the cache holds, one Read per partition.
+
 import (
 	"github.com/switchyard/switchyard/engine"
 )

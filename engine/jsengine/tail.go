@@ -1,5 +1,23 @@
 package jsengine
 
+// Live tail. Each engine runs one ordered consumer over <prefix>.rec.>,
+// starting after the last record stored when it was created. It sees
+// every record stored by any node, in stream order (so in offset order per
+// partition), only once stored (a core subscription would also see
+// publishes that the expected-sequence check then rejects), and resumes
+// after the last record it announced after a reconnect, so observers and
+// groups see every record stored meanwhile by other nodes, in order. It
+// feeds observers and the node's groups (cursor.go); no goroutine per
+// subscriber, no polling.
+//
+// A node whose tail meets a record of an incarnation newer than the one
+// it knows (its topic watcher has not yet reached the delete and the
+// create made on another node) asks the bucket for the topic at once,
+// announces the old incarnation's delete to its observers, then the
+// record: records of a re-created topic are never dropped by a lagging
+// watcher. While the bucket cannot be reached the tail waits and retries
+// rather than drop it (tailTopic).
+//
 // The live tail's hand-off. nats.go's consumer calls tailHandoff for each
 // message of the tail, which hands it to the tail goroutine (tailLoop)
 // through tailQ; the tail goroutine handles the messages one at a time, in
@@ -16,10 +34,40 @@ package jsengine
 // consumer hands over the messages it has already read.
 
 import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard/switchyard/engine"
 )
+
+// tailState is the live tail's progress, which appends wait on
+// (waitTail), and the tail goroutine's hand-off.
+type tailState struct {
+	tailMu   sync.Mutex // guards following
+	tailSeq  uint64     // last stream sequence the tail has announced
+	tailWake chan struct{}
+	tailWait int
+	// tailGaveUp is the highest sequence a waitTail gave up on because the
+	// tail did not reach it within tailWaitMax (set by New; tests shorten
+	// it); tailGiveUps counts those give-ups.
+	tailGaveUp  uint64
+	tailWaitMax time.Duration
+	tailGiveUps atomic.Int64
+	tailCC      jetstream.ConsumeContext
+
+	// The tail goroutine's hand-off and announcement runs.
+	tailQ     chan jetstream.Msg // from the consumer's callback to tailLoop
+	tailStop  chan struct{}      // closed by shutdown once the consumer has stopped
+	tailBatch engine.Batch       // used by the tail goroutine only
+	tailCtx   context.Context    // carries tailBatch; what the tail announces with
+}
 
 const (
 	// tailQueueLen is how many messages the consumer may hand over ahead
@@ -74,4 +122,115 @@ func (e *Engine) tailLoop() {
 			run = 0
 		}
 	}
+}
+
+// tailMsg handles one stored message from the live tail (the engine's
+// ordered consumer over every record subject): it updates the partition's
+// view and cache, calls observers and feeds the partition's groups. It
+// runs on the tail goroutine (tail.go), and announces in tailBatch's run.
+func (e *Engine) tailMsg(msg jetstream.Msg) {
+	md, err := msg.Metadata()
+	if err != nil {
+		return
+	}
+	seq := md.Sequence.Stream
+	defer e.advanceTail(seq)
+	e.tailMu.Lock()
+	stale := seq <= e.tailSeq
+	e.tailMu.Unlock()
+	if stale {
+		return
+	}
+	// <prefix>.rec.<topic tokens>.<inc>.<partition>
+	subj := strings.TrimPrefix(msg.Subject(), e.prefix+".rec.")
+	i := strings.LastIndexByte(subj, '.')
+	if i < 0 {
+		return
+	}
+	part, err := strconv.Atoi(subj[i+1:])
+	if err != nil {
+		return
+	}
+	subj = subj[:i]
+	i = strings.LastIndexByte(subj, '.')
+	if i < 0 {
+		return
+	}
+	inc, err := strconv.ParseUint(subj[i+1:], 10, 64)
+	if err != nil {
+		return
+	}
+	name := subj[:i]
+	t := e.local(name)
+	if t == nil || t.inc < inc {
+		e.tailBatch.End() // what is announced is not held for the bucket
+		t = e.tailTopic(name, inc)
+	}
+	if t == nil || t.inc != inc || part >= len(t.parts) || t.deleted.Load() {
+		return
+	}
+	p := t.parts[part]
+	pm, err := parseMsg(t, part, seq, msg.Headers(), msg.Data())
+	if err != nil {
+		return
+	}
+	p.smu.Lock()
+	p.next = max(p.next, pm.off+1)
+	p.seen = max(p.seen, seq)
+	p.tailed = max(p.tailed, pm.off+1)
+	if pm.mark {
+		p.earliest = max(p.earliest, pm.off+1)
+		p.cache = p.cache[:0]
+		p.smu.Unlock()
+		return
+	}
+	p.cacheAdd(cached{rec: pm.rec, seq: seq})
+	p.smu.Unlock()
+
+	for _, o := range e.observers.List() {
+		engine.Announce(e.tailCtx, o, pm.rec)
+	}
+	if p.npumped.Load() == 0 {
+		// No cursor here would act on the record: a Join that makes one
+		// pumps it itself, after the record is in the cache above.
+		return
+	}
+	e.gmu.Lock()
+	for _, gp := range p.pumped { // copied on write: pump may change it
+		e.pumpAppended(gp)
+	}
+	e.gmu.Unlock()
+}
+
+// tailTopic returns the incarnation of name the bucket holds for a tail
+// record of incarnation inc that this node does not know yet. It retries
+// while the bucket cannot be reached, holding the tail back rather than
+// dropping the record, until the engine closes.
+func (e *Engine) tailTopic(name string, inc uint64) *topic {
+	for delay := 20 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		t, err := e.refresh(ctx, name)
+		cancel()
+		if err == nil || errors.Is(err, engine.ErrUnknownTopic) {
+			return t
+		}
+		e.log.Warn("jsengine: tail: topic of a new incarnation", "topic", name, "inc", inc, "err", err)
+		select {
+		case <-time.After(delay):
+		case <-e.closeCh:
+			return nil
+		}
+	}
+}
+
+func (e *Engine) advanceTail(seq uint64) {
+	e.tailMu.Lock()
+	if seq > e.tailSeq {
+		e.tailSeq = seq
+	}
+	if e.tailWait > 0 {
+		close(e.tailWake)
+		e.tailWake = make(chan struct{})
+	}
+	e.tailMu.Unlock()
 }

@@ -360,17 +360,11 @@ func (e *Engine) Join(ctx context.Context, req engine.JoinRequest, c engine.Cons
 	if e.closed.Load() {
 		return "", closedErr()
 	}
-	switch {
-	case req.Group == "":
-		return "", fmt.Errorf("memengine: empty group name: %w", engine.ErrInvalidConfig)
-	case c == nil:
+	if err := req.Validate(); err != nil {
+		return "", fmt.Errorf("memengine: %w", err)
+	}
+	if c == nil {
 		return "", fmt.Errorf("memengine: nil consumer: %w", engine.ErrInvalidConfig)
-	case req.MaxInFlight < 0 || req.MaxInFlight > engine.MaxGroupInFlight:
-		return "", fmt.Errorf("memengine: max in flight %d outside 0 to %d: %w", req.MaxInFlight, engine.MaxGroupInFlight, engine.ErrInvalidConfig)
-	case req.MaxLeased < 0:
-		return "", fmt.Errorf("memengine: negative member window: %w", engine.ErrInvalidConfig)
-	case req.MaxLeasedBytes < 0:
-		return "", fmt.Errorf("memengine: negative member byte window: %w", engine.ErrInvalidConfig)
 	}
 	if err := trie.ValidatePattern(req.Pattern); err != nil {
 		return "", fmt.Errorf("memengine: %w: %w", engine.ErrInvalidConfig, err)

@@ -1,0 +1,128 @@
+package jsengine
+
+// Availability. Calls that cannot reach NATS fail with an error wrapping
+// engine.ErrUnavailable, and fail at once rather than after a timeout:
+// while the connection is down they are refused before any round trip
+// (reachable; Topics too, so it serves as a readiness probe even with no
+// topics), and round trips in progress when it drops are abandoned
+// (onConn). An engine that dials its own connection sets
+// MaxReconnects(-1) and ReconnectBufSize(-1): with no reconnect buffer,
+// an append refused during an outage is never stored later. Records and
+// positions are in NATS, so nothing the engine acknowledged is lost by an
+// outage; an append whose reply was lost when the connection dropped may
+// have been stored although it failed (a retry with the same MsgID is
+// stored once). Records leased to members stay leased across an outage;
+// commits that failed are retried.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// connState follows the connection to NATS for the fail-fast and
+// watcher-resume rules (see onConn and watchConn).
+type connState struct {
+	statusCh chan nats.Status // the connection's status changes, for watchConn
+	connMu   sync.Mutex       // guards following
+	// connCtx is canceled when the connection to NATS is lost and replaced
+	// when it is back, so calls in progress fail at once (see onConn).
+	connCtx    context.Context
+	connCancel context.CancelCauseFunc
+	// back is closed (and replaced) when the connection is back after a
+	// loss: the watch loops then resume their watchers.
+	back chan struct{}
+}
+
+// errConnLost is the cause of connCtx's cancellation.
+var errConnLost = errors.New("connection to NATS lost")
+
+// watchConn keeps connCtx in step with the connection: canceled while it is
+// down, fresh once it is back. It exits when its status channel is closed.
+func (e *Engine) watchConn() {
+	defer e.wg.Done()
+	for st := range e.statusCh {
+		e.connMu.Lock()
+		switch {
+		case st != nats.CONNECTED:
+			e.connCancel(errConnLost)
+		case e.connCtx.Err() != nil:
+			e.connCtx, e.connCancel = context.WithCancelCause(context.Background())
+			close(e.back)
+			e.back = make(chan struct{})
+		}
+		e.connMu.Unlock()
+	}
+	e.connMu.Lock()
+	e.connCancel(closedErr())
+	e.connMu.Unlock()
+}
+
+// onConn returns ctx, canceled as well when the connection to NATS is
+// lost, for a call's NATS round trips: a request already sent when the
+// connection drops would otherwise wait for its timeout. done releases it
+// and turns the call's error into one wrapping engine.ErrUnavailable when
+// the connection was lost meanwhile.
+func (e *Engine) onConn(ctx context.Context) (_ context.Context, done func(error) error) {
+	e.connMu.Lock()
+	conn := e.connCtx
+	e.connMu.Unlock()
+	cctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(conn, func() { cancel(context.Cause(conn)) })
+	return cctx, func(err error) error {
+		stop()
+		lost := errors.Is(context.Cause(cctx), errConnLost)
+		cancel(nil)
+		if err != nil && lost && !errors.Is(err, engine.ErrUnavailable) {
+			err = fmt.Errorf("jsengine: %w: %w: %w", errConnLost, engine.ErrUnavailable, err)
+		}
+		return err
+	}
+}
+
+// reachable fails at once, wrapping engine.ErrUnavailable, while the
+// connection to NATS is down, so calls do not wait out their timeouts
+// during an outage (and, on a caller's connection that buffers while
+// reconnecting, are not sent after their caller was told they failed).
+func (e *Engine) reachable() error {
+	if s := e.nc.Status(); s != nats.CONNECTED {
+		return fmt.Errorf("jsengine: NATS connection %s: %w", strings.ToLower(s.String()), engine.ErrUnavailable)
+	}
+	return nil
+}
+
+// unavailable wraps an error talking to NATS: connection-level failures
+// also wrap engine.ErrUnavailable, so callers may retry.
+func unavailable(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	switch {
+	case errors.Is(err, nats.ErrNoServers), errors.Is(err, nats.ErrConnectionClosed),
+		errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected),
+		errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionDraining),
+		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, jetstream.ErrJetStreamNotEnabled),
+		errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("jsengine: %s: %w: %w", op, engine.ErrUnavailable, err)
+	}
+	return fmt.Errorf("jsengine: %s: %w", op, err)
+}
+
+// isWrongLast reports a failed optimistic-concurrency check: a publish's
+// expected last subject sequence or a KV revision did not match.
+func isWrongLast(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return errors.Is(err, jetstream.ErrKeyExists)
+}
