@@ -27,6 +27,7 @@ import (
 // TimeFormat is RFC3339 in UTC with exactly three fractional digits.
 const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
+// AppendTime appends t as a JSON string in TimeFormat, in UTC.
 func AppendTime(dst []byte, t time.Time) []byte {
 	dst = append(dst, '"')
 	dst = t.UTC().AppendFormat(dst, TimeFormat)
@@ -54,13 +55,15 @@ func AppendString(dst []byte, s string) []byte {
 	return append(dst, b...)
 }
 
+// AppendHeaders appends h as a JSON object with its keys sorted.
 func AppendHeaders(dst []byte, h map[string]string) []byte {
 	b, _ := json.Marshal(h) // sorted keys: deterministic frames
 	return append(dst, b...)
 }
 
-// appendRecordTail appends the part of a message frame shared by every
-// pattern: from ',"topic"' to the closing brace, without group fields.
+// AppendRecordBody appends the part of a message frame shared by every
+// pattern: from ',"topic"' through "time", without the closing brace and
+// without group fields.
 func AppendRecordBody(dst []byte, r *engine.Record) []byte {
 	dst = AppendRecordBodyUntilTime(dst, r)
 	dst = append(dst, `,"time":`...)
