@@ -148,14 +148,14 @@ const (
 // it counts it under the limit's label.
 func refuse(limit, code, format string, args ...any) *protoError {
 	pe := perr(code, format, args...)
-	pe.limit = limit
+	pe.Limit = limit
 	return pe
 }
 
 // countLimit counts pe under its limit label, if it has one.
 func (rt *Router) countLimit(pe *protoError) {
-	if pe != nil && pe.limit != "" {
-		rt.lim.limited.WithLabelValues(pe.limit).Inc()
+	if pe != nil && pe.Limit != "" {
+		rt.lim.limited.WithLabelValues(pe.Limit).Inc()
 	}
 }
 

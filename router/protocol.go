@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"unicode/utf8"
 
@@ -13,18 +12,12 @@ import (
 	"github.com/switchyard/switchyard/trie"
 )
 
-// protoError is an error with a protocol code; the router's handlers return
-// it and the transport (WebSocket or HTTP) renders it.
-type protoError struct {
-	code  string
-	msg   string
-	limit string // the limit that refused the request, if one did (see refuse)
-}
-
-func (e *protoError) Error() string { return e.code + ": " + e.msg }
+// protoError is an error with a protocol code (wire.Error); the router's
+// handlers return it and the transport (WebSocket or HTTP) renders it.
+type protoError = wire.Error
 
 func perr(code, format string, args ...any) *protoError {
-	return &protoError{code: code, msg: fmt.Sprintf(format, args...)}
+	return wire.Errorf(code, format, args...)
 }
 
 // classify maps any error onto a protocol code and an HTTP status. Internal
@@ -33,7 +26,7 @@ func classify(err error) (code, msg string, status int) {
 	var pe *protoError
 	switch {
 	case errors.As(err, &pe):
-		return pe.code, pe.msg, statusOf(pe.code)
+		return pe.Code, pe.Msg, statusOf(pe.Code)
 	case errors.Is(err, trie.ErrInvalidTopic):
 		return codeInvalidTopic, err.Error(), http.StatusBadRequest
 	case errors.Is(err, trie.ErrInvalidPattern):

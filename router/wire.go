@@ -45,22 +45,8 @@ type (
 	filterSpec = wire.Filter
 )
 
-// protoOf converts the protocol package's error into the router's.
-func protoOf(e *wire.Error) *protoError {
-	if e == nil {
-		return nil
-	}
-	return &protoError{code: e.Code, msg: e.Msg, limit: e.Limit}
-}
-
 // decodeRequest parses one client frame (wire.Decode).
-func decodeRequest(data []byte) (*request, *protoError) {
-	req, e := wire.Decode(data)
-	if e != nil {
-		return req, protoOf(e)
-	}
-	return req, nil
-}
+func decodeRequest(data []byte) (*request, *protoError) { return wire.Decode(data) }
 
 // fromSpec is a parsed "from" (wire.From).
 type fromSpec struct {
@@ -76,7 +62,7 @@ type fromSpec struct {
 func parseFrom(raw json.RawMessage) (fromSpec, *protoError) {
 	f, e := wire.ParseFrom(raw)
 	if e != nil {
-		return fromSpec{}, protoOf(e)
+		return fromSpec{}, e
 	}
 	return fromSpec{start: f.Start, positions: f.Positions, epoch: f.Epoch, pos: f.Pos, last: f.Last}, nil
 }
@@ -130,5 +116,5 @@ func quoteInput(s string) string             { return wire.Quote(s) }
 func capMessage(msg string) string           { return wire.CapMessage(msg) }
 
 func nameError(code, name string, err error) *protoError {
-	return protoOf(wire.NameError(code, name, err))
+	return wire.NameError(code, name, err)
 }
