@@ -16,6 +16,7 @@ import (
 
 	"github.com/switchyard/switchyard/engine/enginetest"
 	"github.com/switchyard/switchyard/internal/wire/golden"
+	"github.com/switchyard/switchyard/router"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden transcripts' server frames with what the gateway sends")
@@ -44,7 +45,7 @@ func goldenGateway(t *testing.T, opts map[string]string) func(*gwConfig) {
 		cfg.engine.Clock = enginetest.NewFakeClock(golden.Time)
 		for k, v := range opts {
 			n, err := strconv.ParseFloat(v, 64)
-			if err != nil && k != "strict" {
+			if err != nil && k != "strict" && k != "auth" {
 				t.Fatalf("gateway option %s=%s: %v", k, v, err)
 			}
 			switch k {
@@ -60,6 +61,11 @@ func goldenGateway(t *testing.T, opts map[string]string) func(*gwConfig) {
 				cfg.engine.Defaults.MaxMessages = int64(n)
 			case "strict":
 				cfg.engine.Strict = v == "true"
+			case "auth": // anonymous: tokens are checked; without one a session may subscribe to v.#
+				cfg.router.Auth = router.AuthOptions{
+					HMACSecrets: [][]byte{[]byte("golden-transcripts-secret-0123456789")},
+					Anonymous:   &router.Grants{Subscribe: []string{v + ".#"}},
+				}
 			default:
 				t.Fatalf("unknown gateway option %s", k)
 			}

@@ -10,7 +10,8 @@
 // is free text, except lines of the form "gateway: k=v k=v" (options of
 // the gateway that records and replays it, read by the router's test:
 // max_subscriptions, max_message_bytes, publish_rate, publish_burst,
-// strict, max_messages) and "session NAME: QUERY" (the query string a
+// strict, max_messages, and auth=P: tokens are checked, and a session
+// without one may subscribe to P.# only) and "session NAME: QUERY" (the query string a
 // session connects with, for example envelope=lean).
 //
 // The file "transcript" holds one step a line; blank lines and lines
