@@ -70,9 +70,8 @@ func parseFrom(raw json.RawMessage) (fromSpec, *protoError) {
 // timeFormat is RFC3339 in UTC with exactly three fractional digits.
 const timeFormat = wire.TimeFormat
 
-func appendTime(dst []byte, t time.Time) []byte            { return wire.AppendTime(dst, t) }
-func appendString(dst []byte, s string) []byte             { return wire.AppendString(dst, s) }
-func appendRecordBody(dst []byte, r *engine.Record) []byte { return wire.AppendRecordBody(dst, r) }
+func appendTime(dst []byte, t time.Time) []byte { return wire.AppendTime(dst, t) }
+func appendString(dst []byte, s string) []byte  { return wire.AppendString(dst, s) }
 
 func recordBody(dst []byte, rec *engine.Record) (body []byte, lean int) {
 	return wire.RecordBody(dst, rec)
@@ -109,7 +108,10 @@ const (
 )
 
 // Text helpers (internal/wire, text.go).
-const maxEcho = wire.MaxEcho
+const (
+	maxEcho         = wire.MaxEcho
+	maxErrorMessage = wire.MaxErrorMessage
+)
 
 func cutUTF8(s string, n int) (string, bool) { return wire.CutUTF8(s, n) }
 func quoteInput(s string) string             { return wire.Quote(s) }
