@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // Client is a connection to a Switchyard gateway that reconnects by itself.
@@ -160,10 +162,10 @@ func (c *Client) connect(ctx context.Context) (*websocket.Conn, Welcome, error) 
 	}
 	line, _, _ := bytes.Cut(data, []byte{'\n'})
 	var f inFrame
-	if typ != websocket.MessageText || json.Unmarshal(line, &f) != nil || f.Op != "welcome" {
+	if typ != websocket.MessageText || json.Unmarshal(line, &f) != nil || f.Op != wire.OpWelcome {
 		conn.CloseNow()
-		if f.Op == "error" {
-			return nil, Welcome{}, &Error{Code: f.Code, Message: f.Message}
+		if f.Op == wire.OpError {
+			return nil, Welcome{}, f.err()
 		}
 		return nil, Welcome{}, fmt.Errorf("%w: first frame is not a welcome: %.100q", ErrProtocol, data)
 	}
@@ -184,7 +186,7 @@ func httpError(resp *http.Response) error {
 	if e.Code == "" {
 		switch resp.StatusCode {
 		case http.StatusUnauthorized:
-			e.Code = "unauthorized"
+			e.Code = wire.CodeUnauthorized
 		case http.StatusForbidden:
 			e.Code = CodeForbidden
 		default:
@@ -455,28 +457,28 @@ func truncate(b []byte, n int) string {
 
 func (c *Client) handle(f *inFrame) {
 	switch f.Op {
-	case "message":
+	case wire.OpMessage:
 		c.onMessage(f)
-	case "gap":
+	case wire.OpGap:
 		c.onGap(f)
-	case "topic_deleted":
+	case wire.OpTopicDeleted:
 		if s := c.lookup(f.Pattern, ""); s != nil {
 			s.forgetTopic(f.Topic)
 		}
 		c.log.Info("switchyard: topic deleted", "topic", f.Topic, "pattern", f.Pattern)
-	case "welcome":
+	case wire.OpWelcome:
 		// Only the first frame of a connection; connect reads it.
-	case "refresh_required":
+	case wire.OpRefreshRequired:
 		c.onRefreshRequired()
-	case "join", "leave":
+	case wire.OpJoin, wire.OpLeave:
 		c.onPresence(f)
-	case "presence":
+	case wire.OpPresence:
 		if id, ok := parseID(f.ID); ok {
 			c.complete(id, f, nil)
 		} else {
 			c.onPresenceResync(f.Topic) // the gateway dropped announcements
 		}
-	case "unsubscribed":
+	case wire.OpUnsubscribed:
 		if len(f.ID) == 0 && f.Reason != "" {
 			c.onRevoked(f)
 			return
@@ -484,8 +486,8 @@ func (c *Client) handle(f *inFrame) {
 		if id, ok := parseID(f.ID); ok {
 			c.complete(id, f, nil)
 		}
-	case "error":
-		e := &Error{Code: f.Code, Message: f.Message}
+	case wire.OpError:
+		e := f.err()
 		if id, ok := parseID(f.ID); ok && c.complete(id, nil, e) {
 			return
 		}
@@ -535,11 +537,8 @@ func (c *Client) onMessage(f *inFrame) {
 	if s == nil {
 		return // unsubscribed meanwhile
 	}
-	m := &Message{
-		Pattern: f.Pattern, Topic: f.Topic, Partition: f.Partition, Offset: f.Offset,
-		Key: f.Key, Headers: f.Headers, Data: f.Data, Time: f.Time,
-		Group: f.Group, Attempt: f.Attempt, sub: s,
-	}
+	m := f.message()
+	m.sub = s
 	room := s.pending.Load() < int64(s.opts.MaxPending)
 	if s.group == "" {
 		room = c.roomFor(s)
@@ -556,7 +555,7 @@ func (c *Client) onMessage(f *inFrame) {
 				c.pushLocalGaps(s)
 			}
 		} else {
-			c.sendAsync(ackReq{Op: "nack", Group: f.Group, Topic: f.Topic, Partition: f.Partition,
+			c.sendAsync(ackReq{Op: wire.OpNack, Group: f.Group, Topic: f.Topic, Partition: f.Partition,
 				Offset: f.Offset, Error: "client queue full"})
 		}
 		return
@@ -582,10 +581,7 @@ func (c *Client) onGap(f *inFrame) {
 	if s == nil {
 		return
 	}
-	c.disp.push(event{kind: evGap, sub: s, gap: &Gap{
-		Pattern: f.Pattern, Group: f.Group, Topic: f.Topic, Partition: f.Partition,
-		From: f.From, To: f.To, Reason: f.Reason,
-	}})
+	c.disp.push(event{kind: evGap, sub: s, gap: f.gap()})
 }
 
 // requestContext bounds ctx by RequestTimeout unless it ends earlier.
@@ -701,7 +697,7 @@ func (c *Client) Publish(ctx context.Context, topic string, data any, opts ...Pu
 		}
 		raw = b
 	}
-	req := publishReq{Op: "publish", Topic: topic, Data: raw}
+	req := publishReq{Op: wire.OpPublish, Topic: topic, Data: raw}
 	for _, o := range opts {
 		o(&req)
 	}
@@ -709,7 +705,7 @@ func (c *Client) Publish(ctx context.Context, topic string, data any, opts ...Pu
 	if err != nil {
 		return PublishResult{}, err
 	}
-	return PublishResult{Topic: f.Topic, Partition: f.Partition, Offset: f.Offset, Duplicate: f.Duplicate}, nil
+	return f.published(), nil
 }
 
 // Subscribe subscribes to pattern and calls handler, on the client's

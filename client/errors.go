@@ -3,6 +3,8 @@ package client
 import (
 	"errors"
 	"fmt"
+
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // Error is an error reported by the gateway: an error frame on the
@@ -20,19 +22,20 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("switchyard: %s: %s", e.Code, e.Message)
 }
 
-// Protocol error codes a caller is likely to branch on.
+// Protocol error codes a caller is likely to branch on (the protocol's
+// full list is in docs/protocol.md).
 const (
-	CodeBadRequest     = "bad_request"
-	CodeInvalidTopic   = "invalid_topic"
-	CodeInvalidPattern = "invalid_pattern"
-	CodeUnknownTopic   = "unknown_topic"
-	CodeForbidden      = "forbidden"
-	CodeRateLimited    = "rate_limited"
-	CodeBackpressure   = "backpressure"
-	CodeNotSubscribed  = "not_subscribed"
-	CodeNotInFlight    = "not_in_flight"
-	CodeGroupConflict  = "group_conflict"
-	CodeShuttingDown   = "shutting_down"
+	CodeBadRequest     = wire.CodeBadRequest     // "bad_request"
+	CodeInvalidTopic   = wire.CodeInvalidTopic   // "invalid_topic"
+	CodeInvalidPattern = wire.CodeInvalidPattern // "invalid_pattern"
+	CodeUnknownTopic   = wire.CodeUnknownTopic   // "unknown_topic"
+	CodeForbidden      = wire.CodeForbidden      // "forbidden"
+	CodeRateLimited    = wire.CodeRateLimited    // "rate_limited"
+	CodeBackpressure   = wire.CodeBackpressure   // "backpressure"
+	CodeNotSubscribed  = wire.CodeNotSubscribed  // "not_subscribed"
+	CodeNotInFlight    = wire.CodeNotInFlight    // "not_in_flight"
+	CodeGroupConflict  = wire.CodeGroupConflict  // "group_conflict"
+	CodeShuttingDown   = wire.CodeShuttingDown   // "shutting_down"
 )
 
 var (

@@ -41,6 +41,32 @@ type inFrame struct {
 	Message string `json:"message"`
 }
 
+// message is the delivery a message frame carries (without its
+// subscription).
+func (f *inFrame) message() *Message {
+	return &Message{
+		Pattern: f.Pattern, Topic: f.Topic, Partition: f.Partition, Offset: f.Offset,
+		Key: f.Key, Headers: f.Headers, Data: f.Data, Time: f.Time,
+		Group: f.Group, Attempt: f.Attempt,
+	}
+}
+
+// gap is the gap a gap frame reports.
+func (f *inFrame) gap() *Gap {
+	return &Gap{
+		Pattern: f.Pattern, Group: f.Group, Topic: f.Topic, Partition: f.Partition,
+		From: f.From, To: f.To, Reason: f.Reason,
+	}
+}
+
+// published is the result a published frame reports.
+func (f *inFrame) published() PublishResult {
+	return PublishResult{Topic: f.Topic, Partition: f.Partition, Offset: f.Offset, Duplicate: f.Duplicate}
+}
+
+// err is the error an error frame reports.
+func (f *inFrame) err() *Error { return &Error{Code: f.Code, Message: f.Message} }
+
 // Welcome is the gateway's first frame on a connection.
 type Welcome struct {
 	Session string

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // Presence: a plain subscription to a topic with SubscribeOptions.Presence
@@ -51,7 +53,7 @@ type presenceReq struct {
 // Presence asks the gateway who is present on topic. Errors from the
 // gateway are *Error ("forbidden" without a subscribe grant for it).
 func (c *Client) Presence(ctx context.Context, topic string) (PresenceList, error) {
-	f, err := c.roundTrip(ctx, func(id uint64) any { return presenceReq{Op: "presence", ID: id, Topic: topic} }, nil, nil)
+	f, err := c.roundTrip(ctx, func(id uint64) any { return presenceReq{Op: wire.OpPresence, ID: id, Topic: topic} }, nil, nil)
 	if err != nil {
 		return PresenceList{}, err
 	}
@@ -86,7 +88,7 @@ func (c *Client) onPresenceResync(topic string) {
 		defer c.wg.Done()
 		ctx, cancel := context.WithTimeout(c.ctx, c.opts.RequestTimeout)
 		defer cancel()
-		_, err := c.roundTrip(ctx, func(id uint64) any { return presenceReq{Op: "presence", ID: id, Topic: topic} }, nil,
+		_, err := c.roundTrip(ctx, func(id uint64) any { return presenceReq{Op: wire.OpPresence, ID: id, Topic: topic} }, nil,
 			func(f *inFrame) {
 				c.disp.push(event{kind: evPresence, presence: &PresenceEvent{Topic: topic, Resync: true, List: presenceList(f)}})
 			})

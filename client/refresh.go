@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // Token refresh: the gateway sends refresh_required before the session's
@@ -34,7 +36,7 @@ func (c *Client) currentToken(ctx context.Context) (string, error) {
 // session keeps its old token then.
 func (c *Client) Refresh(ctx context.Context, token string) (time.Time, error) {
 	f, err := c.roundTrip(ctx, func(id uint64) any {
-		return refreshReq{Op: "refresh", ID: id, Token: token}
+		return refreshReq{Op: wire.OpRefresh, ID: id, Token: token}
 	}, nil, nil)
 	if err != nil {
 		return time.Time{}, err

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // Subscription is one subscription of a Client, plain or to a group. It is
@@ -128,7 +130,7 @@ func (s *Subscription) Unsubscribe(ctx context.Context) error {
 		return nil // the lost connection took the subscription with it
 	}
 	_, err := c.roundTrip(ctx, func(id uint64) any {
-		return unsubscribeReq{Op: "unsubscribe", ID: id, Pattern: s.pattern, Group: s.group}
+		return unsubscribeReq{Op: wire.OpUnsubscribe, ID: id, Pattern: s.pattern, Group: s.group}
 	}, nil, nil)
 	var e *Error
 	switch {
@@ -183,7 +185,7 @@ func (s *Subscription) isEnded() bool {
 // the new connection's, and a plain subscription continues from its
 // positions.
 func (s *Subscription) request(id uint64, resume bool, epoch string) subscribeReq {
-	req := subscribeReq{Op: "subscribe", ID: id, Pattern: s.pattern, Group: s.group, OnFull: s.opts.OnFull, Presence: s.opts.Presence}
+	req := subscribeReq{Op: wire.OpSubscribe, ID: id, Pattern: s.pattern, Group: s.group, OnFull: s.opts.OnFull, Presence: s.opts.Presence}
 	if len(s.opts.Filter) > 0 {
 		req.Filter = &filterSpec{Headers: s.opts.Filter}
 	}
@@ -525,7 +527,7 @@ func (c *Client) deliver(e *event) {
 		if s.group != "" && s.handled(m.key()) {
 			// Already handled and acked: ack the redelivery, skip the handler.
 			s.dups.Add(1)
-			c.sendAsync(ackReq{Op: "ack", Group: m.Group, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset})
+			c.sendAsync(ackReq{Op: wire.OpAck, Group: m.Group, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset})
 			return
 		}
 		if s.handler != nil {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // The generator speaks the wire protocol directly, not through the client
@@ -28,14 +30,17 @@ var (
 	keyAttempt   = []byte(`"attempt":`)
 	keyFrom      = []byte(`"from":`)
 	keyTo        = []byte(`"to":`)
-	opMessage    = []byte(`"op":"message"`)
-	opGap        = []byte(`"op":"gap"`)
-	opPublished  = []byte(`"op":"published"`)
-	opSubscribed = []byte(`"op":"subscribed"`)
-	opError      = []byte(`"op":"error"`)
-	opWelcome    = []byte(`"op":"welcome"`)
+	opMessage    = opKey(wire.OpMessage)
+	opGap        = opKey(wire.OpGap)
+	opPublished  = opKey(wire.OpPublished)
+	opSubscribed = opKey(wire.OpSubscribed)
+	opError      = opKey(wire.OpError)
+	opWelcome    = opKey(wire.OpWelcome)
 	newline      = []byte{'\n'}
 )
+
+// opKey is the start of a frame with op: the gateway writes "op" first.
+func opKey(op string) []byte { return []byte(`"op":"` + op + `"`) }
 
 // payloadMark starts every payload; the 19 digits after it are the
 // publisher's send time in unix nanoseconds.
@@ -110,7 +115,7 @@ func sendTime(line []byte) (int64, bool) {
 // appendPublish appends a publish frame whose data is a JSON string of
 // size bytes (quotes included) carrying now's unix nanoseconds.
 func appendPublish(dst []byte, id int64, topic string, size int, now time.Time) []byte {
-	dst = append(dst, `{"op":"publish","id":`...)
+	dst = append(dst, `{"op":"`+wire.OpPublish+`","id":`...)
 	dst = strconv.AppendInt(dst, id, 10)
 	dst = append(dst, `,"topic":"`...)
 	dst = append(dst, topic...)

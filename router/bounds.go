@@ -4,10 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -150,14 +148,14 @@ const (
 // it counts it under the limit's label.
 func refuse(limit, code, format string, args ...any) *protoError {
 	pe := perr(code, format, args...)
-	pe.limit = limit
+	pe.Limit = limit
 	return pe
 }
 
 // countLimit counts pe under its limit label, if it has one.
 func (rt *Router) countLimit(pe *protoError) {
-	if pe != nil && pe.limit != "" {
-		rt.lim.limited.WithLabelValues(pe.limit).Inc()
+	if pe != nil && pe.Limit != "" {
+		rt.lim.limited.WithLabelValues(pe.Limit).Inc()
 	}
 }
 
@@ -246,54 +244,6 @@ func checkFilter(b *Bounds, f map[string]string) (int, *protoError) {
 		return 0, refuse(limitFilterBytes, codeBadRequest, "filter holds %d bytes; the limit is %d", n, b.MaxFilterBytes)
 	}
 	return n, nil
-}
-
-// What an error message may repeat of a client's input.
-const (
-	// maxEcho bounds the bytes of one offending value an error quotes.
-	maxEcho = 128
-	// maxErrorMessage bounds an error's whole message.
-	maxErrorMessage = 512
-)
-
-// cutUTF8 returns s cut to at most n bytes on a UTF-8 boundary, and
-// whether it was cut.
-func cutUTF8(s string, n int) (string, bool) {
-	if len(s) <= n {
-		return s, false
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n], true
-}
-
-// quoteInput quotes a client's value for an error message, at most maxEcho
-// bytes of it ("…" marks the cut).
-func quoteInput(s string) string {
-	cut, more := cutUTF8(s, maxEcho)
-	if more {
-		return strconv.Quote(cut) + "…"
-	}
-	return strconv.Quote(cut)
-}
-
-// nameError turns a trie validation error into a protocol error whose
-// message quotes at most maxEcho bytes of the name.
-func nameError(code, name string, err error) *protoError {
-	msg := err.Error()
-	if len(name) > maxEcho {
-		msg = strings.Replace(msg, strconv.Quote(name), quoteInput(name), 1)
-	}
-	return &protoError{code: code, msg: msg}
-}
-
-// capMessage bounds an error message to maxErrorMessage bytes.
-func capMessage(msg string) string {
-	if cut, more := cutUTF8(msg, maxErrorMessage); more {
-		return cut + "…"
-	}
-	return msg
 }
 
 // welcomeLimits are the limits a session's welcome frame announces.

@@ -242,7 +242,7 @@ func toProto(err error) *protoError {
 		return pe
 	}
 	code, msg, _ := classify(err)
-	return &protoError{code: code, msg: msg}
+	return &protoError{Code: code, Msg: msg}
 }
 
 func (cn *conn) publish(req *request) *protoError {
@@ -674,7 +674,7 @@ func (cn *conn) ack(req *request) *protoError {
 	if first != nil {
 		pe := toProto(first)
 		if req.Offsets != nil {
-			pe = &protoError{code: pe.code, msg: fmt.Sprintf("offsets %s: %s", offsetList(failed), pe.msg)}
+			pe = &protoError{Code: pe.Code, Msg: fmt.Sprintf("offsets %s: %s", offsetList(failed), pe.Msg)}
 		}
 		return pe
 	}

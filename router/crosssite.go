@@ -33,10 +33,6 @@ import (
 // No credentials mode: the API authenticates with the Authorization header,
 // never with cookies.
 
-// codeUnsupportedMedia is the error code of a state-changing request whose
-// body is not declared as JSON (HTTP 415).
-const codeUnsupportedMedia = "unsupported_media_type"
-
 // corsMaxAge is how long (seconds) a browser may cache a preflight answer.
 const corsMaxAge = "600"
 

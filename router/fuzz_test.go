@@ -39,10 +39,10 @@ func FuzzDecodeRequest(f *testing.F) {
 			t.Fatal("decodeRequest returned a nil request")
 		}
 		if pe != nil {
-			if pe.code != codeBadRequest || statusOf(pe.code) != http.StatusBadRequest {
-				t.Fatalf("decode error code %q", pe.code)
+			if pe.Code != codeBadRequest || statusOf(pe.Code) != http.StatusBadRequest {
+				t.Fatalf("decode error code %q", pe.Code)
 			}
-			checkFrame(t, encodeError(req.ID, pe.code, pe.msg))
+			checkFrame(t, encodeError(req.ID, pe.Code, pe.Msg))
 			return
 		}
 		if req.Op == "" {
@@ -54,10 +54,10 @@ func FuzzDecodeRequest(f *testing.F) {
 		bounds := Bounds{}.withDefaults()
 		msg, pe := parsePublish(req, 1<<10, &bounds)
 		if pe != nil {
-			switch pe.code {
+			switch pe.Code {
 			case codeBadRequest, codeInvalidTopic, codeForbidden, codeTooLarge:
 			default:
-				t.Fatalf("publish error code %q", pe.code)
+				t.Fatalf("publish error code %q", pe.Code)
 			}
 		} else {
 			if trie.ValidateTopic(msg.Topic) != nil || trie.IsSystem(msg.Topic) {
@@ -67,8 +67,8 @@ func FuzzDecodeRequest(f *testing.F) {
 				t.Fatalf("stored data %q is not one line of JSON", msg.Data)
 			}
 		}
-		if _, pe := parseFrom(req.From); pe != nil && pe.code != codeBadRequest && pe.code != codeInvalidTopic {
-			t.Fatalf("from error code %q", pe.code)
+		if _, pe := parseFrom(req.From); pe != nil && pe.Code != codeBadRequest && pe.Code != codeInvalidTopic {
+			t.Fatalf("from error code %q", pe.Code)
 		}
 	})
 }
@@ -96,8 +96,8 @@ func FuzzParseFrom(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		spec, pe := parseFrom(raw)
 		if pe != nil {
-			if pe.code != codeBadRequest && pe.code != codeInvalidTopic {
-				t.Fatalf("code %q", pe.code)
+			if pe.Code != codeBadRequest && pe.Code != codeInvalidTopic {
+				t.Fatalf("code %q", pe.Code)
 			}
 			return
 		}

@@ -395,8 +395,8 @@ func (rt *Router) hookConnect(c echo.Context) (*principal, error) {
 	}
 	if !*a.Allow {
 		pe := a.refusal()
-		if pe.code != codeUnauthorized {
-			pe.code = codeForbidden
+		if pe.Code != codeUnauthorized {
+			pe.Code = codeForbidden
 		}
 		return nil, pe
 	}
@@ -453,7 +453,7 @@ func (cn *conn) authorizeSubscribe(pattern, group string) (viaHook bool, pe *pro
 				return true, nil
 			}
 			cn.rt.lim.forbidden.WithLabelValues("subscribe").Inc()
-			return false, &protoError{code: e.code, msg: e.msg}
+			return false, &protoError{Code: e.code, Msg: e.msg}
 		}
 	}
 	body := map[string]any{"hook": hookSubscribe, "session": cn.id, "user": who.subject, "pattern": pattern}
@@ -474,7 +474,7 @@ func (cn *conn) authorizeSubscribe(pattern, group string) (viaHook bool, pe *pro
 	if ttl := time.Duration(a.CacheMS) * time.Millisecond; ttl > 0 && who.subject != "" {
 		e := hookCacheEntry{allow: refusal == nil}
 		if refusal != nil {
-			e.code, e.msg = refusal.code, refusal.msg
+			e.code, e.msg = refusal.Code, refusal.Msg
 		}
 		h.cache.put(key, e, h.now().Add(min(ttl, maxHookCacheTTL)))
 	}

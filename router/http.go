@@ -101,7 +101,7 @@ func (rt *Router) httpPublish(c echo.Context) error {
 	}
 	msg, pe := parsePublish(&req, rt.opts.MaxMessageBytes, &rt.opts.Bounds)
 	if pe != nil {
-		rt.m.rejected.WithLabelValues(pe.code).Inc()
+		rt.m.rejected.WithLabelValues(pe.Code).Inc()
 		return pe
 	}
 	// The token's grants, else the publish hook (after the rate limit, so

@@ -16,12 +16,6 @@ import (
 	"github.com/switchyard/switchyard/trie"
 )
 
-// Limit error codes, added to the protocol's list.
-const (
-	codeTooManyConnections = "too_many_connections"
-	codeTooManyTopics      = "too_many_topics"
-)
-
 // PublishEnvelopeBytes returns the most bytes a WebSocket publish frame
 // may hold besides its data under the bounds b (zero fields taking their
 // defaults), rounded up to a KiB: the id, the topic, key, msg_id and

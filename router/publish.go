@@ -228,8 +228,8 @@ func (cn *conn) publishAsync(req *request, msg engine.Message) {
 // errorFrame counts a refused request and encodes its error reply.
 func (cn *conn) errorFrame(id []byte, pe *protoError) []byte {
 	cn.rt.countLimit(pe)
-	cn.rt.m.rejected.WithLabelValues(pe.code).Inc()
-	return encodeError(id, pe.code, pe.msg)
+	cn.rt.m.rejected.WithLabelValues(pe.Code).Inc()
+	return encodeError(id, pe.Code, pe.Msg)
 }
 
 // appendAsync is append for a pipelined publish: the same checks and

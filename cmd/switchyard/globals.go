@@ -199,12 +199,15 @@ func (g *globals) call(ctx context.Context, method, path string, query url.Value
 
 // emit prints v as one JSON line.
 func (g *globals) emit(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
+	// Without HTML escaping: a record's data is printed as the gateway
+	// sent it, not with <, > and & rewritten as \u003c, \u003e, \u0026.
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil { // Encode ends the line
 		return err
 	}
-	b = append(b, '\n')
-	_, err = g.env.stdout.Write(b)
+	_, err := g.env.stdout.Write(b.Bytes())
 	return err
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/client"
+	"github.com/switchyard/switchyard/internal/wire"
 )
 
 // messageJSON is how sub prints a delivery as JSON: the protocol's message
@@ -41,8 +42,6 @@ type gapJSON struct {
 	To        int64  `json:"to"`
 	Reason    string `json:"reason"`
 }
-
-const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // parseFrom turns --from into a client.From.
 func parseFrom(s string) (client.From, error) {
@@ -92,7 +91,7 @@ func runSub(ctx context.Context, g *globals, args []string) error {
 	jsonOut := g.jsonOut()
 	printGap := func(gp client.Gap) {
 		if jsonOut {
-			_ = g.emit(gapJSON{"gap", gp.Pattern, gp.Group, gp.Topic, gp.Partition, gp.From, gp.To, gp.Reason})
+			_ = g.emit(gapJSON{wire.OpGap, gp.Pattern, gp.Group, gp.Topic, gp.Partition, gp.From, gp.To, gp.Reason})
 			return
 		}
 		fmt.Fprintf(g.env.stderr, "gap %s [%d] offsets %d..%d not delivered (%s)\n", gp.Topic, gp.Partition, gp.From, gp.To, gp.Reason)
@@ -144,7 +143,7 @@ func runSub(ctx context.Context, g *globals, args []string) error {
 				return errors.New("the subscription ended")
 			}
 			if jsonOut {
-				err = g.emit(messageJSON{"message", m.Pattern, m.Topic, m.Partition, m.Offset, m.Key, m.Headers, m.Data, m.Time.UTC().Format(timeLayout), m.Group, m.Attempt})
+				err = g.emit(messageJSON{wire.OpMessage, m.Pattern, m.Topic, m.Partition, m.Offset, m.Key, m.Headers, m.Data, m.Time.UTC().Format(wire.TimeFormat), m.Group, m.Attempt})
 			} else {
 				err = printMessage(g.env.stdout, m)
 			}

@@ -1,6 +1,6 @@
-package router
+package wire
 
-// This file is the fast path of decodeRequest: a scanner for the frames
+// This file is the fast path of Decode: a scanner for the frames
 // clients send most (publish, ack, nack with plain fields), which fills a
 // request exactly as encoding/json would, or gives up and leaves the frame
 // to encoding/json. It gives up on anything it does not handle itself: a
@@ -33,9 +33,10 @@ const (
 	fOffsets
 )
 
-// decodeFast fills req from data and reports true, or reports false and
+// DecodeFast fills req from data and reports true, or reports false and
 // leaves req to be filled by encoding/json (it may have set some fields).
-func decodeFast(data []byte, req *request) bool {
+// Decode calls it first; it is exported for the router's fuzz tests.
+func DecodeFast(data []byte, req *Request) bool {
 	s := fastScanner{b: data}
 	s.ws()
 	if !s.eat('{') {
