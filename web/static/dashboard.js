@@ -8,14 +8,55 @@
 // payloads are user data.
 
 import { connect } from "./switchyard.js";
+import { headerEventSource } from "./eventstream.js";
 
-const params = new URLSearchParams(location.search);
-const TOKEN = params.get("token") || "";
-const ADMIN_KEY = params.get("admin_key") || "";
 const WS_URL = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/v1/ws";
 const CHART_WINDOW_MS = 3 * 60 * 1000;
 const TRY_LOG_MAX = 200;
 const PAGE = 50;
+const SESSIONS_PAGE = 25;
+
+// ---- credential --------------------------------------------------------------
+
+// The admin key or token typed into the sign-in form lives in
+// sessionStorage (this tab only, gone when it closes) and travels only in
+// Authorization headers: never in a URL, where histories, proxies and access
+// logs would keep it. A credential left in the URL by an old link is
+// removed from the address bar unused.
+const CRED_KEY = "switchyard.credential";
+
+function credential() {
+  try {
+    return sessionStorage.getItem(CRED_KEY) || "";
+  } catch {
+    return "";
+  }
+}
+
+function setCredential(v) {
+  try {
+    if (v) sessionStorage.setItem(CRED_KEY, v);
+    else sessionStorage.removeItem(CRED_KEY);
+  } catch {
+    /* storage disabled: the credential lasts until the page is left */
+  }
+  memoryCred = v;
+}
+let memoryCred = credential();
+
+function authHeaders() {
+  return memoryCred ? { Authorization: "Bearer " + memoryCred } : {};
+}
+
+{
+  const params = new URLSearchParams(location.search);
+  if (params.has("token") || params.has("admin_key")) {
+    params.delete("token");
+    params.delete("admin_key");
+    const q = params.toString();
+    history.replaceState(null, "", location.pathname + (q ? "?" + q : "") + location.hash);
+  }
+}
 
 /** @type {import("./switchyard.js").Client | null} */
 let client = null;
@@ -146,9 +187,7 @@ function fillBody(table, rows, emptyId) {
 
 /** Calls the gateway's HTTP API; rejects with an Error carrying .code and .status. */
 async function api(path, { method = "GET", body } = {}) {
-  const headers = { Accept: "application/json" };
-  if (ADMIN_KEY) headers.Authorization = "Bearer " + ADMIN_KEY;
-  else if (TOKEN) headers.Authorization = "Bearer " + TOKEN;
+  const headers = { Accept: "application/json", ...authHeaders() };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   let data = null;
@@ -164,15 +203,15 @@ async function api(path, { method = "GET", body } = {}) {
     const err = new Error((data && data.message) || `${res.status} ${res.statusText}`);
     err.code = (data && data.code) || "http_" + res.status;
     err.status = res.status;
+    if (res.status === 401) signedOut(err.message);
     throw err;
   }
   return data;
 }
 
 function apiError(err) {
-  if (err.status === 401 || err.status === 403) {
-    return `${err.message} (${err.code}). Add ?admin_key=… to the page URL.`;
-  }
+  if (err.status === 401) return `${err.message} (${err.code}): sign in.`;
+  if (err.status === 403) return `${err.message} (${err.code}): sign in with the admin key to see this.`;
   return `${err.message}${err.code ? ` (${err.code})` : ""}`;
 }
 
@@ -214,6 +253,9 @@ class RateChart {
     this.skew = Date.now() - t;
     const cutoff = t - CHART_WINDOW_MS - 5000;
     while (this.points.length && this.points[0].t < cutoff) this.points.shift();
+    // For tests and tools: how much the chart holds, from when.
+    this.canvas.dataset.points = String(this.points.length);
+    this.canvas.dataset.first = String(this.points[0].t);
     this.draw();
   }
 
@@ -397,6 +439,11 @@ function onStats(d) {
     lastDeadLetters = tot.dead_letters;
   }
 
+  if (Date.now() - sessionsLoadedAt > 2000 && Date.now() - t < 5000) {
+    sessionsLoadedAt = Date.now();
+    sessionsPager.load();
+  }
+
   const top = Array.isArray(d.top_topics) ? d.top_topics : [];
   const topMax = Math.max(1e-9, ...top.map((x) => Number(x.publishes_per_s) || 0));
   fillBody(
@@ -506,6 +553,39 @@ const groupsPager = pager("/v1/groups", "groups", GROUPS_PAGE, renderGroups, {
   page: "groups-page",
 });
 
+const sessionsPager = pager("/v1/sessions", "sessions", SESSIONS_PAGE, renderSessions, {
+  prev: "sessions-prev",
+  next: "sessions-next",
+  page: "sessions-page",
+});
+
+/** The sessions of the node (GET /v1/sessions, admin), refreshed with $sys.stats. */
+function renderSessions(list) {
+  const now = Date.now();
+  fillBody(
+    "sessions",
+    list.map((x) =>
+      h(
+        "tr",
+        { dataset: { id: String(x.id) } },
+        h("td", { className: "mono" }, x.id ?? ""),
+        h("td", null, x.transport ?? ""),
+        h("td", { className: "mono" }, x.remote ?? ""),
+        h("td", null, x.user ?? "–"),
+        h("td", { className: "num" }, fmtInt(x.subscriptions)),
+        h("td", { className: "num" }, fmtInt(x.queued)),
+        h("td", { className: "num" + (Number(x.drops) > 0 ? " bad" : "") }, fmtInt(x.drops)),
+        h("td", { className: "num", title: fmtDateTime(x.since) }, fmtDuration((now - Date.parse(x.since)) / 1000)),
+        h("td", { className: "mono" }, x.node ?? ""),
+      ),
+    ),
+    "sessions-empty",
+  );
+  setText("sessions-status", "updated " + new Date().toLocaleTimeString(undefined, { hour12: false }));
+}
+
+let sessionsLoadedAt = 0;
+
 /** $sys.topics is a summary (counts, busiest, what changed): show the totals and refresh the page shown. */
 function onTopicsSummary(d) {
   if (!d || typeof d.count !== "number") return;
@@ -522,7 +602,8 @@ function onGroupsSummary(d) {
 function renderTopics(list) {
   topics.clear();
   for (const t of list) if (t && typeof t.name === "string") topics.set(t.name, t);
-  const names = Array.from(topics.keys()).sort();
+  // System topics ($sys.…) after the application's own.
+  const names = Array.from(topics.keys()).sort((a, b) => Number(a.startsWith("$")) - Number(b.startsWith("$")) || (a < b ? -1 : a > b ? 1 : 0));
   fillBody(
     "topics",
     names.map((n) => {
@@ -984,7 +1065,7 @@ $("try-pub-form").addEventListener("submit", async (e) => {
   }
 });
 
-// ---- connection --------------------------------------------------------------
+// ---- connection ----------------------------------------------------------------
 
 function showState(state) {
   const el = $("conn-state");
@@ -993,14 +1074,17 @@ function showState(state) {
 }
 
 async function subscribeSystem(c) {
+  // $sys.stats keeps the last ten minutes: the charts start with the last
+  // three at once, then go on live.
+  const since = new Date(Date.now() - CHART_WINDOW_MS).toISOString();
   const subs = [
-    ["$sys.stats", (m) => onStats(m.data)],
-    ["$sys.topics", (m) => onTopicsSummary(m.data)],
-    ["$sys.groups", (m) => onGroupsSummary(m.data)],
+    ["$sys.stats", (m) => onStats(m.data), { from: { time: since } }],
+    ["$sys.topics", (m) => onTopicsSummary(m.data), {}],
+    ["$sys.groups", (m) => onGroupsSummary(m.data), {}],
   ];
-  for (const [pattern, fn] of subs) {
+  for (const [pattern, fn, opts] of subs) {
     try {
-      await c.subscribe(pattern, fn);
+      await c.subscribe(pattern, fn, opts);
     } catch (err) {
       setText("groups-status", `cannot subscribe to ${pattern}: ${err.message}`);
     }
@@ -1010,17 +1094,90 @@ async function subscribeSystem(c) {
 async function loadSnapshots() {
   await topicsPager.load();
   await groupsPager.load();
+  await sessionsPager.load();
   await loadDeadLetters();
   if ($("tb-topic").value) browse("newest");
 }
 
-async function start() {
+/** Which gateway this is: GET /v1/info. */
+function showInfo(d) {
+  setText("info-version", d?.version || "–");
+  setText("info-engine", d?.engine || "–");
+  setText("info-epoch", d?.epoch || "–");
+  setText("info-node", d?.node || "–");
+  $("info-epoch").title = d?.epoch || "";
+}
+
+/**
+ * Asks the gateway who we are with cred: "ok" (with the info shown),
+ * "refused" (401, with the gateway's message) or "unreachable".
+ */
+async function probe(cred) {
+  let res;
+  try {
+    res = await fetch("/v1/info", { headers: { Accept: "application/json", ...(cred ? { Authorization: "Bearer " + cred } : {}) }, cache: "no-store" });
+  } catch {
+    return { state: "unreachable" };
+  }
+  const data = await res.json().catch(() => null);
+  if (res.status === 401) return { state: "refused", message: data?.message || "the gateway refused the credential" };
+  if (!res.ok) return { state: "unreachable", message: data?.message || `HTTP ${res.status}` };
+  return { state: "ok", info: data };
+}
+
+/** "open" (no sign-in needed), "required" (sign in) or "signed-in". */
+function setAuth(state, message = "") {
+  document.body.dataset.auth = state;
+  $("signin").hidden = state !== "required";
+  $("signout").hidden = state !== "signed-in";
+  setStatus("signin-status", message, message ? "error" : "");
+  if (state === "required") {
+    showState("unauthorized");
+    setTimeout(() => $("signin-key").focus(), 0);
+  }
+}
+
+/** Drops the credential and the live connection: the gateway refused it. */
+function signedOut(message) {
+  if (document.body.dataset.auth === "required") return;
+  const hadCred = !!memoryCred;
+  setCredential("");
+  stopLive();
+  setAuth("required", hadCred ? `Signed out: ${message}.` : "");
+}
+
+let liveGen = 0;
+
+function stopLive() {
+  liveGen++;
+  const c = client;
+  client = null;
+  trySub = null;
+  if (c) c.close();
+}
+
+/**
+ * Opens the live connection. Without a credential it is a WebSocket;
+ * with one it is the SSE stream read through fetch, whose requests carry
+ * the credential in a header (eventstream.js), and publishes go by HTTP.
+ */
+async function startLive() {
+  const gen = ++liveGen;
+  const opts = {};
+  if (memoryCred) {
+    opts.transports = ["sse"];
+    opts.EventSource = headerEventSource(authHeaders, (status, body) => {
+      if (status === 401) signedOut(body?.message || "the gateway refused the credential");
+    });
+    opts.fetch = (url, init = {}) => fetch(url, { ...init, headers: { ...(init.headers || {}), ...authHeaders() } });
+  }
   let attempt = 0;
+  let c;
   for (;;) {
+    if (gen !== liveGen) return;
     showState(attempt ? "reconnecting" : "connecting");
     try {
-      const c = await connect(WS_URL, { token: TOKEN || undefined });
-      client = c;
+      c = await connect(WS_URL, opts);
       break;
     } catch {
       // The gateway may not be up yet: keep trying, backing off to 10 s.
@@ -1030,21 +1187,106 @@ async function start() {
       await new Promise((r) => setTimeout(r, delay));
     }
   }
-  showState(client.state);
-  client.on("state", showState);
-  client.on("open", (w) => setText("session-id", "session " + (w.session ?? "")));
-  setText("session-id", "session " + (client.session ?? ""));
-  client.on("gap", (g, sub) => {
+  if (gen !== liveGen) {
+    c.close();
+    return;
+  }
+  client = c;
+  showState(c.state);
+  c.on("state", (s) => gen === liveGen && showState(s));
+  c.on("open", (w) => {
+    setText("session-id", w.session ? "session " + w.session : "");
+    probe(memoryCred).then((r) => r.state === "ok" && showInfo(r.info));
+  });
+  setText("session-id", c.session ? "session " + c.session : "");
+  c.on("gap", (g, sub) => {
     if (sub && sub === trySub) tryLog("gap", `${g.topic} ${g.partition}`, `gap: offsets ${g.from}–${g.to - 1} not delivered (${g.reason})`);
   });
-  client.on("reset", (e) => {
+  c.on("reset", (e) => {
     if (e.subscription === trySub) tryLog("gap", "", `could not resume ${e.pattern} after reconnecting; some records may be missing`);
   });
-  client.on("error", (err) => {
+  c.on("error", (err) => {
     if (err.subscription && err.subscription === trySub) setStatus("try-sub-status", `${err.message} (${err.code})`, "error");
   });
-  await subscribeSystem(client);
+  await subscribeSystem(c);
   await loadSnapshots();
+}
+
+async function start() {
+  for (let attempt = 0; ; attempt++) {
+    const r = await probe(memoryCred);
+    if (r.state === "ok") {
+      showInfo(r.info);
+      setAuth(memoryCred ? "signed-in" : "open");
+      return startLive();
+    }
+    if (r.state === "refused") {
+      const hadCred = !!memoryCred;
+      setCredential("");
+      setAuth("required", hadCred ? `The gateway refused the saved credential: ${r.message}.` : "");
+      return;
+    }
+    showState(attempt ? "reconnecting" : "connecting");
+    await new Promise((res) => setTimeout(res, Math.min(10000, 250 * 2 ** attempt)));
+  }
+}
+
+$("signin-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const cred = $("signin-key").value.trim();
+  if (!cred) {
+    setStatus("signin-status", "Enter the admin key or a token.", "error");
+    return;
+  }
+  $("signin-submit").disabled = true;
+  setStatus("signin-status", "Checking…");
+  try {
+    const r = await probe(cred);
+    if (r.state === "refused") {
+      setStatus("signin-status", `Wrong key or token: ${r.message}.`, "error");
+      $("signin-key").select();
+      return;
+    }
+    if (r.state !== "ok") {
+      setStatus("signin-status", "The gateway cannot be reached" + (r.message ? `: ${r.message}` : "") + ".", "error");
+      return;
+    }
+    setCredential(cred);
+    $("signin-key").value = "";
+    showInfo(r.info);
+    setAuth("signed-in");
+    startLive();
+  } finally {
+    $("signin-submit").disabled = false;
+  }
+});
+
+$("signout").addEventListener("click", () => {
+  setCredential("");
+  stopLive();
+  clearData();
+  setAuth("required");
+  addLockedNotes();
+start();
+});
+
+/** Forgets what the signed-in credential showed. */
+function clearData() {
+  for (const id of ["top-topics", "slow-consumers", "topics", "sessions", "deadletters", "tb-messages", "presence"]) fillBody(id, []);
+  $("groups").replaceChildren();
+  $("try-log").replaceChildren();
+  for (const id of ["topics-status", "groups-status", "sessions-status", "session-id"]) setText(id, "");
+  showInfo(null);
+}
+
+/**
+ * Each card gets a note shown instead of its contents while the gateway
+ * wants a sign-in, so that no list looks empty when it is only hidden.
+ */
+function addLockedNotes() {
+  for (const card of document.querySelectorAll("main .card:not(#signin)")) {
+    card.append(h("p", { className: "locked-note" }, "Unauthorized: sign in to see this."));
+  }
 }
 
 // ---- presence -----------------------------------------------------------------
@@ -1085,4 +1327,5 @@ $("presence-form").addEventListener("submit", (e) => {
   presenceTimer = setInterval(loadPresence, PRESENCE_POLL_MS);
 });
 
+addLockedNotes();
 start();
