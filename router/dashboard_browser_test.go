@@ -242,3 +242,33 @@ func TestBrowserDashboardHistoryOnLoad(t *testing.T) {
 		return Number(d.points) >= 50 && Number(d.first) < %d;
 	})()`, opened.Add(-500*time.Millisecond).UnixMilli()), "the last minutes drawn at once")
 }
+
+// TestBrowserDashboardTokenNotAdmin: a token signs in and sees what its
+// grants allow; the admin-only sessions view says it needs the admin key,
+// and is not asked again with every statistics record.
+func TestBrowserDashboardTokenNotAdmin(t *testing.T) {
+	ctx := browser(t)
+	g := newAuthWebGateway(t, 50*time.Millisecond)
+	cl := claims(nil, []string{"$sys.#"}, nil)
+	cl["sub"] = "dave"
+	if err := chromedp.Do(ctx, chromedp.Navigate(g.srv.URL+"/")); err != nil {
+		t.Fatal(err)
+	}
+	signInRequired(t, ctx)
+	signIn(t, ctx, hs256(t, cl))
+	evalUntil(t, ctx, `document.body.dataset.auth === "signed-in" && document.getElementById("conn-state").dataset.state === "open"`, "signed in with a token")
+	evalUntil(t, ctx, `document.getElementById("sessions-page").textContent.includes("admin key")`, "the sessions view asking for the admin key")
+	evalUntil(t, ctx, `Number(document.getElementById("chart-publishes").dataset.points) >= 70`, "three seconds of statistics")
+	g.mu.Lock()
+	n := 0
+	for _, u := range g.urls {
+		if strings.HasPrefix(u, "/v1/sessions") {
+			n++
+		}
+	}
+	g.mu.Unlock()
+	if n != 1 {
+		t.Errorf("GET /v1/sessions asked %d times, want once", n)
+	}
+	g.noKeyInURLs(t)
+}

@@ -492,8 +492,11 @@ const GROUPS_PAGE = 20;
  * one page at a time, however many topics or groups exist.
  */
 function pager(path, key, limit, render, ids) {
-  const p = { cursors: [""], i: 0, next: "", loading: false, again: false };
+  const p = { cursors: [""], i: 0, next: "", loading: false, again: false, forbidden: false };
   async function load() {
+    // A listing the credential may not read (403) is not asked again until
+    // the credential changes (reset).
+    if (p.forbidden) return;
     if (p.loading) {
       p.again = true;
       return;
@@ -517,6 +520,7 @@ function pager(path, key, limit, render, ids) {
       $(ids.next).disabled = !p.next;
       setText(ids.page, p.i || p.next ? `page ${p.i + 1}` : "");
     } catch (err) {
+      if (err.status === 403) p.forbidden = true;
       setText(ids.page, "could not load: " + apiError(err));
     } finally {
       p.loading = false;
@@ -539,7 +543,11 @@ function pager(path, key, limit, render, ids) {
       load();
     }
   });
-  return { load };
+  /** Back to the first page, for a new credential. */
+  function reset() {
+    Object.assign(p, { cursors: [""], i: 0, next: "", forbidden: false });
+  }
+  return { load, reset };
 }
 
 const topicsPager = pager("/v1/topics", "topics", TOPICS_PAGE, renderTopics, {
@@ -1163,6 +1171,7 @@ function stopLive() {
  */
 async function startLive() {
   const gen = ++liveGen;
+  for (const pg of [topicsPager, groupsPager, sessionsPager]) pg.reset();
   const opts = {};
   if (memoryCred) {
     opts.transports = ["sse"];
