@@ -1,7 +1,7 @@
 // Package web holds the files the Switchyard gateway serves to browsers: the
 // live dashboard (index.html, dashboard.js, dashboard_ui.js, dashboard.css,
-// eventstream.js), a minimal example
-// page (example.html) and the JavaScript client library (switchyard.js).
+// eventstream.js), a minimal example page (example.html) and the JavaScript
+// client library (switchyard.js).
 //
 // The files are plain ES modules and stylesheets embedded into the binary;
 // there is no build step and nothing is fetched from elsewhere. The gateway
