@@ -36,6 +36,8 @@ type conn struct {
 
 	// lean: the session asked for the lean envelope (envelope.go).
 	lean bool
+	// info is what GET /v1/sessions shows of it (sessions_api.go).
+	info sessionInfo
 
 	mu     sync.Mutex // guards the fields below
 	subs   map[subKey]*subscription
@@ -73,7 +75,7 @@ func (rt *Router) serveWS(c echo.Context) error {
 	if release == nil {
 		return nil // admitConn wrote the refusal
 	}
-	cn := &conn{rt: rt, id: newID(), who: who, lean: lean, subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription),
+	cn := &conn{rt: rt, id: newID(), who: who, lean: lean, info: newSessionInfo(c, "ws", who), subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription),
 		pipe: newPubPipe(rt.opts.PublishPipeline, rt.opts.PublishPipelineBytes)}
 	if rt.opts.PublishRate > 0 {
 		cn.limiter = rate.NewLimiter(rate.Limit(rt.opts.PublishRate), rt.opts.PublishBurst)

@@ -124,7 +124,7 @@ func (rt *Router) serveSSE(c echo.Context) error {
 		return nil // admitConn wrote the refusal
 	}
 
-	cn := &conn{rt: rt, id: newID(), who: who, subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription)}
+	cn := &conn{rt: rt, id: newID(), who: who, info: newSessionInfo(c, "sse", who), subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription)}
 	if rt.opts.PublishRate > 0 {
 		cn.limiter = rate.NewLimiter(rate.Limit(rt.opts.PublishRate), rt.opts.PublishBurst)
 	}

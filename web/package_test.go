@@ -34,15 +34,38 @@ func exportsOf(t *testing.T, path string, re *regexp.Regexp) []string {
 	return slices.Compact(names)
 }
 
+// testOnlyExports are the helpers switchyard.js exports for its own tests;
+// they are not the package's API, and switchyard.d.ts must not export them.
+var testOnlyExports = []string{"AsyncQueue", "RecentSet", "backoffDelay", "buildURL", "splitFrame"}
+
 // TestDeclarationsCoverExports checks that switchyard.d.ts declares every
-// value switchyard.js exports, and nothing it does not.
+// value of the public API switchyard.js exports, nothing it does not, and
+// none of the helpers it exports for its tests.
 func TestDeclarationsCoverExports(t *testing.T) {
 	js := exportsOf(t, filepath.Join("static", "switchyard.js"), jsExport)
 	dts := exportsOf(t, "switchyard.d.ts", dtsExport)
 	if len(js) == 0 {
 		t.Fatal("found no exports in switchyard.js")
 	}
+	b, err := os.ReadFile("switchyard.d.ts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^export \{\};$`).Match(b) {
+		t.Error("switchyard.d.ts lacks `export {};`: without it every top-level declaration is exported")
+	}
+	for _, name := range testOnlyExports {
+		if !slices.Contains(js, name) {
+			t.Errorf("switchyard.js no longer exports %s: drop it from testOnlyExports", name)
+		}
+		if slices.Contains(dts, name) || regexp.MustCompile(`(?m)^export .*\b`+name+`\b`).Match(b) {
+			t.Errorf("switchyard.d.ts exports %s, a helper for tests, not the API", name)
+		}
+	}
 	for _, name := range js {
+		if slices.Contains(testOnlyExports, name) {
+			continue
+		}
 		if !slices.Contains(dts, name) {
 			t.Errorf("switchyard.js exports %s but switchyard.d.ts does not declare it", name)
 		}
@@ -143,10 +166,13 @@ func tryRun(ctx context.Context, dir, name string, args ...string) (string, erro
 }
 
 // TestPackageInViteApp packs the client with npm, installs the tarball into
-// a copy of testdata/vite-app (a fresh Vite project whose only dev
-// dependencies are vite and typescript, pinned by its package-lock.json),
-// type-checks the app's typed usage of the whole API with tsc --noEmit,
-// builds it with vite and imports the package from Node. It needs npm and
+// a copy of testdata/vite-app (a fresh Vite project whose dev dependencies,
+// vite, typescript, ws, @types/ws and @types/node, are pinned by its
+// package-lock.json), type-checks the app's typed usage of the whole API
+// with tsc --noEmit under strict, type-checks the README's Node example
+// (node/example.ts: connect(url, { WebSocket }) with the ws package) under
+// strict with tsconfig.node.json, builds the app with vite and imports the
+// package from Node. It needs npm and
 // the npm registry (or npm's cache); it skips when npm is missing and with
 // -short.
 func TestPackageInViteApp(t *testing.T) {
@@ -213,6 +239,7 @@ func TestPackageInViteApp(t *testing.T) {
 	}
 	run(t, ctx, app, npmPath, append([]string{"install", "--no-save", "--prefer-offline", filepath.Join(tmp, packed[0].Filename)}, quiet...)...)
 	run(t, ctx, app, filepath.Join(app, "node_modules", ".bin", "tsc"), "--noEmit", "-p", ".")
+	run(t, ctx, app, filepath.Join(app, "node_modules", ".bin", "tsc"), "-p", "tsconfig.node.json")
 	run(t, ctx, app, filepath.Join(app, "node_modules", ".bin", "vite"), "build", "--logLevel", "warn")
 
 	assets, err := filepath.Glob(filepath.Join(app, "dist", "assets", "*.js"))

@@ -1,7 +1,11 @@
 // Type declarations for the Switchyard JavaScript client
 // (web/static/switchyard.js, published as @switchyard/client). They describe
-// the module's whole public API; web/testdata/vite-app/src/usage.ts uses
-// every part of it and is checked with `tsc --noEmit`.
+// the module's public API, and only it: the helpers switchyard.js also
+// exports for its own tests (splitFrame, backoffDelay, buildURL, RecentSet,
+// AsyncQueue) are not part of it. web/testdata/vite-app/src/usage.ts uses
+// every part of it and is checked with `tsc --noEmit` under `strict`, and
+// web/testdata/vite-app/node/example.ts checks the README's Node example
+// with the `ws` package.
 
 /** Any JSON value: what `data` of a record may hold. */
 export type JSONValue = string | number | boolean | null | JSONValue[] | { [key: string]: JSONValue };
@@ -71,43 +75,6 @@ export declare class SwitchyardError extends Error {
   line?: string;
   /** What caused it: a handler's exception, an AbortSignal's reason. */
   cause?: unknown;
-}
-
-/** Splits one server text frame into its JSON objects; a bad line becomes a SwitchyardError in its place. */
-export declare function splitFrame(text: string): Array<Record<string, unknown> | SwitchyardError>;
-
-/** The delay before reconnect attempt `attempt` (0-based): capped exponential backoff with equal jitter. */
-export declare function backoffDelay(attempt: number, minMs: number, maxMs: number, random?: () => number): number;
-
-/** Builds the WebSocket URL: resolves relative URLs, maps http(s) to ws(s), adds `token`. */
-export declare function buildURL(url: string, token?: string): string;
-
-/** A bounded map that forgets its oldest entries first. */
-export declare class RecentSet<V = unknown> {
-  constructor(limit: number);
-  readonly limit: number;
-  has(key: string): boolean;
-  get(key: string): V | undefined;
-  set(key: string, value?: V): void;
-  delete(key: string): void;
-  readonly size: number;
-}
-
-/** A bounded queue read by async iteration. */
-export declare class AsyncQueue<T> implements AsyncIterableIterator<T> {
-  constructor(limit: number, opts?: { dropOldest?: boolean; onReturn?: () => void });
-  readonly limit: number;
-  /** Values waiting to be read. */
-  readonly size: number;
-  /** Whether end() or return() was called. */
-  readonly done: boolean;
-  /** Adds a value; false when full (unless dropOldest) or ended. */
-  push(value: T): boolean;
-  /** Ends the iteration after the buffered values, throwing err to the reader when given. */
-  end(err?: Error): void;
-  next(): Promise<IteratorResult<T, undefined>>;
-  return(): Promise<IteratorResult<T, undefined>>;
-  [Symbol.asyncIterator](): AsyncQueue<T>;
 }
 
 /** A position in one partition of a topic: the last offset seen there. */
@@ -302,24 +269,47 @@ export interface ConnectOptions {
    * `POST /v1/publish`; groups, refresh and presence are `unsupported`.
    */
   transports?: Array<"websocket" | "sse">;
-  /** EventSource constructor for the SSE transport. */
-  EventSource?: new (url: string) => EventSource;
-  /** fetch for publishing over the SSE transport. */
-  fetch?: typeof fetch;
+  /** EventSource constructor for the SSE transport; default `globalThis.EventSource`. */
+  EventSource?: EventSourceConstructor;
+  /** fetch for publishing over the SSE transport; default `globalThis.fetch`. */
+  fetch?: FetchLike;
   /** The client's lifetime: a pending connect rejects with `aborted`, an open client closes. */
   signal?: AbortSignal;
 }
+
+/**
+ * An event handler property that any implementation's handler fits: the
+ * client assigns its own handler and reads only the fields named here, so
+ * the parameter is checked bivariantly, as a method's is (the `ws`
+ * package's handlers take its richer event types).
+ */
+type HandlerSlot<E> = { bivarianceHack(ev: E): void }["bivarianceHack"] | null;
 
 /** What the client needs of a WebSocket implementation (the browser's, or e.g. the `ws` package's). */
 export interface WebSocketLike {
   readonly readyState: number;
   send(data: string): void;
   close(code?: number, reason?: string): void;
-  onmessage: ((ev: { data: unknown }) => void) | null;
-  onclose: ((ev: { code?: number; reason?: string }) => void) | null;
-  onerror: ((ev: unknown) => void) | null;
+  onmessage: HandlerSlot<{ data: unknown }>;
+  onclose: HandlerSlot<{ code?: number; reason?: string }>;
+  onerror: HandlerSlot<unknown>;
 }
 export type WebSocketConstructor = new (url: string) => WebSocketLike;
+
+/** What the SSE transport needs of an EventSource implementation (the browser's, or a polyfill). */
+export interface EventSourceLike {
+  readonly readyState: number;
+  onmessage: HandlerSlot<{ data: string; lastEventId: string }>;
+  addEventListener(type: string, listener: (ev: { data?: unknown }) => void): void;
+  close(): void;
+}
+export type EventSourceConstructor = new (url: string) => EventSourceLike;
+
+/** What the SSE transport needs of fetch, to publish. */
+export type FetchLike = (
+  url: string,
+  init: { method: string; headers: Record<string, string>; body: string },
+) => Promise<{ ok: boolean; status: number; json(): Promise<unknown> }>;
 
 export type ClientState = "connecting" | "open" | "reconnecting" | "closed";
 
@@ -342,12 +332,21 @@ export interface ResetEvent {
   epoch: string;
 }
 
+/** The `topic_deleted` frame: a topic matched by `pattern` was deleted. */
+export interface TopicDeleted {
+  op: "topic_deleted";
+  pattern: string;
+  topic: string;
+}
+
 /** Listener signatures of {@link Client.on}. */
 export interface ClientEvents {
   open: (welcome: Welcome) => void;
   close: (ev: CloseEvent) => void;
   reconnect: (ev: { attempt: number; delayMs: number }) => void;
   gap: (gap: Gap, subscription: Subscription | undefined) => void;
+  /** A topic the subscription matched was deleted; the subscription stays open. */
+  topic_deleted: (ev: TopicDeleted, subscription: Subscription | undefined) => void;
   reset: (ev: ResetEvent) => void;
   error: (err: SwitchyardError) => void;
   state: (state: ClientState) => void;
@@ -447,5 +446,13 @@ export declare class Client {
   close(): void;
 }
 
-/** Connects to a gateway; resolves once the server's `welcome` arrives. */
+/**
+ * Connects to a gateway; resolves once the server's `welcome` arrives. `url`
+ * follows the Go client's rule: `ws://`, `wss://`, `http://` or `https://`
+ * (mapped to ws(s)), or a path resolved against the page; an empty path or
+ * `/` means `/v1/ws`. Any other URL rejects with `bad_request`.
+ */
 export declare function connect(url: string, options?: ConnectOptions): Promise<Client>;
+
+// Only the declarations marked export above are the package's API.
+export {};

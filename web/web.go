@@ -1,6 +1,7 @@
 // Package web holds the files the Switchyard gateway serves to browsers: the
-// live dashboard (index.html, dashboard.js, dashboard.css), a minimal example
-// page (example.html) and the JavaScript client library (switchyard.js).
+// live dashboard (index.html, dashboard.js, dashboard_ui.js, dashboard.css,
+// eventstream.js), a minimal example page (example.html) and the JavaScript
+// client library (switchyard.js).
 //
 // The files are plain ES modules and stylesheets embedded into the binary;
 // there is no build step and nothing is fetched from elsewhere. The gateway
@@ -30,7 +31,8 @@ import (
 var static embed.FS
 
 // FS returns the served files, rooted at the static directory: "index.html",
-// "dashboard.js", "dashboard.css", "example.html" and "switchyard.js".
+// "dashboard.js", "dashboard_ui.js", "dashboard.css", "eventstream.js",
+// "example.html" and "switchyard.js".
 func FS() fs.FS {
 	sub, err := fs.Sub(static, "static")
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 )
 
 func TestFSServesTheFiles(t *testing.T) {
-	for _, name := range []string{"index.html", "dashboard.js", "dashboard.css", "example.html", "switchyard.js"} {
+	for _, name := range []string{"index.html", "dashboard.js", "dashboard_ui.js", "dashboard.css", "eventstream.js", "example.html", "switchyard.js"} {
 		t.Run(name, func(t *testing.T) {
 			b, err := fs.ReadFile(FS(), name)
 			if err != nil {
@@ -39,7 +39,10 @@ func TestDashboardIDs(t *testing.T) {
 		}
 	}
 	for _, id := range []string{
-		"conn-state", "stat-uptime", "stat-connections", "stat-subs-plain", "stat-subs-group",
+		"conn-state", "signin", "signin-form", "signin-key", "signin-submit", "signin-status", "signout",
+		"info-node", "info-version", "info-engine", "info-epoch",
+		"sessions", "sessions-prev", "sessions-next", "sessions-page", "sessions-status", "sessions-empty",
+		"stat-uptime", "stat-connections", "stat-subs-plain", "stat-subs-group",
 		"rate-publishes", "rate-deliveries", "rate-drops",
 		"chart-publishes", "chart-deliveries", "chart-drops",
 		"top-topics", "slow-consumers", "topics", "groups",

@@ -1,154 +1,92 @@
-// The Switchyard dashboard: live gateway statistics from the $sys topics,
-// topics and consumer groups paged from the HTTP API (refreshed when the
-// $sys.topics and $sys.groups summaries arrive), dead letters, a topic
-// browser and a try-it panel.
+// The Switchyard dashboard: sign-in when the gateway needs a credential,
+// live gateway statistics from the $sys topics (the last three minutes
+// replayed on load), topics, consumer groups and the node's sessions paged
+// from the HTTP API (refreshed when the $sys summaries arrive), dead
+// letters, a topic browser and a try-it panel. Helpers and the rate chart
+// are in dashboard_ui.js, the credential-carrying event stream in
+// eventstream.js.
 //
 // Everything inserted into the page goes through textContent or DOM
 // properties, never parsed as HTML, because topic names, keys, headers and
 // payloads are user data.
 
 import { connect } from "./switchyard.js";
+import { headerEventSource } from "./eventstream.js";
+import {
+  $,
+  CHART_WINDOW_MS,
+  RateChart,
+  bar,
+  dataCell,
+  fillBody,
+  fmtBytes,
+  fmtDateTime,
+  fmtDuration,
+  fmtInt,
+  fmtRate,
+  fmtShort,
+  fmtTime,
+  h,
+  json,
+  setStatus,
+  setText,
+} from "./dashboard_ui.js";
 
-const params = new URLSearchParams(location.search);
-const TOKEN = params.get("token") || "";
-const ADMIN_KEY = params.get("admin_key") || "";
 const WS_URL = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/v1/ws";
-const CHART_WINDOW_MS = 3 * 60 * 1000;
 const TRY_LOG_MAX = 200;
 const PAGE = 50;
+const SESSIONS_PAGE = 25;
+
+// ---- credential --------------------------------------------------------------
+
+// The admin key or token typed into the sign-in form lives in
+// sessionStorage (this tab only, gone when it closes) and travels only in
+// Authorization headers: never in a URL, where histories, proxies and access
+// logs would keep it. A credential left in the URL by an old link is
+// removed from the address bar unused.
+const CRED_KEY = "switchyard.credential";
+
+function credential() {
+  try {
+    return sessionStorage.getItem(CRED_KEY) || "";
+  } catch {
+    return "";
+  }
+}
+
+function setCredential(v) {
+  try {
+    if (v) sessionStorage.setItem(CRED_KEY, v);
+    else sessionStorage.removeItem(CRED_KEY);
+  } catch {
+    /* storage disabled: the credential lasts until the page is left */
+  }
+  memoryCred = v;
+}
+let memoryCred = credential();
+
+function authHeaders() {
+  return memoryCred ? { Authorization: "Bearer " + memoryCred } : {};
+}
+
+{
+  const params = new URLSearchParams(location.search);
+  if (params.has("token") || params.has("admin_key")) {
+    params.delete("token");
+    params.delete("admin_key");
+    const q = params.toString();
+    history.replaceState(null, "", location.pathname + (q ? "?" + q : "") + location.hash);
+  }
+}
 
 /** @type {import("./switchyard.js").Client | null} */
 let client = null;
-
-// ---- small DOM and formatting helpers --------------------------------------
-
-const $ = (id) => document.getElementById(id);
-
-/**
- * Creates an element. props are assigned as properties (className, title,
- * type, checked, ...) except "dataset"; children are nodes or strings, and
- * strings become text nodes.
- */
-function h(tag, props, ...children) {
-  const el = document.createElement(tag);
-  if (props) {
-    for (const [k, v] of Object.entries(props)) {
-      if (v === undefined || v === null) continue;
-      if (k === "dataset") Object.assign(el.dataset, v);
-      else if (k === "style") Object.assign(el.style, v);
-      else el[k] = v;
-    }
-  }
-  for (const c of children.flat(Infinity)) {
-    if (c === undefined || c === null || c === false) continue;
-    el.append(c instanceof Node ? c : String(c));
-  }
-  return el;
-}
-
-function setText(id, text) {
-  const el = $(id);
-  if (el && el.textContent !== text) el.textContent = text;
-}
-
-function setStatus(id, text, kind = "") {
-  const el = $(id);
-  el.textContent = text || "";
-  el.className = "status" + (kind ? " " + kind : "");
-}
-
-const intFmt = new Intl.NumberFormat();
-function fmtInt(n) {
-  return typeof n === "number" && isFinite(n) ? intFmt.format(Math.round(n)) : "–";
-}
-
-/** A rate as plain digits (no grouping) so that tests can parse it. */
-function fmtRate(v) {
-  if (typeof v !== "number" || !isFinite(v)) return "0";
-  if (Math.abs(v) >= 100) return String(Math.round(v));
-  return String(Math.round(v * 10) / 10);
-}
-
-/** A rate for people: 1.2k, 3.4M. */
-function fmtShort(v) {
-  const a = Math.abs(v);
-  if (a >= 1e9) return (v / 1e9).toFixed(a >= 1e10 ? 0 : 1) + "G";
-  if (a >= 1e6) return (v / 1e6).toFixed(a >= 1e7 ? 0 : 1) + "M";
-  if (a >= 1e3) return (v / 1e3).toFixed(a >= 1e4 ? 0 : 1) + "k";
-  if (a >= 10 || v === 0) return String(Math.round(v));
-  return v.toFixed(1);
-}
-
-function fmtBytes(v) {
-  if (typeof v !== "number" || !isFinite(v)) return "–";
-  const units = ["B", "KB", "MB", "GB", "TB"];
-  let i = 0;
-  while (v >= 1000 && i < units.length - 1) {
-    v /= 1000;
-    i++;
-  }
-  return (i === 0 ? String(Math.round(v)) : v.toFixed(v >= 100 ? 0 : 1)) + " " + units[i] + "/s";
-}
-
-function fmtDuration(s) {
-  if (typeof s !== "number" || !isFinite(s)) return "–";
-  s = Math.floor(s);
-  const d = Math.floor(s / 86400);
-  const hh = Math.floor((s % 86400) / 3600);
-  const m = Math.floor((s % 3600) / 60);
-  const sec = s % 60;
-  if (d) return `${d}d ${hh}h`;
-  if (hh) return `${hh}h ${m}m`;
-  if (m) return `${m}m ${sec}s`;
-  return `${sec}s`;
-}
-
-function fmtTime(t) {
-  const d = new Date(t);
-  if (isNaN(d)) return String(t ?? "");
-  return d.toLocaleTimeString(undefined, { hour12: false }) + "." + String(d.getMilliseconds()).padStart(3, "0");
-}
-
-function fmtDateTime(t) {
-  const d = new Date(t);
-  if (isNaN(d)) return String(t ?? "");
-  return d.toLocaleString(undefined, { hour12: false });
-}
-
-function json(v) {
-  try {
-    const s = JSON.stringify(v);
-    return s === undefined ? String(v) : s;
-  } catch {
-    return String(v);
-  }
-}
-
-/** A table cell whose long JSON content expands on click. */
-function dataCell(value) {
-  const text = json(value);
-  const td = h("td", { className: "mono clip", title: text.length > 80 ? "click to expand" : "" }, text);
-  td.addEventListener("click", () => {
-    const open = td.classList.toggle("wrap");
-    td.classList.toggle("clip", !open);
-    td.textContent = open ? JSON.stringify(value, null, 2) : text;
-  });
-  return td;
-}
-
-function fillBody(table, rows, emptyId) {
-  const tbody = $(table).tBodies[0];
-  tbody.replaceChildren(...rows);
-  if (emptyId) $(emptyId).hidden = rows.length > 0;
-}
 
 // ---- HTTP API ----------------------------------------------------------------
 
 /** Calls the gateway's HTTP API; rejects with an Error carrying .code and .status. */
 async function api(path, { method = "GET", body } = {}) {
-  const headers = { Accept: "application/json" };
-  if (ADMIN_KEY) headers.Authorization = "Bearer " + ADMIN_KEY;
-  else if (TOKEN) headers.Authorization = "Bearer " + TOKEN;
+  const headers = { Accept: "application/json", ...authHeaders() };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   let data = null;
@@ -164,194 +102,16 @@ async function api(path, { method = "GET", body } = {}) {
     const err = new Error((data && data.message) || `${res.status} ${res.statusText}`);
     err.code = (data && data.code) || "http_" + res.status;
     err.status = res.status;
+    if (res.status === 401) signedOut(err.message);
     throw err;
   }
   return data;
 }
 
 function apiError(err) {
-  if (err.status === 401 || err.status === 403) {
-    return `${err.message} (${err.code}). Add ?admin_key=… to the page URL.`;
-  }
+  if (err.status === 401) return `${err.message} (${err.code}): sign in.`;
+  if (err.status === 403) return `${err.message} (${err.code}): sign in with the admin key to see this.`;
   return `${err.message}${err.code ? ` (${err.code})` : ""}`;
-}
-
-// ---- rate charts -------------------------------------------------------------
-
-/**
- * A rolling line chart on a canvas: HiDPI-aware (draws at devicePixelRatio),
- * redrawn when its box is resized, when the color scheme changes and once a
- * second so that it scrolls even when no data arrives.
- */
-class RateChart {
-  constructor(canvas, series) {
-    this.canvas = canvas;
-    this.series = series;
-    /** @type {Array<{t: number, v: number}>} server time (ms) and value */
-    this.points = [];
-    this.skew = 0; // local clock minus server clock
-    this.hoverX = null;
-    this.colors = null;
-    new ResizeObserver(() => this.draw()).observe(canvas);
-    canvas.addEventListener("mousemove", (e) => {
-      this.hoverX = e.offsetX;
-      this.draw();
-    });
-    canvas.addEventListener("mouseleave", () => {
-      this.hoverX = null;
-      this.draw();
-    });
-  }
-
-  push(t, v) {
-    if (!isFinite(t)) t = Date.now();
-    const last = this.points[this.points.length - 1];
-    if (last && t <= last.t) {
-      if (t === last.t) last.v = v;
-      return; // a replayed or out-of-order sample
-    }
-    this.points.push({ t, v });
-    this.skew = Date.now() - t;
-    const cutoff = t - CHART_WINDOW_MS - 5000;
-    while (this.points.length && this.points[0].t < cutoff) this.points.shift();
-    this.draw();
-  }
-
-  readColors() {
-    const cs = getComputedStyle(document.documentElement);
-    const get = (n) => cs.getPropertyValue(n).trim();
-    this.colors = {
-      line: get("--chart-" + this.series) || "#3b6fd8",
-      grid: get("--chart-grid") || "#e9ecf0",
-      text: get("--chart-text") || "#8a93a2",
-      font: "11px " + getComputedStyle(document.body).fontFamily,
-    };
-  }
-
-  draw() {
-    const c = this.canvas;
-    const w = c.clientWidth;
-    const hgt = c.clientHeight;
-    if (!w || !hgt) return;
-    const dpr = window.devicePixelRatio || 1;
-    const pw = Math.round(w * dpr);
-    const ph = Math.round(hgt * dpr);
-    if (c.width !== pw || c.height !== ph) {
-      c.width = pw;
-      c.height = ph;
-    }
-    if (!this.colors) this.readColors();
-    const col = this.colors;
-    const ctx = c.getContext("2d");
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.clearRect(0, 0, w, hgt);
-
-    const left = 34;
-    const right = 4;
-    const top = 6;
-    const bottom = 16;
-    const cw = w - left - right;
-    const ch = hgt - top - bottom;
-    const now = Date.now() - this.skew;
-    const t0 = now - CHART_WINDOW_MS;
-    const visible = this.points.filter((p) => p.t >= t0 - 2000);
-    const max = niceCeil(Math.max(1, ...visible.map((p) => p.v)) * 1.1);
-    const x = (t) => left + ((t - t0) / CHART_WINDOW_MS) * cw;
-    const y = (v) => top + ch - (v / max) * ch;
-
-    // Grid and labels.
-    ctx.font = col.font;
-    ctx.lineWidth = 1;
-    ctx.strokeStyle = col.grid;
-    ctx.fillStyle = col.text;
-    ctx.textAlign = "right";
-    ctx.textBaseline = "middle";
-    for (const v of [0, max / 2, max]) {
-      const yy = Math.round(y(v)) + 0.5;
-      ctx.beginPath();
-      ctx.moveTo(left, yy);
-      ctx.lineTo(w - right, yy);
-      ctx.stroke();
-      ctx.fillText(fmtShort(v), left - 6, yy);
-    }
-    ctx.textBaseline = "alphabetic";
-    ctx.textAlign = "center";
-    for (let m = 0; m <= CHART_WINDOW_MS / 60000; m++) {
-      const xx = x(now - m * 60000);
-      ctx.textAlign = m === 0 ? "right" : "center";
-      ctx.fillText(m === 0 ? "now" : `-${m}m`, xx, hgt - 3);
-    }
-
-    if (visible.length === 0) return;
-
-    // Clip to the plot area; split the line where samples are missing.
-    ctx.save();
-    ctx.beginPath();
-    ctx.rect(left, 0, cw, hgt - bottom);
-    ctx.clip();
-    const runs = [];
-    let run = [];
-    for (const p of visible) {
-      if (run.length && p.t - run[run.length - 1].t > 3500) {
-        runs.push(run);
-        run = [];
-      }
-      run.push(p);
-    }
-    runs.push(run);
-    ctx.lineJoin = "round";
-    for (const r of runs) {
-      ctx.beginPath();
-      r.forEach((p, i) => (i ? ctx.lineTo(x(p.t), y(p.v)) : ctx.moveTo(x(p.t), y(p.v))));
-      ctx.strokeStyle = col.line;
-      ctx.lineWidth = 1.6;
-      ctx.stroke();
-      ctx.lineTo(x(r[r.length - 1].t), y(0));
-      ctx.lineTo(x(r[0].t), y(0));
-      ctx.closePath();
-      ctx.globalAlpha = 0.12;
-      ctx.fillStyle = col.line;
-      ctx.fill();
-      ctx.globalAlpha = 1;
-    }
-    ctx.restore();
-
-    // Hover readout: the sample nearest the pointer.
-    if (this.hoverX !== null && this.hoverX >= left) {
-      let best = null;
-      for (const p of visible) {
-        if (!best || Math.abs(x(p.t) - this.hoverX) < Math.abs(x(best.t) - this.hoverX)) best = p;
-      }
-      if (best) {
-        const bx = x(best.t);
-        const by = y(best.v);
-        ctx.strokeStyle = col.text;
-        ctx.lineWidth = 1;
-        ctx.beginPath();
-        ctx.moveTo(Math.round(bx) + 0.5, top);
-        ctx.lineTo(Math.round(bx) + 0.5, top + ch);
-        ctx.stroke();
-        ctx.fillStyle = col.line;
-        ctx.beginPath();
-        ctx.arc(bx, by, 3, 0, Math.PI * 2);
-        ctx.fill();
-        const label = `${fmtRate(best.v)}/s · ${fmtTime(best.t)}`;
-        ctx.font = col.font;
-        const tw = ctx.measureText(label).width;
-        const lx = Math.min(Math.max(bx + 8, left), w - right - tw);
-        ctx.fillStyle = col.text;
-        ctx.textAlign = "left";
-        ctx.fillText(label, lx, top + 10);
-      }
-    }
-  }
-}
-
-/** The smallest 1, 2 or 5 times a power of ten that is at least v. */
-function niceCeil(v) {
-  const p = Math.pow(10, Math.floor(Math.log10(v)));
-  for (const m of [1, 2, 5, 10]) if (m * p >= v) return m * p;
-  return 10 * p;
 }
 
 const charts = {};
@@ -397,6 +157,11 @@ function onStats(d) {
     lastDeadLetters = tot.dead_letters;
   }
 
+  if (Date.now() - sessionsLoadedAt > 2000 && Date.now() - t < 5000) {
+    sessionsLoadedAt = Date.now();
+    sessionsPager.load();
+  }
+
   const top = Array.isArray(d.top_topics) ? d.top_topics : [];
   const topMax = Math.max(1e-9, ...top.map((x) => Number(x.publishes_per_s) || 0));
   fillBody(
@@ -423,11 +188,6 @@ function onStats(d) {
   );
 }
 
-function bar(fraction, extra = "") {
-  const f = Math.max(0, Math.min(1, fraction || 0));
-  return h("div", { className: "bar " + extra }, h("span", { style: { width: (f * 100).toFixed(1) + "%" } }));
-}
-
 // ---- topics ------------------------------------------------------------------
 
 /** @type {Map<string, object>} */
@@ -445,8 +205,11 @@ const GROUPS_PAGE = 20;
  * one page at a time, however many topics or groups exist.
  */
 function pager(path, key, limit, render, ids) {
-  const p = { cursors: [""], i: 0, next: "", loading: false, again: false };
+  const p = { cursors: [""], i: 0, next: "", loading: false, again: false, forbidden: false };
   async function load() {
+    // A listing the credential may not read (403) is not asked again until
+    // the credential changes (reset).
+    if (p.forbidden) return;
     if (p.loading) {
       p.again = true;
       return;
@@ -470,6 +233,7 @@ function pager(path, key, limit, render, ids) {
       $(ids.next).disabled = !p.next;
       setText(ids.page, p.i || p.next ? `page ${p.i + 1}` : "");
     } catch (err) {
+      if (err.status === 403) p.forbidden = true;
       setText(ids.page, "could not load: " + apiError(err));
     } finally {
       p.loading = false;
@@ -492,7 +256,11 @@ function pager(path, key, limit, render, ids) {
       load();
     }
   });
-  return { load };
+  /** Back to the first page, for a new credential. */
+  function reset() {
+    Object.assign(p, { cursors: [""], i: 0, next: "", forbidden: false });
+  }
+  return { load, reset };
 }
 
 const topicsPager = pager("/v1/topics", "topics", TOPICS_PAGE, renderTopics, {
@@ -505,6 +273,39 @@ const groupsPager = pager("/v1/groups", "groups", GROUPS_PAGE, renderGroups, {
   next: "groups-next",
   page: "groups-page",
 });
+
+const sessionsPager = pager("/v1/sessions", "sessions", SESSIONS_PAGE, renderSessions, {
+  prev: "sessions-prev",
+  next: "sessions-next",
+  page: "sessions-page",
+});
+
+/** The sessions of the node (GET /v1/sessions, admin), refreshed with $sys.stats. */
+function renderSessions(list) {
+  const now = Date.now();
+  fillBody(
+    "sessions",
+    list.map((x) =>
+      h(
+        "tr",
+        { dataset: { id: String(x.id) } },
+        h("td", { className: "mono" }, x.id ?? ""),
+        h("td", null, x.transport ?? ""),
+        h("td", { className: "mono" }, x.remote ?? ""),
+        h("td", null, x.user ?? "–"),
+        h("td", { className: "num" }, fmtInt(x.subscriptions)),
+        h("td", { className: "num" }, fmtInt(x.queued)),
+        h("td", { className: "num" + (Number(x.drops) > 0 ? " bad" : "") }, fmtInt(x.drops)),
+        h("td", { className: "num", title: fmtDateTime(x.since) }, fmtDuration((now - Date.parse(x.since)) / 1000)),
+        h("td", { className: "mono" }, x.node ?? ""),
+      ),
+    ),
+    "sessions-empty",
+  );
+  setText("sessions-status", "updated " + new Date().toLocaleTimeString(undefined, { hour12: false }));
+}
+
+let sessionsLoadedAt = 0;
 
 /** $sys.topics is a summary (counts, busiest, what changed): show the totals and refresh the page shown. */
 function onTopicsSummary(d) {
@@ -522,7 +323,8 @@ function onGroupsSummary(d) {
 function renderTopics(list) {
   topics.clear();
   for (const t of list) if (t && typeof t.name === "string") topics.set(t.name, t);
-  const names = Array.from(topics.keys()).sort();
+  // System topics ($sys.…) after the application's own.
+  const names = Array.from(topics.keys()).sort((a, b) => Number(a.startsWith("$")) - Number(b.startsWith("$")) || (a < b ? -1 : a > b ? 1 : 0));
   fillBody(
     "topics",
     names.map((n) => {
@@ -984,7 +786,7 @@ $("try-pub-form").addEventListener("submit", async (e) => {
   }
 });
 
-// ---- connection --------------------------------------------------------------
+// ---- connection ----------------------------------------------------------------
 
 function showState(state) {
   const el = $("conn-state");
@@ -993,14 +795,17 @@ function showState(state) {
 }
 
 async function subscribeSystem(c) {
+  // $sys.stats keeps the last ten minutes: the charts start with the last
+  // three at once, then go on live.
+  const since = new Date(Date.now() - CHART_WINDOW_MS).toISOString();
   const subs = [
-    ["$sys.stats", (m) => onStats(m.data)],
-    ["$sys.topics", (m) => onTopicsSummary(m.data)],
-    ["$sys.groups", (m) => onGroupsSummary(m.data)],
+    ["$sys.stats", (m) => onStats(m.data), { from: { time: since } }],
+    ["$sys.topics", (m) => onTopicsSummary(m.data), {}],
+    ["$sys.groups", (m) => onGroupsSummary(m.data), {}],
   ];
-  for (const [pattern, fn] of subs) {
+  for (const [pattern, fn, opts] of subs) {
     try {
-      await c.subscribe(pattern, fn);
+      await c.subscribe(pattern, fn, opts);
     } catch (err) {
       setText("groups-status", `cannot subscribe to ${pattern}: ${err.message}`);
     }
@@ -1010,17 +815,91 @@ async function subscribeSystem(c) {
 async function loadSnapshots() {
   await topicsPager.load();
   await groupsPager.load();
+  await sessionsPager.load();
   await loadDeadLetters();
   if ($("tb-topic").value) browse("newest");
 }
 
-async function start() {
+/** Which gateway this is: GET /v1/info. */
+function showInfo(d) {
+  setText("info-version", d?.version || "–");
+  setText("info-engine", d?.engine || "–");
+  setText("info-epoch", d?.epoch || "–");
+  setText("info-node", d?.node || "–");
+  $("info-epoch").title = d?.epoch || "";
+}
+
+/**
+ * Asks the gateway who we are with cred: "ok" (with the info shown),
+ * "refused" (401, with the gateway's message) or "unreachable".
+ */
+async function probe(cred) {
+  let res;
+  try {
+    res = await fetch("/v1/info", { headers: { Accept: "application/json", ...(cred ? { Authorization: "Bearer " + cred } : {}) }, cache: "no-store" });
+  } catch {
+    return { state: "unreachable" };
+  }
+  const data = await res.json().catch(() => null);
+  if (res.status === 401) return { state: "refused", message: data?.message || "the gateway refused the credential" };
+  if (!res.ok) return { state: "unreachable", message: data?.message || `HTTP ${res.status}` };
+  return { state: "ok", info: data };
+}
+
+/** "open" (no sign-in needed), "required" (sign in) or "signed-in". */
+function setAuth(state, message = "") {
+  document.body.dataset.auth = state;
+  $("signin").hidden = state !== "required";
+  $("signout").hidden = state !== "signed-in";
+  setStatus("signin-status", message, message ? "error" : "");
+  if (state === "required") {
+    showState("unauthorized");
+    setTimeout(() => $("signin-key").focus(), 0);
+  }
+}
+
+/** Drops the credential and the live connection: the gateway refused it. */
+function signedOut(message) {
+  if (document.body.dataset.auth === "required") return;
+  const hadCred = !!memoryCred;
+  setCredential("");
+  stopLive();
+  setAuth("required", hadCred ? `Signed out: ${message}.` : "");
+}
+
+let liveGen = 0;
+
+function stopLive() {
+  liveGen++;
+  const c = client;
+  client = null;
+  trySub = null;
+  if (c) c.close();
+}
+
+/**
+ * Opens the live connection. Without a credential it is a WebSocket;
+ * with one it is the SSE stream read through fetch, whose requests carry
+ * the credential in a header (eventstream.js), and publishes go by HTTP.
+ */
+async function startLive() {
+  const gen = ++liveGen;
+  for (const pg of [topicsPager, groupsPager, sessionsPager]) pg.reset();
+  const opts = {};
+  if (memoryCred) {
+    opts.transports = ["sse"];
+    opts.EventSource = headerEventSource(authHeaders, (status, body) => {
+      if (status === 401) signedOut(body?.message || "the gateway refused the credential");
+    });
+    opts.fetch = (url, init = {}) => fetch(url, { ...init, headers: { ...(init.headers || {}), ...authHeaders() } });
+  }
   let attempt = 0;
+  let c;
   for (;;) {
+    if (gen !== liveGen) return;
     showState(attempt ? "reconnecting" : "connecting");
     try {
-      const c = await connect(WS_URL, { token: TOKEN || undefined });
-      client = c;
+      c = await connect(WS_URL, opts);
       break;
     } catch {
       // The gateway may not be up yet: keep trying, backing off to 10 s.
@@ -1030,21 +909,106 @@ async function start() {
       await new Promise((r) => setTimeout(r, delay));
     }
   }
-  showState(client.state);
-  client.on("state", showState);
-  client.on("open", (w) => setText("session-id", "session " + (w.session ?? "")));
-  setText("session-id", "session " + (client.session ?? ""));
-  client.on("gap", (g, sub) => {
+  if (gen !== liveGen) {
+    c.close();
+    return;
+  }
+  client = c;
+  showState(c.state);
+  c.on("state", (s) => gen === liveGen && showState(s));
+  c.on("open", (w) => {
+    setText("session-id", w.session ? "session " + w.session : "");
+    probe(memoryCred).then((r) => r.state === "ok" && showInfo(r.info));
+  });
+  setText("session-id", c.session ? "session " + c.session : "");
+  c.on("gap", (g, sub) => {
     if (sub && sub === trySub) tryLog("gap", `${g.topic} ${g.partition}`, `gap: offsets ${g.from}–${g.to - 1} not delivered (${g.reason})`);
   });
-  client.on("reset", (e) => {
+  c.on("reset", (e) => {
     if (e.subscription === trySub) tryLog("gap", "", `could not resume ${e.pattern} after reconnecting; some records may be missing`);
   });
-  client.on("error", (err) => {
+  c.on("error", (err) => {
     if (err.subscription && err.subscription === trySub) setStatus("try-sub-status", `${err.message} (${err.code})`, "error");
   });
-  await subscribeSystem(client);
+  await subscribeSystem(c);
   await loadSnapshots();
+}
+
+async function start() {
+  for (let attempt = 0; ; attempt++) {
+    const r = await probe(memoryCred);
+    if (r.state === "ok") {
+      showInfo(r.info);
+      setAuth(memoryCred ? "signed-in" : "open");
+      return startLive();
+    }
+    if (r.state === "refused") {
+      const hadCred = !!memoryCred;
+      setCredential("");
+      setAuth("required", hadCred ? `The gateway refused the saved credential: ${r.message}.` : "");
+      return;
+    }
+    showState(attempt ? "reconnecting" : "connecting");
+    await new Promise((res) => setTimeout(res, Math.min(10000, 250 * 2 ** attempt)));
+  }
+}
+
+$("signin-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const cred = $("signin-key").value.trim();
+  if (!cred) {
+    setStatus("signin-status", "Enter the admin key or a token.", "error");
+    return;
+  }
+  $("signin-submit").disabled = true;
+  setStatus("signin-status", "Checking…");
+  try {
+    const r = await probe(cred);
+    if (r.state === "refused") {
+      setStatus("signin-status", `Wrong key or token: ${r.message}.`, "error");
+      $("signin-key").select();
+      return;
+    }
+    if (r.state !== "ok") {
+      setStatus("signin-status", "The gateway cannot be reached" + (r.message ? `: ${r.message}` : "") + ".", "error");
+      return;
+    }
+    setCredential(cred);
+    $("signin-key").value = "";
+    showInfo(r.info);
+    setAuth("signed-in");
+    startLive();
+  } finally {
+    $("signin-submit").disabled = false;
+  }
+});
+
+$("signout").addEventListener("click", () => {
+  setCredential("");
+  stopLive();
+  clearData();
+  setAuth("required");
+  addLockedNotes();
+start();
+});
+
+/** Forgets what the signed-in credential showed. */
+function clearData() {
+  for (const id of ["top-topics", "slow-consumers", "topics", "sessions", "deadletters", "tb-messages", "presence"]) fillBody(id, []);
+  $("groups").replaceChildren();
+  $("try-log").replaceChildren();
+  for (const id of ["topics-status", "groups-status", "sessions-status", "session-id"]) setText(id, "");
+  showInfo(null);
+}
+
+/**
+ * Each card gets a note shown instead of its contents while the gateway
+ * wants a sign-in, so that no list looks empty when it is only hidden.
+ */
+function addLockedNotes() {
+  for (const card of document.querySelectorAll("main .card:not(#signin)")) {
+    card.append(h("p", { className: "locked-note" }, "Unauthorized: sign in to see this."));
+  }
 }
 
 // ---- presence -----------------------------------------------------------------
@@ -1085,4 +1049,5 @@ $("presence-form").addEventListener("submit", (e) => {
   presenceTimer = setInterval(loadPresence, PRESENCE_POLL_MS);
 });
 
+addLockedNotes();
 start();

@@ -345,18 +345,44 @@ export class MessageStream {
 }
 
 /**
- * Builds the WebSocket URL: resolves a relative URL against the page (when
- * there is one), maps http(s) to ws(s) and adds `token` as a query parameter.
+ * The gateway's WebSocket endpoint for url, by the Go client's rule:
+ * a relative URL is resolved against the page (when there is one); the
+ * scheme must be ws, wss, http or https, and http(s) maps to ws(s); an
+ * empty path or "/" means `/v1/ws`, so `http://host:8080/` and
+ * `ws://host:8080` reach the gateway as `ws://host:8080/v1/ws` does.
+ * Throws a SwitchyardError (`bad_request`) for anything else.
+ *
+ * @param {string} url
+ * @returns {string}
+ */
+function gatewayURL(url) {
+  const base = typeof globalThis.location !== "undefined" ? globalThis.location.href : undefined;
+  let u;
+  try {
+    u = base ? new URL(url, base) : new URL(url);
+  } catch {
+    throw new SwitchyardError("bad_request", `bad url ${JSON.stringify(String(url))}: want ws://, wss://, http:// or https:// and a host, e.g. http://localhost:8080`);
+  }
+  if (u.protocol === "http:") u.protocol = "ws:";
+  if (u.protocol === "https:") u.protocol = "wss:";
+  if (u.protocol !== "ws:" && u.protocol !== "wss:") {
+    throw new SwitchyardError("bad_request", `bad url ${JSON.stringify(String(url))}: the scheme must be ws, wss, http or https`);
+  }
+  if (u.pathname === "" || u.pathname === "/") u.pathname = "/v1/ws";
+  return u.toString();
+}
+
+/**
+ * Builds the WebSocket URL: the gateway's endpoint (see gatewayURL) with
+ * `token` as a query parameter. For the client and its tests; not part of
+ * the package's API.
  *
  * @param {string} url absolute ws://, wss://, http:// or https:// URL, or a path
  * @param {string} [token] auth token (JWT), omitted when empty
  * @returns {string}
  */
 export function buildURL(url, token) {
-  const base = typeof globalThis.location !== "undefined" ? globalThis.location.href : undefined;
-  const u = base ? new URL(url, base) : new URL(url);
-  if (u.protocol === "http:") u.protocol = "ws:";
-  if (u.protocol === "https:") u.protocol = "wss:";
+  const u = new URL(gatewayURL(url));
   if (token) u.searchParams.set("token", token);
   return u.toString();
 }
@@ -418,7 +444,12 @@ function subKey(pattern, group) {
  * @returns {Promise<Client>}
  */
 export function connect(url, options = {}) {
-  const client = new Client(url, options);
+  let client;
+  try {
+    client = new Client(url, options);
+  } catch (err) {
+    return Promise.reject(err); // a bad url or no WebSocket implementation
+  }
   const signal = options.signal;
   if (signal && signal.aborted) {
     const err = abortError(signal);
@@ -557,6 +588,9 @@ export class Subscription {
  *  - `reconnect` ({attempt, delayMs}): a reconnect attempt is scheduled.
  *  - `gap` (gapFrame, subscription): the server reports offsets
  *    `[from, to)` of a partition that this subscription did not receive.
+ *  - `topic_deleted` ({op, pattern, topic}, subscription): a topic this
+ *    subscription matched was deleted; nothing more of it arrives unless it
+ *    is created again (from offset 0). The subscription stays open.
  *  - `reset` ({subscription, pattern, group, epoch}): a resubscribe could not
  *    resume from the saved positions (`recovered: false`); delivery restarts
  *    at the earliest retained record and records in between may be missing.
@@ -579,8 +613,8 @@ export class Client {
   /** @package Use {@link connect}. */
   constructor(url, options = {}) {
     const rc = options.reconnect;
-    /** @private */
-    this._url = url;
+    /** The gateway's WebSocket endpoint (see gatewayURL). @private */
+    this._url = gatewayURL(url);
     /** @private */
     this._opts = {
       token: options.getToken || options.token,
@@ -693,7 +727,7 @@ export class Client {
 
   /**
    * Registers a listener for an event (see the class description).
-   * @param {"open"|"close"|"reconnect"|"gap"|"reset"|"error"|"state"|"refresh_required"|"join"|"leave"} event
+   * @param {"open"|"close"|"reconnect"|"gap"|"topic_deleted"|"reset"|"error"|"state"|"refresh_required"|"join"|"leave"|"presence"|"transport"} event
    * @param {Function} fn
    * @returns {() => void} a function that removes the listener
    */
@@ -1014,6 +1048,8 @@ export class Client {
         return this._onMessage(f);
       case "gap":
         return this._onGap(f);
+      case "topic_deleted":
+        return this._emit("topic_deleted", f, this._subs.get(subKey(f.pattern, f.group)));
       case "refresh_required":
         return this._onRefreshRequired(f);
       case "join":

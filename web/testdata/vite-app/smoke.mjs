@@ -3,7 +3,7 @@
 import * as sy from "@switchyard/client";
 import pkg from "@switchyard/client/package.json" with { type: "json" };
 
-for (const name of ["connect", "Client", "Subscription", "MessageStream", "AsyncQueue", "SwitchyardError", "splitFrame", "backoffDelay", "buildURL", "RecentSet", "DEFAULTS"]) {
+for (const name of ["connect", "Client", "Subscription", "MessageStream", "SwitchyardError", "DEFAULTS"]) {
   if (sy[name] === undefined) throw new Error(`@switchyard/client does not export ${name}`);
 }
 console.log(`${pkg.name}@${pkg.version} ok`);

@@ -2,14 +2,9 @@
 // `tsc --noEmit` checks web/switchyard.d.ts against how callers write code.
 // It is type-checked, not run.
 import {
-  AsyncQueue,
-  backoffDelay,
-  buildURL,
   connect,
   DEFAULTS,
   MessageStream,
-  RecentSet,
-  splitFrame,
   Subscription,
   SwitchyardError,
   type Client,
@@ -21,6 +16,7 @@ import {
   type Message,
   type PublishResult,
   type Status,
+  type TopicDeleted,
   type StreamOptions,
   type SubscribeOptions,
   type Welcome,
@@ -51,6 +47,7 @@ export async function everything(url: string): Promise<void> {
   client.on("close", (ev) => console.log(ev.code, ev.reason, ev.willReconnect));
   client.on("reconnect", (ev) => console.log(ev.attempt, ev.delayMs));
   client.on("gap", (gap: Gap, sub) => console.log(gap.from, gap.to, gap.reason, sub?.pattern));
+  client.on("topic_deleted", (ev: TopicDeleted, sub) => console.log(ev.topic, ev.pattern, sub?.state));
   client.on("reset", (ev) => console.log(ev.pattern, ev.group, ev.epoch, ev.subscription.state));
   client.on("error", (err: SwitchyardError) => console.log(err.code, err.closeCode, err.subscription));
   const onState = (s: ClientState) => console.log(s);
@@ -123,19 +120,6 @@ export async function everything(url: string): Promise<void> {
 }
 
 export function helpers(): void {
-  const frames = splitFrame('{"op":"a"}\n');
-  for (const f of frames) if (f instanceof SwitchyardError) console.log(f.line);
-  const ms: number = backoffDelay(2, 250, 10000, Math.random);
-  const u: string = buildURL("http://localhost:8080/v1/ws", "token");
-  const recent = new RecentSet<string>(16);
-  recent.set("k", "acked");
-  const v: string | undefined = recent.get("k");
-  console.log(ms, u, v, recent.has("k"), recent.size, recent.limit);
-  recent.delete("k");
-  const q = new AsyncQueue<number>(8, { dropOldest: true, onReturn: () => undefined });
-  const pushed: boolean = q.push(1);
-  q.end();
-  console.log(pushed, q.size, q.done);
   const err = new SwitchyardError("timeout", "no reply", { closeCode: 1006 });
   console.log(err.code === "timeout", err.name);
 }
