@@ -15,9 +15,32 @@ package router
 // too_many_subscriptions. Unsubscribing (or the session ending) gives the
 // reservation back once the member has left its group.
 
+import (
+	"errors"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
 // reserveLeases reserves s's member window out of the session's lease
-// bounds, or refuses the subscribe.
+// bounds, and charges its group to the session's client when the join is
+// to make it (groupcount.go), or refuses the subscribe.
 func (cn *conn) reserveLeases(s *subscription) *protoError {
+	b := cn.rt.opts.Groups
+	if _, err := cn.rt.eng.Group(cn.ctx, s.group); errors.Is(err, engine.ErrUnknownGroup) {
+		if pe := cn.rt.gm.made.charge(b, s.group, cn.client, groupCost(s.group, s.pattern, s.filter), s); pe != nil {
+			return pe
+		}
+	}
+	if pe := cn.reserveWindow(s); pe != nil {
+		cn.rt.gm.made.settle(s, false)
+		return pe
+	}
+	return nil
+}
+
+// reserveWindow reserves s's member window out of the session's lease
+// bounds.
+func (cn *conn) reserveWindow(s *subscription) *protoError {
 	b := cn.rt.opts.Groups
 	q := cn.rt.opts.Session.QueueMessages
 	cn.mu.Lock()
@@ -57,9 +80,11 @@ func (cn *conn) refuseLeases(b GroupBounds) *protoError {
 		b.MaxSessionLeases, b.MaxSessionLeaseBytes)
 }
 
-// releaseLeases gives s's reservation back to its session.
+// releaseLeases gives s's reservation back to its session, once its join
+// failed or it left its group.
 func (cn *conn) releaseLeases(s *subscription) {
 	cn.mu.Lock()
+	cn.rt.gm.made.settle(s, s.member != "")
 	n, nb := s.leases, s.leaseBytes
 	s.leases, s.leaseBytes = 0, 0
 	cn.leases -= n
