@@ -83,3 +83,11 @@ func warnFrameLimit(log *slog.Logger, cfg config) {
 			"max_frame_bytes", cfg.MaxFrameBytes, "needed", need)
 	}
 }
+
+// groupBounds returns the router's bounds on consumer groups; a group's
+// default window sizes a membership's lease reservation.
+func groupBounds(cfg config) router.GroupBounds {
+	b := cfg.Groups
+	b.DefaultWindow = cfg.MaxInFlight
+	return b
+}

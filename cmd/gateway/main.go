@@ -469,7 +469,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		},
 		Bounds:               cfg.Wire.bounds(),
 		MaxSubscriptions:     cfg.MaxSubscriptions,
-		Groups:               cfg.Groups,
+		Groups:               groupBounds(cfg),
 		MaxLast:              cfg.MaxLast,
 		SSE:                  cfg.SSE,
 		Compression:          bool(cfg.Compression),
