@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/session"
 )
@@ -90,4 +91,19 @@ func groupBounds(cfg config) router.GroupBounds {
 	b := cfg.Groups
 	b.DefaultWindow = cfg.MaxInFlight
 	return b
+}
+
+// deadLetterBounds bounds the dead letters the engine keeps
+// (engine.GroupPolicy.MaxGroupDeadLetters, MaxDeadLetters,
+// MaxDeadLetterBytes).
+type deadLetterBounds struct {
+	PerGroup int
+	Count    int
+	Bytes    int64
+}
+
+func addDeadLetterFlags(fs *flag.FlagSet, b *deadLetterBounds, p engine.GroupPolicy) {
+	fs.IntVar(&b.PerGroup, "max-group-dead-letters", p.MaxGroupDeadLetters, "max_attempts dead letters kept per group until redriven; past it the group's oldest letter is dropped (switchyard_dead_letters_evicted_total) (negative: no bound)")
+	fs.IntVar(&b.Count, "max-dead-letters", p.MaxDeadLetters, "dead letters kept in all, both reasons; past it the oldest letter is dropped (negative: no bound)")
+	fs.Int64Var(&b.Bytes, "max-dead-letter-bytes", p.MaxDeadLetterBytes, "bytes of the dead letters kept in all (memory engine: data, key, headers and error; JetStream: as the stream stores them); past it the oldest letters are dropped (negative: no bound)")
 }

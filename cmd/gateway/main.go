@@ -96,6 +96,7 @@ type config struct {
 	MaxInFlight  int
 	DedupeWindow time.Duration
 	GroupIdleTTL time.Duration
+	DeadLetters  deadLetterBounds
 
 	QueueMessages        int
 	WriteDelay           time.Duration
@@ -191,6 +192,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", p.MaxInFlight, "unacked records per group, topic and partition")
 	fs.DurationVar(&cfg.DedupeWindow, "dedupe-window", p.DedupeWindow, "msg_id deduplication window")
 	fs.DurationVar(&cfg.GroupIdleTTL, "group-idle-ttl", p.IdleTTL, "delete a consumer group (and its positions) after it has had no member this long (0: keep groups)")
+	addDeadLetterFlags(fs, &cfg.DeadLetters, p)
 	fs.IntVar(&cfg.QueueMessages, "queue-messages", 1024, "outbound queue bound per session, in message frames")
 	fs.DurationVar(&cfg.WriteDelay, "write-delay", 0, "write coalescing: how long a session's writer waits for more frames before a write (0: off, write at once); replies are never held")
 	fs.IntVar(&cfg.WriteDelayFrames, "write-delay-frames", session.DefaultWriteDelayFrames, "with --write-delay: most frames per write, and the queued frames at which the writer stops waiting")
@@ -384,6 +386,10 @@ func newEngine(cfg config, emb *embeddedNATS, log *slog.Logger) (engine.Engine, 
 		MaxInFlight:  cfg.MaxInFlight,
 		DedupeWindow: cfg.DedupeWindow,
 		IdleTTL:      idleTTL(cfg.GroupIdleTTL),
+
+		MaxGroupDeadLetters: cfg.DeadLetters.PerGroup,
+		MaxDeadLetters:      cfg.DeadLetters.Count,
+		MaxDeadLetterBytes:  cfg.DeadLetters.Bytes,
 	}.WithDefaults(engine.DefaultGroupPolicy)
 	switch cfg.Engine {
 	case "memory":

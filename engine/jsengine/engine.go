@@ -212,6 +212,7 @@ type Engine struct {
 	// beforeClaimedPublish, when set (by tests), runs in an append with a
 	// MsgID once it holds its claim, before it publishes.
 	beforeClaimedPublish atomic.Pointer[func()]
+	dlb                  dlBounds // the dead-letter bounds (deadletter.go)
 }
 
 var _ engine.Engine = (*Engine)(nil)
