@@ -25,6 +25,7 @@ package router
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,8 +42,14 @@ import (
 const groupOverhead = 2 << 10
 
 // groupSweepEvery is how often the ledger asks the engine which of the
-// groups it counts still exist.
-const groupSweepEvery = time.Minute
+// groups it counts still exist, groupSweepBatch of them at a time (in
+// name order, going on from where the last sweep stopped), so that a
+// sweep costs the background loop a bounded number of lookups: with the
+// default --max-groups every group is looked at within ten minutes.
+const (
+	groupSweepEvery = time.Minute
+	groupSweepBatch = 1000
+)
 
 // groupCost is the bytes a group made with this definition is charged.
 func groupCost(group, pattern string, filter map[string]string) int64 {
@@ -72,6 +79,7 @@ type groupLedger struct {
 	by        map[string]*groupTally // by client
 	total     groupTally
 	lastSweep time.Time
+	sweptTo   string // the last group name the last sweep looked at
 }
 
 func newGroupLedger() *groupLedger {
@@ -161,8 +169,9 @@ func (l *groupLedger) settle(s *subscription, joined bool) {
 
 // sweep forgets the counted groups the engine no longer knows (expired
 // after their idle TTL, or deleted through another node), at most once
-// per groupSweepEvery unless force is set. Each lookup is bounded by
-// 5 s; a lookup that fails otherwise keeps the group counted.
+// per groupSweepEvery unless force is set, groupSweepBatch groups at a
+// time. Each lookup is bounded by 5 s; a lookup that fails otherwise
+// keeps the group counted.
 func (rt *Router) sweepGroups(now time.Time, force bool) {
 	l := rt.gm.made
 	l.mu.Lock()
@@ -171,11 +180,21 @@ func (rt *Router) sweepGroups(now time.Time, force bool) {
 		return
 	}
 	l.lastSweep = now
-	names := make([]string, 0, len(l.made))
+	var later, first []string // names after sweptTo, and the others
 	for g, m := range l.made {
-		if m.maker == nil {
-			names = append(names, g)
+		switch {
+		case m.maker != nil:
+		case g > l.sweptTo:
+			later = append(later, g)
+		default:
+			first = append(first, g)
 		}
+	}
+	slices.Sort(later)
+	slices.Sort(first)
+	names := append(later, first...)[:min(len(later)+len(first), groupSweepBatch)]
+	if len(names) > 0 {
+		l.sweptTo = names[len(names)-1]
 	}
 	l.mu.Unlock()
 	for _, g := range names {
