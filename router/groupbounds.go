@@ -32,7 +32,9 @@ type GroupBounds struct {
 	// DefaultWindow is the window per partition of a group made without
 	// max_in_flight: the engine's GroupPolicy.MaxInFlight, which a
 	// membership's lease reservation is sized by (groupleases.go).
-	// Default engine.DefaultGroupPolicy.MaxInFlight.
+	// Default engine.DefaultGroupPolicy.MaxInFlight; set it to the
+	// engine's when that differs, or members of new groups are held to
+	// the smaller window until they rejoin.
 	DefaultWindow int
 
 	// MaxGroups bounds the consumer groups made through this gateway (by

@@ -41,7 +41,8 @@ func (cn *conn) reserveLeases(s *subscription) *protoError {
 	case err == nil:
 		window, parts = info.MaxInFlight, len(info.Partitions)
 	case errors.Is(err, engine.ErrUnknownGroup):
-		if pe := cn.rt.gm.made.charge(b, s.group, cn.client, groupCost(s.group, s.pattern, s.filter), s); pe != nil {
+		client := cmp.Or(cn.client, "session:"+cn.id) // a session made without one (none joins groups today)
+		if pe := cn.rt.gm.made.charge(b, s.group, client, groupCost(s.group, s.pattern, s.filter), s); pe != nil {
 			return pe
 		}
 	}
