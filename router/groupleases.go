@@ -114,11 +114,12 @@ func (cn *conn) refuseLeases(b GroupBounds) *protoError {
 // failed or it left its group.
 func (cn *conn) releaseLeases(s *subscription) {
 	cn.mu.Lock()
-	cn.rt.gm.made.settle(s, s.member != "")
+	joined := s.member != ""
 	n, nb := s.leases, s.leaseBytes
 	s.leases, s.leaseBytes = 0, 0
 	cn.leases -= n
 	cn.leaseBytes -= nb
 	cn.mu.Unlock()
+	cn.rt.gm.made.settle(s, joined)
 	cn.rt.gm.leasesReserved.Sub(float64(n))
 }
