@@ -42,7 +42,7 @@ type GroupBounds struct {
 	// not know) that still exist (groupcount.go). Default 10,000.
 	MaxGroups int
 	// MaxGroupBytes bounds, likewise, their bytes (name, pattern, filter
-	// and groupOverhead each). Default 64 MiB.
+	// and groupOverhead, 4 KiB, each). Default 64 MiB.
 	MaxGroupBytes int64
 	// MaxGroupsPerClient bounds the groups one client (its token's
 	// subject, or its IP address without one) has made through this

@@ -34,12 +34,13 @@ import (
 	"github.com/switchyard/switchyard/engine"
 )
 
-// groupOverhead is what one group costs the log beyond its name, pattern
-// and filter: the engine's group and cursor state and, on JetStream, its
-// entry in the group bucket (measured: 1.3 KiB of heap per idle group of
-// one partition on the memory engine; each further partition a group
-// reads adds its cursor).
-const groupOverhead = 2 << 10
+// groupOverhead is what one group costs the gateway beyond its name,
+// pattern and filter: the engine's group and cursor state and, on
+// JetStream, its entry in the group bucket (measured: 3.3 KiB of heap per
+// group a WebSocket client joined and left, on the memory engine and a
+// topic of one partition; each further partition a group reads adds its
+// cursor).
+const groupOverhead = 4 << 10
 
 // groupSweepEvery is how often the ledger asks the engine which of the
 // groups it counts still exist, groupSweepBatch of them at a time (in

@@ -109,7 +109,7 @@ func TestGroupsBoundedPerGateway(t *testing.T) {
 		limit string
 	}{
 		{"count", func(b *router.GroupBounds) { b.MaxGroups = 3 }, 3, "groups"},
-		{"bytes", func(b *router.GroupBounds) { b.MaxGroupBytes = 5000 }, 2, "group_bytes"},
+		{"bytes", func(b *router.GroupBounds) { b.MaxGroupBytes = 9000 }, 2, "group_bytes"}, // 4 KiB and the names each
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newGateway(t, func(c *gwConfig) {
