@@ -63,6 +63,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -428,6 +429,15 @@ type GroupPolicy struct {
 	// DeadLetterLimit bounds the queue_full dead letters kept; the oldest
 	// go first.
 	DeadLetterLimit int
+	// MaxGroupDeadLetters bounds the max_attempts dead letters kept per
+	// group, and MaxDeadLetters and MaxDeadLetterBytes every letter kept
+	// (both reasons; bytes of data, key, headers and error, or as the
+	// store holds them). Past a bound the oldest letter (of the group, or
+	// of all) is dropped to make room and counted (EvictedDeadLetters); a
+	// negative value removes the bound.
+	MaxGroupDeadLetters int
+	MaxDeadLetters      int
+	MaxDeadLetterBytes  int64
 	// IdleTTL is how long a group with no member is kept before it is
 	// deleted with its positions; a negative value keeps such groups
 	// forever.
@@ -446,6 +456,11 @@ var DefaultGroupPolicy = GroupPolicy{
 	// Enough to inspect a burst of overflow without letting a slow
 	// consumer grow memory without bound.
 	DeadLetterLimit: 10_000,
+	// Room for a burst of poison records in every group, while a store
+	// of dead letters nobody redrives stays a small part of a log's.
+	MaxGroupDeadLetters: 10_000,
+	MaxDeadLetters:      100_000,
+	MaxDeadLetterBytes:  256 << 20,
 	// A week, like Kafka's committed offsets: a consumer that is down over
 	// a weekend resumes where it stopped; abandoned groups do not pile up.
 	IdleTTL: 7 * 24 * time.Hour,
@@ -477,6 +492,9 @@ func (p GroupPolicy) WithDefaults(d GroupPolicy) GroupPolicy {
 	if p.IdleTTL == 0 {
 		p.IdleTTL = d.IdleTTL
 	}
+	p.MaxGroupDeadLetters = cmp.Or(p.MaxGroupDeadLetters, d.MaxGroupDeadLetters)
+	p.MaxDeadLetters = cmp.Or(p.MaxDeadLetters, d.MaxDeadLetters)
+	p.MaxDeadLetterBytes = cmp.Or(p.MaxDeadLetterBytes, d.MaxDeadLetterBytes)
 	return p
 }
 

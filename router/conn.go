@@ -26,6 +26,7 @@ type conn struct {
 	sess    *session.Session
 	id      string
 	who     *principal // what the session's credential allows; reader goroutine only (refresh replaces it)
+	client  string     // clientKey at connect, for the bounds on groups (groupcount.go)
 	expiry  *sessionExpiry
 	limiter *rate.Limiter // nil: unlimited
 	pipe    *pubPipe      // publishes in flight and replies owed (publish.go)
@@ -75,7 +76,7 @@ func (rt *Router) serveWS(c echo.Context) error {
 	if release == nil {
 		return nil // admitConn wrote the refusal
 	}
-	cn := &conn{rt: rt, id: newID(), who: who, lean: lean, info: newSessionInfo(c, "ws", who), subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription),
+	cn := &conn{rt: rt, id: newID(), who: who, client: clientKey(who, c.RealIP()), lean: lean, info: newSessionInfo(c, "ws", who), subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription),
 		pipe: newPubPipe(rt.opts.PublishPipeline, rt.opts.PublishPipelineBytes)}
 	if rt.opts.PublishRate > 0 {
 		cn.limiter = rate.NewLimiter(rate.Limit(rt.opts.PublishRate), rt.opts.PublishBurst)

@@ -1,7 +1,11 @@
 package router
 
 import (
+	"cmp"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard/switchyard/engine"
 )
 
 // GroupBounds bounds what clients may make the gateway hold in consumer
@@ -25,6 +29,27 @@ type GroupBounds struct {
 	// MaxSessionLeaseBytes bounds, likewise, the bytes of those records.
 	// Default 16 MiB.
 	MaxSessionLeaseBytes int64
+	// DefaultWindow is the window per partition of a group made without
+	// max_in_flight: the engine's GroupPolicy.MaxInFlight, which a
+	// membership's lease reservation is sized by (groupleases.go).
+	// Default engine.DefaultGroupPolicy.MaxInFlight; set it to the
+	// engine's when that differs, or members of new groups are held to
+	// the smaller window until they rejoin.
+	DefaultWindow int
+
+	// MaxGroups bounds the consumer groups made through this gateway (by
+	// a WebSocket subscribe or an HTTP poll naming a group the engine did
+	// not know) that still exist (groupcount.go). Default 10,000.
+	MaxGroups int
+	// MaxGroupBytes bounds, likewise, their bytes (name, pattern, filter
+	// and groupOverhead, 4 KiB, each). Default 64 MiB.
+	MaxGroupBytes int64
+	// MaxGroupsPerClient bounds the groups one client (its token's
+	// subject, or its IP address without one) has made through this
+	// gateway that still exist. Default 1,000.
+	MaxGroupsPerClient int
+	// MaxGroupBytesPerClient bounds, likewise, their bytes. Default 8 MiB.
+	MaxGroupBytesPerClient int64
 }
 
 // Defaults of GroupBounds.
@@ -32,6 +57,10 @@ const (
 	DefaultMaxPullMembers          = 1000
 	DefaultMaxPullMembersPerClient = 64
 	DefaultMaxSessionLeaseBytes    = 16 << 20
+	DefaultMaxGroups               = 10_000
+	DefaultMaxGroupBytes           = 64 << 20
+	DefaultMaxGroupsPerClient      = 1_000
+	DefaultMaxGroupBytesPerClient  = 8 << 20
 )
 
 func (b GroupBounds) withDefaults(queueMessages int) GroupBounds {
@@ -47,6 +76,13 @@ func (b GroupBounds) withDefaults(queueMessages int) GroupBounds {
 	if b.MaxSessionLeaseBytes == 0 {
 		b.MaxSessionLeaseBytes = DefaultMaxSessionLeaseBytes
 	}
+	if b.DefaultWindow <= 0 {
+		b.DefaultWindow = engine.DefaultGroupPolicy.MaxInFlight
+	}
+	b.MaxGroups = cmp.Or(b.MaxGroups, DefaultMaxGroups)
+	b.MaxGroupBytes = cmp.Or(b.MaxGroupBytes, DefaultMaxGroupBytes)
+	b.MaxGroupsPerClient = cmp.Or(b.MaxGroupsPerClient, DefaultMaxGroupsPerClient)
+	b.MaxGroupBytesPerClient = cmp.Or(b.MaxGroupBytesPerClient, DefaultMaxGroupBytesPerClient)
 	return b
 }
 
@@ -55,12 +91,17 @@ const (
 	limitPullMembers          = "pull_members"
 	limitPullMembersPerClient = "pull_members_per_client"
 	limitSessionLeases        = "session_leases"
+	limitGroups               = "groups"
+	limitGroupBytes           = "group_bytes"
+	limitGroupsPerClient      = "groups_per_client"
+	limitGroupBytesPerClient  = "group_bytes_per_client"
 )
 
 // groupMetrics are the collectors of the bounds on consumer groups.
 type groupMetrics struct {
 	seekDrainTimeouts prometheus.Counter
 	leasesReserved    prometheus.Gauge
+	made              *groupLedger // the groups made through this gateway (groupcount.go)
 }
 
 func newGroupMetrics(rt *Router, reg prometheus.Registerer) *groupMetrics {
@@ -77,7 +118,12 @@ func newGroupMetrics(rt *Router, reg prometheus.Registerer) *groupMetrics {
 		defer rt.mu.Unlock()
 		return float64(len(rt.pulls))
 	}))
-	for _, l := range []string{limitPullMembers, limitPullMembersPerClient, limitSessionLeases} {
+	m.made = newGroupLedger()
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "groups_made",
+		Help: "Consumer groups made through this gateway that still exist (at most --max-groups)."}, func() float64 { return float64(m.made.tally().n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "groups_made_bytes",
+			Help: "Bytes charged for the consumer groups made through this gateway that still exist (at most --max-group-bytes)."}, func() float64 { return float64(m.made.tally().bytes) }))
+	for _, l := range []string{limitPullMembers, limitPullMembersPerClient, limitSessionLeases, limitGroups, limitGroupBytes, limitGroupsPerClient, limitGroupBytesPerClient} {
 		rt.lim.limited.WithLabelValues(l)
 	}
 	return m

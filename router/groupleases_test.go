@@ -87,3 +87,37 @@ func TestSessionLeasesComeBackWhenDeadLettered(t *testing.T) {
 	}
 	t.Logf("every record delivered; deliveries by attempt %v; first deliveries %v", attempts, firsts)
 }
+
+// TestManyGroupMembershipsFitTheSessionLeases: a session in many groups
+// whose windows are small (the default max_in_flight of 1, on topics of a
+// few partitions) reserves what each window can hold, not the session's
+// queue bound each, so an application with dozens of groups is not
+// refused; a wide window over a wildcard still reserves its share.
+func TestManyGroupMembershipsFitTheSessionLeases(t *testing.T) {
+	const groups = 60
+	g := newGateway(t)
+	pub := g.dial(t)
+	pub.publish(t, "many", 1)
+	c := g.dial(t)
+	for i := range groups {
+		m := c.call(t, map[string]any{"op": "subscribe", "pattern": "many", "group": fmt.Sprintf("many-%d", i)})
+		if m["op"] != "subscribed" {
+			t.Fatalf("subscribe %d of %d: %v", i, groups, m)
+		}
+	}
+	parts := topicPartitions(t, g, "many")
+	if got, most := metricValue(t, g.reg, "switchyard_group_session_leases_reserved", nil), float64(groups*parts); got > most {
+		t.Errorf("%d memberships of window 1 over %d partitions reserve %v leases, want at most %v", groups, parts, got, most)
+	}
+}
+
+// topicPartitions returns the partition count of topic, as the HTTP API
+// tells it.
+func topicPartitions(t *testing.T, g *gateway, topic string) int {
+	t.Helper()
+	code, body, _ := g.httpDo(t, "GET", "/v1/topics/"+topic, nil)
+	if code != 200 {
+		t.Fatalf("topic %s: %d %v", topic, code, body)
+	}
+	return int(num(body, "partitions"))
+}

@@ -179,7 +179,7 @@ func (rt *Router) initMetrics() {
 	if ev, ok := rt.eng.(deadLetterEvictor); ok {
 		rt.opts.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "switchyard", Name: "dead_letters_evicted_total",
-			Help: "queue_full dead letters the engine dropped at its cap (the newest 10,000 are kept) to make room for newer ones, counted exactly (JetStream: by this node's purges).",
+			Help: "Dead letters the engine dropped at a bound to make room for newer ones, oldest first: queue_full letters past the newest 10,000, a group's past --max-group-dead-letters, any past --max-dead-letters or --max-dead-letter-bytes (JetStream: those this node dropped).",
 		}, func() float64 { return float64(ev.EvictedDeadLetters()) }))
 	}
 }

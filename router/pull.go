@@ -42,7 +42,7 @@ const pullPrefix = "pull-"
 // the lease starts when the record reaches the member's buffer.
 type pullMember struct {
 	group, pattern, member string
-	client                 string        // pullClient of the poll that made it
+	client                 string        // clientOf the poll that made it
 	wake                   chan struct{} // capacity 1: "something arrived"
 
 	mu       sync.Mutex // guards the fields below
@@ -75,21 +75,6 @@ func (p *pullMember) take(n int) []engine.Delivery {
 	return out
 }
 
-// pullClient names the client a poll comes from, for
-// GroupBounds.MaxPullMembersPerClient: its token's subject, or its IP
-// address when it has none of its own (no auth, anonymous access, the
-// admin key).
-func (rt *Router) pullClient(c echo.Context) string {
-	switch p := rt.principalOf(c); p {
-	case nil, openPrincipal:
-	default:
-		if p.subject != "" && p.subject != "anonymous" && p.subject != "admin" {
-			return "sub:" + p.subject
-		}
-	}
-	return "ip:" + c.RealIP()
-}
-
 // pullMemberFor returns this node's pull member of group, making it (and
 // the group, when it is new) for client within the pull-member bounds.
 func (rt *Router) pullMemberFor(ctx context.Context, group, pattern, client string) (*pullMember, error) {
@@ -111,10 +96,22 @@ func (rt *Router) pullMemberFor(ctx context.Context, group, pattern, client stri
 	}
 	pm = &pullMember{group: group, pattern: pattern, client: client, member: pullPrefix + newID(), wake: make(chan struct{}, 1), lastPoll: time.Now()}
 	req := engine.JoinRequest{Group: group, Pattern: pattern, Member: pm.member, MaxLeased: pullLeased, MaxLeasedBytes: pullLeasedBytes}
+	made := false
 	if _, err := rt.eng.Group(ctx, group); errors.Is(err, engine.ErrUnknownGroup) {
 		req.MaxInFlight = pullWindow // a new group: batches
+		if pe := rt.gm.made.charge(rt.opts.Groups, group, client, groupCost(group, pattern, nil), nil); pe != nil {
+			rt.countLimit(pe)
+			rt.mu.Lock()
+			rt.unreservePullLocked(client)
+			rt.mu.Unlock()
+			return nil, pe
+		}
+		made = true
 	}
 	if _, err := rt.eng.Join(ctx, req, pm); err != nil {
+		if made {
+			rt.gm.made.forget(group)
+		}
 		rt.mu.Lock()
 		rt.unreservePullLocked(client)
 		rt.mu.Unlock()
@@ -193,7 +190,7 @@ func (rt *Router) httpPoll(c echo.Context) error {
 	if rt.closing.Load() {
 		return perr(codeShuttingDown, "server is shutting down")
 	}
-	pm, err := rt.pullMemberFor(rt.ctx, group, *req.Pattern, rt.pullClient(c))
+	pm, err := rt.pullMemberFor(rt.ctx, group, *req.Pattern, rt.clientOf(c))
 	if err != nil {
 		return err
 	}
@@ -290,6 +287,9 @@ func (rt *Router) expirePulls(now time.Time, all bool) {
 		_ = rt.eng.Leave(ctx, pm.group, pm.member)
 		cancel()
 	}
+	if !all {
+		rt.sweepGroups(now, false) // groupcount.go
+	}
 }
 
 func (rt *Router) stopPulls() { rt.expirePulls(time.Now(), true) }
@@ -307,8 +307,9 @@ func (rt *Router) httpDeleteGroup(c echo.Context) error {
 }
 
 // endGroup ends this node's subscriptions and pull member of a deleted
-// group.
+// group, which no longer counts against the bounds on groups.
 func (rt *Router) endGroup(group string) {
+	rt.gm.made.forget(group)
 	rt.mu.Lock()
 	if pm := rt.pulls[group]; pm != nil {
 		pm.mu.Lock()

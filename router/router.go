@@ -35,7 +35,7 @@
 // are held, and the router never calls into the engine while holding any
 // router lock. So are the locks of the per-address limiters (limits.go,
 // hooks.go ipMu), the group seek map (groupseek.go; a seek itself waits
-// holding no lock). The SSE resume state (sse_resume.go) takes
+// holding no lock) and the ledger of groups made (groupcount.go). The SSE resume state (sse_resume.go) takes
 // sseResume.mu, then a stream's mu, then conn.mu.
 package router
 

@@ -129,6 +129,7 @@ func newSSEResume(opts SSEOptions, reg prometheus.Registerer) *sseResume {
 	}
 	if reg != nil {
 		reg.MustRegister(r.resumes, r.untracked, r.kept)
+		registerSSEOpen(r, reg) // sse_open.go
 	}
 	return r
 }

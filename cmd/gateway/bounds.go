@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/session"
 )
@@ -82,4 +83,27 @@ func warnFrameLimit(log *slog.Logger, cfg config) {
 		log.Warn("--max-frame-bytes leaves no room for the envelope of the largest publish: a publish near --max-message-bytes closes its session with 1009",
 			"max_frame_bytes", cfg.MaxFrameBytes, "needed", need)
 	}
+}
+
+// groupBounds returns the router's bounds on consumer groups; a group's
+// default window sizes a membership's lease reservation.
+func groupBounds(cfg config) router.GroupBounds {
+	b := cfg.Groups
+	b.DefaultWindow = cfg.MaxInFlight
+	return b
+}
+
+// deadLetterBounds bounds the dead letters the engine keeps
+// (engine.GroupPolicy.MaxGroupDeadLetters, MaxDeadLetters,
+// MaxDeadLetterBytes).
+type deadLetterBounds struct {
+	PerGroup int
+	Count    int
+	Bytes    int64
+}
+
+func addDeadLetterFlags(fs *flag.FlagSet, b *deadLetterBounds, p engine.GroupPolicy) {
+	fs.IntVar(&b.PerGroup, "max-group-dead-letters", p.MaxGroupDeadLetters, "max_attempts dead letters kept per group until redriven; past it the group's oldest letter is dropped (switchyard_dead_letters_evicted_total) (negative: no bound)")
+	fs.IntVar(&b.Count, "max-dead-letters", p.MaxDeadLetters, "dead letters kept in all, both reasons; past it the oldest letter is dropped (negative: no bound)")
+	fs.Int64Var(&b.Bytes, "max-dead-letter-bytes", p.MaxDeadLetterBytes, "bytes of the dead letters kept in all (memory engine: data, key, headers and error; JetStream: as the stream stores them); past it the oldest letters are dropped (negative: no bound)")
 }

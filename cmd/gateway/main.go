@@ -96,6 +96,7 @@ type config struct {
 	MaxInFlight  int
 	DedupeWindow time.Duration
 	GroupIdleTTL time.Duration
+	DeadLetters  deadLetterBounds
 
 	QueueMessages        int
 	WriteDelay           time.Duration
@@ -191,6 +192,7 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", p.MaxInFlight, "unacked records per group, topic and partition")
 	fs.DurationVar(&cfg.DedupeWindow, "dedupe-window", p.DedupeWindow, "msg_id deduplication window")
 	fs.DurationVar(&cfg.GroupIdleTTL, "group-idle-ttl", p.IdleTTL, "delete a consumer group (and its positions) after it has had no member this long (0: keep groups)")
+	addDeadLetterFlags(fs, &cfg.DeadLetters, p)
 	fs.IntVar(&cfg.QueueMessages, "queue-messages", 1024, "outbound queue bound per session, in message frames")
 	fs.DurationVar(&cfg.WriteDelay, "write-delay", 0, "write coalescing: how long a session's writer waits for more frames before a write (0: off, write at once); replies are never held")
 	fs.IntVar(&cfg.WriteDelayFrames, "write-delay-frames", session.DefaultWriteDelayFrames, "with --write-delay: most frames per write, and the queued frames at which the writer stops waiting")
@@ -200,6 +202,10 @@ func newFlagSet(cfg *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.Groups.MaxPullMembers, "max-pull-members", router.DefaultMaxPullMembers, "HTTP pull members this gateway holds at once (one per group polled here in the last minute); a poll that would make another gets 429 too_many_subscriptions (negative: no bound)")
 	fs.IntVar(&cfg.Groups.MaxPullMembersPerClient, "max-pull-members-per-client", router.DefaultMaxPullMembersPerClient, "pull members one client (token subject, or IP without one) may make this gateway hold; past it 429 too_many_subscriptions (negative: no bound)")
 	fs.IntVar(&cfg.Groups.MaxSessionLeases, "max-session-leases", 0, "records one WebSocket session may hold leased over all its group memberships; past it deliveries pause until it acks, and a subscribe that finds none left gets too_many_subscriptions (0: 4 × --queue-messages; negative: no bound)")
+	fs.IntVar(&cfg.Groups.MaxGroups, "max-groups", router.DefaultMaxGroups, "consumer groups made through this gateway (a subscribe or poll naming a new group) that still exist; past it too_many_subscriptions (HTTP 429) until groups are deleted or expire (--group-idle-ttl) (negative: no bound)")
+	fs.Int64Var(&cfg.Groups.MaxGroupBytes, "max-group-bytes", router.DefaultMaxGroupBytes, "bytes of those groups (name, pattern, filter and 4 KiB each), as --max-groups (negative: no bound)")
+	fs.IntVar(&cfg.Groups.MaxGroupsPerClient, "max-groups-per-client", router.DefaultMaxGroupsPerClient, "consumer groups one client (token subject, or IP without one) made through this gateway that still exist, as --max-groups (negative: no bound)")
+	fs.Int64Var(&cfg.Groups.MaxGroupBytesPerClient, "max-group-bytes-per-client", router.DefaultMaxGroupBytesPerClient, "bytes of one client's groups, as --max-groups-per-client (negative: no bound)")
 	fs.Int64Var(&cfg.Groups.MaxSessionLeaseBytes, "max-session-lease-bytes", router.DefaultMaxSessionLeaseBytes, "bytes of the records one WebSocket session may hold leased over all its group memberships, as --max-session-leases (negative: no bound)")
 	fs.Var(&cfg.Compression, "compression", `WebSocket permessage-deflate, "off" or "on" (no context takeover; frames of 512 bytes and more): off by default since it costs CPU per subscriber and frame, which pays only when clients are short of bandwidth and payloads are large`)
 	fs.IntVar(&cfg.MaxLast, "max-last", 100, `largest N of a subscribe's "from": {"last": N} (records per matched partition)`)
@@ -380,6 +386,10 @@ func newEngine(cfg config, emb *embeddedNATS, log *slog.Logger) (engine.Engine, 
 		MaxInFlight:  cfg.MaxInFlight,
 		DedupeWindow: cfg.DedupeWindow,
 		IdleTTL:      idleTTL(cfg.GroupIdleTTL),
+
+		MaxGroupDeadLetters: cfg.DeadLetters.PerGroup,
+		MaxDeadLetters:      cfg.DeadLetters.Count,
+		MaxDeadLetterBytes:  cfg.DeadLetters.Bytes,
 	}.WithDefaults(engine.DefaultGroupPolicy)
 	switch cfg.Engine {
 	case "memory":
@@ -465,7 +475,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		},
 		Bounds:               cfg.Wire.bounds(),
 		MaxSubscriptions:     cfg.MaxSubscriptions,
-		Groups:               cfg.Groups,
+		Groups:               groupBounds(cfg),
 		MaxLast:              cfg.MaxLast,
 		SSE:                  cfg.SSE,
 		Compression:          bool(cfg.Compression),

@@ -133,6 +133,8 @@ func Run(t *testing.T, f Features, newEngine Factory) {
 		{"Groups/HandBack", testHandBack},
 		{"Retention/BlockNotHeldByIdleGroup", testIdleGroupDoesNotBlock},
 		{"DeadLetters/QueueFull", testQueueFullLetters},
+		{"DeadLetters/BoundedPerGroup", testDeadLettersBoundedPerGroup},
+		{"DeadLetters/BoundedInAll", testDeadLettersBoundedInAll},
 		{"Close", testClose},
 	}
 	for _, tt := range tests {

@@ -2,10 +2,14 @@ package jsengine
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,7 +18,8 @@ import (
 )
 
 // Dead letters live in the <prefix>_dl stream, one JSON message each:
-// <prefix>.dl.ma for max_attempts letters (kept until redriven) and
+// <prefix>.dl.ma.<group in base64url> for a group's max_attempts letters
+// (earlier versions wrote them all to <prefix>.dl.ma, still read) and
 // <prefix>.dl.qf for queue_full ones, bounded by Policy.DeadLetterLimit.
 // At the cap a queue_full letter costs one publish: every node purges the
 // subject down to the limit once per qfPurgeEvery of its adds (one round
@@ -22,6 +27,101 @@ import (
 // dropped, counted in EvictedDeadLetters), and listings show only the
 // newest DeadLetterLimit queue_full letters, so the few stored past the
 // cap between purges are never seen.
+//
+// A group's max_attempts letters are bounded by Policy.MaxGroupDeadLetters:
+// after storing one, the node purges the group's subject down to the
+// bound (one round trip per letter: letters of a group come after whole
+// rounds of attempts, so they are rare). Every letter is bounded by
+// Policy.MaxDeadLetters and MaxDeadLetterBytes (bytes as the stream
+// stores them): a node reads the stream's totals after a store when they
+// may have reached a bound (see dlBounds) and deletes the oldest letters
+// past it. Both count what they drop in EvictedDeadLetters. Between two
+// checks other nodes' stores may pass the engine-wide bounds by a few
+// letters; the next store that checks trims them.
+
+// dlBounds is a node's state for the dead-letter bounds.
+type dlBounds struct {
+	evicted atomic.Int64 // letters dropped at the per-group and engine-wide bounds
+
+	mu   sync.Mutex // guards following
+	skip int64      // stores before the next check of the stream's totals
+}
+
+// due reports whether a store should check the stream's totals.
+func (b *dlBounds) due() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.skip > 0 {
+		b.skip--
+		return false
+	}
+	return true
+}
+
+// storedBytes estimates what a letter costs the stream (JetStream's file
+// store: subject, headers, data and about 30 bytes of framing).
+func storedBytes(m *jetstream.RawStreamMsg) int64 {
+	n := len(m.Subject) + len(m.Data) + 30
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return int64(n)
+}
+
+// maxTrimPerStore bounds the letters one store deletes at the engine-wide
+// bounds; what is left is trimmed by the next stores.
+const maxTrimPerStore = 256
+
+// trimDeadLetters deletes the oldest letters past Policy.MaxDeadLetters
+// and MaxDeadLetterBytes, when a check is due, and counts them.
+func (e *Engine) trimDeadLetters(ctx context.Context) error {
+	p := e.policy
+	if p.MaxDeadLetters <= 0 && p.MaxDeadLetterBytes <= 0 || !e.dlb.due() {
+		return nil
+	}
+	info, err := e.dl.Info(ctx)
+	if err != nil {
+		return unavailable("dead letter totals", err)
+	}
+	msgs, size := int64(info.State.Msgs), int64(info.State.Bytes)
+	over := func() bool {
+		return msgs > 1 && (p.MaxDeadLetters > 0 && msgs > int64(p.MaxDeadLetters) || p.MaxDeadLetterBytes > 0 && size > p.MaxDeadLetterBytes)
+	}
+	seq := info.State.FirstSeq
+	for i := 0; i < maxTrimPerStore && over(); i++ {
+		m, err := e.dl.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(e.prefix+".dl.>"))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return unavailable("dead letter trim", err)
+		}
+		seq = m.Sequence + 1
+		switch err := e.dl.DeleteMsg(ctx, m.Sequence); {
+		case err == nil:
+			e.dlb.evicted.Add(1)
+		case !errors.Is(err, jetstream.ErrMsgNotFound): // not found: taken by a redrive or another node
+			return unavailable("dead letter trim", err)
+		}
+		msgs--
+		size -= storedBytes(m)
+	}
+	// The next check comes when a quarter of the room left may be used
+	// (other nodes store letters too), at once while over a bound.
+	room := int64(math.MaxInt64)
+	if p.MaxDeadLetters > 0 {
+		room = int64(p.MaxDeadLetters) - msgs
+	}
+	if p.MaxDeadLetterBytes > 0 && msgs > 0 {
+		room = min(room, (p.MaxDeadLetterBytes-size)/max(size/msgs, 1))
+	}
+	e.dlb.mu.Lock()
+	e.dlb.skip = max(room/4, 0)
+	e.dlb.mu.Unlock()
+	return nil
+}
 
 // letterJob is a max_attempts letter waiting for the letter writer, and
 // how to tell its group the outcome.
@@ -66,9 +166,12 @@ func (e *Engine) letterWriter() {
 	}
 }
 
-func (e *Engine) dlSubject(reason string) string {
-	if reason == engine.ReasonQueueFull {
+func (e *Engine) dlSubject(dl *engine.DeadLetter) string {
+	switch {
+	case dl.Reason == engine.ReasonQueueFull:
 		return e.prefix + ".dl.qf"
+	case dl.Group != "":
+		return e.prefix + ".dl.ma." + base64.RawURLEncoding.EncodeToString([]byte(dl.Group))
 	}
 	return e.prefix + ".dl.ma"
 }
@@ -78,17 +181,26 @@ func (e *Engine) dlSubject(reason string) string {
 // stored past it while making the purge's cost per letter small.
 func qfPurgeEvery(limit int) int64 { return int64(max(limit/16, 1)) }
 
-// EvictedDeadLetters returns how many queue_full letters this node's
-// purges dropped at the DeadLetterLimit cap to make room for newer ones.
-func (e *Engine) EvictedDeadLetters() int64 { return e.qfEvicted.Load() }
+// EvictedDeadLetters returns how many letters this node dropped at a
+// bound (DeadLetterLimit, MaxGroupDeadLetters, MaxDeadLetters,
+// MaxDeadLetterBytes) to make room for newer ones.
+func (e *Engine) EvictedDeadLetters() int64 { return e.qfEvicted.Load() + e.dlb.evicted.Load() }
 
 // purgeQueueFull trims the queue_full letters to the limit with one purge
 // request and counts what it dropped.
 func (e *Engine) purgeQueueFull(ctx context.Context) error {
-	req, _ := json.Marshal(map[string]any{"filter": e.dlSubject(engine.ReasonQueueFull), "keep": e.policy.DeadLetterLimit})
+	n, err := e.purgeKeep(ctx, e.prefix+".dl.qf", e.policy.DeadLetterLimit)
+	e.qfEvicted.Add(n)
+	return err
+}
+
+// purgeKeep trims subject to its newest keep letters with one purge
+// request and returns how many it dropped.
+func (e *Engine) purgeKeep(ctx context.Context, subject string, keep int) (int64, error) {
+	req, _ := json.Marshal(map[string]any{"filter": subject, "keep": keep})
 	msg, err := e.nc.RequestWithContext(ctx, "$JS.API.STREAM.PURGE."+e.prefix+"_dl", req)
 	if err != nil {
-		return unavailable("dead letter trim", err)
+		return 0, unavailable("dead letter trim", err)
 	}
 	var resp struct {
 		Success bool   `json:"success"`
@@ -98,17 +210,16 @@ func (e *Engine) purgeQueueFull(ctx context.Context) error {
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return fmt.Errorf("jsengine: dead letter trim: %w", err)
+		return 0, fmt.Errorf("jsengine: dead letter trim: %w", err)
 	}
 	if resp.Error != nil || !resp.Success {
 		d := "failed"
 		if resp.Error != nil {
 			d = resp.Error.Description
 		}
-		return fmt.Errorf("jsengine: dead letter trim: %s", d)
+		return 0, fmt.Errorf("jsengine: dead letter trim: %s", d)
 	}
-	e.qfEvicted.Add(int64(resp.Purged))
-	return nil
+	return int64(resp.Purged), nil
 }
 
 func (e *Engine) storeDeadLetter(ctx context.Context, dl *engine.DeadLetter) error {
@@ -119,22 +230,36 @@ func (e *Engine) storeDeadLetter(ctx context.Context, dl *engine.DeadLetter) err
 	if err := e.reachable(); err != nil {
 		return err
 	}
-	subj := e.dlSubject(dl.Reason)
+	subj := e.dlSubject(dl)
 	if _, err := e.js.Publish(ctx, subj, b); err != nil {
 		return unavailable("dead letter", err)
 	}
-	if dl.Reason == engine.ReasonQueueFull && e.qfAdded.Add(1)%qfPurgeEvery(e.policy.DeadLetterLimit) == 0 {
-		if err := e.purgeQueueFull(ctx); err != nil {
-			// Stored; the next batch's purge trims what this one left.
-			e.log.Warn("jsengine: dead letter trim", "err", err)
+	// Stored; a trim that fails is made good by the next store's.
+	switch {
+	case dl.Reason == engine.ReasonQueueFull:
+		if e.qfAdded.Add(1)%qfPurgeEvery(e.policy.DeadLetterLimit) == 0 {
+			if err := e.purgeQueueFull(ctx); err != nil {
+				e.log.Warn("jsengine: dead letter trim", "err", err)
+			}
 		}
+	case dl.Group != "" && e.policy.MaxGroupDeadLetters > 0:
+		n, err := e.purgeKeep(ctx, subj, e.policy.MaxGroupDeadLetters)
+		e.dlb.evicted.Add(n)
+		if err != nil {
+			e.log.Warn("jsengine: dead letter trim", "group", dl.Group, "err", err)
+		}
+	}
+	if err := e.trimDeadLetters(ctx); err != nil {
+		e.log.Warn("jsengine: dead letter trim", "err", err)
 	}
 	return nil
 }
 
 // AddDeadLetter stores dl, giving it an ID and time when they are empty.
-// Letters with ReasonQueueFull are bounded by Policy.DeadLetterLimit, the
-// oldest going first; max_attempts letters are kept until redriven.
+// Letters with ReasonQueueFull are bounded by Policy.DeadLetterLimit,
+// max_attempts letters by Policy.MaxGroupDeadLetters per group, and all
+// of them by Policy.MaxDeadLetters and MaxDeadLetterBytes, the oldest
+// going first.
 func (e *Engine) AddDeadLetter(ctx context.Context, dl engine.DeadLetter) (err error) {
 	ctx, done := e.onConn(ctx)
 	defer func() { err = done(err) }()

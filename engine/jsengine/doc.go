@@ -36,9 +36,9 @@
 //
 // # Dead letters
 //
-// Dead letters live in the <prefix>_dl stream (<prefix>.dl.ma for
-// max_attempts, kept until redriven; <prefix>.dl.qf for queue_full,
-// bounded by DeadLetterLimit). A record whose max_attempts letter cannot
+// Dead letters live in the <prefix>_dl stream (<prefix>.dl.ma.<group> for
+// max_attempts, bounded per group and in all, see deadletter.go;
+// <prefix>.dl.qf for queue_full, bounded by DeadLetterLimit). A record whose max_attempts letter cannot
 // be stored (NATS unreachable) stays owed: the committed offset does not
 // move past it, and the letter is tried again after the backoff until it
 // is stored. At the cap a queue_full letter costs one publish: each node

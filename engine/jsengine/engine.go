@@ -155,6 +155,7 @@ type Engine struct {
 	// beforeClaimedPublish, when set (by tests), runs in an append with a
 	// MsgID once it holds its claim, before it publishes.
 	beforeClaimedPublish atomic.Pointer[func()]
+	dlb                  dlBounds // the dead-letter bounds (deadletter.go)
 }
 
 // letterQueue hands max_attempts dead letters to the letter writer and

@@ -11,13 +11,25 @@ import (
 )
 
 // letters is the dead-letter store: every letter in arrival order, an
-// index by ID, and a ring of the queue_full letters in arrival order so
-// that the one to evict at the cap is found in O(1). Adding a letter,
-// removing one by ID and evicting at the cap each cost O(1). Not safe for
-// concurrent use: Engine.dlMu guards it.
+// index by ID, each group's max_attempts letters in arrival order, and a
+// ring of the queue_full letters in arrival order so that the one to
+// evict at a cap is found in O(1). Adding a letter, removing one by ID and
+// evicting at a bound each cost O(1). Not safe for concurrent use:
+// Engine.dlMu guards it.
+//
+// Bounds (engine.GroupPolicy): queue_full letters at DeadLetterLimit, a
+// group's max_attempts letters at MaxGroupDeadLetters, and every letter at
+// MaxDeadLetters and MaxDeadLetterBytes (letterBytes each); past one the
+// oldest letter it bounds is dropped and counted in evicted. The newest
+// letter is kept even when it alone passes MaxDeadLetterBytes.
 type letters struct {
 	all  list.List                // of *engine.DeadLetter, oldest first
 	byID map[string]*list.Element // in all
+	// byGroup holds each group's max_attempts letters (elements of all),
+	// oldest first; inGroup maps an element of all to its element there.
+	byGroup map[string]*list.List
+	inGroup map[*list.Element]*list.Element
+	bytes   int64 // letterBytes of the letters in all
 	// ring holds the queue_full letters' elements oldest first:
 	// ring[(head+i)%len(ring)] for i < n. An element redriven meanwhile is
 	// left in place as a tombstone (byID no longer points at it) and is
@@ -25,7 +37,17 @@ type letters struct {
 	// the cap and eviction never searches.
 	ring    []*list.Element
 	head, n int
-	evicted int64 // queue_full letters dropped at the cap, oldest first
+	evicted int64 // letters dropped at a bound, oldest first
+}
+
+// letterBytes is what a letter counts against MaxDeadLetterBytes: its
+// record's data, key and headers, and its error.
+func letterBytes(dl *engine.DeadLetter) int64 {
+	n := len(dl.Record.Data) + len(dl.Record.Key) + len(dl.Error)
+	for k, v := range dl.Record.Headers {
+		n += len(k) + len(v)
+	}
+	return int64(n)
 }
 
 // live reports whether el is still stored.
@@ -34,23 +56,62 @@ func (ls *letters) live(el *list.Element) bool {
 }
 
 func (ls *letters) remove(el *list.Element) {
-	delete(ls.byID, el.Value.(*engine.DeadLetter).ID)
+	dl := el.Value.(*engine.DeadLetter)
+	delete(ls.byID, dl.ID)
 	ls.all.Remove(el)
+	ls.bytes -= letterBytes(dl)
+	if gel := ls.inGroup[el]; gel != nil {
+		delete(ls.inGroup, el)
+		gl := ls.byGroup[dl.Group]
+		gl.Remove(gel)
+		if gl.Len() == 0 {
+			delete(ls.byGroup, dl.Group)
+		}
+	}
 }
 
-// add stores dl; a queue_full letter beyond limit evicts the oldest one.
-func (ls *letters) add(dl *engine.DeadLetter, limit int) {
+// evict drops el at a bound.
+func (ls *letters) evict(el *list.Element) {
+	ls.remove(el)
+	ls.evicted++
+}
+
+// add stores dl, then drops the oldest letters past p's bounds.
+func (ls *letters) add(dl *engine.DeadLetter, p engine.GroupPolicy) {
 	if ls.byID == nil {
 		ls.byID = make(map[string]*list.Element)
+		ls.byGroup = make(map[string]*list.List)
+		ls.inGroup = make(map[*list.Element]*list.Element)
 	}
 	if old := ls.byID[dl.ID]; old != nil {
 		ls.remove(old) // a caller reusing an ID replaces the letter
 	}
 	el := ls.all.PushBack(dl)
 	ls.byID[dl.ID] = el
-	if dl.Reason != engine.ReasonQueueFull || limit <= 0 {
-		return
+	ls.bytes += letterBytes(dl)
+	switch {
+	case dl.Reason == engine.ReasonQueueFull && p.DeadLetterLimit > 0:
+		ls.ringAdd(el, p.DeadLetterLimit)
+	case dl.Reason != engine.ReasonQueueFull && dl.Group != "":
+		gl := ls.byGroup[dl.Group]
+		if gl == nil {
+			gl = list.New()
+			ls.byGroup[dl.Group] = gl
+		}
+		ls.inGroup[el] = gl.PushBack(el)
+		for p.MaxGroupDeadLetters > 0 && gl.Len() > p.MaxGroupDeadLetters {
+			ls.evict(gl.Front().Value.(*list.Element))
+		}
 	}
+	for ls.all.Len() > 1 && (p.MaxDeadLetters > 0 && ls.all.Len() > p.MaxDeadLetters ||
+		p.MaxDeadLetterBytes > 0 && ls.bytes > p.MaxDeadLetterBytes) {
+		ls.evict(ls.all.Front()) // a queue_full one stays in the ring as a tombstone
+	}
+}
+
+// ringAdd puts the queue_full letter el in the ring; past limit it evicts
+// the oldest one.
+func (ls *letters) ringAdd(el *list.Element, limit int) {
 	if len(ls.ring) != limit {
 		ls.resize(limit)
 	}
@@ -60,8 +121,7 @@ func (ls *letters) add(dl *engine.DeadLetter, limit int) {
 		ls.head = (ls.head + 1) % len(ls.ring)
 		ls.n--
 		if ls.live(oldest) {
-			ls.remove(oldest)
-			ls.evicted++
+			ls.evict(oldest)
 		}
 	}
 	ls.ring[(ls.head+ls.n)%len(ls.ring)] = el
@@ -78,8 +138,7 @@ func (ls *letters) resize(limit int) {
 		el := ls.ring[(ls.head+i)%len(ls.ring)]
 		if i < ls.n-keep {
 			if ls.live(el) {
-				ls.remove(el)
-				ls.evicted++
+				ls.evict(el)
 			}
 			continue
 		}
@@ -89,9 +148,10 @@ func (ls *letters) resize(limit int) {
 }
 
 // AddDeadLetter stores dl, giving it an ID and time when they are empty.
-// Letters with ReasonQueueFull are bounded by Policy.DeadLetterLimit, the
-// oldest going first; max_attempts letters are kept until redriven. It
-// costs O(1), at the cap as below it.
+// Letters with ReasonQueueFull are bounded by Policy.DeadLetterLimit,
+// max_attempts letters by Policy.MaxGroupDeadLetters per group, and all
+// of them by Policy.MaxDeadLetters and MaxDeadLetterBytes, the oldest
+// going first (see letters). It costs O(1), at a bound as below it.
 func (e *Engine) AddDeadLetter(ctx context.Context, dl engine.DeadLetter) error {
 	if dl.ID == "" {
 		dl.ID = e.newID()
@@ -106,11 +166,12 @@ func (e *Engine) AddDeadLetter(ctx context.Context, dl engine.DeadLetter) error 
 func (e *Engine) addDeadLetter(dl *engine.DeadLetter) {
 	e.dlMu.Lock()
 	defer e.dlMu.Unlock()
-	e.deadLetters.add(dl, e.policy.DeadLetterLimit)
+	e.deadLetters.add(dl, e.policy)
 }
 
-// EvictedDeadLetters returns how many queue_full letters were dropped at
-// the DeadLetterLimit cap to make room for newer ones.
+// EvictedDeadLetters returns how many letters were dropped at a bound
+// (DeadLetterLimit, MaxGroupDeadLetters, MaxDeadLetters,
+// MaxDeadLetterBytes) to make room for newer ones.
 func (e *Engine) EvictedDeadLetters() int64 {
 	e.dlMu.Lock()
 	defer e.dlMu.Unlock()
