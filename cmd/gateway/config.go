@@ -3,6 +3,12 @@ package main
 // The gateway's configuration: the option structs the settings are bound
 // to (registry.go, flags_*.go), and how they are loaded: defaults, then the
 // YAML file, then the environment, then the command line.
+//
+// A loaded config is a plain value: loading again (a reload) makes another,
+// and newRegistry(&cfg) lists any config's settings with their values
+// (value.String()) without changing it, so that two configs can be
+// compared setting by setting and one shown with cfg.sources (as
+// --print-config would).
 
 import (
 	"flag"

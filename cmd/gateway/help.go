@@ -36,14 +36,15 @@ the file, which beats the default.
 			fmt.Fprintln(out, line)
 			text := s.usage
 			if !zeroDefault(s.def) {
-				if s.value.kind().arg == "string" || s.value.kind().arg == "list" {
-					text += fmt.Sprintf(" (default %q)", s.def)
-				} else {
-					text += " (default " + s.def + ")"
+				def := s.def
+				if k := s.value.kind().arg; k == "string" || k == "list" {
+					def = fmt.Sprintf("%q", def)
 				}
+				// A NUL keeps "(default x)" on one line when wrapped.
+				text += " (default\x00" + def + ")"
 			}
 			for _, l := range wrap(text, helpWidth-8) {
-				fmt.Fprintln(out, "        "+l)
+				fmt.Fprintln(out, "        "+strings.ReplaceAll(l, "\x00", " "))
 			}
 		}
 	}

@@ -2,8 +2,9 @@
 //
 // Every setting is a flag, an environment variable (SWITCHYARD_ plus the
 // flag name in upper case with '-' as '_') and a key of the optional YAML
-// config file (--config), in that order of precedence. Run with -h for the
-// list.
+// config file (--config), in that order of precedence. Run with --help for
+// the list, grouped by subject; registry.go says how the settings are
+// declared and config.go how they are loaded.
 package main
 
 import (
