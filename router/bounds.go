@@ -83,6 +83,8 @@ const (
 	DefaultDeadLetterBurst       = 10
 
 	DefaultMaxInboundPartialBytes = 128 << 20
+	DefaultMaxTopicBytes          = trie.MaxNameBytes
+	DefaultMaxTopicDepth          = trie.MaxSegments
 )
 
 func (b Bounds) withDefaults() Bounds {

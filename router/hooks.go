@@ -72,6 +72,11 @@ const (
 	maxHookAnswerBytes    = 64 << 10
 	maxHookInfoBytes      = 4 << 10
 	maxHookCacheTTL       = time.Hour
+
+	DefaultHookTimeout       = defaultHookTimeout
+	DefaultHookMaxConcurrent = defaultHookConcurrent
+	DefaultHookCacheEntries  = defaultHookCacheCount
+	DefaultHookCacheBytes    = defaultHookCacheBytes
 )
 
 // HookOptions configure the backend authorization hooks. The zero value

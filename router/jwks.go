@@ -35,6 +35,9 @@ import (
 // fetchMu. Router.New starts one goroutine that refreshes the set until
 // Shutdown.
 
+// DefaultJWKSRefresh is AuthOptions.JWKSRefresh's default.
+const DefaultJWKSRefresh = defaultJWKSRefresh
+
 // Defaults of the JWKS options.
 const (
 	defaultJWKSRefresh     = 5 * time.Minute  // identity providers rotate keys over days; a few minutes' lag is harmless

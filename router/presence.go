@@ -45,6 +45,9 @@ import (
 // client can show, and join/leave traffic each subscriber can absorb.
 const defaultMaxPresencePerTopic = 1000
 
+// DefaultMaxPresencePerTopic is Options.MaxPresencePerTopic's default.
+const DefaultMaxPresencePerTopic = defaultMaxPresencePerTopic
+
 type presenceHub struct {
 	eng  engine.Presence // nil when the engine has no presence
 	max  int

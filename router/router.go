@@ -184,6 +184,14 @@ type Options struct {
 	Version string
 }
 
+// Defaults of Options, as withDefaults applies them.
+const (
+	DefaultMaxSubscriptions = 1000
+	DefaultMaxMessageBytes  = 1 << 20
+	DefaultStatsInterval    = time.Second
+	DefaultMaxLast          = 100
+)
+
 func (o Options) withDefaults() Options {
 	if o.Version == "" {
 		o.Version = BuildVersion()

@@ -179,7 +179,7 @@ func newEmbeddedEngine(cfg config, emb *embeddedNATS, defaults engine.TopicConfi
 	e, err := jsengine.New(ctx, jsengine.Options{
 		MemberTTL: ttl,
 		Conn:      emb.nc,
-		Prefix:    cfg.NATSPrefix,
+		Prefix:    cfg.JetStream.Prefix,
 		Defaults:  defaults,
 		Strict:    cfg.Strict,
 		Policy:    policy,

@@ -17,16 +17,16 @@ func newNATSEngine(cfg config, defaults engine.TopicConfig, policy engine.GroupP
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	e, err := jsengine.New(ctx, jsengine.Options{
-		URL:      cfg.NATSURL,
-		Prefix:   cfg.NATSPrefix,
+		URL:      cfg.JetStream.URL,
+		Prefix:   cfg.JetStream.Prefix,
 		Defaults: defaults,
 		Strict:   cfg.Strict,
 		Policy:   policy,
 		Logger:   log,
-		Replicas: cfg.NATSReplicas,
+		Replicas: cfg.JetStream.Replicas,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("engine nats (%s): %w", cfg.NATSURL, err)
+		return nil, fmt.Errorf("engine nats (%s): %w", cfg.JetStream.URL, err)
 	}
 	return e, nil
 }
