@@ -129,6 +129,19 @@ type soak struct {
 	metricsClient                         *http.Client
 	frameErrMu                            sync.Mutex // guards frameErrs
 	frameErrs                             []string
+
+	// The steps of runSoak hand these on to each other; only runSoak's
+	// goroutine touches them, except phase, which the sampler reads.
+	sr                         *SoakReport
+	readers                    []*soakReader // plain subscribers, then churners
+	members                    []*soakMember
+	phase                      atomic.Value  // the label of the sampler's samples (string)
+	stopSampling, stopProgress func()        // each runs once, later calls do nothing
+	baseline, final            Sample        // before any connection of ours; after all closed
+	elapsed                    time.Duration // of the publishing
+	ends                       [][]int64     // [topic][partition] the log's end after the load
+	logBytes                   int64         // what the log holds after the load
+	lag, deadLetters           int64         // the group's after the drain
 }
 
 func (st *soak) noteErrorFrame(who string, l []byte) {
@@ -155,7 +168,31 @@ func (st *soak) checkEpoch(welcome []byte) string {
 
 // --- the run ---
 
+// runSoak runs the scenario, one step per phase of the comment at the top
+// of this file.
 func (r *runner) runSoak(ctx context.Context) (*Report, error) {
+	st := newSoak(r)
+	st.startSampling(ctx) // the baseline comes before any connection of ours
+	defer st.stopSampling()
+	st.stopProgress = sync.OnceFunc(r.startProgress())
+	defer st.stopProgress()
+
+	if err := st.connect(ctx); err != nil {
+		return nil, err
+	}
+	if err := st.load(ctx); err != nil {
+		return nil, err
+	}
+	if err := st.drain(ctx); err != nil {
+		return nil, err
+	}
+	st.settle(ctx)
+	return st.figures(), nil
+}
+
+// newSoak names the topics and lays out the run's state and bounds; it
+// opens nothing.
+func newSoak(r *runner) *soak {
 	cfg := r.cfg
 	r.setTopics("soak", cfg.topics+1)
 	st := &soak{
@@ -181,86 +218,37 @@ func (r *runner) runSoak(ctx context.Context) (*Report, error) {
 	if !cfg.inprocess {
 		bounds.HeapMeasure = "go_memstats_heap_inuse_bytes of the gateway"
 	}
-	sr := &SoakReport{Bounds: bounds, Passed: true}
+	st.sr = &SoakReport{Bounds: bounds, Passed: true}
+	return st
+}
 
-	// The baseline comes before any connection of ours.
-	baseline := st.sample(ctx, "baseline")
-	var phase atomic.Value
-	phase.Store("load")
-	stopSampler := make(chan struct{})
-	samplerDone := make(chan struct{})
-	go func() { // exits when stopSampler is closed
-		defer close(samplerDone)
-		st.sampler(ctx, &phase, stopSampler)
+// startSampling takes the baseline sample and starts the sampler, whose
+// samples are labelled "load" until the phase changes; st.stopSampling
+// stops it and waits for it.
+func (st *soak) startSampling(ctx context.Context) {
+	st.baseline = st.sample(ctx, "baseline")
+	st.phase.Store("load")
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // exits when stop is closed
+		defer close(done)
+		st.sampler(ctx, &st.phase, stop)
 	}()
-	stopSampling := sync.OnceFunc(func() { close(stopSampler); <-samplerDone })
-	defer stopSampling()
-	stopProgress := sync.OnceFunc(r.startProgress())
-	defer stopProgress()
+	st.stopSampling = sync.OnceFunc(func() { close(stop); <-done })
+}
 
+// connect creates the topics and connects every plain subscriber, churner
+// and group member, at most --concurrency at a time and each within 30s;
+// it returns once every subscription is confirmed. If any failed, it
+// closes the others and returns an error.
+func (st *soak) connect(ctx context.Context) error {
+	r, cfg := st.r, st.r.cfg
 	for i, t := range r.topics {
 		if err := r.createTopic(ctx, t, st.parts[i]); err != nil {
-			return nil, err
+			return err
 		}
 	}
-
-	// Plain subscribers and churners.
-	var readers []*soakReader
-	newReader := func(class string, i int) *soakReader {
-		rd := &soakReader{st: st, idx: len(readers), class: class, next: make([][]atomic.Int64, len(r.topics))}
-		for t := range rd.next {
-			rd.next[t] = make([]atomic.Int64, st.parts[t])
-		}
-		wild := r.prefix + ".soak.*"
-		lit := i % len(r.topics)
-		switch {
-		case class == "slow":
-			rd.slow, rd.pattern, rd.onFull = true, wild, "drop_old"
-		case i%2 == 0:
-			rd.pattern, rd.topics = r.topics[lit], []int{lit}
-		default:
-			rd.pattern = wild
-		}
-		if rd.pattern == wild {
-			for t := range r.topics {
-				rd.topics = append(rd.topics, t)
-			}
-		}
-		if class == "fast" && i%4 < 2 {
-			rd.onFull = "drop_old"
-		}
-		readers = append(readers, rd)
-		return rd
-	}
-	slow := 0
-	if cfg.slowShare > 0 && cfg.subscribers > 0 {
-		slow = max(1, int(float64(cfg.subscribers)*cfg.slowShare+0.5))
-	}
-	for i := range cfg.subscribers {
-		class := "fast"
-		if i < slow {
-			class = "slow"
-		}
-		newReader(class, i)
-	}
-	for i := range cfg.churners {
-		newReader("churn", i)
-	}
-	members := make([]*soakMember, cfg.members)
-	for i := range members {
-		members[i] = &soakMember{st: st, idx: 2_000_000 + i, churn: i == 0 && cfg.members > 1}
-	}
-	closeEverything := func() {
-		st.stopping.Store(true)
-		var wg sync.WaitGroup
-		for _, rd := range readers {
-			wg.Go(func() { rd.close(false) })
-		}
-		for _, m := range members {
-			wg.Go(m.close)
-		}
-		wg.Wait()
-	}
+	st.addClients()
 
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -278,29 +266,104 @@ func (r *runner) runSoak(ctx context.Context) (*Report, error) {
 			}
 		})
 	}
-	for _, rd := range readers {
+	for _, rd := range st.readers {
 		dial(rd.connect)
 	}
-	for _, m := range members {
+	for _, m := range st.members {
 		dial(m.join)
 	}
 	wg.Wait()
 	if n := failures.Load(); n > 0 {
 		r.c.connFailures.Add(n)
-		closeEverything()
-		r.wg.Wait()
-		return nil, fmt.Errorf("%d connection(s) failed; first: %v", n, firstErr.Load())
+		st.closeClients()
+		return fmt.Errorf("%d connection(s) failed; first: %v", n, firstErr.Load())
 	}
+	return nil
+}
 
-	// Load.
+// addClients lays out the plain subscribers (the slow ones first), the
+// churners and the group members, none of them connected.
+func (st *soak) addClients() {
+	cfg := st.r.cfg
+	slow := 0
+	if cfg.slowShare > 0 && cfg.subscribers > 0 {
+		slow = max(1, int(float64(cfg.subscribers)*cfg.slowShare+0.5))
+	}
+	for i := range cfg.subscribers {
+		class := "fast"
+		if i < slow {
+			class = "slow"
+		}
+		st.addReader(class, i)
+	}
+	for i := range cfg.churners {
+		st.addReader("churn", i)
+	}
+	st.members = make([]*soakMember, cfg.members)
+	for i := range st.members {
+		st.members[i] = &soakMember{st: st, idx: 2_000_000 + i, churn: i == 0 && cfg.members > 1}
+	}
+}
+
+// addReader adds the i-th plain subscriber of class (fast, slow or churn):
+// slow ones read the wildcard with drop_old; the others alternately a
+// literal topic and the wildcard, and half the fast ones ask for drop_old.
+func (st *soak) addReader(class string, i int) {
+	r := st.r
+	rd := &soakReader{st: st, idx: len(st.readers), class: class, next: make([][]atomic.Int64, len(r.topics))}
+	for t := range rd.next {
+		rd.next[t] = make([]atomic.Int64, st.parts[t])
+	}
+	wild := r.prefix + ".soak.*"
+	lit := i % len(r.topics)
+	switch {
+	case class == "slow":
+		rd.slow, rd.pattern, rd.onFull = true, wild, "drop_old"
+	case i%2 == 0:
+		rd.pattern, rd.topics = r.topics[lit], []int{lit}
+	default:
+		rd.pattern = wild
+	}
+	if rd.pattern == wild {
+		for t := range r.topics {
+			rd.topics = append(rd.topics, t)
+		}
+	}
+	if class == "fast" && i%4 < 2 {
+		rd.onFull = "drop_old"
+	}
+	st.readers = append(st.readers, rd)
+}
+
+// closeClients closes every plain subscriber's and member's connection
+// and waits for every reader goroutine of the run to return.
+func (st *soak) closeClients() {
+	st.stopping.Store(true)
+	var wg sync.WaitGroup
+	for _, rd := range st.readers {
+		wg.Go(func() { rd.close(false) })
+	}
+	for _, m := range st.members {
+		wg.Go(m.close)
+	}
+	wg.Wait()
+	st.r.wg.Wait()
+}
+
+// load runs the churners, with --hostile the hostile clients, and the
+// publishers for --duration. It returns once the publishers have stopped
+// and their connections are closed, the churners are connected again and
+// the hostile clients have stopped and been checked.
+func (st *soak) load(ctx context.Context) error {
+	cfg := st.r.cfg
 	stopChurn := make(chan struct{})
 	var churnWG sync.WaitGroup
-	for _, rd := range readers {
+	for _, rd := range st.readers {
 		if rd.class == "churn" {
 			churnWG.Go(func() { rd.churn(ctx, stopChurn) })
 		}
 	}
-	for _, m := range members {
+	for _, m := range st.members {
 		if m.churn {
 			churnWG.Go(func() { m.churnLoop(ctx, stopChurn) })
 		}
@@ -310,14 +373,38 @@ func (r *runner) runSoak(ctx context.Context) (*Report, error) {
 	if cfg.hostile {
 		var err error
 		if hc, err = newHostile(cfg.url); err != nil {
-			closeEverything()
-			r.wg.Wait()
-			return nil, err
+			st.closeClients()
+			return err
 		}
 		hc.start(ctx, stopHostile)
 	}
 	start := time.Now()
-	deadline := start.Add(cfg.duration)
+	pubConns, pubErr := st.publish(ctx, start.Add(cfg.duration))
+	st.elapsed = time.Since(start)
+	close(stopChurn)
+	churnWG.Wait()
+	if hc != nil {
+		close(stopHostile)
+		hc.wait()
+		st.hostileVerdict(ctx, hc)
+	}
+	for _, c := range pubConns {
+		if c != nil {
+			_ = c.Close(websocket.StatusNormalClosure, "")
+		}
+	}
+	if pubErr != "" {
+		st.sr.violate("publisher: %v", pubErr)
+	}
+	return nil
+}
+
+// publish runs the --publishers WebSocket publishers and the HTTP one
+// until deadline. It returns when all have stopped, with the WebSocket
+// publishers' connections still open (nil for one that did not connect)
+// and the first of their errors.
+func (st *soak) publish(ctx context.Context, deadline time.Time) (conns []*websocket.Conn, firstErr string) {
+	cfg := st.r.cfg
 	wsRate := cfg.rate * (1 - soakHTTPShare) / float64(cfg.publishers)
 	pubConns := make([]*websocket.Conn, cfg.publishers)
 	var pubErr atomic.Value
@@ -334,153 +421,178 @@ func (r *runner) runSoak(ctx context.Context) (*Report, error) {
 	}
 	pubWG.Go(func() { st.httpPublisher(ctx, cfg.rate*soakHTTPShare, deadline) })
 	pubWG.Wait()
-	elapsed := time.Since(start)
-	close(stopChurn)
-	churnWG.Wait()
-	if hc != nil {
-		close(stopHostile)
-		hc.wait()
-		sr.Hostile = &HostileReport{Actors: hc.report(), Seen: hc.surfaceReport(), MaxHeapBytes: int64(cfg.hostileHeapMB) << 20}
-		ev, err := scrapeSeries(ctx, st.metricsClient, cfg.httpURL, evidenceNames())
-		if err != nil {
-			sr.violate("hostile: scraping /metrics: %v", err)
-		}
-		sr.Hostile.Evidence = ev
-		for _, alts := range hostileEvidence {
-			var n int64
-			for _, name := range alts {
-				n += ev[name]
-			}
-			if n == 0 && cfg.hostileLimits {
-				sr.violate("hostile: %s did not move: that limit was never met", strings.Join(alts, " or "))
-			}
-		}
-		for _, e := range hc.problems(cfg.hostileLimits) {
-			sr.violate("hostile: %s", e)
-		}
-	}
-	for _, c := range pubConns {
-		if c != nil {
-			_ = c.Close(websocket.StatusNormalClosure, "")
-		}
-	}
-	if e := pubErr.Load(); e != nil {
-		sr.violate("publisher: %v", e)
-	}
+	firstErr, _ = pubErr.Load().(string)
+	return pubConns, firstErr
+}
 
-	// Drain: the log is final now; wait for everyone to reach its end.
-	phase.Store("drain")
-	for _, rd := range readers {
+// hostileVerdict reports the stopped hostile clients and the evidence in
+// the gateway's metrics that each limit was met.
+func (st *soak) hostileVerdict(ctx context.Context, hc *hostile) {
+	cfg, sr := st.r.cfg, st.sr
+	sr.Hostile = &HostileReport{Actors: hc.report(), Seen: hc.surfaceReport(), MaxHeapBytes: int64(cfg.hostileHeapMB) << 20}
+	ev, err := scrapeSeries(ctx, st.metricsClient, cfg.httpURL, evidenceNames())
+	if err != nil {
+		sr.violate("hostile: scraping /metrics: %v", err)
+	}
+	sr.Hostile.Evidence = ev
+	for _, alts := range hostileEvidence {
+		var n int64
+		for _, name := range alts {
+			n += ev[name]
+		}
+		if n == 0 && cfg.hostileLimits {
+			sr.violate("hostile: %s did not move: that limit was never met", strings.Join(alts, " or "))
+		}
+	}
+	for _, e := range hc.problems(cfg.hostileLimits) {
+		sr.violate("hostile: %s", e)
+	}
+}
+
+// drain reads the log's end, now final, and waits up to --drain for every
+// subscriber still connected to reach it (slow readers stop lingering),
+// for every group record to be acked and for the group's committed offsets
+// to follow.
+func (st *soak) drain(ctx context.Context) error {
+	st.phase.Store("drain")
+	for _, rd := range st.readers {
 		rd.hurry.Store(true)
 	}
 	ends, logBytes, err := st.logEnds(ctx)
 	if err != nil {
-		closeEverything()
-		r.wg.Wait()
-		return nil, err
+		st.closeClients()
+		return err
 	}
-	groupEnds := ends[st.gtopic]
-	drainUntil := time.Now().Add(cfg.drain)
-	complete := func() bool {
-		for _, rd := range readers {
-			if rd.dropped.Load() {
-				continue
-			}
-			for _, t := range rd.topics {
-				for p := range rd.next[t] {
-					if rd.next[t][p].Load() < ends[t][p] {
-						return false
-					}
-				}
-			}
-		}
-		return missing(groupEnds, &st.acked, &st.midAck) == 0
-	}
-	for !complete() && time.Now().Before(drainUntil) && ctx.Err() == nil {
+	st.ends, st.logBytes = ends, logBytes
+	drainUntil := time.Now().Add(st.r.cfg.drain)
+	for !st.drained() && time.Now().Before(drainUntil) && ctx.Err() == nil {
 		time.Sleep(50 * time.Millisecond)
 	}
 	// The committed offsets follow the acks at once, but a mid-ack close
 	// whose ack the gateway never read is settled by a redelivery.
-	var lag, deadLetters int64
 	for {
-		lag, deadLetters, err = st.groupState(ctx, groupEnds)
-		if err != nil || lag == 0 || !time.Now().Before(drainUntil) || ctx.Err() != nil {
+		st.lag, st.deadLetters, err = st.groupState(ctx, st.ends[st.gtopic])
+		if err != nil || st.lag == 0 || !time.Now().Before(drainUntil) || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	if err != nil {
-		sr.violate("group state: %v", err)
+		st.sr.violate("group state: %v", err)
 	}
+	return nil
+}
 
-	// Stop the load, close everything, and let the gateway settle.
-	closeEverything()
-	r.wg.Wait()
-	stopProgress()
-	stopSampling()
+// drained reports whether every subscriber still connected has reached
+// the log's end and every group record was acked.
+func (st *soak) drained() bool {
+	for _, rd := range st.readers {
+		if rd.dropped.Load() {
+			continue
+		}
+		for _, t := range rd.topics {
+			for p := range rd.next[t] {
+				if rd.next[t][p].Load() < st.ends[t][p] {
+					return false
+				}
+			}
+		}
+	}
+	return missing(st.ends[st.gtopic], &st.acked, &st.midAck) == 0
+}
+
+// settle stops the load: it closes every connection, stops the sampler
+// and the progress line, waits up to settleTimeout for the goroutines to
+// come back within the slack of the baseline, and takes the final sample.
+func (st *soak) settle(ctx context.Context) {
+	r := st.r
+	st.closeClients()
+	st.stopProgress()
+	st.stopSampling()
 	r.httpc.CloseIdleConnections()
-	phase.Store("final")
-	var final Sample
+	st.phase.Store("final")
 	settle := time.Now().Add(settleTimeout)
 	for {
-		final = Sample{Goroutines: st.sampleQuiet(ctx)}
-		if final.Goroutines <= baseline.Goroutines+int64(cfg.goroutineSlack) || !time.Now().Before(settle) || ctx.Err() != nil {
+		g := st.sampleQuiet(ctx)
+		if g <= st.baseline.Goroutines+int64(r.cfg.goroutineSlack) || !time.Now().Before(settle) || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	final = st.sample(ctx, "final")
+	st.final = st.sample(ctx, "final")
+}
 
-	// Figures.
+// figures sums the run up into its report and checks it.
+func (st *soak) figures() *Report {
+	r, sr := st.r, st.sr
 	st.sampleMu.Lock()
 	sr.Samples = slices.Clone(st.samples)
 	st.sampleMu.Unlock()
-	ref := baseline
-	for _, s := range sr.Samples {
-		if s.Phase == "load" && s.T >= bounds.WarmupS {
-			ref = s
-			break
-		}
-	}
-	if ref.Phase == "baseline" {
-		for _, s := range sr.Samples {
-			if s.Phase == "load" {
-				ref = s
-			}
-		}
-	}
+	ref := st.heapRef()
 	if h := sr.Hostile; h != nil {
 		for _, x := range sr.Samples {
 			if x.Phase == "load" {
 				h.PeakHeap, h.PeakRSS = max(h.PeakHeap, x.HeapBytes), max(h.PeakRSS, x.RSSBytes)
 			}
 		}
-		if growth := h.PeakHeap - baseline.HeapBytes; growth > h.MaxHeapBytes {
+		if growth := h.PeakHeap - st.baseline.HeapBytes; growth > h.MaxHeapBytes {
 			sr.violate("hostile: peak heap during the load %.1f MiB above the baseline, over %d MiB",
-				float64(growth)/(1<<20), cfg.hostileHeapMB)
+				float64(growth)/(1<<20), r.cfg.hostileHeapMB)
 		}
 	}
-	sr.Goroutines = SoakDelta{Baseline: baseline.Goroutines, Final: final.Goroutines, Growth: final.Goroutines - baseline.Goroutines}
+	base, final := st.baseline, st.final
+	sr.Goroutines = SoakDelta{Baseline: base.Goroutines, Final: final.Goroutines, Growth: final.Goroutines - base.Goroutines}
 	sr.Heap = SoakDelta{Baseline: ref.HeapBytes, Final: final.HeapBytes, Growth: final.HeapBytes - ref.HeapBytes}
-	sr.LogBytes = logBytes
-	for t := range ends {
-		for _, e := range ends[t] {
+	sr.LogBytes = st.logBytes
+	for t := range st.ends {
+		for _, e := range st.ends[t] {
 			sr.LogRecords += e
 		}
 	}
 	sr.WSPublish, sr.HTTPPub = st.wsPub.Load(), st.httpPub.Load()
 	sr.ErrorFrame = st.errorFrames.Load()
 
-	rep := &Report{Seconds: elapsed.Seconds(), Connections: int64(len(readers) + len(members) + cfg.publishers + 1), Sent: r.c.sent.Load()}
+	rep := &Report{Seconds: st.elapsed.Seconds(), Connections: int64(len(st.readers) + len(st.members) + r.cfg.publishers + 1), Sent: r.c.sent.Load()}
+	st.readerFigures(rep)
+	st.groupFigures()
+	st.verdict(sr, rep, base, ref, final, st.ends)
+	rep.Soak = sr
+	rep.Notes = append(rep.Notes, "soak: delivered counts distinct plain deliveries; the group's are in the group line")
+	return rep
+}
+
+// heapRef is the sample heap growth is measured from: the first of the
+// load after the warm-up, else the load's last, else the baseline.
+func (st *soak) heapRef() Sample {
+	ref := st.baseline
+	for _, s := range st.sr.Samples {
+		if s.Phase == "load" && s.T >= st.sr.Bounds.WarmupS {
+			ref = s
+			break
+		}
+	}
+	if ref.Phase == "baseline" {
+		for _, s := range st.sr.Samples {
+			if s.Phase == "load" {
+				ref = s
+			}
+		}
+	}
+	return ref
+}
+
+// readerFigures sums the plain subscribers up by class into the soak
+// report and into rep's totals.
+func (st *soak) readerFigures(rep *Report) {
 	classes := map[string]*SoakClass{"fast": {Name: "fast"}, "slow": {Name: "slow"}, "churn": {Name: "churn"}}
-	for _, rd := range readers {
+	for _, rd := range st.readers {
 		c := classes[rd.class]
 		c.Subscribers++
 		var expected, tail int64
 		for _, t := range rd.topics {
 			for p := range rd.next[t] {
-				expected += ends[t][p]
-				tail += max(0, ends[t][p]-rd.next[t][p].Load())
+				expected += st.ends[t][p]
+				tail += max(0, st.ends[t][p]-rd.next[t][p].Load())
 			}
 		}
 		c.Expected += expected
@@ -504,9 +616,16 @@ func (r *runner) runSoak(ctx context.Context) (*Report, error) {
 	}
 	for _, name := range []string{"fast", "slow", "churn"} {
 		if c := classes[name]; c.Subscribers > 0 {
-			sr.Classes = append(sr.Classes, *c)
+			st.sr.Classes = append(st.sr.Classes, *c)
 		}
 	}
+}
+
+// groupFigures sums the consumer group up into the soak report; a member
+// whose connection the gateway closed is a violation.
+func (st *soak) groupFigures() {
+	sr := st.sr
+	groupEnds := st.ends[st.gtopic]
 	g := &sr.Group
 	for _, e := range groupEnds {
 		g.Records += e
@@ -516,15 +635,10 @@ func (r *runner) runSoak(ctx context.Context) (*Report, error) {
 	g.Deliveries, g.Redeliveries, g.Nacks = st.deliveries.Load(), st.redeliveries.Load(), st.nacks.Load()
 	g.LateAcks, g.AckedRedelivered = st.lateAcks.Load(), st.ackedRedelivered.Load()
 	g.Unacked = missing(groupEnds, &st.acked, &st.midAck)
-	g.Lag, g.DeadLetters = lag, deadLetters
-	for _, m := range members {
+	g.Lag, g.DeadLetters = st.lag, st.deadLetters
+	for _, m := range st.members {
 		if m.dropped.Load() {
 			sr.violate("the gateway closed group member %d's connection", m.idx-2_000_000)
 		}
 	}
-
-	st.verdict(sr, rep, baseline, ref, final, ends)
-	rep.Soak = sr
-	rep.Notes = append(rep.Notes, "soak: delivered counts distinct plain deliveries; the group's are in the group line")
-	return rep, nil
 }
