@@ -356,6 +356,16 @@ func (st *soak) closeClients() {
 // the hostile clients have stopped and been checked.
 func (st *soak) load(ctx context.Context) error {
 	cfg := st.r.cfg
+	// The hostile clients are made before any churner starts, so that a
+	// failure leaves nothing running.
+	var hc *hostile
+	if cfg.hostile {
+		var err error
+		if hc, err = newHostile(cfg.url); err != nil {
+			st.closeClients()
+			return err
+		}
+	}
 	stopChurn := make(chan struct{})
 	var churnWG sync.WaitGroup
 	for _, rd := range st.readers {
@@ -368,14 +378,8 @@ func (st *soak) load(ctx context.Context) error {
 			churnWG.Go(func() { m.churnLoop(ctx, stopChurn) })
 		}
 	}
-	var hc *hostile
 	stopHostile := make(chan struct{})
-	if cfg.hostile {
-		var err error
-		if hc, err = newHostile(cfg.url); err != nil {
-			st.closeClients()
-			return err
-		}
+	if hc != nil {
 		hc.start(ctx, stopHostile)
 	}
 	start := time.Now()

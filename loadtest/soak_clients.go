@@ -36,6 +36,12 @@ func (c *soakConn) signal(err error) {
 	}
 }
 
+// soakReplyTimeout bounds the wait for the reply to a connection's first
+// request: a gateway that never answers is a failed connect (retried and
+// counted), not a soak run that waits for ever on a context with no
+// deadline.
+var soakReplyTimeout = 30 * time.Second
+
 // run takes over conn: it starts the reader goroutine feeding line (it
 // exits when the connection closes), sends req and waits for its reply;
 // what names the request in the error of a connection that closes first.
@@ -64,6 +70,8 @@ func (c *soakConn) run(ctx context.Context, r *runner, conn *websocket.Conn, req
 		conn.CloseNow()
 		return err
 	}
+	timer := time.NewTimer(soakReplyTimeout)
+	defer timer.Stop()
 	select {
 	case err := <-c.ready:
 		if err != nil {
@@ -71,6 +79,10 @@ func (c *soakConn) run(ctx context.Context, r *runner, conn *websocket.Conn, req
 			conn.CloseNow()
 		}
 		return err
+	case <-timer.C:
+		c.closing.Store(true)
+		conn.CloseNow()
+		return fmt.Errorf("no %s within %v", what, soakReplyTimeout)
 	case <-ctx.Done():
 		c.closing.Store(true)
 		conn.CloseNow()
