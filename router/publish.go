@@ -225,13 +225,6 @@ func (cn *conn) publishAsync(req *request, msg engine.Message) {
 	})
 }
 
-// errorFrame counts a refused request and encodes its error reply.
-func (cn *conn) errorFrame(id []byte, pe *protoError) []byte {
-	cn.rt.countLimit(pe)
-	cn.rt.m.rejected.WithLabelValues(pe.code).Inc()
-	return encodeError(id, pe.code, pe.msg)
-}
-
 // appendAsync is append for a pipelined publish: the same checks and
 // metrics, with the engine's AppendAsync when it has one (Append
 // otherwise). done is called exactly once.

@@ -1,0 +1,187 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/session"
+)
+
+// conn is one WebSocket session's protocol state.
+type conn struct {
+	rt      *Router
+	sess    *session.Session
+	id      string
+	who     *principal // what the session's credential allows; reader goroutine only (refresh replaces it)
+	expiry  *sessionExpiry
+	limiter *rate.Limiter // nil: unlimited
+	pipe    *pubPipe      // publishes in flight and replies owed (publish.go)
+	ctx     context.Context
+	cancel  context.CancelFunc
+	pubCtx  context.Context // ctx with the session's Deferral (deferral.go); reader goroutine only
+	wg      sync.WaitGroup  // catch-up goroutines
+
+	// lean: the session asked for the lean envelope (envelope.go).
+	lean bool
+
+	mu     sync.Mutex // guards the fields below
+	subs   map[subKey]*subscription
+	byID   map[uint64]*subscription
+	nextID uint64
+	closed bool
+	// filterBytes is the filter bytes of the subscriptions in subs
+	// (bounded by Bounds.MaxSessionFilterBytes).
+	filterBytes int
+	// leases and leaseBytes are what the group memberships reserved
+	// (groupleases.go).
+	leases     int
+	leaseBytes int64
+}
+
+type subKey struct{ pattern, group string }
+
+// refusedSession is the Handler of a session refused after its upgrade:
+// it ignores what the client sends while the session closes.
+type refusedSession struct{}
+
+func (refusedSession) HandleFrame(*session.Session, []byte) {}
+
+// welcomeFrame encodes the session's welcome.
+func (cn *conn) welcomeFrame(sopts session.Options) []byte {
+	welcome := map[string]any{
+		"session": cn.id,
+		"epoch":   cn.rt.eng.Epoch(),
+		"limits":  cn.rt.welcomeLimits(sopts),
+	}
+	if cn.lean {
+		welcome["envelope"] = envelopeLean
+	}
+	return encodeReply("welcome", nil, welcome)
+}
+
+// runStart counts the session, makes its context, queues the welcome and
+// starts the token's expiry timers. Every transport's session starts here
+// (WebSocket: serveWS; SSE: serveSSE), once it holds its connection-limit
+// slot (reserveConn) and is listed (addConn), and ends with runEnd.
+func (cn *conn) runStart(welcome []byte) {
+	rt := cn.rt
+	rt.m.connections.Inc()
+	rt.m.connectsTotal.Inc()
+	cn.ctx, cn.cancel = context.WithCancel(rt.ctx)
+	cn.sess.Send(session.Item{Frame: welcome})
+	// The session ends when its token does unless it is refreshed (see
+	// refresh.go); the timers stop when the session ends first.
+	cn.expiry = cn.startExpiry()
+}
+
+// runEnd tears the session down once it has ended with err, in the
+// reverse order of runStart, counts the limit that ended it, if any, and
+// gives back its connection-limit slot, whatever the session's transport.
+func (cn *conn) runEnd(err error, release func()) {
+	rt := cn.rt
+	if errors.Is(err, session.ErrSlowConsumer) {
+		rt.m.slowDisconnects.Inc()
+	}
+	rt.countSessionEnd(err)
+	rt.log.Debug("session ended", "session", cn.id, "err", err)
+	cn.teardown()
+	cn.expiry.stop()
+	cn.cancel()
+	rt.m.connections.Dec()
+	rt.removeConn(cn)
+	release()
+}
+
+// teardown removes every subscription of a finished session.
+func (cn *conn) teardown() {
+	cn.cancel()
+	// Appends in flight end soon with the context; their done callbacks
+	// must not outlive the session's teardown.
+	if cn.pipe != nil {
+		cn.pipe.idle(nil)
+	}
+	cn.mu.Lock()
+	cn.closed = true
+	subs := make([]*subscription, 0, len(cn.subs))
+	for _, s := range cn.subs {
+		subs = append(subs, s)
+	}
+	clear(cn.subs)
+	cn.mu.Unlock()
+	for _, s := range subs {
+		cn.rt.dropSub(s)
+	}
+	cn.wg.Wait()
+}
+
+func toProto(err error) *protoError {
+	var pe *protoError
+	if errors.As(err, &pe) {
+		return pe
+	}
+	code, msg, _ := classify(err)
+	return &protoError{code: code, msg: msg}
+}
+
+// errorFrame counts a refused request and encodes its error reply.
+func (cn *conn) errorFrame(id []byte, pe *protoError) []byte {
+	cn.rt.countLimit(pe)
+	cn.rt.m.rejected.WithLabelValues(pe.code).Inc()
+	return encodeError(id, pe.code, pe.msg)
+}
+
+// encodeGap implements session.Options.EncodeGap for queue_full gaps.
+func (cn *conn) encodeGap(dst []byte, st session.Stream, from, to int64) []byte {
+	cn.mu.Lock()
+	s := cn.byID[st.Sub]
+	cn.mu.Unlock()
+	pattern, group := "", ""
+	if s != nil {
+		pattern, group = s.pattern, s.group
+	}
+	cn.rt.m.gaps.WithLabelValues("queue_full").Inc()
+	cn.rt.stats.gaps.Add(1)
+	return encodeGap(dst, pattern, group, st.Topic, st.Partition, from, to, "queue_full")
+}
+
+// onDrop implements session.Options.OnDrop: a plain subscription's queue
+// dropped a message. It is counted, and recorded as a queue_full dead letter
+// when the subscription's dead-letter bucket allows (Bounds.DeadLetterRate),
+// asynchronously: this runs under the session's queue lock, on the engine's
+// fan-out path, so a mass of non-reading subscribers must cost little here.
+func (cn *conn) onDrop(it *session.Item) {
+	cn.rt.stats.drops.Add(1)
+	policy := it.Policy
+	if policy > session.Disconnect {
+		policy = session.DropOld
+	}
+	cn.rt.bm.drops[policy].Inc()
+	rec, ok := it.Ref.(*engine.Record)
+	if !ok {
+		return
+	}
+	pattern, record := "", false
+	now := time.Now()
+	cn.mu.Lock()
+	if s := cn.byID[it.Stream.Sub]; s != nil {
+		pattern = s.pattern
+		record = s.dl.take(&cn.rt.opts.Bounds, now)
+	}
+	cn.mu.Unlock()
+	if !record {
+		cn.rt.bm.deadLettersSkipped.Inc()
+		return
+	}
+	cn.rt.deadLetter(engine.DeadLetter{
+		Reason:     engine.ReasonQueueFull,
+		Subscriber: cn.id + " " + pattern,
+		Record:     *rec,
+		Error:      "outbound queue full (" + policy.String() + ")",
+		Time:       now,
+	})
+}
