@@ -1,5 +1,10 @@
 package router
 
+// The WebSocket transport: serveWS admits a session and runs it on the
+// session core (lifecycle.go); HandleFrame decodes each text frame into an
+// op and dispatches it. Also the ops that have no file of their own
+// (publish, ack), the append path, and the HTTP error handler.
+
 import (
 	"context"
 	"encoding/json"
@@ -11,7 +16,6 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
-	"golang.org/x/time/rate"
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/session"
@@ -37,15 +41,8 @@ func (rt *Router) serveWS(c echo.Context) error {
 	if release == nil {
 		return nil // admitConn wrote the refusal
 	}
-	cn := &conn{rt: rt, id: newID(), who: who, lean: lean, subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription),
-		pipe: newPubPipe(rt.opts.PublishPipeline, rt.opts.PublishPipelineBytes)}
-	if rt.opts.PublishRate > 0 {
-		cn.limiter = rate.NewLimiter(rate.Limit(rt.opts.PublishRate), rt.opts.PublishBurst)
-	}
-	sopts := rt.opts.Session
-	sopts.EncodeGap = cn.encodeGap
-	sopts.OnDrop = cn.onDrop
-	sopts.OnSent = rt.onSent
+	cn := rt.newConn(transportWS, who, lean)
+	sopts := cn.sessionOptions()
 	sess, err := session.Accept(c.Response(), c.Request(), rt.acceptOptions(), cn.id, sopts)
 	if err != nil {
 		release()
@@ -102,7 +99,7 @@ func (cn *conn) HandleFrame(_ *session.Session, data []byte) {
 		pe = cn.dispatch(req)
 	}
 	if pe != nil {
-		cn.pipe.reply(cn.sess, cn.errorFrame(req.ID, pe))
+		cn.replyError(req.ID, pe)
 	}
 }
 

@@ -1,5 +1,27 @@
 package router
 
+// The session core: one lifecycle for the sessions of every transport
+// (see the package doc, "Transports").
+//
+//	admit    admitConn (limits.go): the connect rate and connection limits,
+//	         then the credential; the transport owns the slot's release
+//	new      newConn: the protocol state; the transport makes cn.sess
+//	         with sessionOptions
+//	list     addConn (router.go): Shutdown sees it and waits for it; false
+//	         once Shutdown began, and the transport refuses as it can
+//	start    runStart: counted, its context, the welcome, the token's
+//	         expiry timers (refresh.go)
+//	run      the ops (conn.go, subscribe.go, publish.go, ...), every
+//	         refusal through errorFrame; deliveries (router.go,
+//	         subscription.go) with drops and gaps back through onDrop and
+//	         encodeGap
+//	end      runEnd, once the session ended (the client, Close, a bound,
+//	         the token's expiry, Shutdown): teardown removes every
+//	         subscription (removeLocked, dropSub), the timers stop, the
+//	         session is unlisted and its slot given back
+//
+// The WebSocket runs it in serveWS (conn.go), SSE in serveSSE (sse.go).
+
 import (
 	"context"
 	"errors"
@@ -12,7 +34,8 @@ import (
 	"github.com/switchyard/switchyard/session"
 )
 
-// conn is one WebSocket session's protocol state.
+// conn is one session's protocol state, whatever its transport: its
+// credential, subscriptions, publishes in flight and limits.
 type conn struct {
 	rt      *Router
 	sess    *session.Session
@@ -28,6 +51,8 @@ type conn struct {
 
 	// lean: the session asked for the lean envelope (envelope.go).
 	lean bool
+	// kind is the session's transport.
+	kind transportKind
 
 	mu     sync.Mutex // guards the fields below
 	subs   map[subKey]*subscription
@@ -51,12 +76,64 @@ type refusedSession struct{}
 
 func (refusedSession) HandleFrame(*session.Session, []byte) {}
 
-// welcomeFrame encodes the session's welcome.
+// transportKind is the transport a session runs on: what the session core
+// needs to know of it (see the package doc, "Transports").
+type transportKind uint8
+
+const (
+	// transportWS is a WebSocket (conn.go): the client sends ops, each
+	// answered in order.
+	transportWS transportKind = iota
+	// transportSSE is a Server-Sent Events stream (sse.go): one-way; it
+	// subscribes from its request and only receives.
+	transportSSE
+)
+
+// ops reports whether the client sends ops on the session (subscribe,
+// publish, ack, refresh, …).
+func (k transportKind) ops() bool { return k == transportWS }
+
+// newConn returns the protocol state of a session admitted with who
+// (admitConn) on a transport of kind k. The transport then makes the
+// session (cn.sess) with cn.sessionOptions, lists it (addConn), starts it
+// (runStart) and tears it down once it has ended (runEnd).
+func (rt *Router) newConn(k transportKind, who *principal, lean bool) *conn {
+	cn := &conn{rt: rt, kind: k, id: newID(), who: who, lean: lean,
+		subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription)}
+	if k.ops() {
+		cn.pipe = newPubPipe(rt.opts.PublishPipeline, rt.opts.PublishPipelineBytes)
+		if rt.opts.PublishRate > 0 {
+			cn.limiter = rate.NewLimiter(rate.Limit(rt.opts.PublishRate), rt.opts.PublishBurst)
+		}
+	}
+	return cn
+}
+
+// sessionOptions returns the options cn's session runs with: the
+// Router's, with the session core's callbacks (queue_full gaps, drops,
+// writes of group deliveries).
+func (cn *conn) sessionOptions() session.Options {
+	sopts := cn.rt.opts.Session
+	sopts.EncodeGap = cn.encodeGap
+	sopts.OnDrop = cn.onDrop
+	sopts.OnSent = cn.rt.onSent
+	return sopts
+}
+
+// welcomeFrame encodes the session's welcome. A one-way session announces
+// only the limits that apply to what it receives.
 func (cn *conn) welcomeFrame(sopts session.Options) []byte {
+	limits := map[string]any{
+		"max_subscriptions": cn.rt.opts.MaxSubscriptions,
+		"queue_messages":    sopts.QueueMessages,
+	}
+	if cn.kind.ops() {
+		limits = cn.rt.welcomeLimits(sopts)
+	}
 	welcome := map[string]any{
 		"session": cn.id,
 		"epoch":   cn.rt.eng.Epoch(),
-		"limits":  cn.rt.welcomeLimits(sopts),
+		"limits":  limits,
 	}
 	if cn.lean {
 		welcome["envelope"] = envelopeLean
@@ -111,7 +188,9 @@ func (cn *conn) teardown() {
 	for _, s := range cn.subs {
 		subs = append(subs, s)
 	}
-	clear(cn.subs)
+	for _, s := range subs {
+		cn.removeLocked(s)
+	}
 	cn.mu.Unlock()
 	for _, s := range subs {
 		cn.rt.dropSub(s)
@@ -133,6 +212,17 @@ func (cn *conn) errorFrame(id []byte, pe *protoError) []byte {
 	cn.rt.countLimit(pe)
 	cn.rt.m.rejected.WithLabelValues(pe.code).Inc()
 	return encodeError(id, pe.code, pe.msg)
+}
+
+// replyError counts a refused request and queues its error reply after
+// every reply the session owes before it (publish.go).
+func (cn *conn) replyError(id []byte, pe *protoError) {
+	frame := cn.errorFrame(id, pe)
+	if cn.pipe == nil {
+		cn.sess.Send(session.Item{Frame: frame})
+		return
+	}
+	cn.pipe.reply(cn.sess, frame)
 }
 
 // encodeGap implements session.Options.EncodeGap for queue_full gaps.

@@ -1,7 +1,17 @@
 package router
 
+// Subscriptions of a session. A subscribe is checked (parseSubscribe for
+// the WebSocket's op; sseSubscribe for a stream's query), then handed as
+// a subscribeSpec to subscribeSpec, which registers it in the session
+// within its bounds (register) and starts it: as a group member
+// (startGroup), at the live tail (startLive), or with a replay of the log
+// that then goes live (startReplay). Every way a subscription ends takes
+// it out of the session through removeLocked, then out of the trie or its
+// group through dropSub.
+
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"time"
@@ -24,109 +34,121 @@ func validGroup(g string) *protoError {
 	return nil
 }
 
+// subscribeSpec is a subscribe whose fields are checked and which the
+// session's grants (or the subscribe hook) allow: what every transport
+// hands the session core to subscribe (subscribeSpec). The WebSocket
+// parses it from a subscribe op (parseSubscribe), SSE from its query
+// (sseSubscribe).
+type subscribeSpec struct {
+	id          json.RawMessage // echoed in the reply
+	pattern     string
+	group       string // "": a plain subscription
+	from        fromSpec
+	policy      session.Policy
+	filter      map[string]string // the session's own copy
+	filterBytes int               // its size against Bounds.MaxSessionFilterBytes
+	maxInFlight int               // a group subscribe's max_in_flight (0: the group's)
+	hookAllowed bool              // the subscribe hook allowed it, not the grants
+	presence    bool              // join the topic's presence set
+}
+
+// live reports whether a plain subscription starts at the live tail, with
+// nothing to replay.
+func (sp *subscribeSpec) live() bool {
+	f := &sp.from
+	return !f.positions && f.last == 0 && (f.start.Kind == engine.StartDefault || f.start.Kind == engine.StartLatest)
+}
+
+// subscribe runs a WebSocket subscribe op.
 func (cn *conn) subscribe(req *request) *protoError {
+	sp, pe := cn.parseSubscribe(req)
+	if pe != nil {
+		return pe
+	}
+	return cn.subscribeSpec(&sp)
+}
+
+// parseSubscribe checks a subscribe op: its fields, the grants and the
+// subscribe hook, in the order the protocol reports their errors.
+func (cn *conn) parseSubscribe(req *request) (subscribeSpec, *protoError) {
+	sp := subscribeSpec{id: req.ID}
 	if req.Pattern == nil {
-		return perr(codeBadRequest, `missing field "pattern"`)
+		return sp, perr(codeBadRequest, `missing field "pattern"`)
 	}
-	pattern := *req.Pattern
-	if pe := validPattern(&cn.rt.opts.Bounds, pattern); pe != nil {
-		return pe
+	sp.pattern = *req.Pattern
+	if pe := validPattern(&cn.rt.opts.Bounds, sp.pattern); pe != nil {
+		return sp, pe
 	}
-	group := ""
 	if req.Group != nil {
-		group = *req.Group
-		if pe := validGroup(group); pe != nil {
-			return pe
+		sp.group = *req.Group
+		if pe := validGroup(sp.group); pe != nil {
+			return sp, pe
 		}
 	}
-	viaHook, pe := cn.authorizeSubscribe(pattern, group)
-	if pe != nil {
-		return pe
+	var pe *protoError
+	if sp.hookAllowed, pe = cn.authorizeSubscribe(sp.pattern, sp.group); pe != nil {
+		return sp, pe
 	}
-	withPresence, pe := cn.checkPresence(req, pattern, group)
-	if pe != nil {
-		return pe
+	if sp.presence, pe = cn.checkPresence(req, sp.pattern, sp.group); pe != nil {
+		return sp, pe
 	}
-	from, pe := parseFrom(req.From)
-	if pe != nil {
-		return pe
+	if sp.from, pe = parseFrom(req.From); pe != nil {
+		return sp, pe
 	}
-	if pe := cn.rt.checkLast(from, group); pe != nil {
-		return pe
+	if pe := cn.rt.checkLast(sp.from, sp.group); pe != nil {
+		return sp, pe
 	}
-	policy := session.DropOld
-	if req.OnFull != nil {
-		if group != "" {
-			return perr(codeBadRequest, "on_full applies to plain subscriptions only")
-		}
-		switch *req.OnFull {
-		case "drop_old":
-		case "drop_new":
-			policy = session.DropNew
-		case "disconnect":
-			policy = session.Disconnect
-		default:
-			return perr(codeBadRequest, `on_full must be "drop_old", "drop_new" or "disconnect"`)
-		}
+	if sp.policy, pe = parseOnFull(req.OnFull, sp.group); pe != nil {
+		return sp, pe
 	}
-	var filter map[string]string
-	filterBytes := 0
 	if req.Filter != nil && len(req.Filter.Headers) > 0 {
 		n, pe := checkFilter(&cn.rt.opts.Bounds, req.Filter.Headers)
 		if pe != nil {
-			return pe
+			return sp, pe
 		}
-		filter, filterBytes = maps.Clone(req.Filter.Headers), n
+		sp.filter, sp.filterBytes = maps.Clone(req.Filter.Headers), n
 	}
-	if group != "" && from.positions {
-		return perr(codeBadRequest, "a group resumes from its committed offsets; from.positions applies to plain subscriptions")
+	if sp.group != "" && sp.from.positions {
+		return sp, perr(codeBadRequest, "a group resumes from its committed offsets; from.positions applies to plain subscriptions")
 	}
-	maxInFlight, pe := groupWindow(req, group)
+	if sp.maxInFlight, pe = groupWindow(req, sp.group); pe != nil {
+		return sp, pe
+	}
+	return sp, nil
+}
+
+// parseOnFull parses a subscribe's on_full (nil: drop_old), which applies
+// to plain subscriptions only.
+func parseOnFull(onFull *string, group string) (session.Policy, *protoError) {
+	if onFull == nil {
+		return session.DropOld, nil
+	}
+	if group != "" {
+		return session.DropOld, perr(codeBadRequest, "on_full applies to plain subscriptions only")
+	}
+	switch *onFull {
+	case "drop_old":
+		return session.DropOld, nil
+	case "drop_new":
+		return session.DropNew, nil
+	case "disconnect":
+		return session.Disconnect, nil
+	}
+	return session.DropOld, perr(codeBadRequest, `on_full must be "drop_old", "drop_new" or "disconnect"`)
+}
+
+// subscribeSpec registers a checked subscribe in the session and starts
+// it: as a group member, at the live tail, or with a replay that then
+// goes live. It queues the "subscribed" reply before the subscription's
+// first delivery; an error it returns is the reply instead.
+func (cn *conn) subscribeSpec(sp *subscribeSpec) *protoError {
+	s, pe := cn.register(sp)
 	if pe != nil {
 		return pe
 	}
-
-	key := subKey{pattern, group}
-	cn.mu.Lock()
-	if cn.closed {
-		cn.mu.Unlock()
-		return perr(codeShuttingDown, "session is closing")
+	if sp.group != "" {
+		return cn.startGroup(s, sp)
 	}
-	if _, ok := cn.subs[key]; ok {
-		cn.mu.Unlock()
-		return perr(codeBadRequest, "already subscribed to %s", quoteInput(pattern))
-	}
-	if len(cn.subs) >= cn.rt.opts.MaxSubscriptions {
-		cn.mu.Unlock()
-		return perr(codeTooManySubs, "a session may hold at most %d subscriptions", cn.rt.opts.MaxSubscriptions)
-	}
-	if max := cn.rt.opts.Bounds.MaxSessionFilterBytes; cn.filterBytes+filterBytes > max {
-		held := cn.filterBytes
-		cn.mu.Unlock()
-		return refuse(limitSessionFilterBytes, codeBadRequest,
-			"the session's filters hold %d bytes; this one would pass the limit of %d", held, max)
-	}
-	cn.filterBytes += filterBytes
-	cn.nextID++
-	s := &subscription{c: cn, id: cn.nextID, pattern: pattern, group: group, policy: policy, filter: filter, maxInFlight: maxInFlight, hookAllowed: viaHook, presence: withPresence}
-	cn.subs[key] = s
-	cn.byID[s.id] = s
-	cn.mu.Unlock()
-
-	reply := map[string]any{"pattern": pattern}
-	if group != "" {
-		reply["group"] = group
-		if pe := cn.joinGroup(s, from); pe != nil {
-			cn.forget(s)
-			return pe
-		}
-		cn.rt.m.subscriptions.WithLabelValues("group").Inc()
-		cn.rt.stats.groupSubs.Add(1)
-		cn.sess.Send(session.Item{Frame: encodeReply("subscribed", req.ID, reply)})
-		s.release()
-		return nil
-	}
-
 	if s.presence {
 		if pe := cn.rt.presenceJoin(cn.ctx, s); pe != nil {
 			cn.forget(s)
@@ -135,32 +157,99 @@ func (cn *conn) subscribe(req *request) *protoError {
 	}
 	cn.rt.m.subscriptions.WithLabelValues("plain").Inc()
 	cn.rt.stats.plainSubs.Add(1)
-	if !from.positions && from.last == 0 && (from.start.Kind == engine.StartDefault || from.start.Kind == engine.StartLatest) {
-		s.isLive.Store(true)
-		if err := cn.rt.subs.Add(pattern, s); err != nil {
-			cn.forget(s)
-			return toProto(err)
-		}
-		cn.sess.Send(session.Item{Frame: encodeReply("subscribed", req.ID, reply)})
-		return nil
+	if sp.live() {
+		return cn.startLive(s, sp)
 	}
-	// Replay: register first (live records queue up in s.pending), then
-	// read the log up to its end, then switch to live.
-	s.catchingUp = true
-	if err := cn.rt.subs.Add(pattern, s); err != nil {
+	return cn.startReplay(s, sp)
+}
+
+// register adds a subscription for sp to the session, within the
+// session's bounds (subscriptions, filter bytes).
+func (cn *conn) register(sp *subscribeSpec) (*subscription, *protoError) {
+	key := subKey{sp.pattern, sp.group}
+	cn.mu.Lock()
+	if cn.closed {
+		cn.mu.Unlock()
+		return nil, perr(codeShuttingDown, "session is closing")
+	}
+	if _, ok := cn.subs[key]; ok {
+		cn.mu.Unlock()
+		return nil, perr(codeBadRequest, "already subscribed to %s", quoteInput(sp.pattern))
+	}
+	if len(cn.subs) >= cn.rt.opts.MaxSubscriptions {
+		cn.mu.Unlock()
+		return nil, perr(codeTooManySubs, "a session may hold at most %d subscriptions", cn.rt.opts.MaxSubscriptions)
+	}
+	if max := cn.rt.opts.Bounds.MaxSessionFilterBytes; cn.filterBytes+sp.filterBytes > max {
+		held := cn.filterBytes
+		cn.mu.Unlock()
+		return nil, refuse(limitSessionFilterBytes, codeBadRequest,
+			"the session's filters hold %d bytes; this one would pass the limit of %d", held, max)
+	}
+	cn.filterBytes += sp.filterBytes
+	cn.nextID++
+	s := &subscription{c: cn, id: cn.nextID, pattern: sp.pattern, group: sp.group, policy: sp.policy, filter: sp.filter,
+		maxInFlight: sp.maxInFlight, hookAllowed: sp.hookAllowed, presence: sp.presence}
+	cn.subs[key] = s
+	cn.byID[s.id] = s
+	cn.mu.Unlock()
+	return s, nil
+}
+
+// subscribed queues the reply to a subscribe.
+func (cn *conn) subscribed(sp *subscribeSpec, fields map[string]any) {
+	fields["pattern"] = sp.pattern
+	if sp.group != "" {
+		fields["group"] = sp.group
+	}
+	cn.sess.Send(session.Item{Frame: encodeReply("subscribed", sp.id, fields)})
+}
+
+// startGroup joins s's group; its deliveries wait until the reply is
+// queued.
+func (cn *conn) startGroup(s *subscription, sp *subscribeSpec) *protoError {
+	if pe := cn.joinGroup(s, sp.from); pe != nil {
+		cn.forget(s)
+		return pe
+	}
+	cn.rt.m.subscriptions.WithLabelValues("group").Inc()
+	cn.rt.stats.groupSubs.Add(1)
+	cn.subscribed(sp, map[string]any{})
+	s.release()
+	return nil
+}
+
+// startLive puts s in the trie: it delivers from the next record on.
+func (cn *conn) startLive(s *subscription, sp *subscribeSpec) *protoError {
+	s.isLive.Store(true)
+	if err := cn.rt.subs.Add(s.pattern, s); err != nil {
 		cn.forget(s)
 		return toProto(err)
 	}
-	plan, recovered, err := cn.rt.replayPlan(cn.ctx, s, from)
+	cn.subscribed(sp, map[string]any{})
+	return nil
+}
+
+// startReplay registers s first (live records queue up in s.pending), then
+// reads the log up to its end on a goroutine of the session's (cn.wg),
+// then switches to live (subscription.catchUp).
+func (cn *conn) startReplay(s *subscription, sp *subscribeSpec) *protoError {
+	s.catchingUp = true
+	if err := cn.rt.subs.Add(s.pattern, s); err != nil {
+		cn.forget(s)
+		return toProto(err)
+	}
+	plan, recovered, err := cn.rt.replayPlan(cn.ctx, s, sp.from)
 	if err != nil {
 		cn.forget(s)
 		cn.rt.dropSub(s)
 		return toProto(err)
 	}
-	if from.positions {
-		reply["recovered"] = recovered
+	fields := map[string]any{}
+	if sp.from.positions {
+		fields["recovered"] = recovered
 	}
-	cn.sess.Send(session.Item{Frame: encodeReply("subscribed", req.ID, reply)})
+	cn.subscribed(sp, fields)
 	cn.wg.Add(1)
 	go func() {
 		defer cn.wg.Done()
@@ -169,31 +258,32 @@ func (cn *conn) subscribe(req *request) *protoError {
 	return nil
 }
 
-// forget removes s from the session's maps (not from the trie or engine).
-func (cn *conn) forget(s *subscription) {
-	cn.mu.Lock()
-	if cn.subs[subKey{s.pattern, s.group}] == s {
-		delete(cn.subs, subKey{s.pattern, s.group})
+// removeLocked takes s out of the session: its key, the filter bytes it
+// held and the id index. Every way a subscription ends passes here
+// (unsubscribe, teardown, a refresh that revokes it, a deleted group, a
+// subscribe that failed, and dropSub itself), so the session's maps hold
+// only its subscriptions, however many came and went. It reports whether
+// s was still there. The session's queue may still hold items of s,
+// written or dropped after it: a queue_full gap of theirs names no pattern
+// and group (the client no longer holds the subscription), and their drops
+// record no dead letter. The caller holds cn.mu.
+func (cn *conn) removeLocked(s *subscription) bool {
+	key := subKey{s.pattern, s.group}
+	held := cn.subs[key] == s
+	if held {
+		delete(cn.subs, key)
 		cn.filterBytes -= mapSize(s.filter)
 	}
 	if cn.byID[s.id] == s {
 		delete(cn.byID, s.id)
 	}
-	cn.mu.Unlock()
+	return held
 }
 
-// unindex removes s from the session's id index. Every way a subscription
-// ends passes here (dropSub, or forget for a subscribe that failed), so
-// the index holds only the session's subscriptions, however many came and
-// went. The session's queue may still hold items of s, written or dropped
-// after it: a queue_full gap of theirs names no pattern and group (the
-// client no longer holds the subscription), and their drops record no dead
-// letter.
-func (cn *conn) unindex(s *subscription) {
+// forget removes s from the session (not from the trie or engine).
+func (cn *conn) forget(s *subscription) {
 	cn.mu.Lock()
-	if cn.byID[s.id] == s {
-		delete(cn.byID, s.id)
-	}
+	cn.removeLocked(s)
 	cn.mu.Unlock()
 }
 
@@ -257,8 +347,7 @@ func (cn *conn) unsubscribe(req *request) *protoError {
 	cn.mu.Lock()
 	s, ok := cn.subs[key]
 	if ok {
-		delete(cn.subs, key)
-		cn.filterBytes -= mapSize(s.filter)
+		cn.removeLocked(s)
 	}
 	cn.mu.Unlock()
 	if !ok {
@@ -269,8 +358,9 @@ func (cn *conn) unsubscribe(req *request) *protoError {
 	return nil
 }
 
-// dropSub ends a subscription: out of its session's index, and out of
-// the trie or out of its group.
+// dropSub ends a subscription: out of its session (removeLocked, when
+// its caller has not taken it out already), and out of the trie or out of
+// its group.
 func (rt *Router) dropSub(s *subscription) {
 	s.mu.Lock()
 	already := s.ended
@@ -278,7 +368,7 @@ func (rt *Router) dropSub(s *subscription) {
 	s.pending = nil
 	s.mu.Unlock()
 	if s.c != nil {
-		s.c.unindex(s)
+		s.c.forget(s)
 	}
 	if already {
 		return
