@@ -42,8 +42,8 @@ type conn struct {
 	id      string
 	who     *principal // what the session's credential allows; reader goroutine only (refresh replaces it)
 	expiry  *sessionExpiry
-	limiter *rate.Limiter // nil: unlimited
-	pipe    *pubPipe      // publishes in flight and replies owed (publish.go)
+	limiter *rate.Limiter // nil: unlimited (or a session without ops)
+	pipe    *pubPipe      // publishes in flight and replies owed (publish.go); nil without ops
 	ctx     context.Context
 	cancel  context.CancelFunc
 	pubCtx  context.Context // ctx with the session's Deferral (deferral.go); reader goroutine only
@@ -123,12 +123,14 @@ func (cn *conn) sessionOptions() session.Options {
 // welcomeFrame encodes the session's welcome. A one-way session announces
 // only the limits that apply to what it receives.
 func (cn *conn) welcomeFrame(sopts session.Options) []byte {
-	limits := map[string]any{
-		"max_subscriptions": cn.rt.opts.MaxSubscriptions,
-		"queue_messages":    sopts.QueueMessages,
-	}
+	var limits map[string]any
 	if cn.kind.ops() {
 		limits = cn.rt.welcomeLimits(sopts)
+	} else {
+		limits = map[string]any{
+			"max_subscriptions": cn.rt.opts.MaxSubscriptions,
+			"queue_messages":    sopts.QueueMessages,
+		}
 	}
 	welcome := map[string]any{
 		"session": cn.id,

@@ -55,13 +55,15 @@
 // TCP, plugs in at the same points. What it needs of them, beyond what
 // WebSocket and SSE use:
 //
-//   - Reading: its own packet reader instead of a session.Handler, and an
-//     admission from CONNECT rather than from an HTTP request (admitConn's
-//     two steps, the limits and the credential, called with the client's
-//     address and the token from the password). SUBSCRIBE becomes one
-//     subscribeSpec per filter, answered by one SUBACK with a reason code
-//     each; PUBLISH the publish path, whose pipeline already answers in
-//     request order (PUBACK order); PUBACK, PUBREC and PUBCOMP the ack op.
+//   - Reading: its own packet reader instead of a session.Handler (the
+//     WebSocket reader closes a session that sends a binary frame), and an
+//     admission from CONNECT rather than from an HTTP request: admitConn's
+//     two steps, the limits and the credential, taking the client's
+//     address and the password's token instead of an echo.Context.
+//     SUBSCRIBE becomes one subscribeSpec per filter, answered by one
+//     SUBACK with a reason code each; PUBLISH the publish path, whose
+//     pipeline already answers in request order (PUBACK order); PUBACK and
+//     PUBCOMP the ack op.
 //   - Writing: a two-way session over a byte stream: a Transport that also
 //     reads, and batches that are packets back to back (the queue joins
 //     frames with '\n' today).
@@ -160,8 +162,9 @@ type Options struct {
 	Registry *prometheus.Registry
 	// Static holds the dashboard, served at /; nil serves no dashboard.
 	Static fs.FS
-	// Session configures every WebSocket session (queue bound, read limit,
-	// keepalive); EncodeGap and OnDrop are set by the Router.
+	// Session configures every session, WebSocket and SSE (queue bound,
+	// read limit, keepalive); EncodeGap, OnDrop, OnSent and FramePrefix
+	// are set by the Router.
 	Session session.Options
 	// MaxSubscriptions bounds one session's subscriptions; default 1000.
 	MaxSubscriptions int
@@ -212,11 +215,11 @@ type Options struct {
 	// Presence bounds presence joins per session and announcements per
 	// member (see PresenceOptions).
 	Presence PresenceOptions
-	// MaxConnections bounds open WebSocket sessions (503
+	// MaxConnections bounds open sessions, WebSocket and SSE (503
 	// too_many_connections past it); 0: unlimited.
 	MaxConnections int
-	// MaxConnectionsPerIP bounds open WebSocket sessions per client IP (429
-	// too_many_connections); 0: unlimited.
+	// MaxConnectionsPerIP bounds open sessions, WebSocket and SSE, per
+	// client IP (429 too_many_connections); 0: unlimited.
 	MaxConnectionsPerIP int
 	// ConnectRatePerIP limits WebSocket upgrades and SSE streams a client
 	// IP may attempt per second, refused or not (token bucket, burst the
@@ -350,7 +353,7 @@ type Router struct {
 	closing atomic.Bool
 	wg      sync.WaitGroup // sessions and background goroutines
 
-	mu    sync.Mutex // guards conns
+	mu    sync.Mutex // guards conns and the fields below; see the lock order
 	conns map[*conn]struct{}
 	pulls map[string]*pullMember // guarded by mu
 	// pullsBy counts the pull members in pulls by the client that made
@@ -500,8 +503,8 @@ func (rt *Router) Shutdown(ctx context.Context) error {
 // matching plain subscription on this node.
 //
 // The frame is encoded once per matching pattern and envelope
-// (envelope.go) and shared by every session of that pattern; the deliveries are counted once per record, not
-// per session.
+// (envelope.go) and shared by every session of that pattern; the
+// deliveries are counted once per record, not per session.
 func (rt *Router) Appended(rec *engine.Record) { rt.fanOut(rec, nil) }
 
 // fanOut queues rec for every matching plain subscription on this node;

@@ -59,7 +59,10 @@
 // a client that stops in the middle of any frame is closed by it. A
 // message is read into a small pooled buffer and, when longer, into fixed
 // 64 KiB chunks: an unfinished message holds about the bytes that arrived
-// (Stats.Reading), never a buffer grown by copying.
+// (Stats.Reading), never a buffer grown by copying. A ReadBudget
+// (Options.ReadBudget) shared by sessions bounds the chunks their
+// unfinished messages hold together: a reader that needs a chunk past it
+// waits for room, after flushing its Deferral.
 //
 // # Memory of an idle session
 //
@@ -73,9 +76,10 @@
 // not TLS). Control frames never leave its reader waiting inside the
 // library's frame reader: the session answers a client's ping itself, and
 // writes its keepalive pings itself and takes their pongs, wherever they
-// arrive between frames (keepalive.go). When its writer parks, the queue
-// gives back its ring slots and its stream state (Queue.Shrink) to pools
-// shared by all sessions.
+// arrive between frames (keepalive.go). Each ring of the queue gives its
+// first buffer of slots back to a pool shared by all sessions as soon as
+// it is empty (a ring grown past it keeps its buffer), and when its writer
+// parks the queue gives back its stream state (Queue.Shrink) too.
 //
 // # One-way sessions
 //
