@@ -19,8 +19,8 @@ package router
 // after its idle TTL, or deleted through another node. What a gateway
 // counts is what was made through it since it started.
 //
-// Concurrency: groupLedger.mu guards the ledger; it is a leaf lock, as
-// conn.mu and Router.mu are (router.go): nothing is called with it held.
+// Concurrency: groupLedger.mu guards the ledger; it is a leaf lock
+// (router.go's lock order): nothing is called with it held.
 
 import (
 	"context"

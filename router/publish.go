@@ -40,9 +40,10 @@ package router
 //
 // The reader goroutine reserves slots and waits for room; the engine's
 // goroutines (or the reader itself, for an engine that completes at once)
-// complete them. pubPipe.mu guards the FIFO and is held while replies are
-// handed to session.Send, which never blocks, so the session's queue sees
-// them in order. No other lock is taken under it.
+// complete them, perhaps with engine locks held. pubPipe.mu guards the
+// FIFO and is held while replies are handed to session.Send, which never
+// blocks, so the session's queue sees them in order: the queue's lock is
+// taken under it, and nothing else (see the lock order in router.go).
 
 import (
 	"context"
@@ -223,13 +224,6 @@ func (cn *conn) publishAsync(req *request, msg engine.Message) {
 		}
 		cn.pipe.complete(cn.sess, slot, frame)
 	})
-}
-
-// errorFrame counts a refused request and encodes its error reply.
-func (cn *conn) errorFrame(id []byte, pe *protoError) []byte {
-	cn.rt.countLimit(pe)
-	cn.rt.m.rejected.WithLabelValues(pe.Code).Inc()
-	return encodeError(id, pe.Code, pe.Msg)
 }
 
 // appendAsync is append for a pipelined publish: the same checks and

@@ -329,8 +329,7 @@ func (rt *Router) endGroup(group string) {
 		for k, s := range cn.subs {
 			if k.group == group {
 				ended = append(ended, s)
-				delete(cn.subs, k)
-				cn.filterBytes -= mapSize(s.filter)
+				cn.removeLocked(s)
 			}
 		}
 		cn.mu.Unlock()

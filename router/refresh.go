@@ -159,12 +159,11 @@ func (cn *conn) refresh(req *request) *protoError {
 func (cn *conn) revoke() {
 	var gone []*subscription
 	cn.mu.Lock()
-	for k, s := range cn.subs {
+	for _, s := range cn.subs {
 		if cn.allowedStill(s) {
 			continue
 		}
-		delete(cn.subs, k)
-		cn.filterBytes -= mapSize(s.filter)
+		cn.removeLocked(s)
 		gone = append(gone, s)
 	}
 	cn.mu.Unlock()

@@ -1,8 +1,8 @@
-// Package router wires Switchyard together: it accepts WebSocket sessions,
-// decodes and answers the client ops of the wire protocol, appends publishes
-// to the engine's log, fans the log's live tail out through the topic trie to
-// matching sessions, drives consumer groups, and serves the HTTP API,
-// metrics and the dashboard.
+// Package router is the Switchyard gateway: it admits client sessions over
+// WebSocket and Server-Sent Events, answers the ops of the wire protocol,
+// appends publishes to the engine's log, fans the log's live tail out
+// through the topic trie to matching sessions, drives consumer groups, and
+// serves the HTTP API, metrics and the dashboard.
 //
 // # Fan-out
 //
@@ -13,30 +13,117 @@
 // pattern gets the same bytes in its outbound queue. Consumer-group
 // deliveries come from the engine per member and are encoded per delivery.
 //
+// # Transports
+//
+// A session is the same whatever carries it: one lifecycle (lifecycle.go)
+// admits it (admitConn: connection limits, then the credential), makes its
+// protocol state (newConn), lists it for Shutdown (addConn), starts it
+// (runStart: counted, its context, the welcome, the token's expiry), runs
+// its ops, and tears it down once it has ended (runEnd: every subscription
+// removed through removeLocked and dropSub, presence left, timers stopped,
+// the connection slot given back). A subscribe, from any transport, is a
+// checked subscribeSpec handed to conn.subscribeSpec (subscribe.go), which
+// registers it and starts it as a group member, at the live tail or with a
+// replay; a refusal is an error reply through errorFrame. Deliveries reach
+// the session's bounded queue (package session) and come back through the
+// callbacks of sessionOptions: drops (onDrop), queue_full gaps (encodeGap)
+// and writes (onSent).
+//
+// A transport supplies what differs:
+//
+//   - Reading: how requests arrive and become ops. The WebSocket's reader
+//     hands each text frame to conn.HandleFrame (conn.go), which decodes
+//     it and dispatches the op; ops run in request order, each after the
+//     publishes before it (publish.go). SSE reads nothing: it subscribes
+//     once, from its query, with parsed specs (sse.go, sseSubscribe).
+//   - Writing: how the queue's batches reach the client. The session's
+//     writer writes them to the WebSocket itself (session.Accept), or
+//     hands them to a session.Transport (session.NewOneWay: Write,
+//     Keepalive, Close, CloseNow), which for SSE turns every frame into an
+//     event and the close into a "close" event.
+//   - Encoding: the welcome (welcomeFrame), replies (encodeReply), errors
+//     (errorFrame), message, group-message and gap frames (protocol.go,
+//     envelope.go). A message frame is encoded once per matching pattern
+//     and envelope and shared by every session taking that envelope
+//     (Router.fanOut, conn.lean); group deliveries and gaps are encoded
+//     per item.
+//   - Its kind (transportKind): whether the client sends ops, which
+//     decides the welcome's limits and whether the session has a publish
+//     pipeline and rate.
+//
+// A third transport, MQTT 3.1.1 and 5 over WebSocket binary frames and
+// TCP, plugs in at the same points. What it needs of them, beyond what
+// WebSocket and SSE use:
+//
+//   - Reading: its own packet reader instead of a session.Handler (the
+//     WebSocket reader closes a session that sends a binary frame), and an
+//     admission from CONNECT rather than from an HTTP request: admitConn's
+//     two steps, the limits and the credential, taking the client's
+//     address and the password's token instead of an echo.Context.
+//     SUBSCRIBE becomes one subscribeSpec per filter, answered by one
+//     SUBACK with a reason code each; PUBLISH the publish path, whose
+//     pipeline already answers in request order (PUBACK order); PUBACK and
+//     PUBCOMP the ack op.
+//   - Writing: a two-way session over a byte stream: a Transport that also
+//     reads, and batches that are packets back to back (the queue joins
+//     frames with '\n' today).
+//   - Encoding: an envelope of its own beside full and lean, encoded once
+//     per pattern where the packet can be shared (QoS 0) and per delivery
+//     where it carries the session's packet id (QoS 1 and 2, as group
+//     deliveries are today); replies and refusals as reason codes from the
+//     transport's encoder where subscribeSpec, the ops and errorFrame
+//     encode JSON now; a gap has no packet and is counted instead.
+//   - Acknowledgements and flow control: QoS 1 and 2 deliveries are
+//     Reliable items held to the client's receive maximum, as group
+//     deliveries are held to max_in_flight, and settled by packet id; a
+//     Ref on the item (like groupRef) tells OnSent what was written.
+//   - Sessions: a persistent session outlives its connection as positions
+//     in the log, so its subscriptions and unacknowledged deliveries are
+//     kept apart from the conn that runs them while connected; a client-id
+//     takeover ends the earlier conn through runEnd like any other end.
+//
 // # Concurrency
 //
-// A Router is safe for concurrent use by multiple goroutines. Each WebSocket
+// A Router is safe for concurrent use by multiple goroutines. A WebSocket
 // session has one reader goroutine, started by the HTTP handler, which
-// returns after the upgrade; the reader runs the client's ops in order. The
+// returns after the upgrade; the reader runs the client's ops in order. An
+// SSE stream runs on its HTTP handler's goroutine until it ends. A
 // session's writer goroutine runs only while it has something to write. A
 // replaying subscription runs one catch-up goroutine until it is live.
 // Shutdown waits for all of them.
 //
-// Lock order (a lock may be taken while holding the ones before it, never
-// the other way round):
+// Lock order. A lock is taken only while holding locks of earlier entries,
+// never one of a later entry; the locks of one entry are never held
+// together unless the entry says in which order. The router never calls
+// into the engine while holding one of its own locks; the engine calls
+// Appended, Deliver, Skipped and AppendAsync's completion perhaps with its
+// own held, so those come first.
 //
-//  1. engine-internal locks (the engine calls Appended and Deliver with
-//     them held)
-//  2. subscription.mu; presenceMember.mu, then presenceHub.mu
-//     (presence_churn.go)
-//  3. session queue locks (inside session.Send)
+//  1. engine-internal locks.
+//  2. Router.mu (sessions, pull members, local subscribers): pull.go
+//     (expirePulls, endGroup) and shutdown.go (handBack) take
+//     pullMember.mu under it.
+//  3. subscription.mu (a subscription's delivery state); pubPipe.mu (a
+//     session's publish replies, handed to session.Send under it,
+//     publish.go); pullMember.mu; LocalSubscription.mu (embed.go);
+//     presenceMember.mu, then presenceHub.mu (presence_churn.go);
+//     sseResume.mu (the index of SSE streams); sseTransport.mu (an SSE
+//     response's writes).
+//  4. the session's queue lock (inside session.Send and SendDeferred; see
+//     the session package's lock order).
+//  5. sseState.mu (an SSE stream's positions): under the queue lock by
+//     FramePrefix, under sseTransport.mu by a write, under sseResume.mu by
+//     a reconnect.
+//  6. conn.mu (a session's subscriptions and their limits): under the
+//     queue lock by onDrop and encodeGap, under sseState.mu to name a
+//     stream's pattern.
 //
-// conn.mu and Router.mu are leaf locks: nothing else is taken while they
-// are held, and the router never calls into the engine while holding any
-// router lock. So are the locks of the per-address limiters (limits.go,
-// hooks.go ipMu), the group seek map (groupseek.go; a seek itself waits
-// holding no lock) and the ledger of groups made (groupcount.go). The SSE resume state (sse_resume.go) takes
-// sseResume.mu, then a stream's mu, then conn.mu.
+// Leaves, under which nothing is taken: conn.mu, presenceHub.mu,
+// sessionExpiry.mu (refresh.go; its timers send with it released), the
+// limiter's and perIPRate's locks (limits.go), hooks.ipMu and hookCache.mu
+// (hooks.go), seekLocks.mu (groupseek.go; a seek waits holding no lock)
+// and jwksSource.fetchMu (held across a key fetch, nothing else taken
+// under it).
 package router
 
 import (
@@ -75,8 +162,9 @@ type Options struct {
 	Registry *prometheus.Registry
 	// Static holds the dashboard, served at /; nil serves no dashboard.
 	Static fs.FS
-	// Session configures every WebSocket session (queue bound, read limit,
-	// keepalive); EncodeGap and OnDrop are set by the Router.
+	// Session configures every session, WebSocket and SSE (queue bound,
+	// read limit, keepalive); EncodeGap, OnDrop, OnSent and FramePrefix
+	// are set by the Router.
 	Session session.Options
 	// MaxSubscriptions bounds one session's subscriptions; default 1000.
 	MaxSubscriptions int
@@ -127,11 +215,11 @@ type Options struct {
 	// Presence bounds presence joins per session and announcements per
 	// member (see PresenceOptions).
 	Presence PresenceOptions
-	// MaxConnections bounds open WebSocket sessions (503
+	// MaxConnections bounds open sessions, WebSocket and SSE (503
 	// too_many_connections past it); 0: unlimited.
 	MaxConnections int
-	// MaxConnectionsPerIP bounds open WebSocket sessions per client IP (429
-	// too_many_connections); 0: unlimited.
+	// MaxConnectionsPerIP bounds open sessions, WebSocket and SSE, per
+	// client IP (429 too_many_connections); 0: unlimited.
 	MaxConnectionsPerIP int
 	// ConnectRatePerIP limits WebSocket upgrades and SSE streams a client
 	// IP may attempt per second, refused or not (token bucket, burst the
@@ -273,7 +361,7 @@ type Router struct {
 	closing atomic.Bool
 	wg      sync.WaitGroup // sessions and background goroutines
 
-	mu    sync.Mutex // guards conns
+	mu    sync.Mutex // guards conns and the fields below; see the lock order
 	conns map[*conn]struct{}
 	pulls map[string]*pullMember // guarded by mu
 	// pullsBy counts the pull members in pulls by the client that made
@@ -423,8 +511,8 @@ func (rt *Router) Shutdown(ctx context.Context) error {
 // matching plain subscription on this node.
 //
 // The frame is encoded once per matching pattern and envelope
-// (envelope.go) and shared by every session of that pattern; the deliveries are counted once per record, not
-// per session.
+// (envelope.go) and shared by every session of that pattern; the
+// deliveries are counted once per record, not per session.
 func (rt *Router) Appended(rec *engine.Record) { rt.fanOut(rec, nil) }
 
 // fanOut queues rec for every matching plain subscription on this node;

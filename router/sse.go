@@ -6,13 +6,13 @@ package router
 // need to receive.
 //
 // An SSE stream is a session like a WebSocket one, on the same machinery:
-// the same authentication (a token in the query or the Authorization
-// header), connection limits, subscriptions (one per pattern, through
-// conn.subscribe, so replay, "last", filters and the switch-over are the
-// WebSocket's), bounded outbound queue with its drop policies, metrics and
-// shutdown. Only the transport differs: session.NewOneWay writes the queue's
-// batches to the response, where sseTransport turns each frame into an
-// event:
+// the same lifecycle (lifecycle.go), authentication (a token in the query
+// or the Authorization header), connection limits, subscriptions (one per
+// pattern, through conn.subscribeSpec with a spec parsed from the query,
+// so replay, "last" and the switch-over are the WebSocket's), bounded
+// outbound queue with its drop policies, metrics and shutdown. Only the
+// transport differs: session.NewOneWay writes the queue's batches to the
+// response, where sseTransport turns each frame into an event:
 //
 //   - a message frame is an event of the default type ("message") whose
 //     data is the frame's JSON and whose id is "<stream>.<n>", the
@@ -61,7 +61,6 @@ import (
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
 
 	"github.com/switchyard/switchyard/session"
 )
@@ -75,46 +74,9 @@ func (rt *Router) serveSSE(c echo.Context) error {
 	if rt.closing.Load() {
 		return perr(codeShuttingDown, "server is shutting down")
 	}
-	q := c.QueryParams()
-	patterns := q["pattern"]
-	switch {
-	case len(patterns) == 0:
-		return perr(codeBadRequest, `missing query parameter "pattern"`)
-	case len(patterns) > rt.opts.MaxSubscriptions:
-		return perr(codeTooManySubs, "a session may hold at most %d subscriptions", rt.opts.MaxSubscriptions)
-	}
-	for _, p := range patterns {
-		if pe := validPattern(&rt.opts.Bounds, p); pe != nil {
-			return pe
-		}
-	}
-	var from json.RawMessage
-	if f := q.Get("from"); f != "" {
-		from = sseFrom(f)
-		spec, pe := parseFrom(from)
-		if pe == nil {
-			pe = rt.checkLast(spec, "")
-		}
-		if pe != nil {
-			return pe
-		}
-	}
-	tok := c.Request().Header.Get("Last-Event-ID")
-	if tok == "" {
-		tok = q.Get("last_event_id")
-	}
-	epoch := rt.eng.Epoch()
-	var resume *sseResumeAt
-	if tok != "" {
-		var pe *protoError
-		if resume, pe = rt.sseResumePoint(tok, epoch, patterns); pe != nil {
-			rt.sse.resumes.WithLabelValues("refused").Inc()
-			return pe
-		}
-	}
-	var onFull *string
-	if v := q.Get("on_full"); v != "" {
-		onFull = &v
+	req, pe := rt.parseSSE(c)
+	if pe != nil {
+		return pe
 	}
 	who, release, err := rt.admitConn(c)
 	if err != nil {
@@ -124,22 +86,16 @@ func (rt *Router) serveSSE(c echo.Context) error {
 		return nil // admitConn wrote the refusal
 	}
 
-	cn := &conn{rt: rt, id: newID(), who: who, info: newSessionInfo(c, "sse", who), subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription)}
-	if rt.opts.PublishRate > 0 {
-		cn.limiter = rate.NewLimiter(rate.Limit(rt.opts.PublishRate), rt.opts.PublishBurst)
-	}
-	st := rt.sse.newState(cn.id, epoch, patterns)
-	if resume != nil && resume.known && resume.epoch == epoch {
+	cn := rt.newConn(c, transportSSE, who, false)
+	st := rt.sse.newState(cn.id, req.epoch, req.patterns)
+	if resume := req.resume; resume != nil && resume.known && resume.epoch == req.epoch {
 		rt.sse.resumes.WithLabelValues("exact").Inc()
 		st.inherit(resume.positions, resume.n) // ids keep counting, and keep the partitions seen before the drop
 	} else if resume != nil {
 		rt.sse.resumes.WithLabelValues("unknown").Inc()
 	}
 	tr := newSSETransport(c.Response(), st, rt.sse.untracked, rt.opts.Session.WriteTimeout)
-	sopts := rt.opts.Session
-	sopts.EncodeGap = cn.encodeGap
-	sopts.OnDrop = cn.onDrop
-	sopts.OnSent = rt.onSent
+	sopts := cn.sessionOptions()
 	sopts.FramePrefix = st.prefix(cn)
 	cn.sess = session.NewOneWay(cn.id, sopts, session.Transport{
 		Write:     tr.write,
@@ -159,25 +115,18 @@ func (rt *Router) serveSSE(c echo.Context) error {
 		return nil // the client is gone
 	}
 	// The session is counted, limited and torn down as a WebSocket
-	// session is (runStart, runEnd); only its welcome differs.
-	cn.runStart(encodeReply("welcome", nil, map[string]any{
-		"session": cn.id,
-		"epoch":   epoch,
-		"limits": map[string]any{
-			"max_subscriptions": rt.opts.MaxSubscriptions,
-			"queue_messages":    sopts.QueueMessages,
-		},
-	}))
+	// session is (runStart, runEnd).
+	cn.runStart(cn.welcomeFrame(sopts))
 	// The client going away ends the session as a WebSocket close would.
 	stop := context.AfterFunc(c.Request().Context(), cn.cancel)
-	for i, p := range patterns {
-		pattern := p
-		req := &request{Op: "subscribe", ID: json.RawMessage(strconv.Itoa(i + 1)), Pattern: &pattern, From: from, OnFull: onFull}
-		if f := resume.from(pattern); f != nil {
-			req.From = f
+	for i, p := range req.patterns {
+		id := json.RawMessage(strconv.Itoa(i + 1))
+		from := req.from
+		if f, ok := req.resume.from(p); ok {
+			from = f
 		}
-		if pe := cn.subscribe(req); pe != nil {
-			cn.sess.Send(session.Item{Frame: cn.errorFrame(req.ID, pe)})
+		if pe := cn.sseSubscribe(id, p, from, req.onFull); pe != nil {
+			cn.replyError(id, pe)
 		}
 	}
 	err = cn.sess.Run(cn.ctx, nil)
@@ -185,6 +134,74 @@ func (rt *Router) serveSSE(c echo.Context) error {
 	rt.sse.end(st, time.Now()) // before the session stops counting: resumable once it has
 	cn.runEnd(err, release)
 	return nil
+}
+
+// sseRequest is what a stream's request asks for.
+type sseRequest struct {
+	patterns []string
+	from     fromSpec // the query's from, for every pattern not resumed
+	onFull   *string  // the query's on_full, checked per subscription
+	epoch    string   // the log's epoch when the stream was asked for
+	resume   *sseResumeAt
+}
+
+// parseSSE checks a stream's query and Last-Event-ID; what it refuses is
+// refused with an HTTP error before the stream starts.
+func (rt *Router) parseSSE(c echo.Context) (sseRequest, *protoError) {
+	q := c.QueryParams()
+	req := sseRequest{patterns: q["pattern"]}
+	switch {
+	case len(req.patterns) == 0:
+		return req, perr(codeBadRequest, `missing query parameter "pattern"`)
+	case len(req.patterns) > rt.opts.MaxSubscriptions:
+		return req, perr(codeTooManySubs, "a session may hold at most %d subscriptions", rt.opts.MaxSubscriptions)
+	}
+	for _, p := range req.patterns {
+		if pe := validPattern(&rt.opts.Bounds, p); pe != nil {
+			return req, pe
+		}
+	}
+	if f := q.Get("from"); f != "" {
+		var pe *protoError
+		req.from, pe = parseFrom(sseFrom(f))
+		if pe == nil {
+			pe = rt.checkLast(req.from, "")
+		}
+		if pe != nil {
+			return req, pe
+		}
+	}
+	tok := c.Request().Header.Get("Last-Event-ID")
+	if tok == "" {
+		tok = q.Get("last_event_id")
+	}
+	req.epoch = rt.eng.Epoch()
+	if tok != "" {
+		var pe *protoError
+		if req.resume, pe = rt.sseResumePoint(tok, req.epoch, req.patterns); pe != nil {
+			rt.sse.resumes.WithLabelValues("refused").Inc()
+			return req, pe
+		}
+	}
+	if v := q.Get("on_full"); v != "" {
+		req.onFull = &v
+	}
+	return req, nil
+}
+
+// sseSubscribe subscribes a stream to one of its patterns from from, as a
+// subscribe op with the query's on_full would: the same checks after the
+// pattern's (checked with the query), in the same order.
+func (cn *conn) sseSubscribe(id json.RawMessage, pattern string, from fromSpec, onFull *string) *protoError {
+	sp := subscribeSpec{id: id, pattern: pattern, from: from}
+	var pe *protoError
+	if sp.hookAllowed, pe = cn.authorizeSubscribe(pattern, ""); pe != nil {
+		return pe
+	}
+	if sp.policy, pe = parseOnFull(onFull, ""); pe != nil {
+		return pe
+	}
+	return cn.subscribeSpec(&sp)
 }
 
 // sseFrom turns the from query parameter into the subscribe op's "from":

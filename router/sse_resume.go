@@ -33,13 +33,13 @@ package router
 // states; a state's lock may be taken under it, never the other way round.
 
 import (
-	"encoding/json"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/session"
 )
 
@@ -361,20 +361,11 @@ func parseSSEID(tok string) (key string, n uint64, ok bool) {
 }
 
 // sseResumeFrom returns the subscribe "from" that resumes after parts in
-// epoch.
-func sseResumeFrom(epoch string, parts []ssePart) json.RawMessage {
-	type pos struct {
-		Topic     string `json:"topic"`
-		Partition int    `json:"partition"`
-		Offset    int64  `json:"offset"`
-	}
-	out := struct {
-		Epoch     string `json:"epoch"`
-		Positions []pos  `json:"positions"`
-	}{Epoch: epoch, Positions: make([]pos, 0, len(parts))}
+// epoch: {"epoch": epoch, "positions": parts}, parsed.
+func sseResumeFrom(epoch string, parts []ssePart) fromSpec {
+	f := fromSpec{positions: true, epoch: epoch}
 	for _, pt := range parts {
-		out.Positions = append(out.Positions, pos{pt.topic, pt.partition, pt.offset})
+		f.pos = append(f.pos, engine.Position{Topic: pt.topic, Partition: pt.partition, Offset: pt.offset})
 	}
-	b, _ := json.Marshal(out)
-	return b
+	return f
 }

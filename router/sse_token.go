@@ -24,18 +24,19 @@ type sseResumeAt struct {
 	positions map[string][]ssePart // by pattern
 }
 
-// from returns the subscribe "from" that resumes pattern, or nil for the
-// stream's own (a pattern that had delivered nothing before the drop).
-func (r *sseResumeAt) from(pattern string) json.RawMessage {
+// from returns where pattern resumes, as a subscribe's "from" with the
+// epoch and positions would, or false for the stream's own "from" (a
+// pattern that had delivered nothing before the drop).
+func (r *sseResumeAt) from(pattern string) (fromSpec, bool) {
 	switch {
 	case r == nil:
-		return nil
+		return fromSpec{}, false
 	case !r.known:
-		return sseResumeFrom(r.epoch, nil)
+		return sseResumeFrom(r.epoch, nil), true
 	case len(r.positions[pattern]) > 0:
-		return sseResumeFrom(r.epoch, r.positions[pattern])
+		return sseResumeFrom(r.epoch, r.positions[pattern]), true
 	}
-	return nil
+	return fromSpec{}, false
 }
 
 // sseResumePoint checks a Last-Event-ID against the bounds and the

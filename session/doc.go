@@ -1,6 +1,8 @@
-// Package session runs one Switchyard WebSocket connection: a reader that
-// hands each inbound text frame to a Handler, and a writer that drains a
-// bounded, prioritised outbound queue into batched text frames.
+// Package session runs the connection of one Switchyard client session: a
+// writer that drains a bounded, prioritised outbound queue into batched
+// frames, over a WebSocket (with a reader that hands each inbound text
+// frame to a Handler) or over a one-way Transport such as a Server-Sent
+// Events response.
 //
 // # Outbound queue
 //
@@ -8,7 +10,10 @@
 // zero Stream) go to their own FIFO, which the writer always empties first;
 // they are never dropped. Their bytes are bounded by Options.ControlBytes:
 // a control item past it closes the session with 1008 (the client sends
-// requests and does not read the replies). Stream items go to one of four
+// requests and does not read the replies). Control items and Reliable
+// stream items together are bounded in count by four times
+// Options.QueueMessages: past it a control item closes the session with
+// 1008, a Reliable item with 1013. Stream items go to one of four
 // priority lanes, the writer draining higher lanes first. While a stream
 // (subscription, topic, partition) has items queued, its new items join the
 // lane it is already in, so the order within a stream never changes.
@@ -54,7 +59,10 @@
 // a client that stops in the middle of any frame is closed by it. A
 // message is read into a small pooled buffer and, when longer, into fixed
 // 64 KiB chunks: an unfinished message holds about the bytes that arrived
-// (Stats.Reading), never a buffer grown by copying.
+// (Stats.Reading), never a buffer grown by copying. A ReadBudget
+// (Options.ReadBudget) shared by sessions bounds the chunks their
+// unfinished messages hold together: a reader that needs a chunk past it
+// waits for room, after flushing its Deferral.
 //
 // # Memory of an idle session
 //
@@ -68,9 +76,10 @@
 // not TLS). Control frames never leave its reader waiting inside the
 // library's frame reader: the session answers a client's ping itself, and
 // writes its keepalive pings itself and takes their pongs, wherever they
-// arrive between frames (keepalive.go). When its writer parks, the queue
-// gives back its ring slots and its stream state (Queue.Shrink) to pools
-// shared by all sessions.
+// arrive between frames (keepalive.go). Each ring of the queue gives its
+// first buffer of slots back to a pool shared by all sessions as soon as
+// it is empty (a ring grown past it keeps its buffer), and when its writer
+// parks the queue gives back its stream state (Queue.Shrink) too.
 //
 // # One-way sessions
 //
@@ -97,13 +106,21 @@
 // is not the peer's silence: the ping waits for the reader to catch up and
 // then for another PongTimeout (keepalive.go). Everything Run starts has
 // exited when Run returns (when Start's ended is called).
+//
 // Send never blocks on the network: it takes the queue's lock and may start
 // the writer goroutine.
 //
 // Queue is safe for concurrent use. Its lock is the only lock held while
-// calling out of the package: Options.OnDrop and Options.EncodeGap run with it
-// held and must neither block nor call back into the Session or Queue. The
-// Session's own lock (close state) is never held while taking the queue's
-// lock, so the lock order is simply: Session.mu, then nothing; Queue.mu, then
-// only what OnDrop and EncodeGap take.
+// calling the caller's code: Options.OnDrop, Options.EncodeGap and
+// Options.FramePrefix run with it held and must neither block nor call back
+// into the Session or Queue (Options.OnSent runs on the writer with no lock
+// held). Lock order, a lock taken only under those before it:
+//
+//   - Queue.mu, then only what OnDrop, EncodeGap and FramePrefix take;
+//   - idleWait.mu (the writer holds it around the WebSocket library's close
+//     handshake, which reads), then the library's locks, then
+//     lazyWriter.mu (taken under the library's writes);
+//   - Session.mu (close state), Deferral.mu (its list of sessions to wake)
+//     and ReadBudget.mu are leaves: nothing is taken while they are held,
+//     and none is held while the queue's lock is taken.
 package session

@@ -13,7 +13,8 @@ import (
 	"github.com/coder/websocket"
 )
 
-// Handler handles the inbound frames of a session.
+// Handler handles the inbound frames of a WebSocket session (a one-way
+// session has none).
 type Handler interface {
 	// HandleFrame is called on the reader goroutine for each valid UTF-8
 	// text frame. data is only valid during the call.
@@ -36,10 +37,11 @@ type Stats struct {
 	Gaps    uint64 // gap frames written
 }
 
-// Session is one WebSocket connection of a Switchyard client.
+// Session is one connection of a Switchyard client: a WebSocket (Accept,
+// New) or a one-way Transport (NewOneWay).
 //
 // All methods are safe for concurrent use by multiple goroutines, except
-// Run, which is called once.
+// Run and Start, one of which is called once.
 type Session struct {
 	id   string
 	opts Options

@@ -1,0 +1,399 @@
+package router
+
+// Subscriptions of a session. A subscribe is checked (parseSubscribe for
+// the WebSocket's op; sseSubscribe for a stream's query), then handed as
+// a subscribeSpec to subscribeSpec, which registers it in the session
+// within its bounds (register) and starts it: as a group member
+// (startGroup), at the live tail (startLive), or with a replay of the log
+// that then goes live (startReplay). Every way a subscription ends takes
+// it out of the session through removeLocked, then out of the trie or its
+// group through dropSub.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"maps"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/session"
+	"github.com/switchyard/switchyard/trie"
+)
+
+func validGroup(g string) *protoError {
+	if g == "" || len(g) > trie.MaxNameBytes {
+		return perr(codeBadRequest, "group must be 1 to 255 characters")
+	}
+	for i := 0; i < len(g); i++ {
+		c := g[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == ':' || c == '.') {
+			return perr(codeBadRequest, "group may hold only A-Z a-z 0-9 _ - : .")
+		}
+	}
+	return nil
+}
+
+// subscribeSpec is a subscribe whose fields are checked and which the
+// session's grants (or the subscribe hook) allow: what every transport
+// hands the session core to subscribe (subscribeSpec). The WebSocket
+// parses it from a subscribe op (parseSubscribe), SSE from its query
+// (sseSubscribe).
+type subscribeSpec struct {
+	id          json.RawMessage // echoed in the reply
+	pattern     string
+	group       string // "": a plain subscription
+	from        fromSpec
+	policy      session.Policy
+	filter      map[string]string // the session's own copy
+	filterBytes int               // its size against Bounds.MaxSessionFilterBytes
+	maxInFlight int               // a group subscribe's max_in_flight (0: the group's)
+	hookAllowed bool              // the subscribe hook allowed it, not the grants
+	presence    bool              // join the topic's presence set
+}
+
+// live reports whether a plain subscription starts at the live tail, with
+// nothing to replay.
+func (sp *subscribeSpec) live() bool {
+	f := &sp.from
+	return !f.positions && f.last == 0 && (f.start.Kind == engine.StartDefault || f.start.Kind == engine.StartLatest)
+}
+
+// subscribe runs a WebSocket subscribe op.
+func (cn *conn) subscribe(req *request) *protoError {
+	sp, pe := cn.parseSubscribe(req)
+	if pe != nil {
+		return pe
+	}
+	return cn.subscribeSpec(&sp)
+}
+
+// parseSubscribe checks a subscribe op: its fields, the grants and the
+// subscribe hook, in the order the protocol reports their errors.
+func (cn *conn) parseSubscribe(req *request) (subscribeSpec, *protoError) {
+	sp := subscribeSpec{id: req.ID}
+	if req.Pattern == nil {
+		return sp, perr(codeBadRequest, `missing field "pattern"`)
+	}
+	sp.pattern = *req.Pattern
+	if pe := validPattern(&cn.rt.opts.Bounds, sp.pattern); pe != nil {
+		return sp, pe
+	}
+	if req.Group != nil {
+		sp.group = *req.Group
+		if pe := validGroup(sp.group); pe != nil {
+			return sp, pe
+		}
+	}
+	var pe *protoError
+	if sp.hookAllowed, pe = cn.authorizeSubscribe(sp.pattern, sp.group); pe != nil {
+		return sp, pe
+	}
+	if sp.presence, pe = cn.checkPresence(req, sp.pattern, sp.group); pe != nil {
+		return sp, pe
+	}
+	if sp.from, pe = parseFrom(req.From); pe != nil {
+		return sp, pe
+	}
+	if pe := cn.rt.checkLast(sp.from, sp.group); pe != nil {
+		return sp, pe
+	}
+	if sp.policy, pe = parseOnFull(req.OnFull, sp.group); pe != nil {
+		return sp, pe
+	}
+	if req.Filter != nil && len(req.Filter.Headers) > 0 {
+		n, pe := checkFilter(&cn.rt.opts.Bounds, req.Filter.Headers)
+		if pe != nil {
+			return sp, pe
+		}
+		sp.filter, sp.filterBytes = maps.Clone(req.Filter.Headers), n
+	}
+	if sp.group != "" && sp.from.positions {
+		return sp, perr(codeBadRequest, "a group resumes from its committed offsets; from.positions applies to plain subscriptions")
+	}
+	if sp.maxInFlight, pe = groupWindow(req, sp.group); pe != nil {
+		return sp, pe
+	}
+	return sp, nil
+}
+
+// parseOnFull parses a subscribe's on_full (nil: drop_old), which applies
+// to plain subscriptions only.
+func parseOnFull(onFull *string, group string) (session.Policy, *protoError) {
+	if onFull == nil {
+		return session.DropOld, nil
+	}
+	if group != "" {
+		return session.DropOld, perr(codeBadRequest, "on_full applies to plain subscriptions only")
+	}
+	switch *onFull {
+	case "drop_old":
+		return session.DropOld, nil
+	case "drop_new":
+		return session.DropNew, nil
+	case "disconnect":
+		return session.Disconnect, nil
+	}
+	return session.DropOld, perr(codeBadRequest, `on_full must be "drop_old", "drop_new" or "disconnect"`)
+}
+
+// subscribeSpec registers a checked subscribe in the session and starts
+// it: as a group member, at the live tail, or with a replay that then
+// goes live. It queues the "subscribed" reply before the subscription's
+// first delivery; an error it returns is the reply instead.
+func (cn *conn) subscribeSpec(sp *subscribeSpec) *protoError {
+	s, pe := cn.register(sp)
+	if pe != nil {
+		return pe
+	}
+	if sp.group != "" {
+		return cn.startGroup(s, sp)
+	}
+	if s.presence {
+		if pe := cn.rt.presenceJoin(cn.ctx, s); pe != nil {
+			cn.forget(s)
+			return pe
+		}
+	}
+	cn.rt.m.subscriptions.WithLabelValues("plain").Inc()
+	cn.rt.stats.plainSubs.Add(1)
+	if sp.live() {
+		return cn.startLive(s, sp)
+	}
+	return cn.startReplay(s, sp)
+}
+
+// register adds a subscription for sp to the session, within the
+// session's bounds (subscriptions, filter bytes).
+func (cn *conn) register(sp *subscribeSpec) (*subscription, *protoError) {
+	key := subKey{sp.pattern, sp.group}
+	cn.mu.Lock()
+	if cn.closed {
+		cn.mu.Unlock()
+		return nil, perr(codeShuttingDown, "session is closing")
+	}
+	if _, ok := cn.subs[key]; ok {
+		cn.mu.Unlock()
+		return nil, perr(codeBadRequest, "already subscribed to %s", quoteInput(sp.pattern))
+	}
+	if len(cn.subs) >= cn.rt.opts.MaxSubscriptions {
+		cn.mu.Unlock()
+		return nil, perr(codeTooManySubs, "a session may hold at most %d subscriptions", cn.rt.opts.MaxSubscriptions)
+	}
+	if max := cn.rt.opts.Bounds.MaxSessionFilterBytes; cn.filterBytes+sp.filterBytes > max {
+		held := cn.filterBytes
+		cn.mu.Unlock()
+		return nil, refuse(limitSessionFilterBytes, codeBadRequest,
+			"the session's filters hold %d bytes; this one would pass the limit of %d", held, max)
+	}
+	cn.filterBytes += sp.filterBytes
+	cn.nextID++
+	s := &subscription{c: cn, id: cn.nextID, pattern: sp.pattern, group: sp.group, policy: sp.policy, filter: sp.filter,
+		maxInFlight: sp.maxInFlight, hookAllowed: sp.hookAllowed, presence: sp.presence}
+	cn.subs[key] = s
+	cn.byID[s.id] = s
+	cn.mu.Unlock()
+	return s, nil
+}
+
+// subscribed queues the reply to a subscribe.
+func (cn *conn) subscribed(sp *subscribeSpec, fields map[string]any) {
+	fields["pattern"] = sp.pattern
+	if sp.group != "" {
+		fields["group"] = sp.group
+	}
+	cn.sess.Send(session.Item{Frame: encodeReply("subscribed", sp.id, fields)})
+}
+
+// startGroup joins s's group; its deliveries wait until the reply is
+// queued.
+func (cn *conn) startGroup(s *subscription, sp *subscribeSpec) *protoError {
+	if pe := cn.joinGroup(s, sp.from); pe != nil {
+		cn.forget(s)
+		return pe
+	}
+	cn.rt.m.subscriptions.WithLabelValues("group").Inc()
+	cn.rt.stats.groupSubs.Add(1)
+	cn.subscribed(sp, map[string]any{})
+	s.release()
+	return nil
+}
+
+// startLive puts s in the trie: it delivers from the next record on.
+func (cn *conn) startLive(s *subscription, sp *subscribeSpec) *protoError {
+	s.isLive.Store(true)
+	if err := cn.rt.subs.Add(s.pattern, s); err != nil {
+		cn.forget(s)
+		return toProto(err)
+	}
+	cn.subscribed(sp, map[string]any{})
+	return nil
+}
+
+// startReplay registers s first (live records queue up in s.pending), then
+// reads the log up to its end on a goroutine of the session's (cn.wg),
+// then switches to live (subscription.catchUp).
+func (cn *conn) startReplay(s *subscription, sp *subscribeSpec) *protoError {
+	s.catchingUp = true
+	if err := cn.rt.subs.Add(s.pattern, s); err != nil {
+		cn.forget(s)
+		return toProto(err)
+	}
+	plan, recovered, err := cn.rt.replayPlan(cn.ctx, s, sp.from)
+	if err != nil {
+		cn.forget(s)
+		cn.rt.dropSub(s)
+		return toProto(err)
+	}
+	fields := map[string]any{}
+	if sp.from.positions {
+		fields["recovered"] = recovered
+	}
+	cn.subscribed(sp, fields)
+	cn.wg.Add(1)
+	go func() {
+		defer cn.wg.Done()
+		s.catchUp(cn.ctx, plan)
+	}()
+	return nil
+}
+
+// removeLocked takes s out of the session: its key, the filter bytes it
+// held and the id index. Every way a subscription ends passes here
+// (unsubscribe, teardown, a refresh that revokes it, a deleted group, a
+// subscribe that failed, and dropSub itself), so the session's maps hold
+// only its subscriptions, however many came and went. It reports whether
+// s was still there. The session's queue may still hold items of s,
+// written or dropped after it: a queue_full gap of theirs names no pattern
+// and group (the client no longer holds the subscription), and their drops
+// record no dead letter. The caller holds cn.mu.
+func (cn *conn) removeLocked(s *subscription) bool {
+	key := subKey{s.pattern, s.group}
+	held := cn.subs[key] == s
+	if held {
+		delete(cn.subs, key)
+		cn.filterBytes -= mapSize(s.filter)
+	}
+	if cn.byID[s.id] == s {
+		delete(cn.byID, s.id)
+	}
+	return held
+}
+
+// forget removes s from the session (not from the trie or engine).
+func (cn *conn) forget(s *subscription) {
+	cn.mu.Lock()
+	cn.removeLocked(s)
+	cn.mu.Unlock()
+}
+
+func (cn *conn) joinGroup(s *subscription, from fromSpec) *protoError {
+	if pe := cn.reserveLeases(s); pe != nil {
+		return pe
+	}
+	s.mu.Lock()
+	s.holding = true // deliveries wait until "subscribed" is queued
+	s.mu.Unlock()
+	member, err := cn.rt.eng.Join(cn.ctx, engine.JoinRequest{
+		Group:   s.group,
+		Pattern: s.pattern,
+		Filter:  s.filter,
+		From:    from.start,
+		Member:  cn.id + "-" + itoa(int64(s.id)),
+		// The group's window per partition, and the member's over all its
+		// partitions: the engine holds back what the session's queue could
+		// not take, so a member of many partitions with backlog is never
+		// closed with 1013 for what the engine pushed at once, and what
+		// the session's lease bounds leave it (groupleases.go).
+		MaxInFlight:    s.maxInFlight,
+		MaxLeased:      s.leases,
+		MaxLeasedBytes: s.leaseBytes,
+	}, s)
+	if err != nil {
+		cn.releaseLeases(s)
+		return toProto(err)
+	}
+	// Under cn.mu: Shutdown's hand-back reads it from another goroutine.
+	cn.mu.Lock()
+	s.member = member
+	cn.mu.Unlock()
+	return nil
+}
+
+// groupWindow validates a subscribe's max_in_flight: only on a group
+// subscribe, 1 to engine.MaxGroupInFlight; absent (0) takes the group's.
+func groupWindow(req *request, group string) (int, *protoError) {
+	if req.MaxInFlight == nil {
+		return 0, nil
+	}
+	if group == "" {
+		return 0, perr(codeBadRequest, "max_in_flight applies to group subscriptions only")
+	}
+	if n := *req.MaxInFlight; n < 1 || n > engine.MaxGroupInFlight {
+		return 0, perr(codeBadRequest, "max_in_flight must be 1 to %d", engine.MaxGroupInFlight)
+	}
+	return *req.MaxInFlight, nil
+}
+
+func (cn *conn) unsubscribe(req *request) *protoError {
+	if req.Pattern == nil {
+		return perr(codeBadRequest, `missing field "pattern"`)
+	}
+	group := ""
+	if req.Group != nil {
+		group = *req.Group
+	}
+	key := subKey{*req.Pattern, group}
+	cn.mu.Lock()
+	s, ok := cn.subs[key]
+	if ok {
+		cn.removeLocked(s)
+	}
+	cn.mu.Unlock()
+	if !ok {
+		return perr(codeNotSubscribed, "not subscribed to %s", quoteInput(*req.Pattern))
+	}
+	cn.rt.dropSub(s)
+	cn.sess.Send(session.Item{Frame: encodeReply("unsubscribed", req.ID, map[string]any{"pattern": s.pattern})})
+	return nil
+}
+
+// dropSub ends a subscription: out of its session (removeLocked, when
+// its caller has not taken it out already), and out of the trie or out of
+// its group.
+func (rt *Router) dropSub(s *subscription) {
+	s.mu.Lock()
+	already := s.ended
+	s.ended = true
+	s.pending = nil
+	s.mu.Unlock()
+	if s.c != nil {
+		s.c.forget(s)
+	}
+	if already {
+		return
+	}
+	if s.presence {
+		rt.presenceLeave(s)
+	}
+	if s.group == "" {
+		rt.subs.Remove(s.pattern, s)
+		rt.m.subscriptions.WithLabelValues("plain").Dec()
+		rt.stats.plainSubs.Add(-1)
+		return
+	}
+	rt.m.subscriptions.WithLabelValues("group").Dec()
+	rt.stats.groupSubs.Add(-1)
+	if s.member != "" && !s.handedBack.Load() {
+		// Leave with a fresh context: the session's may be canceled, and
+		// the member's records must go back.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := rt.eng.Leave(ctx, s.group, s.member); err != nil && !errors.Is(err, engine.ErrClosed) && !errors.Is(err, engine.ErrUnknownGroup) {
+			rt.log.Warn("leaving group failed", "group", s.group, "member", s.member, "err", err)
+		}
+	}
+	if s.c != nil {
+		s.c.releaseLeases(s) // the member's leases went with it
+	}
+}
