@@ -92,11 +92,13 @@ type ledger struct {
 	acked     atomic.Int64 // acknowledged publishes (repeats included)
 	delivered atomic.Int64 // deliveries checked
 	gapped    atomic.Int64 // records reported in gaps
-	v1        violations   // invariant 1
-	v2        violations   // invariant 2
-	over      *overloadWatch
-	stall     time.Duration
-	worstWait atomic.Int64 // nanoseconds, over stall-checked records
+	// unrecovered counts subscribes answered "recovered": false.
+	unrecovered atomic.Int64
+	v1          violations // invariant 1
+	v2          violations // invariant 2
+	over        *overloadWatch
+	stall       time.Duration
+	worstWait   atomic.Int64 // nanoseconds, over stall-checked records
 }
 
 func newLedger(topics []*tortureTopic, stall time.Duration, over *overloadWatch) *ledger {
@@ -222,6 +224,12 @@ type sview struct {
 	first   time.Time // the first confirmation; zero before it
 	base    map[pkey]int64
 	pos     map[pkey]*spos
+	// prev holds what was received before a subscribe answered
+	// "recovered": false (an SSE stream resumed on a gateway process that
+	// no longer knows its id): the stream starts again from the earliest
+	// records, so offsets start again below what was seen.
+	prev    map[pkey][]spos
+	replays int              // the subscribes answered "recovered": false
 	curGen  map[string]int64 // the newest generation seen per topic
 	stalled map[pkey]int64   // offsets already reported as stalled
 	recent  map[tpart]*[historyLen]event
@@ -239,7 +247,7 @@ type guessedGap struct{ gen, other, from, to int64 }
 
 func (l *ledger) newView(name, pattern string, reading bool) *sview {
 	v := &sview{name: name, pattern: pattern, l: l, reading: reading, base: map[pkey]int64{},
-		pos: map[pkey]*spos{}, curGen: map[string]int64{}, stalled: map[pkey]int64{},
+		pos: map[pkey]*spos{}, prev: map[pkey][]spos{}, curGen: map[string]int64{}, stalled: map[pkey]int64{},
 		recent: map[tpart]*[historyLen]event{}, loose: map[tpart][][2]int64{},
 		guess: map[tpart]guessedGap{}}
 	l.mu.Lock()
@@ -270,6 +278,38 @@ func (v *sview) confirmed(at time.Time) {
 	}
 }
 
+// unrecovered notes a subscribe answered "recovered": false: the gateway
+// replays from the earliest records, as it promises for a position it no
+// longer knows. What was received is kept aside (prev) and the offsets
+// are checked afresh from the replay's first record.
+func (v *sview) unrecovered() {
+	v.l.unrecovered.Add(1)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.replays++
+	for k, p := range v.pos {
+		v.prev[k] = append(v.prev[k], *p)
+		delete(v.pos, k)
+	}
+	clear(v.guess)
+}
+
+// catchingUp reports whether v is still being replayed, after a
+// "recovered": false, the records of k it had received before: the stall
+// bound does not apply until the replay is past them. v.mu is held.
+func (v *sview) catchingUp(k pkey) bool {
+	prev := v.prev[k]
+	if len(prev) == 0 {
+		return false
+	}
+	top := int64(-1)
+	for _, q := range prev {
+		top = max(top, q.hw)
+	}
+	p := v.pos[k]
+	return p == nil || p.hw < top
+}
+
 // lost marks the subscriber disconnected.
 func (v *sview) lost() {
 	v.mu.Lock()
@@ -293,7 +333,7 @@ func (v *sview) message(topic string, gen int64, part int, off int64, appended t
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.note(topic, part, event{kind: 'm', conn: v.conns, gen: gen, a: off})
-	if v.live && v.reading && appended.After(v.since) {
+	if v.live && v.reading && appended.After(v.since) && !v.catchingUp(k) {
 		// A record appended while the subscription was live reaches a
 		// reading subscriber within the stall bound.
 		wait := now.Sub(appended)
@@ -425,6 +465,11 @@ func (v *sview) owed(pl *partLog, e entry, stall bool) bool {
 	if stall && e.sent <= v.since.UnixNano() {
 		return false
 	}
+	for _, q := range v.prev[pl.key] {
+		if q.first <= e.off && e.off <= q.hw {
+			return false
+		}
+	}
 	p := v.pos[pl.key]
 	return p == nil || e.off < p.first || e.off > p.hw
 }
@@ -440,7 +485,7 @@ func (v *sview) checkStalls(now time.Time) {
 	}
 	for _, pl := range logs {
 		pl.mu.Lock()
-		if pl.deleted != 0 {
+		if pl.deleted != 0 || v.catchingUp(pl.key) {
 			pl.mu.Unlock()
 			continue
 		}

@@ -37,6 +37,8 @@ func TestTortureFlags(t *testing.T) {
 		{"torture", "--without", "nothing"},
 		{"torture", "--duration", "0s"},
 		{"torture", "extra"},
+		{"torture", "--cluster", "--engine", "memory"},
+		{"torture", "--restart-every", "0s"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), args, &stdout, &stderr); code != 2 {
