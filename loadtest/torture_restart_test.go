@@ -348,3 +348,184 @@ func TestTortureRestartKeepsGroupAcks(t *testing.T) {
 		t.Errorf("after a graceful restart, %d records whose acks were confirmed were delivered again: offsets %v", len(again), again)
 	}
 }
+
+// TestTortureRestartKeepsPulledAcks: records polled and acked over HTTP
+// (200 OK) right before a graceful restart are not delivered again after
+// it.
+func TestTortureRestartKeepsPulledAcks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded NATS server twice")
+	}
+	gw, err := startTortureGateway(&tortureConfig{engine: "embedded", keepalive: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := gw.stop(); err != nil {
+			t.Error(err)
+		}
+		http.DefaultClient.CloseIdleConnections()
+	}()
+	tr := &torture{gw: gw}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := tr.createTopic(ctx, &tortureTopic{name: "rp.0", parts: 1}, ""); err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	for i := range n {
+		if _, status, err := tr.do(ctx, http.MethodPost, "/v1/publish", []byte(fmt.Sprintf(`{"topic":"rp.0","data":%d}`, i))); err != nil || status != http.StatusOK {
+			t.Fatalf("publish: %d %v", status, err)
+		}
+	}
+	type rec struct {
+		Offset  int64 `json:"offset"`
+		Attempt int   `json:"attempt"`
+	}
+	poll := func() []rec {
+		t.Helper()
+		body, status, err := tr.do(ctx, http.MethodPost, "/v1/groups/rpgrp/poll", []byte(`{"pattern":"rp.0","max":20,"wait_ms":300,"from":"earliest"}`))
+		if err != nil || status != http.StatusOK {
+			t.Fatalf("poll: %d %v %s", status, err, body)
+		}
+		var page struct{ Records []rec }
+		if err := json.Unmarshal(body, &page); err != nil {
+			t.Fatal(err)
+		}
+		return page.Records
+	}
+	acked := map[int64]bool{}
+	for len(acked) < n && ctx.Err() == nil {
+		for _, r := range poll() {
+			ack := fmt.Sprintf(`{"topic":"rp.0","partition":0,"offset":%d,"attempt":%d}`, r.Offset, r.Attempt)
+			if _, st, err := tr.do(ctx, http.MethodPost, "/v1/groups/rpgrp/ack", []byte(ack)); err == nil && st == http.StatusOK {
+				acked[r.Offset] = true
+			}
+		}
+	}
+	if _, err := gw.restart(0); err != nil {
+		t.Fatal(err)
+	}
+	if _, status, err := tr.do(ctx, http.MethodPost, "/v1/publish", []byte(`{"topic":"rp.0","data":"marker"}`)); err != nil || status != http.StatusOK {
+		t.Fatalf("publish: %d %v", status, err)
+	}
+	var again []rec
+	for marker := false; !marker && ctx.Err() == nil; {
+		for _, r := range poll() {
+			if r.Offset == n {
+				marker = true
+			} else if acked[r.Offset] {
+				again = append(again, r)
+			}
+		}
+	}
+	if len(again) > 0 {
+		t.Errorf("after a graceful restart, %d records acked with 200 OK were delivered again: %v", len(again), again)
+	}
+}
+
+// TestTortureRestartKeepsGroupAcksTwoMembers is
+// TestTortureRestartKeepsGroupAcks with two members on four partitions,
+// as the torture run's group has them.
+func TestTortureRestartKeepsGroupAcksTwoMembers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded NATS server twice")
+	}
+	gw, err := startTortureGateway(&tortureConfig{engine: "embedded", keepalive: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := gw.stop(); err != nil {
+			t.Error(err)
+		}
+		http.DefaultClient.CloseIdleConnections()
+	}()
+	tr := &torture{gw: gw}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := tr.createTopic(ctx, &tortureTopic{name: "rg.1", parts: 4}, ""); err != nil {
+		t.Fatal(err)
+	}
+	const n, markers = 400, 40
+	mctx, mcancel := context.WithCancel(ctx) // ends the members once every marker arrived
+	defer mcancel()
+	var mu sync.Mutex // guards acked, again, markersSeen
+	acked := map[[2]int64]bool{}
+	var again [][2]int64
+	markersSeen, restarted := 0, false
+	member := func(wg *sync.WaitGroup) {
+		defer wg.Done()
+		conn, _, err := dialGateway(mctx, gw.nodes[0].wsURL, false)
+		if err != nil {
+			return
+		}
+		defer conn.CloseNow()
+		_ = conn.Write(mctx, websocket.MessageText, []byte(`{"op":"subscribe","id":"j","pattern":"rg.1","group":"rg1","from":"earliest","max_in_flight":8}`))
+		_ = readFrames(mctx, conn, func(l []byte) bool {
+			switch {
+			case isOp(l, opMessage):
+				part, _ := intAfter(l, keyPartition)
+				off, _ := intAfter(l, keyOffset)
+				k := [2]int64{part, off}
+				mu.Lock()
+				if bytes.Contains(l, []byte(`"marker"`)) {
+					markersSeen++
+				} else if restarted && acked[k] {
+					again = append(again, k)
+				}
+				if markersSeen == markers {
+					mcancel()
+				}
+				mu.Unlock()
+				ack := fmt.Sprintf(`{"op":"ack","id":"a%d.%d","group":"rg1","topic":"rg.1","partition":%d,"offset":%d}`, part, off, part, off)
+				_ = conn.Write(mctx, websocket.MessageText, []byte(ack))
+			case isOp(l, opAcked):
+				id := stringAfter(l, []byte(`"id":"a`))
+				ps, os, _ := strings.Cut(id, ".")
+				part, _ := strconv.ParseInt(ps, 10, 64)
+				off, _ := strconv.ParseInt(os, 10, 64)
+				mu.Lock()
+				acked[[2]int64{part, off}] = true
+				mu.Unlock()
+			}
+			return true
+		})
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go member(&wg)
+	go member(&wg)
+	for i := range n {
+		if _, status, err := tr.do(ctx, http.MethodPost, "/v1/publish", []byte(fmt.Sprintf(`{"topic":"rg.1","key":"k%d","data":%d}`, i, i))); err != nil || status != http.StatusOK {
+			t.Fatalf("publish: %d %v", status, err)
+		}
+		if i == n/2 {
+			if _, err := gw.restart(0); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			restarted = true
+			mu.Unlock()
+			wg.Wait()
+			wg.Add(2)
+			go member(&wg)
+			go member(&wg)
+		}
+	}
+	for i := range markers {
+		if _, status, err := tr.do(ctx, http.MethodPost, "/v1/publish", []byte(fmt.Sprintf(`{"topic":"rg.1","key":"m%d","data":"marker"}`, i))); err != nil || status != http.StatusOK {
+			t.Fatalf("publish: %d %v", status, err)
+		}
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d acks confirmed, %d markers seen", len(acked), markersSeen)
+	if markersSeen < markers {
+		t.Errorf("%d of %d markers delivered within the test's time", markersSeen, markers)
+	}
+	if len(again) > 0 {
+		t.Errorf("after a graceful restart, %d records whose acks were confirmed were delivered again (partition, offset): %v", len(again), again)
+	}
+}
