@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -527,5 +528,99 @@ func TestTortureRestartKeepsGroupAcksTwoMembers(t *testing.T) {
 	}
 	if len(again) > 0 {
 		t.Errorf("after a graceful restart, %d records whose acks were confirmed were delivered again (partition, offset): %v", len(again), again)
+	}
+}
+
+// TestTortureRestartKeepsAcksAboveAHole: a pull member acks every record
+// but the first (its lease still running, as a stalled member's is); the
+// embedded gateway then restarts gracefully. The records acked above the
+// unacked one must not be delivered again: only the first may be.
+//
+// It fails on today's jsengine: Engine.Close hands a partition back with
+// its committed offset (the first unacked record) and the leases in
+// flight, not the records acked above that offset, so the next holder
+// redelivers them as first attempts (engine/jsengine/engine.go Close, the
+// commitVal of each held partition). The torture run with restarts shows
+// it as "ack confirmed twice". Until jsengine keeps them it runs only with
+// SWITCHYARD_KNOWN_DEFECTS=1, so that the package's tests stay green.
+func TestTortureRestartKeepsAcksAboveAHole(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded NATS server twice")
+	}
+	if os.Getenv("SWITCHYARD_KNOWN_DEFECTS") == "" {
+		t.Skip("a known jsengine defect (see the comment); SWITCHYARD_KNOWN_DEFECTS=1 runs it")
+	}
+	gw, err := startTortureGateway(&tortureConfig{engine: "embedded", keepalive: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := gw.stop(); err != nil {
+			t.Error(err)
+		}
+		http.DefaultClient.CloseIdleConnections()
+	}()
+	tr := &torture{gw: gw}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := tr.createTopic(ctx, &tortureTopic{name: "rh.0", parts: 1}, ""); err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	for i := range n {
+		if _, status, err := tr.do(ctx, http.MethodPost, "/v1/publish", []byte(fmt.Sprintf(`{"topic":"rh.0","data":%d}`, i))); err != nil || status != http.StatusOK {
+			t.Fatalf("publish: %d %v", status, err)
+		}
+	}
+	type rec struct {
+		Offset  int64 `json:"offset"`
+		Attempt int   `json:"attempt"`
+	}
+	poll := func() []rec {
+		t.Helper()
+		body, status, err := tr.do(ctx, http.MethodPost, "/v1/groups/rhgrp/poll", []byte(`{"pattern":"rh.0","max":20,"wait_ms":300,"from":"earliest"}`))
+		if err != nil || status != http.StatusOK {
+			t.Fatalf("poll: %d %v %s", status, err, body)
+		}
+		var page struct{ Records []rec }
+		if err := json.Unmarshal(body, &page); err != nil {
+			t.Fatal(err)
+		}
+		return page.Records
+	}
+	acked := map[int64]bool{}
+	for seen := 0; seen < n && ctx.Err() == nil; {
+		for _, r := range poll() {
+			seen++
+			if r.Offset == 0 {
+				continue // the hole: leased, not acked
+			}
+			ack := fmt.Sprintf(`{"topic":"rh.0","partition":0,"offset":%d,"attempt":%d}`, r.Offset, r.Attempt)
+			if _, st, err := tr.do(ctx, http.MethodPost, "/v1/groups/rhgrp/ack", []byte(ack)); err != nil || st != http.StatusOK {
+				t.Fatalf("ack %d: %d %v", r.Offset, st, err)
+			}
+			acked[r.Offset] = true
+		}
+	}
+	if _, err := gw.restart(0); err != nil {
+		t.Fatal(err)
+	}
+	if _, status, err := tr.do(ctx, http.MethodPost, "/v1/publish", []byte(`{"topic":"rh.0","data":"marker"}`)); err != nil || status != http.StatusOK {
+		t.Fatalf("publish: %d %v", status, err)
+	}
+	var again []rec
+	for marker := false; !marker && ctx.Err() == nil; {
+		for _, r := range poll() {
+			ack := fmt.Sprintf(`{"topic":"rh.0","partition":0,"offset":%d,"attempt":%d}`, r.Offset, r.Attempt)
+			_, _, _ = tr.do(ctx, http.MethodPost, "/v1/groups/rhgrp/ack", []byte(ack))
+			if r.Offset == n {
+				marker = true
+			} else if acked[r.Offset] {
+				again = append(again, r)
+			}
+		}
+	}
+	if len(again) > 0 {
+		t.Errorf("after a graceful restart, %d records acked with 200 OK above an unacked one were delivered again: %v", len(again), again)
 	}
 }
