@@ -37,7 +37,12 @@ package main
 //     are deleted, so is the live heap;
 //  5. no panic, no deadlock: the gateway logged no panic and stopped
 //     cleanly, publishes kept being acknowledged, and a watchdog dumps
-//     every goroutine and fails the run when it overruns its time.
+//     every goroutine and fails the run when it overruns its time;
+//  6. attacks (torture_attacks.go, --without attacks leaves them out): the
+//     hostile soak's SSE non-readers, forged Last-Event-IDs, presence
+//     churn beside slow members, group-name spray, never-acking
+//     multi-group session and connect storm against a slow hook each met
+//     their bound, and broke no promise they check.
 //
 // It exits 1 when any verdict is FAIL. See torture_ledger.go for the
 // books behind 1 and 2 and torture_groups.go for 3.
@@ -98,7 +103,7 @@ type tortureConfig struct {
 
 // tortureBehaviours can be left out with --without, to tell which one a
 // failure needs.
-var tortureBehaviours = []string{"same-msg-id", "deletes", "non-readers", "kills", "sse", "client", "groups", "mid-frame", "presence", "restarts"}
+var tortureBehaviours = []string{"same-msg-id", "deletes", "non-readers", "kills", "sse", "client", "groups", "mid-frame", "presence", "restarts", "attacks"}
 
 func parseTortureFlags(args []string, stderr io.Writer) (*tortureConfig, error) {
 	fs := flag.NewFlagSet("loadtest torture", flag.ContinueOnError)
@@ -497,6 +502,10 @@ func (tr *torture) report(stdout io.Writer, f verdictFigures) bool {
 	v5 := tr.v5.count()
 	verdict("invariant 5 (no panic, no deadlock)", v5 == 0,
 		fmt.Sprintf("%d gateway warnings or errors logged, stopped cleanly: %v", f.problems, f.stopErr == nil), tr.v5.examples())
+	if !tr.cfg.without["attacks"] {
+		problems, figures := tr.attackVerdict()
+		verdict("invariant 6 (every attack met its bound)", len(problems) == 0, figures, problems)
+	}
 	fmt.Fprintf(stdout, "torture: records checked %d (deliveries %d, group deliveries %d), publishes acknowledged %d, kills %d, topic deletes %d, gateway restarts %d (longest away %v), same-msg_id rounds %d, resets %d, publish errors %d, setup errors %d, drained in %v, run time %v\n",
 		tr.l.delivered.Load()+tr.groups.deliveries.Load(), tr.l.delivered.Load(), tr.groups.deliveries.Load(), tr.l.acked.Load(),
 		tr.kills.Load(), tr.deletes.Load(), tr.restarts.Load(), time.Duration(tr.worstRestart.Load()).Round(time.Millisecond),
@@ -591,6 +600,10 @@ func (tr *torture) startLoad(ctx, cctx context.Context, stop <-chan struct{}, st
 	}
 	if !cfg.without["deletes"] {
 		spawn(func(rng *rand.Rand) { tr.deleter(cctx, rng, stop) })
+	}
+	if !cfg.without["attacks"] {
+		counts["attack sets (torture_attacks.go)"] = 1
+		spawn(func(rng *rand.Rand) { tr.attacks(cctx, rng, stop) })
 	}
 	if !cfg.without["restarts"] {
 		counts["gateway restarter"] = 1

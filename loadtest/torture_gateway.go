@@ -56,7 +56,8 @@ type tortureGateway struct {
 	cfg      *tortureConfig
 	problems *problemLog
 	nodes    []*tortureNode
-	nats     *tortureNATS // nil on the memory engine
+	nats     *tortureNATS        // nil on the memory engine
+	hook     *router.HookOptions // the first gateway's connect hook; nil: none
 }
 
 // tortureNode is one gateway; its addresses stay the same across restarts.
@@ -77,6 +78,11 @@ var torturePolicy = engine.GroupPolicy{AckTimeout: tortureAckTimeout, MaxAttempt
 
 func startTortureGateway(cfg *tortureConfig) (*tortureGateway, error) {
 	g := &tortureGateway{cfg: cfg, problems: &problemLog{}}
+	hook, err := tortureHook(cfg)
+	if err != nil {
+		return nil, err
+	}
+	g.hook = hook
 	n := 1
 	if cfg.cluster {
 		n = 3
@@ -84,6 +90,7 @@ func startTortureGateway(cfg *tortureConfig) (*tortureGateway, error) {
 	if cfg.engine == "embedded" {
 		nn, err := startTortureNATS(n)
 		if err != nil {
+			_ = closeHostileHook()
 			return nil, err
 		}
 		g.nats = nn
@@ -129,15 +136,19 @@ func (g *tortureGateway) start(nd *tortureNode) error {
 			return err
 		}
 	}
+	opts := router.Options{
+		Engine:        eng,
+		Registry:      prometheus.NewRegistry(),
+		StatsInterval: -1,
+		Logger:        logger,
+		Session:       session.Options{QueueMessages: 256, PingInterval: g.cfg.keepalive},
+	}
+	if g.hook != nil && nd.i == 0 {
+		opts.Hooks = *g.hook
+	}
 	gs, err := serveGateway(gatewayServe{
 		name: fmt.Sprintf("torture gateway %d", nd.i), addr: nd.addr,
-		router: router.Options{
-			Engine:        eng,
-			Registry:      prometheus.NewRegistry(),
-			StatsInterval: -1,
-			Logger:        logger,
-			Session:       session.Options{QueueMessages: 256, PingInterval: g.cfg.keepalive},
-		},
+		router:           opts,
 		server:           router.ServerOptions{ErrorLog: log.New(g.problems.writer(), "http: ", 0)},
 		smallSendBuffers: true,
 		stopTimeout:      15 * time.Second,
@@ -197,6 +208,9 @@ func (g *tortureGateway) stop() error {
 	}
 	if g.nats != nil {
 		g.nats.close()
+	}
+	if err := closeHostileHook(); err != nil {
+		errs = append(errs, fmt.Errorf("torture gateway: connect hook: %w", err))
 	}
 	return errors.Join(errs...)
 }
