@@ -100,6 +100,7 @@ type tortureConfig struct {
 	engine       string
 	cluster      bool
 	restartEvery time.Duration
+	ackTimeout   time.Duration // the groups' ack timeout; zero: tortureAckTimeout (tests only)
 	quiet        bool
 	without      map[string]bool // behaviours left out
 }
@@ -154,6 +155,12 @@ func parseTortureFlags(args []string, stderr io.Writer) (*tortureConfig, error) 
 		// torture_gateway.go.
 		cfg.without["restarts"] = true
 	}
+	if !cfg.without["restarts"] {
+		// The attacks check bounds of a gateway that stays up: a restart
+		// closes their sessions (1001) and answers 503 while it stops,
+		// which they would report as broken promises.
+		cfg.without["attacks"] = true
+	}
 	if cfg.seed == 0 {
 		cfg.seed = time.Now().UnixNano() & (1<<53 - 1)
 	}
@@ -181,7 +188,7 @@ func tortureCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	if cfg.cluster {
 		mode = "embedded, cluster of 3"
 	}
-	restarts := "every ~" + cfg.restartEvery.String()
+	restarts := "every ~" + cfg.restartEvery.String() + " (attacks left out)"
 	if cfg.without["restarts"] {
 		restarts = "none"
 	}

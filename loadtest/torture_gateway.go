@@ -73,8 +73,15 @@ type tortureNode struct {
 // crashed members' leases go round within a run.
 const tortureAckTimeout = 1500 * time.Millisecond
 
-var torturePolicy = engine.GroupPolicy{AckTimeout: tortureAckTimeout, MaxAttempts: 4,
-	BackoffMin: 50 * time.Millisecond, BackoffMax: 400 * time.Millisecond}
+// torturePolicy is the groups' policy; ackTimeout zero:
+// tortureAckTimeout.
+func torturePolicy(ackTimeout time.Duration) engine.GroupPolicy {
+	if ackTimeout <= 0 {
+		ackTimeout = tortureAckTimeout
+	}
+	return engine.GroupPolicy{AckTimeout: ackTimeout, MaxAttempts: 4,
+		BackoffMin: 50 * time.Millisecond, BackoffMax: 400 * time.Millisecond}
+}
 
 func startTortureGateway(cfg *tortureConfig) (*tortureGateway, error) {
 	g := &tortureGateway{cfg: cfg, problems: &problemLog{}}
@@ -114,7 +121,7 @@ func (g *tortureGateway) start(nd *tortureNode) error {
 	var eng engine.Engine
 	var closeEngine func(context.Context) error
 	if g.nats == nil {
-		m := memengine.New(memengine.Options{Policy: torturePolicy})
+		m := memengine.New(memengine.Options{Policy: torturePolicy(g.cfg.ackTimeout)})
 		eng, closeEngine = m, m.Close
 	} else {
 		if !g.cfg.cluster && !g.nats.running(0) {
@@ -123,7 +130,7 @@ func (g *tortureGateway) start(nd *tortureNode) error {
 				return err
 			}
 		}
-		e, closeConn, err := g.nats.engine(nd.i, logger)
+		e, closeConn, err := g.nats.engine(nd.i, logger, torturePolicy(g.cfg.ackTimeout))
 		if err != nil {
 			return err
 		}
@@ -382,7 +389,7 @@ func (nn *tortureNATS) close() {
 // engine starts the JetStream engine of gateway i on an in-process
 // connection to server i; closeConn closes the connection once the
 // engine is closed.
-func (nn *tortureNATS) engine(i int, logger *slog.Logger) (*jsengine.Engine, func(), error) {
+func (nn *tortureNATS) engine(i int, logger *slog.Logger, policy engine.GroupPolicy) (*jsengine.Engine, func(), error) {
 	nn.mu.Lock()
 	ns := nn.servers[i]
 	nn.mu.Unlock()
@@ -399,7 +406,7 @@ func (nn *tortureNATS) engine(i int, logger *slog.Logger) (*jsengine.Engine, fun
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e, err := jsengine.New(ctx, jsengine.Options{Conn: nc, Prefix: "torture", Policy: torturePolicy,
+	e, err := jsengine.New(ctx, jsengine.Options{Conn: nc, Prefix: "torture", Policy: policy,
 		Logger: logger, MemberTTL: 3 * time.Second, Replicas: replicas})
 	if err != nil {
 		nc.Close()
