@@ -176,7 +176,24 @@ func (h *hostile) start(ctx context.Context, stop <-chan struct{}) {
 		}
 		cancel()
 	}()
-	loop := func(a *hostileActor, n int, once func(context.Context, *hostileActor) error) {
+	loop := h.looper(ctx)
+	loop(h.actor("oversized_errors"), 2, h.oversizedErrors)
+	loop(h.actor("huge_filters_and_ids"), 1, h.hugeFilters)
+	loop(h.actor("fragments"), 4, h.fragment)
+	loop(h.actor("stalled_subscribers"), 4, h.stalledSubscriber)
+	loop(h.actor("stalled_listing_readers"), 4, h.stalledListing)
+	loop(h.actor("topic_spray"), 1, h.topicSpray)
+	loop(h.actor("trickling_http"), 4, h.trickle)
+	loop(h.actor("cross_site"), 1, h.crossSite)
+	h.startSurfaces(loop)
+}
+
+// looper returns the function that starts n goroutines each running once
+// over and over until ctx is done, backing off when once fails; wait
+// waits for them. Both the hostile soak and the torture run start their
+// hostile clients with it.
+func (h *hostile) looper(ctx context.Context) func(a *hostileActor, n int, once func(context.Context, *hostileActor) error) {
+	return func(a *hostileActor, n int, once func(context.Context, *hostileActor) error) {
 		for range n {
 			h.wg.Go(func() {
 				for ctx.Err() == nil {
@@ -188,15 +205,6 @@ func (h *hostile) start(ctx context.Context, stop <-chan struct{}) {
 			})
 		}
 	}
-	loop(h.actor("oversized_errors"), 2, h.oversizedErrors)
-	loop(h.actor("huge_filters_and_ids"), 1, h.hugeFilters)
-	loop(h.actor("fragments"), 4, h.fragment)
-	loop(h.actor("stalled_subscribers"), 4, h.stalledSubscriber)
-	loop(h.actor("stalled_listing_readers"), 4, h.stalledListing)
-	loop(h.actor("topic_spray"), 1, h.topicSpray)
-	loop(h.actor("trickling_http"), 4, h.trickle)
-	loop(h.actor("cross_site"), 1, h.crossSite)
-	h.startSurfaces(loop)
 }
 
 func (h *hostile) wait() { h.wg.Wait() }

@@ -63,51 +63,105 @@ func startInProcess(cfg *config) (*inproc, error) {
 		opts.Hooks = router.HookOptions{URL: hook.url, Connect: true, MaxConcurrent: 4 * stormHookShare, MaxConcurrentPerIP: stormHookShare}
 		hostileHook.Store(hook)
 	}
-	rt, err := router.New(opts)
+	gs, err := serveGateway(gatewayServe{
+		name: "in-process gateway", router: opts, server: srvOpts,
+		smallSendBuffers: cfg.scenario == "soak", stopTimeout: 10 * time.Second,
+		closeEngine: func(ctx context.Context) error {
+			var errs []error
+			if err := closeHostileHook(); err != nil {
+				errs = append(errs, fmt.Errorf("connect hook: %w", err))
+			}
+			if err := eng.Close(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("engine close: %w", err))
+			}
+			return errors.Join(errs...)
+		},
+	})
 	if err != nil {
-		closeHostileHook()
-		_ = eng.Close(context.Background())
-		return nil, fmt.Errorf("in-process gateway: %w", err)
+		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return &inproc{wsURL: gs.wsURL, httpURL: gs.httpURL, problems: problems, stop: gs.stop}, nil
+}
+
+// gatewayServe says how serveGateway runs a gateway.
+type gatewayServe struct {
+	name   string // names the gateway in errors
+	addr   string // the address to listen on; "": a new loopback port
+	router router.Options
+	server router.ServerOptions
+	// smallSendBuffers gives accepted connections small send buffers
+	// (see smallSendBuffers).
+	smallSendBuffers bool
+	stopTimeout      time.Duration
+	// closeEngine closes what router.Engine needs once the server has
+	// stopped, or when the gateway cannot start.
+	closeEngine func(context.Context) error
+}
+
+// servedGateway is a gateway serveGateway runs.
+type servedGateway struct {
+	addr, wsURL, httpURL string
+	// stop shuts the router down gracefully (sessions told to go away),
+	// then the HTTP server, then closes the engine; it waits for the
+	// serving goroutine.
+	stop func() error
+}
+
+// serveGateway runs the router of o on a loopback listener in this
+// process: the one way the soak's in-process gateway and the torture run's
+// gateways start and stop. Its serving goroutine exits when stop returns.
+func serveGateway(o gatewayServe) (*servedGateway, error) {
+	fail := func(err error) (*servedGateway, error) {
+		if o.closeEngine != nil {
+			_ = o.closeEngine(context.Background())
+		}
+		return nil, fmt.Errorf("%s: %w", o.name, err)
+	}
+	rt, err := router.New(o.router)
 	if err != nil {
-		closeHostileHook()
-		return nil, fmt.Errorf("in-process gateway: %w", err)
+		return fail(err)
 	}
-	if cfg.scenario == "soak" {
+	addr := o.addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		// The router holds nothing before it serves; shut it anyway.
+		_ = rt.Shutdown(context.Background())
+		return fail(err)
+	}
+	if o.smallSendBuffers {
 		ln = smallSendBuffers{ln}
 	}
-	srv := rt.NewServer(srvOpts)
+	srv := rt.NewServer(o.server)
 	ln = rt.Listener(ln)
 	done := make(chan struct{})
 	var serveErr error
 	go func() { // exits when stop closes the server
 		defer close(done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			serveErr = fmt.Errorf("in-process gateway: serve: %w", err)
+			serveErr = fmt.Errorf("%s: serve: %w", o.name, err)
 		}
 	}()
-	addr := ln.Addr().String()
-	return &inproc{
-		wsURL:    "ws://" + addr + "/v1/ws",
-		httpURL:  "http://" + addr,
-		problems: problems,
+	bound := ln.Addr().String()
+	return &servedGateway{
+		addr: bound, wsURL: "ws://" + bound + "/v1/ws", httpURL: "http://" + bound,
 		stop: func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), o.stopTimeout)
 			defer cancel()
 			var errs []error
 			if err := rt.Shutdown(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("in-process gateway: shutdown: %w", err))
+				errs = append(errs, fmt.Errorf("%s: shutdown: %w", o.name, err))
 			}
 			if err := srv.Shutdown(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("in-process gateway: http shutdown: %w", err))
+				errs = append(errs, fmt.Errorf("%s: http shutdown: %w", o.name, err))
 			}
 			<-done
-			if err := closeHostileHook(); err != nil {
-				errs = append(errs, fmt.Errorf("in-process gateway: connect hook: %w", err))
-			}
-			if err := eng.Close(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("in-process gateway: engine close: %w", err))
+			if o.closeEngine != nil {
+				if err := o.closeEngine(ctx); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", o.name, err))
+				}
 			}
 			return errors.Join(append(errs, serveErr)...)
 		},

@@ -32,8 +32,9 @@ import (
 )
 
 var (
-	keyGen  = []byte("|g")
-	keyTime = []byte(`"time":"`)
+	keyNotRecovered = []byte(`"recovered":false`)
+	keyGen          = []byte("|g")
+	keyTime         = []byte(`"time":"`)
 )
 
 // appendTorturePayload appends the data of a publish: the send time and
@@ -117,8 +118,9 @@ func randKey(rng *rand.Rand) string {
 // back on a new connection.
 func (tr *torture) wsPublisher(ctx context.Context, rng *rand.Rand, stop <-chan struct{}) {
 	window := 8 + rng.IntN(56)
+	nd := tr.gw.pick(rng)
 	for !stopped(ctx, stop) {
-		conn, _, err := dialGateway(ctx, tr.gw.wsURL, false)
+		conn, _, err := dialGateway(ctx, nd.wsURL, false)
 		if err != nil {
 			tr.dialErrors.Add(1)
 			pause(ctx, 100*time.Millisecond)
@@ -196,6 +198,7 @@ func (tr *torture) wsPublisher(ctx context.Context, rng *rand.Rand, stop <-chan 
 // httpPublisher publishes with POST /v1/publish until stop.
 func (tr *torture) httpPublisher(ctx context.Context, rng *rand.Rand, stop <-chan struct{}) {
 	var buf []byte
+	nd := tr.gw.pick(rng)
 	for !stopped(ctx, stop) {
 		t := tr.pickTopic(rng)
 		msgID := ""
@@ -204,7 +207,7 @@ func (tr *torture) httpPublisher(ctx context.Context, rng *rand.Rand, stop <-cha
 		}
 		p := begin(t)
 		buf = appendTorturePublish(buf[:0], -1, t.name, randKey(rng), msgID, p.sent, p.gen)
-		body, status, err := tr.do(ctx, http.MethodPost, "/v1/publish", buf)
+		body, status, err := tr.doAt(ctx, nd, http.MethodPost, "/v1/publish", buf)
 		if err != nil || status != http.StatusOK {
 			tr.pubErrors.Add(1)
 			body = nil
@@ -223,7 +226,7 @@ func (tr *torture) httpPublisher(ctx context.Context, rng *rand.Rand, stop <-cha
 // they are certain to be waiting for this publisher's wakes.
 func (tr *torture) sameIDPublishers(ctx context.Context, rng *rand.Rand, stop <-chan struct{}) {
 	for !stopped(ctx, stop) {
-		a, _, err := dialGateway(ctx, tr.gw.wsURL, false)
+		a, _, err := dialGateway(ctx, tr.gw.nodes[0].wsURL, false)
 		if err != nil {
 			pause(ctx, 100*time.Millisecond)
 			continue
@@ -352,8 +355,9 @@ func readServerFrame(c net.Conn, br *bufio.Reader) (byte, []byte, error) {
 func (tr *torture) rawSubscriber(ctx context.Context, rng *rand.Rand, v *sview, slow, ping, steady bool, stop <-chan struct{}, ready func()) {
 	defer ready()
 	epoch := ""
+	nd := tr.gw.pick(rng)
 	for ctx.Err() == nil {
-		conn, welcome, _, err := dialWelcome(ctx, tr.gw.wsURL, slow)
+		conn, welcome, _, err := dialWelcome(ctx, nd.wsURL, slow)
 		if err != nil {
 			tr.dialErrors.Add(1)
 			pause(ctx, 100*time.Millisecond)
@@ -484,6 +488,9 @@ func (tr *torture) plainLine(v *sview, l []byte, confirmed func()) {
 		to, _ := intAfter(l, keyTo)
 		v.gap(topic, int(part), from, to)
 	case isOp(l, opSubscribed):
+		if bytes.Contains(l, keyNotRecovered) {
+			v.unrecovered()
+		}
 		confirmed()
 	case isOp(l, opTopicDeleted):
 		v.topicDeleted(stringAfter(l, keyTopic))
@@ -517,13 +524,14 @@ func (tr *torture) positions(v *sview) []map[string]any {
 func (tr *torture) sseSubscriber(ctx context.Context, rng *rand.Rand, v *sview, stop <-chan struct{}, ready func()) {
 	defer ready()
 	lastID := ""
+	nd := tr.gw.pick(rng)
 	for ctx.Err() == nil {
 		q := url.Values{"pattern": {v.pattern}}
 		if lastID != "" {
 			q.Set("last_event_id", lastID)
 		}
 		rctx, cancel := context.WithCancel(ctx)
-		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, tr.gw.httpURL+"/v1/sse?"+q.Encode(), nil)
+		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, nd.httpURL+"/v1/sse?"+q.Encode(), nil)
 		req.Header.Set("Accept", "text/event-stream")
 		resp, err := tr.sse.Do(req)
 		if err != nil || resp.StatusCode != http.StatusOK {
@@ -553,6 +561,9 @@ func (tr *torture) sseSubscriber(ctx context.Context, rng *rand.Rand, v *sview, 
 				case bytes.HasPrefix(line, []byte("data: ")):
 					data := line[6:]
 					if event == "subscribed" {
+						if bytes.Contains(data, keyNotRecovered) {
+							v.unrecovered()
+						}
 						v.confirmed(time.Now())
 						continue
 					}
@@ -625,7 +636,7 @@ func (tr *torture) clientSubscriber(ctx context.Context, rng *rand.Rand, v *svie
 	kd := &killableDialer{}
 	hc := &http.Client{Transport: &http.Transport{DialContext: kd.dial}}
 	defer hc.CloseIdleConnections()
-	c, err := client.Dial(ctx, tr.gw.wsURL, &client.Options{
+	c, err := client.Dial(ctx, tr.gw.pick(rng).wsURL, &client.Options{
 		HTTPClient: hc,
 		Reconnect:  client.ReconnectPolicy{MinDelay: 20 * time.Millisecond, MaxDelay: 200 * time.Millisecond},
 		OnGap:      func(g client.Gap) { v.gap(g.Topic, g.Partition, g.From, g.To) },
@@ -685,15 +696,21 @@ func stopped(ctx context.Context, stop <-chan struct{}) bool {
 	}
 }
 
-// do sends an HTTP request to the gateway and returns the body and status.
+// do sends an HTTP request to the first gateway and returns the body and
+// status.
 func (tr *torture) do(ctx context.Context, method, path string, body []byte) ([]byte, int, error) {
+	return tr.doAt(ctx, tr.gw.nodes[0], method, path, body)
+}
+
+// doAt sends an HTTP request to gateway nd and returns the body and status.
+func (tr *torture) doAt(ctx context.Context, nd *tortureNode, method, path string, body []byte) ([]byte, int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	var r io.Reader
 	if body != nil {
 		r = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, tr.gw.httpURL+path, r)
+	req, err := http.NewRequestWithContext(ctx, method, nd.httpURL+path, r)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -197,8 +197,9 @@ func (tr *torture) deadLetters(ctx context.Context) (map[pkey]bool, error) {
 // member is a WebSocket member of the group until ctx ends. Until stop it
 // nacks, stalls and crashes at random; after it, it acks everything.
 func (tr *torture) member(ctx context.Context, rng *rand.Rand, stop <-chan struct{}) {
+	nd := tr.gw.pick(rng)
 	for ctx.Err() == nil {
-		conn, _, err := dialGateway(ctx, tr.gw.wsURL, false)
+		conn, _, err := dialGateway(ctx, nd.wsURL, false)
 		if err != nil {
 			tr.dialErrors.Add(1)
 			pause(ctx, 100*time.Millisecond)
@@ -291,8 +292,9 @@ func bytes2HasOp(l []byte, op string) bool { return isOp(l, []byte(op)) }
 // time out.
 func (tr *torture) pullMember(ctx context.Context, rng *rand.Rand, stop <-chan struct{}) {
 	body := fmt.Appendf(nil, `{"pattern":%q,"max":20,"wait_ms":300}`, tortureGroupPat)
+	nd := tr.gw.pick(rng)
 	for ctx.Err() == nil {
-		resp, status, err := tr.do(ctx, http.MethodPost, "/v1/groups/"+tortureGroup+"/poll", body)
+		resp, status, err := tr.doAt(ctx, nd, http.MethodPost, "/v1/groups/"+tortureGroup+"/poll", body)
 		if err != nil || status != http.StatusOK {
 			pause(ctx, 100*time.Millisecond)
 			continue
@@ -316,7 +318,7 @@ func (tr *torture) pullMember(ctx context.Context, rng *rand.Rand, stop <-chan s
 				continue
 			}
 			ack := fmt.Appendf(nil, `{"topic":%q,"partition":%d,"offset":%d,"attempt":%d}`, r.Topic, r.Partition, r.Offset, r.Attempt)
-			if _, st, err := tr.do(ctx, http.MethodPost, "/v1/groups/"+tortureGroup+"/ack", ack); err == nil && st == http.StatusOK {
+			if _, st, err := tr.doAt(ctx, nd, http.MethodPost, "/v1/groups/"+tortureGroup+"/ack", ack); err == nil && st == http.StatusOK {
 				tr.groups.acked(k, r.Attempt)
 			}
 		}
@@ -327,7 +329,7 @@ func (tr *torture) pullMember(ctx context.Context, rng *rand.Rand, stop <-chan s
 // acks, until ctx ends: the topic stays full.
 func (tr *torture) blockStaller(ctx context.Context) {
 	for ctx.Err() == nil {
-		conn, _, err := dialGateway(ctx, tr.gw.wsURL, false)
+		conn, _, err := dialGateway(ctx, tr.gw.nodes[0].wsURL, false)
 		if err != nil {
 			pause(ctx, 100*time.Millisecond)
 			continue
@@ -344,8 +346,9 @@ func (tr *torture) blockStaller(ctx context.Context) {
 // a close frame after a while (by then the gateway's keepalive ping waits
 // for its pong), until stop.
 func (tr *torture) nonReader(ctx context.Context, rng *rand.Rand, stop <-chan struct{}) {
+	nd := tr.gw.pick(rng)
 	for !stopped(ctx, stop) {
-		conn, _, err := dialGateway(ctx, tr.gw.wsURL, true)
+		conn, _, err := dialGateway(ctx, nd.wsURL, true)
 		if err != nil {
 			pause(ctx, 100*time.Millisecond)
 			continue
@@ -363,7 +366,7 @@ func (tr *torture) nonReader(ctx context.Context, rng *rand.Rand, stop <-chan st
 	}
 	// One more, left open until every client leaves, then killed: the
 	// gateway must drop its session at once, ping outstanding or not.
-	if conn, _, err := dialGateway(ctx, tr.gw.wsURL, true); err == nil {
+	if conn, _, err := dialGateway(ctx, nd.wsURL, true); err == nil {
 		_ = conn.Write(ctx, websocket.MessageText, []byte(`{"op":"subscribe","pattern":"tt.#"}`))
 		<-ctx.Done()
 		conn.CloseNow()
@@ -391,8 +394,9 @@ func (tr *torture) midFrame(ctx context.Context, rng *rand.Rand, stop <-chan str
 
 // presenceChurn joins and leaves a presence topic, until stop.
 func (tr *torture) presenceChurn(ctx context.Context, rng *rand.Rand, stop <-chan struct{}) {
+	nd := tr.gw.pick(rng)
 	for !stopped(ctx, stop) {
-		conn, _, err := dialGateway(ctx, tr.gw.wsURL, false)
+		conn, _, err := dialGateway(ctx, nd.wsURL, false)
 		if err != nil {
 			pause(ctx, 100*time.Millisecond)
 			continue
@@ -454,11 +458,40 @@ func (tr *torture) recreate(ctx context.Context, t *tortureTopic) {
 		tr.l.deleted(t.name, t.gen.Load())
 		t.gen.Add(1)
 		tr.deletes.Add(1)
-		if err := tr.createTopic(ctx, t, ""); err != nil {
+		// A gateway restart may refuse the create: retry it, bounded.
+		err := tr.createTopic(ctx, t, "")
+		for attempt := 0; err != nil && attempt < 50 && ctx.Err() == nil; attempt++ {
+			pause(ctx, 200*time.Millisecond)
+			err = tr.createTopic(ctx, t, "")
+		}
+		if err != nil {
 			tr.setupErrors.Add(1)
 		}
 	} else {
 		tr.setupErrors.Add(1)
+	}
+}
+
+// restarter restarts a gateway gracefully every --restart-every or so
+// (from half to one and a half times it), one at a time, until stop; a
+// restart in progress at stop finishes first.
+func (tr *torture) restarter(ctx context.Context, rng *rand.Rand, stop <-chan struct{}) {
+	for !stopped(ctx, stop) {
+		every := tr.cfg.restartEvery
+		pause(ctx, every/2+time.Duration(rng.Int64N(int64(every))))
+		if stopped(ctx, stop) {
+			return
+		}
+		i := rng.IntN(len(tr.gw.nodes))
+		away, err := tr.gw.restart(i)
+		if err != nil {
+			tr.v5.add("%v", err)
+			continue
+		}
+		tr.restarts.Add(1)
+		if int64(away) > tr.worstRestart.Load() {
+			tr.worstRestart.Store(int64(away))
+		}
 	}
 }
 

@@ -187,7 +187,7 @@ func TestTortureRecreateAfterLostDeleteReply(t *testing.T) {
 	defer srv.Close()
 	defer http.DefaultClient.CloseIdleConnections()
 	l := ledgerFixture()
-	tr := &torture{gw: &tortureGateway{httpURL: srv.URL}, l: l}
+	tr := &torture{gw: &tortureGateway{nodes: []*tortureNode{{httpURL: srv.URL}}}, l: l}
 	topic := l.topics["tt.d.0"]
 	l.published(topic.name, 0, 0, 0, time.Now())
 	tr.recreate(context.Background(), topic)

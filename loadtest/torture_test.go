@@ -13,11 +13,13 @@ import (
 // the gateway of today they make it fail (a publisher that waits on
 // another's append of the same msg_id holds its subscribers' deliveries; a
 // session with a keepalive ping outstanding outlives its socket), which go
-// run ./loadtest torture shows in full.
+// run ./loadtest torture shows in full. The attacks are left out too: a
+// slow presence member needs longer than the run to be sent its resync
+// (TestSoakHostileShort runs them).
 func TestTortureShort(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), []string{"torture", "--seed", "7", "--duration", "4s", "--drain", "20s",
-		"--settle", "5s", "--stall", "5s", "--keepalive", "1h", "--without", "same-msg-id,non-readers", "--quiet"}, &stdout, &stderr)
+		"--settle", "5s", "--stall", "5s", "--keepalive", "1h", "--without", "same-msg-id,non-readers,attacks", "--quiet"}, &stdout, &stderr)
 	out := stdout.String()
 	if code != 0 {
 		t.Fatalf("exit code %d; stderr:\n%s\nstdout:\n%s", code, stderr.String(), out)
@@ -37,6 +39,8 @@ func TestTortureFlags(t *testing.T) {
 		{"torture", "--without", "nothing"},
 		{"torture", "--duration", "0s"},
 		{"torture", "extra"},
+		{"torture", "--cluster", "--engine", "memory"},
+		{"torture", "--restart-every", "0s"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), args, &stdout, &stderr); code != 2 {
