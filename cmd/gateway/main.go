@@ -4,7 +4,9 @@
 // flag name in upper case with '-' as '_') and a key of the optional YAML
 // config file (--config), in that order of precedence. Run with --help for
 // the list, grouped by subject; registry.go says how the settings are
-// declared and config.go how they are loaded.
+// declared and config.go how they are loaded. --check-config checks them
+// and --print-config prints them (printconfig.go); SIGHUP loads them again
+// (reload.go); --tls-cert and --tls-key serve https and wss (tls.go).
 package main
 
 import (
@@ -114,7 +116,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if err := validate(cfg); err != nil {
 		return err
 	}
-	log, err := newLogger(cfg, out)
+	log, level, err := newLogger(cfg, out)
 	if err != nil {
 		return err
 	}
@@ -146,6 +148,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		_ = eng.Close(context.Background())
 		return err
 	}
+	rl, err := newReloader(cfg, args, getenv, level, log)
+	if err != nil {
+		_ = rt.Shutdown(context.Background())
+		_ = eng.Close(context.Background())
+		return err
+	}
+	defer rl.watchSignal(syscall.SIGHUP)()
 	return serve(ctx, cfg, rt, eng, opts.Auth, log, listening)
 }
 

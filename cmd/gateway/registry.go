@@ -94,6 +94,9 @@ type setting struct {
 	// action: a switch asking for something other than serving
 	// (--version, --check-config), given on the command line only.
 	action bool
+	// live: a reload may change the setting in a running gateway
+	// (reload.go); other changes are refused.
+	live bool
 }
 
 // A value is a setting's flag.Value, bound to its field.
@@ -214,6 +217,12 @@ func (r *registry) secret(p *string, name string, usage string) {
 func (r *registry) action(p *bool, name string, usage string) {
 	r.bool(p, name, false, usage)
 	r.byName[name].action = true
+}
+
+// live marks the setting declared last as one a reload may change in a
+// running gateway.
+func (r *registry) live() {
+	r.settings[len(r.settings)-1].live = true
 }
 
 // list is a comma-separated list; blanks are dropped.
