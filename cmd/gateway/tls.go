@@ -90,9 +90,10 @@ type certWatcher struct {
 	log               *slog.Logger
 	cert              atomic.Pointer[tls.Certificate]
 
-	mu    sync.Mutex // guards following
-	stamp [2]fileStamp
-	stop  func() // stops the goroutine and waits for it
+	mu      sync.Mutex // guards following
+	stamp   [2]fileStamp
+	statErr string // the last error stating the files, logged once
+	stop    func() // stops the goroutine and waits for it
 }
 
 // loadCertWatcher reads the certificate and key of s; it starts nothing.
@@ -139,13 +140,19 @@ func (w *certWatcher) close() {
 
 // check reloads the pair if either file changed since it was last read.
 func (w *certWatcher) check() {
-	w.mu.Lock()
-	old := w.stamp
-	w.mu.Unlock()
 	cs, err1 := stampOf(w.certFile)
 	ks, err2 := stampOf(w.keyFile)
+	w.mu.Lock()
+	old, lastErr := w.stamp, w.statErr
+	w.statErr = ""
 	if err := errors.Join(err1, err2); err != nil {
-		w.log.Warn("tls: cannot read the certificate files; keeping the current certificate", "err", err)
+		w.statErr = err.Error()
+	}
+	w.mu.Unlock()
+	if err := errors.Join(err1, err2); err != nil {
+		if err.Error() != lastErr {
+			w.log.Warn("tls: cannot read the certificate files; keeping the current certificate", "err", err)
+		}
 		return
 	}
 	if cs == old[0] && ks == old[1] {

@@ -388,7 +388,8 @@ func TestCertWatcherKeepsAGoodCertificate(t *testing.T) {
 	ca := newTestCA(t)
 	dir := t.TempDir()
 	certFile, keyFile := serverFiles(t, ca, dir, 1)
-	w, err := loadCertWatcher(tlsSettings{CertFile: certFile, KeyFile: keyFile, ReloadInterval: time.Hour}, slog.New(slog.DiscardHandler))
+	var logged bytes.Buffer
+	w, err := loadCertWatcher(tlsSettings{CertFile: certFile, KeyFile: keyFile, ReloadInterval: time.Hour}, slog.New(slog.NewTextHandler(&logged, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,8 +412,12 @@ func TestCertWatcherKeepsAGoodCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.check()
+	w.check()
 	if s := serial(); s != 3 {
 		t.Fatalf("a missing key replaced the certificate: serial %d", s)
+	}
+	if n := strings.Count(logged.String(), "cannot read the certificate files"); n != 1 {
+		t.Fatalf("a missing file logged %d times over two checks, want once:\n%s", n, logged.String())
 	}
 }
 
