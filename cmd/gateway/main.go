@@ -120,6 +120,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if err != nil {
 		return err
 	}
+	// The certificate is read before anything starts, and its watcher is
+	// shared by every TLS listener of the gateway (serverTLSConfig).
+	var certs *certWatcher
+	if cfg.TLS.enabled() {
+		if certs, err = startCertWatcher(cfg.TLS, log); err != nil {
+			return err
+		}
+		defer certs.close()
+	}
 	var emb *embeddedNATS
 	if cfg.Engine == "embedded" {
 		sync, err := parseDataSync(cfg.DataSync)
@@ -155,7 +164,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		return err
 	}
 	defer rl.watchSignal(syscall.SIGHUP)()
-	return serve(ctx, cfg, rt, eng, opts.Auth, log, listening)
+	return serve(ctx, cfg, rt, eng, opts.Auth, certs, log, listening)
 }
 
 // commandArgs turns the command form "check-config FILE [flags]" into
@@ -189,21 +198,18 @@ func routerOptions(cfg config, eng engine.Engine, log *slog.Logger) (router.Opti
 }
 
 // serve serves rt on --addr until ctx is done or serving fails, then shuts
-// rt, the HTTP server and eng down within --shutdown-timeout.
-func serve(ctx context.Context, cfg config, rt *router.Router, eng engine.Engine, auth router.AuthOptions, log *slog.Logger, listening func(string)) error {
+// rt, the HTTP server and eng down within --shutdown-timeout. With certs,
+// the listener serves TLS with the certificate they hold.
+func serve(ctx context.Context, cfg config, rt *router.Router, eng engine.Engine, auth router.AuthOptions, certs *certWatcher, log *slog.Logger, listening func(string)) error {
 	abort := func(err error) error {
 		_ = rt.Shutdown(context.Background())
 		_ = eng.Close(context.Background())
 		return err
 	}
 	var tlsConfig *tls.Config
-	if cfg.TLS.enabled() {
-		w, err := startCertWatcher(cfg.TLS, log)
-		if err != nil {
-			return abort(err)
-		}
-		defer w.close()
-		if tlsConfig, err = serverTLSConfig(w, cfg.TLS.ClientCAFile, httpALPN); err != nil {
+	if certs != nil {
+		var err error
+		if tlsConfig, err = serverTLSConfig(certs, cfg.TLS.ClientCAFile, httpALPN); err != nil {
 			return abort(err)
 		}
 	}

@@ -447,3 +447,15 @@ func TestTLSSettingsChecked(t *testing.T) {
 		})
 	}
 }
+
+// TestTLSStartupLines: a TLS gateway announces https and wss URLs.
+func TestTLSStartupLines(t *testing.T) {
+	ca := newTestCA(t)
+	certFile, keyFile := serverFiles(t, ca, t.TempDir(), 1)
+	addr, out := startLogged(t, "--tls-cert", certFile, "--tls-key", keyFile)
+	for _, want := range []string{"tls=true", "url=https://" + addr + "/", "url=wss://" + addr + "/v1/ws", "url=https://" + addr + "/metrics"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("start-up log lacks %q:\n%s", want, out.String())
+		}
+	}
+}
