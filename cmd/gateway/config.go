@@ -49,6 +49,8 @@ type config struct {
 	Keys keySettings
 	// HookNames lists the hooks to call ("connect,subscribe").
 	HookNames string
+	// TLS names the listener's certificate files (tls.go).
+	TLS tlsSettings
 
 	// sources says where each setting that is not at its default came from.
 	sources map[string]source
@@ -68,6 +70,8 @@ type gateway struct {
 	DebugAddr       string
 	ShutdownTimeout time.Duration
 	Version         bool
+	CheckConfig     bool
+	PrintConfig     bool
 }
 
 // newFlagSet returns the gateway's flags bound to cfg, with their defaults
@@ -118,8 +122,8 @@ func loadConfig(args []string, getenv func(string) string, out io.Writer) (confi
 // empty.
 func (r *registry) loadEnv(getenv func(string) string, sources map[string]source) error {
 	for _, s := range r.settings {
-		if s.name == "config" {
-			continue // read before the file, by loadConfig
+		if s.name == "config" || s.action {
+			continue // read before the file, by loadConfig; or command line only
 		}
 		name := envName(s.name)
 		v := getenv(name)
@@ -163,6 +167,9 @@ func (r *registry) loadFile(path string, sources map[string]source) error {
 		s := r.byName[name]
 		if name == "config" || s == nil {
 			return fmt.Errorf("config %s: line %d: unknown setting %q", path, k.Line, name)
+		}
+		if s.action {
+			return fmt.Errorf("config %s: line %d: %s is given on the command line only (--%s)", path, k.Line, name, name)
 		}
 		at := fmt.Sprintf("config %s: line %d: %s", path, k.Line, name)
 		if line, dup := seen[name]; dup {

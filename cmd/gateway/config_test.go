@@ -48,6 +48,13 @@ func TestFlagDefaults(t *testing.T) {
 		"write-delay":        time.Duration(0), // off
 		"write-delay-frames": session.DefaultWriteDelayFrames,
 		"version":            false,
+		"check-config":       false,
+		"print-config":       false,
+		// TLS.
+		"tls-cert":            "",
+		"tls-key":             "",
+		"tls-client-ca":       "",
+		"tls-reload-interval": defaultTLSReloadInterval,
 		// Engine.
 		"engine":               defaultEngine,
 		"nats-url":             nats.DefaultURL,

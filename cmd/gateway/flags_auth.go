@@ -34,7 +34,7 @@ const defaultAnonymousSubscribe = "#,$sys.#"
 func (c *config) authFlags(r *registry) {
 	r.in(groupAuth)
 	a, k := &c.Router.Auth, &c.Keys
-	r.string(&k.HMACSecret, "jwt-hmac-secret", "", "HS256 token secret, at least 32 bytes (prefer the environment or --jwt-hmac-secret-file)")
+	r.secret(&k.HMACSecret, "jwt-hmac-secret", "HS256 token secret, at least 32 bytes (prefer the environment or --jwt-hmac-secret-file)")
 	r.string(&k.HMACSecretFile, "jwt-hmac-secret-file", "", "file of HS256 token secrets, one per line (several during a rotation)")
 	r.string(&k.PublicKeys, "jwt-public-key", "", "comma-separated PEM files of RSA (RS256) or ECDSA (ES256/384/512) token verification keys")
 	r.string(&a.Audience, "jwt-audience", "", "if set, tokens must carry this audience (aud)")
@@ -45,7 +45,7 @@ func (c *config) authFlags(r *registry) {
 	r.string(&a.Claims.Prefix, "jwt-claims-prefix", "", "prefix of the grant claims (publish, subscribe, groups), e.g. https://example.com/")
 	r.string(&k.Claims, "jwt-claims", "", "grant claim names, e.g. publish=pub,subscribe=https://x/sub,groups=grp (overrides --jwt-claims-prefix)")
 	r.duration(&a.RefreshLead, "jwt-refresh-lead", 0, "how long before a session's token expires it gets refresh_required (0: 30s or a tenth of the token's lifetime, whichever is less; negative: never)")
-	r.string(&a.AdminKey, "admin-key", "", "bearer key for the admin calls (topic create/delete, seek, dead letters), at least 16 characters")
+	r.secret(&a.AdminKey, "admin-key", "bearer key for the admin calls (topic create/delete, seek, dead letters), at least 16 characters")
 	r.string(&k.AdminKeyFile, "admin-key-file", "", "file holding the admin key")
 	r.bool(&k.AllowAnonymous, "allow-anonymous", false, "with keys configured, let clients without a token in with the anonymous grants")
 	r.list(&k.AnonymousSubscribe, "anonymous-subscribe", splitList(defaultAnonymousSubscribe), "comma-separated patterns anonymous clients may subscribe to (with --allow-anonymous)")

@@ -16,6 +16,8 @@ func (r *registry) printHelp(out io.Writer) {
 	fmt.Fprint(out, `Usage: gateway [flags]
        gateway --version
        gateway --healthcheck URL
+       gateway check-config FILE [flags]   (as --check-config --config FILE)
+       gateway --print-config [flags]
 
 Every setting is a flag, an environment variable (SWITCHYARD_ and the flag
 name in upper case with '-' as '_', e.g. SWITCHYARD_MAX_CONNECTIONS) and a

@@ -4,11 +4,14 @@
 // flag name in upper case with '-' as '_') and a key of the optional YAML
 // config file (--config), in that order of precedence. Run with --help for
 // the list, grouped by subject; registry.go says how the settings are
-// declared and config.go how they are loaded.
+// declared and config.go how they are loaded. --check-config checks them
+// and --print-config prints them (printconfig.go); SIGHUP loads them again
+// (reload.go); --tls-cert and --tls-key serve https and wss (tls.go).
 package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -87,20 +90,44 @@ func newEngine(cfg config, emb *embeddedNATS, log *slog.Logger) (engine.Engine, 
 // run starts the gateway and blocks until ctx is done, then shuts down
 // gracefully. listening, when not nil, is told the bound address.
 func run(ctx context.Context, args []string, getenv func(string) string, out io.Writer, listening func(addr string)) error {
-	cfg, err := loadConfig(args, getenv, out)
+	cfg, err := loadConfig(commandArgs(args), getenv, out)
 	if err != nil {
 		return err
 	}
-	if cfg.Version {
+	switch {
+	case cfg.Version:
 		_, err := fmt.Fprintln(out, "switchyard gateway", gatewayVersion())
+		return err
+	case cfg.PrintConfig || cfg.CheckConfig:
+		if cfg.PrintConfig {
+			if err := printConfig(out, &cfg); err != nil {
+				return err
+			}
+		}
+		if !cfg.CheckConfig {
+			return nil
+		}
+		if err := checkConfig(cfg); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintln(out, "gateway: the settings are valid")
 		return err
 	}
 	if err := validate(cfg); err != nil {
 		return err
 	}
-	log, err := newLogger(cfg, out)
+	log, level, err := newLogger(cfg, out)
 	if err != nil {
 		return err
+	}
+	// The certificate is read before anything starts, and its watcher is
+	// shared by every TLS listener of the gateway (serverTLSConfig).
+	var certs *certWatcher
+	if cfg.TLS.enabled() {
+		if certs, err = startCertWatcher(cfg.TLS, log); err != nil {
+			return err
+		}
+		defer certs.close()
 	}
 	var emb *embeddedNATS
 	if cfg.Engine == "embedded" {
@@ -130,7 +157,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		_ = eng.Close(context.Background())
 		return err
 	}
-	return serve(ctx, cfg, rt, eng, log, listening)
+	rl, err := newReloader(cfg, args, getenv, level, log)
+	if err != nil {
+		_ = rt.Shutdown(context.Background())
+		_ = eng.Close(context.Background())
+		return err
+	}
+	defer rl.watchSignal(syscall.SIGHUP)()
+	return serve(ctx, cfg, rt, eng, opts.Auth, certs, log, listening)
+}
+
+// commandArgs turns the command form "check-config FILE [flags]" into
+// "--check-config --config FILE [flags]"; other arguments are returned as
+// they are.
+func commandArgs(args []string) []string {
+	if len(args) >= 2 && args[0] == "check-config" && !strings.HasPrefix(args[1], "-") {
+		return append([]string{"--check-config", "--config", args[1]}, args[2:]...)
+	}
+	return args
 }
 
 // routerOptions returns the router's options: those the settings are bound
@@ -154,12 +198,20 @@ func routerOptions(cfg config, eng engine.Engine, log *slog.Logger) (router.Opti
 }
 
 // serve serves rt on --addr until ctx is done or serving fails, then shuts
-// rt, the HTTP server and eng down within --shutdown-timeout.
-func serve(ctx context.Context, cfg config, rt *router.Router, eng engine.Engine, log *slog.Logger, listening func(string)) error {
+// rt, the HTTP server and eng down within --shutdown-timeout. With certs,
+// the listener serves TLS with the certificate they hold.
+func serve(ctx context.Context, cfg config, rt *router.Router, eng engine.Engine, auth router.AuthOptions, certs *certWatcher, log *slog.Logger, listening func(string)) error {
 	abort := func(err error) error {
 		_ = rt.Shutdown(context.Background())
 		_ = eng.Close(context.Background())
 		return err
+	}
+	var tlsConfig *tls.Config
+	if certs != nil {
+		var err error
+		if tlsConfig, err = serverTLSConfig(certs, cfg.TLS.ClientCAFile, httpALPN); err != nil {
+			return abort(err)
+		}
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -169,8 +221,12 @@ func serve(ctx context.Context, cfg config, rt *router.Router, eng engine.Engine
 	httpOpts.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	srv := rt.NewServer(httpOpts)
 	ln = rt.Listener(ln)
-	log.Info("switchyard gateway listening", "addr", ln.Addr().String(), "version", gatewayVersion(), "engine", cfg.Engine, "epoch", eng.Epoch())
-	logEndpoints(log, ln.Addr())
+	if tlsConfig != nil {
+		ln = serveTLS(srv, ln, tlsConfig)
+	}
+	log.Info("switchyard gateway listening", "addr", ln.Addr().String(), "version", gatewayVersion(), "engine", cfg.Engine, "epoch", eng.Epoch(), "tls", tlsConfig != nil)
+	logEndpoints(log, ln.Addr(), tlsConfig != nil)
+	warnOpen(log, ln.Addr(), auth)
 	if cfg.DebugAddr != "" {
 		stopDebug, err := serveDebug(cfg.DebugAddr, log)
 		if err != nil {
@@ -239,7 +295,7 @@ func ignoreClosed(err error) error {
 // logEndpoints logs where the dashboard, the WebSocket endpoint and the
 // metrics are, as URLs a user can open: an unspecified listen address
 // (":8080") is shown as localhost.
-func logEndpoints(log *slog.Logger, addr net.Addr) {
+func logEndpoints(log *slog.Logger, addr net.Addr, secure bool) {
 	host, port, err := net.SplitHostPort(addr.String())
 	if err != nil {
 		return
@@ -248,7 +304,11 @@ func logEndpoints(log *slog.Logger, addr net.Addr) {
 		host = "localhost"
 	}
 	hp := net.JoinHostPort(host, port)
-	log.Info("dashboard", "url", "http://"+hp+"/")
-	log.Info("websocket endpoint", "url", "ws://"+hp+"/v1/ws")
-	log.Info("metrics", "url", "http://"+hp+"/metrics")
+	web, ws := "http://", "ws://"
+	if secure {
+		web, ws = "https://", "wss://"
+	}
+	log.Info("dashboard", "url", web+hp+"/")
+	log.Info("websocket endpoint", "url", ws+hp+"/v1/ws")
+	log.Info("metrics", "url", web+hp+"/metrics")
 }

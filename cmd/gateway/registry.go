@@ -34,6 +34,7 @@ type group int
 
 const (
 	groupServer group = iota
+	groupTLS
 	groupEngine
 	groupAuth
 	groupHooks
@@ -49,6 +50,8 @@ func (g group) title() string {
 	switch g {
 	case groupServer:
 		return "Server: the listener, HTTP timeouts, browsers and shutdown"
+	case groupTLS:
+		return "TLS: https and wss on the listener"
 	case groupEngine:
 		return "Engine: where the log lives"
 	case groupAuth:
@@ -86,6 +89,14 @@ type setting struct {
 	value value
 	def   string // the default as text, as --help shows it
 	reset func() // stores the default in the bound field
+	// secret: the value is key material, never shown (--print-config).
+	secret bool
+	// action: a switch asking for something other than serving
+	// (--version, --check-config), given on the command line only.
+	action bool
+	// live: a reload may change the setting in a running gateway
+	// (reload.go); other changes are refused.
+	live bool
 }
 
 // A value is a setting's flag.Value, bound to its field.
@@ -113,7 +124,7 @@ type registry struct {
 func newRegistry(c *config) *registry {
 	r := &registry{byName: map[string]*setting{}}
 	for _, declare := range []func(*registry){
-		c.serverFlags, c.engineFlags, c.authFlags, c.hookFlags,
+		c.serverFlags, c.tlsFlags, c.engineFlags, c.authFlags, c.hookFlags,
 		c.limitFlags, c.groupFlags, c.retentionFlags, c.observabilityFlags,
 	} {
 		declare(r)
@@ -191,6 +202,27 @@ func (r *registry) bool(p *bool, name string, def bool, usage string) {
 func (r *registry) string(p *string, name string, def string, usage string) {
 	bind(r, p, name, def, usage, kind{"string", "a string"},
 		func(s string) (string, error) { return s, nil }, func(v string) string { return v })
+}
+
+// secret is a string setting holding key material, which --print-config
+// does not show.
+func (r *registry) secret(p *string, name string, usage string) {
+	r.string(p, name, "", usage)
+	r.byName[name].secret = true
+}
+
+// action is a switch asking the gateway to do something other than serve
+// (print its version, check its config); it is taken from the command line
+// only, never from the environment or the file.
+func (r *registry) action(p *bool, name string, usage string) {
+	r.bool(p, name, false, usage)
+	r.byName[name].action = true
+}
+
+// live marks the setting declared last as one a reload may change in a
+// running gateway.
+func (r *registry) live() {
+	r.settings[len(r.settings)-1].live = true
 }
 
 // list is a comma-separated list; blanks are dropped.

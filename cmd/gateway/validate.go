@@ -22,6 +22,7 @@ func validate(cfg config) error {
 		}
 	}
 	check(validateEngine(cfg))
+	check(cfg.TLS.validate())
 	_, err := logLevel(cfg.LogLevel)
 	check(err)
 	if err := cfg.Topics.WithDefaults(engine.Defaults).Validate(); err != nil {
