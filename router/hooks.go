@@ -15,6 +15,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard/switchyard/router/internal/auth"
 )
 
 // Backend authorization hooks.
@@ -400,14 +402,14 @@ func (rt *Router) hookConnect(c echo.Context) (*principal, error) {
 		}
 		return nil, pe
 	}
-	p := &principal{subject: a.User}
+	p := &principal{Subject: a.User}
 	if a.Grants != nil {
-		g, err := validGrants(*a.Grants)
+		g, err := auth.ValidGrants(*a.Grants)
 		if err != nil {
 			rt.hooks.calls.WithLabelValues(hookConnect, "malformed").Inc()
 			return nil, rt.hooks.failed(hookConnect)
 		}
-		p.grants = g
+		p.Grants = g
 	}
 	if len(a.Info) > 0 && string(a.Info) != "null" {
 		var buf bytes.Buffer
@@ -415,7 +417,7 @@ func (rt *Router) hookConnect(c echo.Context) (*principal, error) {
 			rt.hooks.calls.WithLabelValues(hookConnect, "malformed").Inc()
 			return nil, rt.hooks.failed(hookConnect)
 		}
-		p.info = buf.Bytes()
+		p.Info = buf.Bytes()
 	}
 	if a.Expires != "" {
 		exp, err := time.Parse(time.RFC3339, a.Expires)
@@ -423,7 +425,7 @@ func (rt *Router) hookConnect(c echo.Context) (*principal, error) {
 			rt.hooks.calls.WithLabelValues(hookConnect, "malformed").Inc()
 			return nil, rt.hooks.failed(hookConnect)
 		}
-		p.expires = exp
+		p.Expires = exp
 	}
 	return p, nil
 }
@@ -433,8 +435,8 @@ func (rt *Router) hookConnect(c echo.Context) (*principal, error) {
 // that the hook allowed it.
 func (cn *conn) authorizeSubscribe(pattern, group string) (viaHook bool, pe *protoError) {
 	who := cn.who
-	grantsOK := who.canSubscribe(pattern)
-	groupOK := group == "" || who.canJoin(group)
+	grantsOK := who.CanSubscribe(pattern)
+	groupOK := group == "" || who.CanJoin(group)
 	if grantsOK && groupOK {
 		return false, nil
 	}
@@ -445,8 +447,8 @@ func (cn *conn) authorizeSubscribe(pattern, group string) (viaHook bool, pe *pro
 		}
 		return false, cn.rt.forbidden("group", "not allowed to join group %q", group)
 	}
-	key := who.subject + "\x00" + group + "\x00" + pattern
-	if who.subject != "" {
+	key := who.Subject + "\x00" + group + "\x00" + pattern
+	if who.Subject != "" {
 		if e, ok := h.cache.get(key, h.now()); ok {
 			h.calls.WithLabelValues(hookSubscribe, "cached").Inc()
 			if e.allow {
@@ -456,7 +458,7 @@ func (cn *conn) authorizeSubscribe(pattern, group string) (viaHook bool, pe *pro
 			return false, &protoError{Code: e.code, Msg: e.msg}
 		}
 	}
-	body := map[string]any{"hook": hookSubscribe, "session": cn.id, "user": who.subject, "pattern": pattern}
+	body := map[string]any{"hook": hookSubscribe, "session": cn.id, "user": who.Subject, "pattern": pattern}
 	if group != "" {
 		body["group"] = group
 	}
@@ -471,7 +473,7 @@ func (cn *conn) authorizeSubscribe(pattern, group string) (viaHook bool, pe *pro
 	if !*a.Allow {
 		refusal = a.refusal()
 	}
-	if ttl := time.Duration(a.CacheMS) * time.Millisecond; ttl > 0 && who.subject != "" {
+	if ttl := time.Duration(a.CacheMS) * time.Millisecond; ttl > 0 && who.Subject != "" {
 		e := hookCacheEntry{allow: refusal == nil}
 		if refusal != nil {
 			e.code, e.msg = refusal.Code, refusal.Msg
@@ -488,7 +490,7 @@ func (cn *conn) authorizeSubscribe(pattern, group string) (viaHook bool, pe *pro
 // authorizePublish decides a publish: the session's grants, else the
 // publish hook, whose answer may replace the data and headers of msg.
 func (cn *conn) authorizePublish(req *request, data *[]byte, headers *map[string]string, topic string) *protoError {
-	if cn.who.canPublish(topic) {
+	if cn.who.CanPublish(topic) {
 		return nil
 	}
 	if !cn.rt.hooks.enabled(hookPublish) {
@@ -504,7 +506,7 @@ func (cn *conn) authorizePublish(req *request, data *[]byte, headers *map[string
 // *headers. The hook must be enabled.
 func (rt *Router) hookPublish(ctx context.Context, session string, who *principal, key *string, data *[]byte, headers *map[string]string, topic string) *protoError {
 	h := rt.hooks
-	body := map[string]any{"hook": hookPublish, "user": who.subject, "topic": topic, "data": json.RawMessage(*data)}
+	body := map[string]any{"hook": hookPublish, "user": who.Subject, "topic": topic, "data": json.RawMessage(*data)}
 	if session != "" {
 		body["session"] = session
 	}

@@ -83,8 +83,8 @@ func (rt *Router) pullClient(c echo.Context) string {
 	switch p := rt.principalOf(c); p {
 	case nil, openPrincipal:
 	default:
-		if p.subject != "" && p.subject != "anonymous" && p.subject != "admin" {
-			return "sub:" + p.subject
+		if p.Subject != "" && p.Subject != "anonymous" && p.Subject != "admin" {
+			return "sub:" + p.Subject
 		}
 	}
 	return "ip:" + c.RealIP()
