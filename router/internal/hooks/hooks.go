@@ -6,9 +6,10 @@
 // URL+"/subscribe" or URL+"/publish", for the hooks that are enabled only:
 //
 //   - connect: a WebSocket upgrade or an SSE stream (GET /v1/sse) without
-//     a token (or any of them when no key is configured). The body holds the configured request headers and
-//     cookies and the client's address; the answer names the user, and may
-//     give grants, info (shown to presence subscribers) and an expiry.
+//     a token (or any of them when no key is configured). The body holds
+//     the configured request headers and cookies and the client's address;
+//     the answer names the user, and may give grants, info (shown to
+//     presence subscribers) and an expiry.
 //   - subscribe: a subscription the session's grants do not allow. Answers
 //     may be cached per (user, pattern, group) for the TTL they carry.
 //   - publish: a publish the session's grants (or, for POST /v1/publish,
@@ -27,8 +28,9 @@
 // call that cannot get a slot within its timeout fails as "overloaded", so
 // a slow backend makes callers wait at most the timeout and never piles up
 // requests or goroutines (calls run on the caller's goroutine: the HTTP
-// handler of the upgrade, SSE stream or publish, or the session's reader). The subscribe cache is
-// bounded in entries and bytes (least recently used entries go first).
+// handler of the upgrade, SSE stream or publish, or the session's reader).
+// The subscribe cache is bounded in entries and bytes (least recently used
+// entries go first).
 // A connect is asked about only once it has passed every local limit
 // (the router's admitConn), and one client IP has at most Options.MaxConcurrentPerIP
 // connect calls in flight, so an address cannot take every slot.
@@ -40,7 +42,6 @@
 // Concurrency: a Client is safe for concurrent use; the cache and the
 // per-IP connect counts have a leaf mutex each. A Client starts no
 // goroutine: calls run on their caller's.
-
 package hooks
 
 import (
