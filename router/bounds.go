@@ -3,13 +3,13 @@ package router
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/router/internal/limit"
 	"github.com/switchyard/switchyard/session"
 	"github.com/switchyard/switchyard/trie"
 )
@@ -275,32 +275,11 @@ func (rt *Router) welcomeLimits(sopts session.Options) map[string]any {
 // dlBucket is a plain subscription's token bucket for queue_full dead
 // letters (Bounds.DeadLetterRate, Bounds.DeadLetterBurst). The zero value
 // is a full bucket.
-type dlBucket struct {
-	started bool
-	tokens  float64
-	last    time.Time
-}
+type dlBucket struct{ b limit.Bucket }
 
 // take reports whether a dead letter may be recorded at now.
 func (d *dlBucket) take(b *Bounds, now time.Time) bool {
-	switch {
-	case b.DeadLetterRate < 0:
-		return false
-	case math.IsInf(b.DeadLetterRate, 1):
-		return true
-	}
-	burst := float64(b.DeadLetterBurst)
-	if !d.started {
-		d.started, d.tokens, d.last = true, burst, now
-	} else if dt := now.Sub(d.last); dt > 0 {
-		d.tokens = min(burst, d.tokens+dt.Seconds()*b.DeadLetterRate)
-		d.last = now
-	}
-	if d.tokens < 1 {
-		return false
-	}
-	d.tokens--
-	return true
+	return d.b.Take(b.DeadLetterRate, b.DeadLetterBurst, now)
 }
 
 // boundMetrics are the counters of the bounds here beyond

@@ -204,7 +204,7 @@ func (cn *conn) ack(req *request) *protoError {
 	case req.Offsets != nil && (len(req.Offsets) == 0 || len(req.Offsets) > maxAckOffsets):
 		return perr(codeBadRequest, `"offsets" must list 1 to %d offsets`, maxAckOffsets)
 	}
-	if !cn.who.canJoin(*req.Group) && !cn.hookMember(*req.Group) {
+	if !cn.who.CanJoin(*req.Group) && !cn.hookMember(*req.Group) {
 		return cn.rt.forbidden("group", "not allowed to use group %q", *req.Group)
 	}
 	cn.mu.Lock()

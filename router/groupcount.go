@@ -225,8 +225,8 @@ func (rt *Router) clientOf(c echo.Context) string {
 // members: its token's subject, or its IP address when it has none of its
 // own (no auth, anonymous access, the admin key).
 func clientKey(p *principal, ip string) string {
-	if p != nil && p != openPrincipal && p.subject != "" && p.subject != "anonymous" && p.subject != "admin" {
-		return "sub:" + p.subject
+	if p != nil && p != openPrincipal && p.Subject != "" && p.Subject != "anonymous" && p.Subject != "admin" {
+		return "sub:" + p.Subject
 	}
 	return "ip:" + ip
 }

@@ -108,7 +108,7 @@ func (rt *Router) httpPublish(c echo.Context) error {
 	// The token's grants, else the publish hook (after the rate limit, so
 	// that a flood does not reach the application).
 	who := rt.principalOf(c)
-	granted := who.canPublish(msg.Topic)
+	granted := who.CanPublish(msg.Topic)
 	if !granted && !rt.hooks.enabled(hookPublish) {
 		return rt.forbidden("publish", "not allowed to publish to %q", msg.Topic)
 	}
@@ -330,11 +330,11 @@ func (rt *Router) httpMessages(c echo.Context) error {
 		return perr(codeBadRequest, "limit must be 1 to 1000; partition and from must not be negative")
 	}
 	name := param(c, "name")
-	if p := rt.principalOf(c); !p.admin {
+	if p := rt.principalOf(c); !p.Admin {
 		if err := trie.ValidateTopic(name); err != nil {
 			return perr(codeInvalidTopic, "%s", err.Error())
 		}
-		if !p.canSubscribe(name) {
+		if !p.CanSubscribe(name) {
 			return rt.forbidden("subscribe", "not allowed to read %q", name)
 		}
 	}

@@ -10,9 +10,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/router/internal/limit"
 	"github.com/switchyard/switchyard/trie"
 )
 
@@ -74,108 +74,37 @@ func newLimitMetrics(reg prometheus.Registerer) *limitMetrics {
 	return m
 }
 
-// limiter enforces the connection, topic and HTTP publish rate limits. It is
-// safe for concurrent use.
+// limiter enforces the connection, topic and HTTP publish rate limits; the
+// slot and bucket mechanisms are in router/internal/limit. It is safe for
+// concurrent use.
 type limiter struct {
-	maxConns, maxPerIP int
-	maxTopics          int
+	maxTopics int
 
-	mu    sync.Mutex // guards the fields below
-	conns int
-	perIP map[string]int
-
-	httpPublish *perIPRate
-	connect     *perIPRate // connect attempts (Options.ConnectRatePerIP)
+	conns       *limit.Conns
+	httpPublish *limit.PerIP
+	connect     *limit.PerIP // connect attempts (Options.ConnectRatePerIP)
 
 	known sync.Map // topic -> struct{}: topics seen to exist (for maxTopics)
 }
 
-// perIPRate is a token bucket per client IP: rate a second, burst the
-// rate rounded down (at least 1). A rate of 0 allows everything. Buckets
-// idle for rateIdle are dropped. It is safe for concurrent use.
-type perIPRate struct {
-	rate  float64
-	burst int
-
-	mu    sync.Mutex // guards the fields below
-	rates map[string]*ipRate
-	swept time.Time
-}
-
-type ipRate struct {
-	lim  *rate.Limiter
-	seen time.Time
-}
-
-// rateIdle is how long an idle client IP's bucket is kept.
-const rateIdle = time.Minute
-
-func newPerIPRate(r float64) *perIPRate {
-	return &perIPRate{rate: r, burst: max(1, int(r)), rates: make(map[string]*ipRate)}
-}
-
 func newLimiter(o Options) *limiter {
 	return &limiter{
-		maxConns: o.MaxConnections, maxPerIP: o.MaxConnectionsPerIP, maxTopics: o.MaxTopics,
-		perIP:       make(map[string]int),
-		httpPublish: newPerIPRate(o.HTTPPublishRate),
-		connect:     newPerIPRate(o.ConnectRatePerIP),
+		maxTopics:   o.MaxTopics,
+		conns:       limit.NewConns(o.MaxConnections, o.MaxConnectionsPerIP),
+		httpPublish: limit.NewPerIP(o.HTTPPublishRate),
+		connect:     limit.NewPerIP(o.ConnectRatePerIP),
 	}
 }
 
 // acquireConn takes a connection slot for ip before the WebSocket upgrade;
 // release gives it back. It fails with the limit's name.
-func (l *limiter) acquireConn(ip string) (release func(), limit string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.maxConns > 0 && l.conns >= l.maxConns {
-		return nil, "connections"
-	}
-	if l.maxPerIP > 0 && l.perIP[ip] >= l.maxPerIP {
-		return nil, "connections_per_ip"
-	}
-	l.conns++
-	l.perIP[ip]++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			l.mu.Lock()
-			l.conns--
-			if l.perIP[ip]--; l.perIP[ip] <= 0 {
-				delete(l.perIP, ip)
-			}
-			l.mu.Unlock()
-		})
-	}, ""
+func (l *limiter) acquireConn(ip string) (release func(), refused string) {
+	return l.conns.Acquire(ip)
 }
 
 // allowHTTPPublish takes a token from ip's HTTP publish bucket.
 func (l *limiter) allowHTTPPublish(ip string, now time.Time) bool {
-	return l.httpPublish.allow(ip, now)
-}
-
-// allow takes a token from ip's bucket.
-func (b *perIPRate) allow(ip string, now time.Time) bool {
-	if b.rate <= 0 {
-		return true
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if now.Sub(b.swept) > rateIdle {
-		for k, r := range b.rates {
-			if now.Sub(r.seen) > rateIdle {
-				delete(b.rates, k)
-			}
-		}
-		b.swept = now
-	}
-	r := b.rates[ip]
-	if r == nil {
-		r = &ipRate{lim: rate.NewLimiter(rate.Limit(b.rate), b.burst)}
-		b.rates[ip] = r
-	}
-	r.seen = now
-	return r.lim.AllowN(now, 1)
+	return l.httpPublish.Allow(ip, now)
 }
 
 // Limits of a connect (limit_rejections_total labels) checked before its
@@ -209,20 +138,20 @@ func (rt *Router) admitConn(c echo.Context) (who *principal, release func(), err
 // (503 for the global limit, 429 per IP) and returns nil.
 func (rt *Router) reserveConn(c echo.Context) func() {
 	ip := c.RealIP()
-	if !rt.limits.connect.allow(ip, time.Now()) {
+	if !rt.limits.connect.Allow(ip, time.Now()) {
 		rt.lim.limited.WithLabelValues(limitConnectRate).Inc()
 		c.Response().Header().Set("Retry-After", "1")
 		_ = c.JSON(http.StatusTooManyRequests, map[string]string{"code": codeRateLimited,
-			"message": fmt.Sprintf("more than %g connects a second from this address; retry later", rt.limits.connect.rate)})
+			"message": fmt.Sprintf("more than %g connects a second from this address; retry later", rt.limits.connect.Rate())})
 		return nil
 	}
-	release, limit := rt.limits.acquireConn(ip)
+	release, refused := rt.limits.acquireConn(ip)
 	if release != nil {
 		return release
 	}
-	rt.lim.limited.WithLabelValues(limit).Inc()
+	rt.lim.limited.WithLabelValues(refused).Inc()
 	status, msg := http.StatusServiceUnavailable, "the gateway is at its connection limit; retry later"
-	if limit == "connections_per_ip" {
+	if refused == limit.ConnectionsPerIP {
 		status, msg = http.StatusTooManyRequests, "too many connections from this address"
 	}
 	c.Response().Header().Set("Retry-After", "1")

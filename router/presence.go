@@ -167,7 +167,7 @@ func (rt *Router) presenceJoin(ctx context.Context, s *subscription) *protoError
 	}
 	set[s] = &presenceMember{s: s}
 	h.mu.Unlock()
-	m := engine.PresenceMember{Topic: s.pattern, Session: s.c.id, User: s.c.who.subject, Info: s.c.who.info, Hidden: n >= h.max}
+	m := engine.PresenceMember{Topic: s.pattern, Session: s.c.id, User: s.c.who.Subject, Info: s.c.who.Info, Hidden: n >= h.max}
 	if err := h.eng.PresenceJoin(ctx, m); err != nil {
 		rt.presenceForget(s)
 		return toProto(err)
@@ -238,7 +238,7 @@ func (cn *conn) presenceOp(req *request) *protoError {
 		return perr(codeBadRequest, `missing field "topic"`)
 	}
 	topic := *req.Topic
-	if trie.ValidateTopic(topic) == nil && !cn.who.canSubscribe(topic) && !cn.presenceMember(topic) {
+	if trie.ValidateTopic(topic) == nil && !cn.who.CanSubscribe(topic) && !cn.presenceMember(topic) {
 		return cn.rt.forbidden("subscribe", "not allowed to see who is on %q", topic)
 	}
 	// A member's list is answered in order with its announcements:
@@ -286,7 +286,7 @@ func (cn *conn) presenceMember(topic string) bool {
 // httpPresence serves GET /v1/presence/{topic}[?count=1].
 func (rt *Router) httpPresence(c echo.Context) error {
 	topic := param(c, "topic")
-	if trie.ValidateTopic(topic) == nil && !rt.principalOf(c).canSubscribe(topic) {
+	if trie.ValidateTopic(topic) == nil && !rt.principalOf(c).CanSubscribe(topic) {
 		return rt.forbidden("subscribe", "not allowed to see who is on %q", topic)
 	}
 	out, pe := rt.presenceReply(c.Request().Context(), topic, c.QueryParam("count") == "1")

@@ -32,22 +32,6 @@ import (
 // goroutines and touch only the sessionExpiry under its mutex and the
 // session's (concurrency-safe) Send and Close.
 
-// defaultRefreshLead caps the warning before exp.
-const defaultRefreshLead = 30 * time.Second
-
-// refreshLead is how long before p.expires the session is warned: the
-// configured lead, else min(30s, a tenth of the token's lifetime).
-func (a *authenticator) refreshLead(p *principal, now time.Time) time.Duration {
-	if a.lead != 0 {
-		return max(a.lead, 0)
-	}
-	start := p.issued
-	if start.IsZero() || start.After(now) {
-		start = now
-	}
-	return min(defaultRefreshLead, p.expires.Sub(start)/10)
-}
-
 // sessionExpiry warns a session before its credential expires and closes
 // it when it does. It is safe for concurrent use.
 type sessionExpiry struct {
@@ -76,10 +60,10 @@ func (e *sessionExpiry) arm(p *principal) {
 	}
 	e.stopTimers()
 	e.gen++
-	if p.expires.IsZero() {
+	if p.Expires.IsZero() {
 		return
 	}
-	gen, exp := e.gen, p.expires
+	gen, exp := e.gen, p.Expires
 	now := time.Now()
 	if lead := e.cn.rt.auth.refreshLead(p, now); lead > 0 {
 		e.warn = time.AfterFunc(max(exp.Add(-lead).Sub(now), 0), func() {
@@ -133,10 +117,10 @@ func (cn *conn) refresh(req *request) *protoError {
 	p, ae := cn.rt.auth.authenticate(*req.Token)
 	if ae != nil {
 		cn.rt.lim.refreshes.WithLabelValues("refused").Inc()
-		cn.rt.lim.authFailures.WithLabelValues(ae.reason).Inc()
-		return perr(codeUnauthorized, "%s", ae.msg)
+		cn.rt.lim.authFailures.WithLabelValues(ae.Reason).Inc()
+		return perr(codeUnauthorized, "%s", ae.Msg)
 	}
-	if old := cn.who; !old.admin && old != cn.rt.auth.anonymous && old.subject != p.subject {
+	if old := cn.who; !old.Admin && old != cn.rt.auth.anonymous && old.Subject != p.Subject {
 		cn.rt.lim.refreshes.WithLabelValues("refused").Inc()
 		return cn.rt.forbidden("refresh", "a refresh must keep the token's subject")
 	}
@@ -147,8 +131,8 @@ func (cn *conn) refresh(req *request) *protoError {
 	}
 	cn.rt.lim.refreshes.WithLabelValues("ok").Inc()
 	fields := map[string]any{}
-	if !p.expires.IsZero() {
-		fields["expires"] = p.expires.UTC().Format(time.RFC3339)
+	if !p.Expires.IsZero() {
+		fields["expires"] = p.Expires.UTC().Format(time.RFC3339)
 	}
 	cn.sess.Send(session.Item{Frame: encodeReply("refreshed", req.ID, fields)})
 	return nil
@@ -185,8 +169,8 @@ func (cn *conn) allowedStill(s *subscription) bool {
 	if s.hookAllowed {
 		return true
 	}
-	if s.group != "" && !cn.who.canJoin(s.group) {
+	if s.group != "" && !cn.who.CanJoin(s.group) {
 		return false
 	}
-	return cn.who.canSubscribe(s.pattern)
+	return cn.who.CanSubscribe(s.pattern)
 }

@@ -120,10 +120,12 @@
 //
 // Leaves, under which nothing is taken: conn.mu, presenceHub.mu,
 // sessionExpiry.mu (refresh.go; its timers send with it released), the
-// limiter's and perIPRate's locks (limits.go), hooks.ipMu and hookCache.mu
-// (hooks.go), seekLocks.mu (groupseek.go; a seek waits holding no lock)
-// and jwksSource.fetchMu (held across a key fetch, nothing else taken
-// under it).
+// locks of the connection slots and per-address buckets
+// (router/internal/limit), the hook client's ipMu and its cache's mu
+// (router/internal/hooks), seekLocks.mu (groupseek.go; a seek waits
+// holding no lock), groupLedger.mu (groupcount.go; settled after conn.mu
+// is let go) and the JWKS source's fetchMu (router/internal/auth; held
+// across a key fetch, nothing else taken under it).
 package router
 
 import (

@@ -46,7 +46,7 @@ type sessionInfo struct {
 func newSessionInfo(c echo.Context, transport string, who *principal) sessionInfo {
 	si := sessionInfo{transport: transport, remote: c.RealIP(), since: time.Now()}
 	if who != nil && who != openPrincipal {
-		si.user = who.subject
+		si.user = who.Subject
 	}
 	return si
 }

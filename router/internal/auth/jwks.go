@@ -1,4 +1,4 @@
-package router
+package auth
 
 import (
 	"context"
@@ -17,23 +17,21 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Identity-provider keys: a JSON Web Key Set (RFC 7517) read from a URL or
 // a file, holding RSA and EC public keys named by "kid". A token whose
 // header names a kid is verified with that key only; a token without a kid
 // with every key of its algorithm. The set is fetched again every
-// AuthOptions.JWKSRefresh and when a token names an unknown kid (at most
-// once per AuthOptions.JWKSMinInterval, so a stream of forged kids cannot
+// Options.JWKSRefresh and when a token names an unknown kid (at most
+// once per Options.JWKSMinInterval, so a stream of forged kids cannot
 // turn the gateway into a load generator); a failed fetch keeps the last
 // good set.
 //
-// Concurrency: a jwksSource is safe for concurrent use. The current set is
-// an immutable value behind an atomic pointer; fetches are serialized by
-// fetchMu. Router.New starts one goroutine that refreshes the set until
-// Shutdown.
+// Concurrency: a JWKS is safe for concurrent use. The current set is an
+// immutable value behind an atomic pointer; fetches are serialized by
+// fetchMu. Run refreshes the set on the caller's goroutine until its stop
+// channel is closed.
 
 // DefaultJWKSRefresh is AuthOptions.JWKSRefresh's default.
 const DefaultJWKSRefresh = defaultJWKSRefresh
@@ -84,7 +82,8 @@ func (k jwk) fits(alg string) bool {
 // jwksAlgs are the algorithms a JWKS may bring in.
 var jwksAlgs = []string{"RS256", "RS384", "RS512", "ES256", "ES384", "ES512"}
 
-type jwksSource struct {
+// JWKS is the key set read from Options.JWKSURL or Options.JWKSFile.
+type JWKS struct {
 	url, file   string
 	client      *http.Client
 	every       time.Duration
@@ -99,8 +98,8 @@ type jwksSource struct {
 	lastErr             atomic.Pointer[string]
 }
 
-func newJWKSSource(o AuthOptions) *jwksSource {
-	j := &jwksSource{url: o.JWKSURL, file: o.JWKSFile, client: o.JWKSClient, every: o.JWKSRefresh, minInterval: o.JWKSMinInterval}
+func newJWKS(o Options) *JWKS {
+	j := &JWKS{url: o.JWKSURL, file: o.JWKSFile, client: o.JWKSClient, every: o.JWKSRefresh, minInterval: o.JWKSMinInterval}
 	if j.client == nil {
 		j.client = &http.Client{Timeout: jwksFetchTimeout}
 	}
@@ -116,7 +115,7 @@ func newJWKSSource(o AuthOptions) *jwksSource {
 
 // lookup returns the keys that may verify a token of alg naming kid ("" for
 // none).
-func (j *jwksSource) lookup(kid, alg string) []crypto.PublicKey {
+func (j *JWKS) lookup(kid, alg string) []crypto.PublicKey {
 	set := j.set.Load()
 	if kid != "" {
 		if k, ok := set.byKID[kid]; ok && k.fits(alg) {
@@ -139,20 +138,20 @@ func (j *jwksSource) lookup(kid, alg string) []crypto.PublicKey {
 }
 
 // has reports whether the current set names kid.
-func (j *jwksSource) has(kid string) bool {
+func (j *JWKS) has(kid string) bool {
 	_, ok := j.set.Load().byKID[kid]
 	return ok
 }
 
 // fetch reads and parses the set and installs it; on any error the last
 // good set stays.
-func (j *jwksSource) fetch(ctx context.Context) error {
+func (j *JWKS) fetch(ctx context.Context) error {
 	j.fetchMu.Lock()
 	defer j.fetchMu.Unlock()
 	return j.fetchLocked(ctx)
 }
 
-func (j *jwksSource) fetchLocked(ctx context.Context) error {
+func (j *JWKS) fetchLocked(ctx context.Context) error {
 	j.lastFetch = time.Now()
 	set, err := j.read(ctx)
 	if err != nil {
@@ -169,7 +168,7 @@ func (j *jwksSource) fetchLocked(ctx context.Context) error {
 // refreshForKID fetches the set again because a token named a kid it does
 // not hold, unless the last fetch was less than minInterval ago. It reports
 // whether kid is known afterwards.
-func (j *jwksSource) refreshForKID(ctx context.Context, kid string) bool {
+func (j *JWKS) refreshForKID(ctx context.Context, kid string) bool {
 	j.fetchMu.Lock()
 	defer j.fetchMu.Unlock()
 	if j.has(kid) {
@@ -185,8 +184,9 @@ func (j *jwksSource) refreshForKID(ctx context.Context, kid string) bool {
 	return j.has(kid)
 }
 
-// run refreshes the set every j.every until stop is closed.
-func (j *jwksSource) run(stop <-chan struct{}, log func(msg string, args ...any)) {
+// Run refreshes the set every Options.JWKSRefresh until stop is closed,
+// logging failed fetches with log.
+func (j *JWKS) Run(stop <-chan struct{}, log func(msg string, args ...any)) {
 	t := time.NewTicker(j.every)
 	defer t.Stop()
 	for {
@@ -210,7 +210,7 @@ func (j *jwksSource) run(stop <-chan struct{}, log func(msg string, args ...any)
 	}
 }
 
-func (j *jwksSource) read(ctx context.Context) (*keySet, error) {
+func (j *JWKS) read(ctx context.Context) (*keySet, error) {
 	var data []byte
 	if j.file != "" {
 		b, err := os.ReadFile(j.file)
@@ -326,44 +326,23 @@ func b64Int(s string) (*big.Int, error) {
 	return new(big.Int).SetBytes(b), nil
 }
 
-// startJWKS registers the key set's metrics (at zero without a JWKS) and
-// starts its refresh goroutine, which exits when Shutdown closes stopBG.
-func (rt *Router) startJWKS() {
-	j := rt.auth.jwks
-	const ns = "switchyard"
-	for _, outcome := range []string{"ok", "error", "rate_limited"} {
-		rt.opts.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "jwks_fetches_total",
-			Help:        "JWKS fetches by outcome (rate_limited: an unknown kid arrived within the minimum interval).",
-			ConstLabels: prometheus.Labels{"outcome": outcome}}, func() float64 {
-			if j == nil {
-				return 0
-			}
-			switch outcome {
-			case "ok":
-				return float64(j.ok.Load())
-			case "error":
-				return float64(j.failed.Load())
-			}
-			return float64(j.limited.Load())
-		}))
+// Fetches reports the fetches so far by outcome: ok, failed, and
+// rate_limited (an unknown kid within Options.JWKSMinInterval of the last
+// fetch).
+func (j *JWKS) Fetches() (ok, failed, limited uint64) {
+	return j.ok.Load(), j.failed.Load(), j.limited.Load()
+}
+
+// Keys is the number of keys in the current set.
+func (j *JWKS) Keys() int {
+	s := j.set.Load()
+	return len(s.byKID) + len(s.unnamed)
+}
+
+// LastError is the error of the last failed fetch, "" when none failed.
+func (j *JWKS) LastError() string {
+	if p := j.lastErr.Load(); p != nil {
+		return *p
 	}
-	rt.opts.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "jwks_keys",
-		Help: "Keys in the current JWKS."}, func() float64 {
-		if j == nil {
-			return 0
-		}
-		s := j.set.Load()
-		return float64(len(s.byKID) + len(s.unnamed))
-	}))
-	if j == nil {
-		return
-	}
-	if p := j.lastErr.Load(); p != nil && j.ok.Load() == 0 {
-		rt.log.Warn("JWKS not loaded yet; tokens are refused until it is", "err", *p)
-	}
-	rt.wg.Add(1)
-	go func() {
-		defer rt.wg.Done()
-		j.run(rt.stopBG, rt.log.Warn)
-	}()
+	return ""
 }
