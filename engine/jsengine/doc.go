@@ -110,9 +110,10 @@
 //
 // Leaf locks, held while taking no other: tailState.tailMu (tail.go),
 // connState.connMu (conn.go), dedupeCalls.dmu (dedupe.go),
-// letterQueue.lmu (deadletter.go), topicList.topicsMu (listing.go), the
-// mutexes in Engine.life and Engine.observers, and presence's two, taken
-// in the order presence.notifyMu, presence.mu (presence.go).
+// letterQueue.lmu and dlBounds.mu (deadletter.go), topicList.topicsMu
+// (listing.go), the mutexes in Engine.life and Engine.observers, and
+// presence's two, taken in the order presence.notifyMu, presence.mu
+// (presence.go).
 //
 // No NATS round trip happens under gmu: records missing from the cache are
 // fetched by a goroutine per cursor, dead letters are stored by the letter
