@@ -132,7 +132,9 @@ type letterJob struct {
 
 // letterWriter stores the max_attempts letters groups queue (see
 // Engine.deadLetter), each publish bounded by 5 s, with no lock held
-// across it; then it settles each letter's flight under gmu. It exits when
+// across it; then it settles each letter's flight under gmu, and only then
+// trims the letters to their bounds (trimAfterStore), so a trim's round
+// trips never hold a settled record's group back. It exits when
 // the engine closes: letters still queued then are not stored, and their
 // records stay owed (the next holder dead-letters them again).
 func (e *Engine) letterWriter() {
@@ -152,9 +154,8 @@ func (e *Engine) letterWriter() {
 				return
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			ctx, done := e.onConn(ctx)
-			err := done(e.storeDeadLetter(ctx, j.dl))
-			cancel()
+			sctx, done := e.onConn(ctx)
+			err := done(e.storeDeadLetter(sctx, j.dl))
 			if err != nil {
 				e.log.Warn("jsengine: dead letter not stored; retrying", "group", j.dl.Group,
 					"topic", j.dl.Record.Topic, "offset", j.dl.Record.Offset, "err", err)
@@ -162,6 +163,12 @@ func (e *Engine) letterWriter() {
 			e.gmu.Lock()
 			j.settle(err)
 			e.gmu.Unlock()
+			if err == nil {
+				tctx, tdone := e.onConn(ctx)
+				e.trimAfterStore(tctx, j.dl)
+				tdone(nil)
+			}
+			cancel()
 		}
 	}
 }
@@ -230,11 +237,18 @@ func (e *Engine) storeDeadLetter(ctx context.Context, dl *engine.DeadLetter) err
 	if err := e.reachable(); err != nil {
 		return err
 	}
-	subj := e.dlSubject(dl)
-	if _, err := e.js.Publish(ctx, subj, b); err != nil {
+	if _, err := e.js.Publish(ctx, e.dlSubject(dl), b); err != nil {
 		return unavailable("dead letter", err)
 	}
-	// Stored; a trim that fails is made good by the next store's.
+	return nil
+}
+
+// trimAfterStore keeps the dead letters within their bounds after dl was
+// stored. It runs after the letter's group was told (letterWriter), so the
+// round trips of a trim never delay the settling of a record. A trim that
+// fails is made good by the next store's.
+func (e *Engine) trimAfterStore(ctx context.Context, dl *engine.DeadLetter) {
+	subj := e.dlSubject(dl)
 	switch {
 	case dl.Reason == engine.ReasonQueueFull:
 		if e.qfAdded.Add(1)%qfPurgeEvery(e.policy.DeadLetterLimit) == 0 {
@@ -252,7 +266,6 @@ func (e *Engine) storeDeadLetter(ctx context.Context, dl *engine.DeadLetter) err
 	if err := e.trimDeadLetters(ctx); err != nil {
 		e.log.Warn("jsengine: dead letter trim", "err", err)
 	}
-	return nil
 }
 
 // AddDeadLetter stores dl, giving it an ID and time when they are empty.
@@ -269,7 +282,11 @@ func (e *Engine) AddDeadLetter(ctx context.Context, dl engine.DeadLetter) (err e
 	if dl.Time.IsZero() {
 		dl.Time = e.clock.Now()
 	}
-	return e.storeDeadLetter(ctx, &dl)
+	if err := e.storeDeadLetter(ctx, &dl); err != nil {
+		return err
+	}
+	e.trimAfterStore(ctx, &dl)
+	return nil
 }
 
 type storedLetter struct {
