@@ -288,7 +288,8 @@ func (cn *conn) forget(s *subscription) {
 }
 
 func (cn *conn) joinGroup(s *subscription, from fromSpec) *protoError {
-	if pe := cn.reserveLeases(s); pe != nil {
+	unknown, pe := cn.reserveLeases(s)
+	if pe != nil {
 		return pe
 	}
 	s.mu.Lock()
@@ -312,6 +313,9 @@ func (cn *conn) joinGroup(s *subscription, from fromSpec) *protoError {
 	if err != nil {
 		cn.releaseLeases(s)
 		return toProto(err)
+	}
+	if unknown { // this join made the group, unless another did first
+		cn.rt.gm.made.adopt(s.group, cn.groupClient(), groupCost(s.group, s.pattern, s.filter))
 	}
 	// Under cn.mu: Shutdown's hand-back reads it from another goroutine.
 	cn.mu.Lock()
