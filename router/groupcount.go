@@ -95,12 +95,14 @@ func (l *groupLedger) tally() groupTally {
 }
 
 // charge counts group, about to be made by client, within b, or refuses
-// it. A group the ledger counts already is not charged again.
-func (l *groupLedger) charge(b GroupBounds, group, client string, bytes int64, maker *subscription) *protoError {
+// it; it reports whether it charged the group now. A group the ledger
+// counts already is not charged again (the join that charged it undoes
+// the charge if it fails: see unmake).
+func (l *groupLedger) charge(b GroupBounds, group, client string, bytes int64, maker *subscription) (bool, *protoError) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.made[group] != nil {
-		return nil
+		return false, nil
 	}
 	mine := l.by[client]
 	if mine == nil {
@@ -108,38 +110,59 @@ func (l *groupLedger) charge(b GroupBounds, group, client string, bytes int64, m
 	}
 	switch {
 	case b.MaxGroups > 0 && l.total.n >= b.MaxGroups:
-		return refuse(limitGroups, codeTooManySubs,
+		return false, refuse(limitGroups, codeTooManySubs,
 			"the gateway holds its limit of %d consumer groups made through it; join an existing group, or delete groups no longer used", b.MaxGroups)
 	case b.MaxGroupBytes > 0 && l.total.bytes+bytes > b.MaxGroupBytes:
-		return refuse(limitGroupBytes, codeTooManySubs,
+		return false, refuse(limitGroupBytes, codeTooManySubs,
 			"the consumer groups made through this gateway hold %d bytes; this one would pass its limit of %d", l.total.bytes, b.MaxGroupBytes)
 	case b.MaxGroupsPerClient > 0 && mine.n >= b.MaxGroupsPerClient:
-		return refuse(limitGroupsPerClient, codeTooManySubs,
+		return false, refuse(limitGroupsPerClient, codeTooManySubs,
 			"this client has made its limit of %d consumer groups; join one of them, or delete those no longer used (DELETE /v1/groups/{group}); an abandoned group stops counting when it expires", b.MaxGroupsPerClient)
 	case b.MaxGroupBytesPerClient > 0 && mine.bytes+bytes > b.MaxGroupBytesPerClient:
-		return refuse(limitGroupBytesPerClient, codeTooManySubs,
+		return false, refuse(limitGroupBytesPerClient, codeTooManySubs,
 			"the consumer groups this client made hold %d bytes; this one would pass its limit of %d", mine.bytes, b.MaxGroupBytesPerClient)
 	}
-	l.by[client] = mine
-	mine.n++
-	mine.bytes += bytes
-	l.total.n++
-	l.total.bytes += bytes
-	l.made[group] = &madeGroup{client: client, bytes: bytes, maker: maker}
-	return nil
+	l.countLocked(group, &madeGroup{client: client, bytes: bytes, maker: maker})
+	return true, nil
 }
 
-// forget stops counting group.
-func (l *groupLedger) forget(group string) {
+func (l *groupLedger) countLocked(group string, m *madeGroup) {
+	mine := l.by[m.client]
+	if mine == nil {
+		mine = &groupTally{}
+		l.by[m.client] = mine
+	}
+	mine.n++
+	mine.bytes += m.bytes
+	l.total.n++
+	l.total.bytes += m.bytes
+	l.made[group] = m
+}
+
+// adopt counts group, made by a join of client's, when the ledger does
+// not count it already: the join found the group unknown, and another
+// join, which charged it, failed meanwhile (see unmake). It is past the
+// bounds' check: the group exists.
+func (l *groupLedger) adopt(group, client string, bytes int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.forgetLocked(group)
+	if l.made[group] == nil {
+		l.countLocked(group, &madeGroup{client: client, bytes: bytes})
+	}
 }
 
-func (l *groupLedger) forgetLocked(group string) {
+// forget stops counting group and returns what it counted (nil: it did
+// not count it).
+func (l *groupLedger) forget(group string) *madeGroup {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.forgetLocked(group)
+}
+
+func (l *groupLedger) forgetLocked(group string) *madeGroup {
 	m := l.made[group]
 	if m == nil {
-		return
+		return nil
 	}
 	delete(l.made, group)
 	l.total.n--
@@ -151,20 +174,41 @@ func (l *groupLedger) forgetLocked(group string) {
 			t.bytes -= m.bytes
 		}
 	}
+	return m
 }
 
 // settle ends s's part in its group, made by s: when s never joined (its
-// join failed or was refused) the group was not made and stops counting.
-func (l *groupLedger) settle(s *subscription, joined bool) {
+// join failed or was refused) s did not make the group, which stops
+// counting; it returns what it counted then, for unmake.
+func (l *groupLedger) settle(s *subscription, joined bool) *madeGroup {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m := l.made[s.group]
 	if m == nil || m.maker != s {
-		return
+		return nil
 	}
 	m.maker = nil
-	if !joined {
-		l.forgetLocked(s.group)
+	if joined {
+		return nil
+	}
+	return l.forgetLocked(s.group)
+}
+
+// unmake settles the charge m of group, which the join that charged it
+// (and was to make it) did not make: forgotten already, it counts again
+// when the engine knows the group, made meanwhile by another join that
+// found it counted and so did not charge it. Forgotten first, looked up
+// after: a join that makes the group after the lookup counts it itself
+// (adopt).
+func (rt *Router) unmake(group string, m *madeGroup) {
+	if m == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(rt.ctx, 5*time.Second)
+	_, err := rt.eng.Group(ctx, group)
+	cancel()
+	if err == nil {
+		rt.gm.made.adopt(group, m.client, m.bytes)
 	}
 }
 

@@ -32,8 +32,9 @@ import (
 
 // reserveLeases reserves s's member window out of the session's lease
 // bounds, and charges its group to the session's client when the join is
-// to make it (groupcount.go), or refuses the subscribe.
-func (cn *conn) reserveLeases(s *subscription) *protoError {
+// to make it (groupcount.go), or refuses the subscribe. It reports whether
+// the engine did not know the group: a join that then works made it.
+func (cn *conn) reserveLeases(s *subscription) (unknown bool, _ *protoError) {
 	b := cn.rt.opts.Groups
 	window, parts := cmp.Or(s.maxInFlight, b.DefaultWindow), 0
 	info, err := cn.rt.eng.Group(cn.ctx, s.group)
@@ -41,9 +42,9 @@ func (cn *conn) reserveLeases(s *subscription) *protoError {
 	case err == nil:
 		window, parts = info.MaxInFlight, len(info.Partitions)
 	case errors.Is(err, engine.ErrUnknownGroup):
-		client := cmp.Or(cn.client, "session:"+cn.id) // a session made without one (none joins groups today)
-		if pe := cn.rt.gm.made.charge(b, s.group, client, groupCost(s.group, s.pattern, s.filter), s); pe != nil {
-			return pe
+		unknown = true
+		if _, pe := cn.rt.gm.made.charge(b, s.group, cn.groupClient(), groupCost(s.group, s.pattern, s.filter), s); pe != nil {
+			return false, pe
 		}
 	}
 	if parts == 0 && trie.ValidateTopic(s.pattern) == nil {
@@ -52,10 +53,15 @@ func (cn *conn) reserveLeases(s *subscription) *protoError {
 		}
 	}
 	if pe := cn.reserveWindow(s, window*parts); pe != nil {
-		cn.rt.gm.made.settle(s, false)
-		return pe
+		cn.rt.unmake(s.group, cn.rt.gm.made.settle(s, false))
+		return false, pe
 	}
-	return nil
+	return unknown, nil
+}
+
+// groupClient is the client the groups the session makes are charged to.
+func (cn *conn) groupClient() string {
+	return cmp.Or(cn.client, "session:"+cn.id) // a session made without one (none joins groups today)
 }
 
 // reserveWindow reserves s's member window out of the session's lease
@@ -120,6 +126,6 @@ func (cn *conn) releaseLeases(s *subscription) {
 	cn.leases -= n
 	cn.leaseBytes -= nb
 	cn.mu.Unlock()
-	cn.rt.gm.made.settle(s, joined)
+	cn.rt.unmake(s.group, cn.rt.gm.made.settle(s, joined))
 	cn.rt.gm.leasesReserved.Sub(float64(n))
 }

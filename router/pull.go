@@ -96,26 +96,30 @@ func (rt *Router) pullMemberFor(ctx context.Context, group, pattern, client stri
 	}
 	pm = &pullMember{group: group, pattern: pattern, client: client, member: pullPrefix + newID(), wake: make(chan struct{}, 1), lastPoll: time.Now()}
 	req := engine.JoinRequest{Group: group, Pattern: pattern, Member: pm.member, MaxLeased: pullLeased, MaxLeasedBytes: pullLeasedBytes}
-	made := false
+	made, unknown := false, false // made: this poll charged the group
 	if _, err := rt.eng.Group(ctx, group); errors.Is(err, engine.ErrUnknownGroup) {
+		unknown = true
 		req.MaxInFlight = pullWindow // a new group: batches
-		if pe := rt.gm.made.charge(rt.opts.Groups, group, client, groupCost(group, pattern, nil), nil); pe != nil {
+		var pe *protoError
+		if made, pe = rt.gm.made.charge(rt.opts.Groups, group, client, groupCost(group, pattern, nil), nil); pe != nil {
 			rt.countLimit(pe)
 			rt.mu.Lock()
 			rt.unreservePullLocked(client)
 			rt.mu.Unlock()
 			return nil, pe
 		}
-		made = true
 	}
 	if _, err := rt.eng.Join(ctx, req, pm); err != nil {
 		if made {
-			rt.gm.made.forget(group)
+			rt.unmake(group, rt.gm.made.forget(group))
 		}
 		rt.mu.Lock()
 		rt.unreservePullLocked(client)
 		rt.mu.Unlock()
 		return nil, err
+	}
+	if unknown { // this join made the group, unless another did first
+		rt.gm.made.adopt(group, client, groupCost(group, pattern, nil))
 	}
 	rt.mu.Lock()
 	if other := rt.pulls[group]; other != nil || rt.closing.Load() {

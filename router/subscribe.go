@@ -288,7 +288,8 @@ func (cn *conn) forget(s *subscription) {
 }
 
 func (cn *conn) joinGroup(s *subscription, from fromSpec) *protoError {
-	if pe := cn.reserveLeases(s); pe != nil {
+	unknown, pe := cn.reserveLeases(s)
+	if pe != nil {
 		return pe
 	}
 	s.mu.Lock()
@@ -313,11 +314,40 @@ func (cn *conn) joinGroup(s *subscription, from fromSpec) *protoError {
 		cn.releaseLeases(s)
 		return toProto(err)
 	}
+	if unknown { // this join made the group, unless another did first
+		cn.rt.gm.made.adopt(s.group, cn.groupClient(), groupCost(s.group, s.pattern, s.filter))
+	}
 	// Under cn.mu: Shutdown's hand-back reads it from another goroutine.
 	cn.mu.Lock()
-	s.member = member
+	held := cn.subs[subKey{s.pattern, s.group}] == s
+	if held {
+		s.member = member
+	}
+	closed := cn.closed
 	cn.mu.Unlock()
+	if !held {
+		return cn.abandonJoin(s, member, closed)
+	}
 	return nil
+}
+
+// abandonJoin undoes the join of s, which ended while it joined (its
+// group deleted through DELETE /v1/groups/{group}, its session torn
+// down): no session holds the member, so it leaves at once, and the
+// subscribe is refused. s.member stays empty (a dropSub of s may be
+// running): the group the join made stays counted (groupcount.go).
+func (cn *conn) abandonJoin(s *subscription, member string, closed bool) *protoError {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := cn.rt.eng.Leave(ctx, s.group, member); err != nil && !errors.Is(err, engine.ErrClosed) && !errors.Is(err, engine.ErrUnknownGroup) {
+		cn.rt.log.Warn("leaving group failed", "group", s.group, "member", member, "err", err)
+	}
+	cn.rt.gm.made.settle(s, true)
+	cn.releaseLeases(s)
+	if closed {
+		return perr(codeShuttingDown, "session is closing")
+	}
+	return perr(codeUnknownGroup, "group %s was deleted while this subscribe joined it; subscribe again to make it anew", quoteInput(s.group))
 }
 
 // groupWindow validates a subscribe's max_in_flight: only on a group
