@@ -63,6 +63,7 @@ func (rt *Router) routes() *echo.Echo {
 	if rt.opts.Static != nil {
 		files := http.FileServer(http.FS(rt.opts.Static))
 		e.GET("/*", echo.WrapHandler(files))
+		e.GET("/v1/*", rt.notFound) // the API's JSON 404, not the file server's
 	} else {
 		e.GET("/", func(c echo.Context) error {
 			return c.String(http.StatusOK, "Switchyard gateway\n")

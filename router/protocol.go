@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/switchyard/switchyard/engine"
@@ -28,11 +31,11 @@ func classify(err error) (code, msg string, status int) {
 	case errors.As(err, &pe):
 		return pe.Code, pe.Msg, statusOf(pe.Code)
 	case errors.Is(err, trie.ErrInvalidTopic):
-		return codeInvalidTopic, err.Error(), http.StatusBadRequest
+		return codeInvalidTopic, wire.UserText(err), http.StatusBadRequest
 	case errors.Is(err, trie.ErrInvalidPattern):
-		return codeInvalidPattern, err.Error(), http.StatusBadRequest
+		return codeInvalidPattern, wire.UserText(err), http.StatusBadRequest
 	case errors.Is(err, engine.ErrUnknownTopic):
-		return codeUnknownTopic, "unknown topic", http.StatusNotFound
+		return codeUnknownTopic, unknownName("topic", err, "GET /v1/topics lists the topics"), http.StatusNotFound
 	case errors.Is(err, engine.ErrTopicExists):
 		return codeTopicExists, "topic exists", http.StatusConflict
 	case errors.Is(err, engine.ErrInvalidConfig):
@@ -44,7 +47,7 @@ func classify(err error) (code, msg string, status int) {
 	case errors.Is(err, engine.ErrGroupConflict):
 		return codeGroupConflict, trimEnginePrefix(err), http.StatusConflict
 	case errors.Is(err, engine.ErrUnknownGroup):
-		return codeUnknownGroup, "unknown group", http.StatusNotFound
+		return codeUnknownGroup, unknownName("group", err, "GET /v1/groups lists the groups"), http.StatusNotFound
 	case errors.Is(err, engine.ErrNotInFlight):
 		return codeNotInFlight, "record is not in flight for this group", http.StatusConflict
 	case errors.Is(err, engine.ErrClosed):
@@ -53,6 +56,22 @@ func classify(err error) (code, msg string, status int) {
 		return codeUnavailable, "log store unavailable; retry later", http.StatusServiceUnavailable
 	}
 	return codeInternal, "internal error", http.StatusInternalServerError
+}
+
+// unknownName says which topic or group (kind) err is about, when the
+// engine's error names it (`topic "orders.x": engine: unknown topic`),
+// and where to look: `unknown topic "orders.x" (GET /v1/topics lists the
+// topics)`.
+func unknownName(kind string, err error, hint string) string {
+	s := err.Error()
+	if i := strings.Index(s, kind+` "`); i >= 0 {
+		if q, qerr := strconv.QuotedPrefix(s[i+len(kind)+1:]); qerr == nil {
+			if name, uerr := strconv.Unquote(q); uerr == nil {
+				return fmt.Sprintf("unknown %s %s (%s)", kind, quoteInput(name), hint)
+			}
+		}
+	}
+	return fmt.Sprintf("unknown %s (%s)", kind, hint)
 }
 
 func trimEnginePrefix(err error) string {

@@ -165,7 +165,7 @@ func EncodeError(id json.RawMessage, code, msg string) []byte {
 	dst = append(dst, `,"code":`...)
 	dst = AppendString(dst, code)
 	dst = append(dst, `,"message":`...)
-	dst = AppendString(dst, msg)
+	dst = AppendText(dst, msg)
 	return append(dst, '}')
 }
 
