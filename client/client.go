@@ -190,7 +190,7 @@ func httpError(resp *http.Response) error {
 		case http.StatusForbidden:
 			e.Code = CodeForbidden
 		default:
-			return fmt.Errorf("client: dial: handshake failed with HTTP %d", resp.StatusCode)
+			return fmt.Errorf("%w: the server answered the WebSocket handshake with HTTP %d, not with a Switchyard welcome", ErrNotGateway, resp.StatusCode)
 		}
 	}
 	return &Error{Code: e.Code, Message: e.Message}

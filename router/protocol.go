@@ -37,6 +37,9 @@ func classify(err error) (code, msg string, status int) {
 	case errors.Is(err, engine.ErrUnknownTopic):
 		return codeUnknownTopic, unknownName("topic", err, "GET /v1/topics lists the topics"), http.StatusNotFound
 	case errors.Is(err, engine.ErrTopicExists):
+		if name, ok := quotedName("topic", err); ok {
+			return codeTopicExists, fmt.Sprintf("topic %s exists (GET /v1/topics/{name} shows it)", quoteInput(name)), http.StatusConflict
+		}
 		return codeTopicExists, "topic exists", http.StatusConflict
 	case errors.Is(err, engine.ErrInvalidConfig):
 		return codeBadRequest, trimEnginePrefix(err), http.StatusBadRequest
@@ -45,7 +48,7 @@ func classify(err error) (code, msg string, status int) {
 	case errors.Is(err, engine.ErrUnknownPartition):
 		return codeBadRequest, "unknown partition", http.StatusBadRequest
 	case errors.Is(err, engine.ErrGroupConflict):
-		return codeGroupConflict, trimEnginePrefix(err), http.StatusConflict
+		return codeGroupConflict, groupConflict(err), http.StatusConflict
 	case errors.Is(err, engine.ErrUnknownGroup):
 		return codeUnknownGroup, unknownName("group", err, "GET /v1/groups lists the groups"), http.StatusNotFound
 	case errors.Is(err, engine.ErrNotInFlight):
@@ -63,15 +66,34 @@ func classify(err error) (code, msg string, status int) {
 // and where to look: `unknown topic "orders.x" (GET /v1/topics lists the
 // topics)`.
 func unknownName(kind string, err error, hint string) string {
-	s := err.Error()
-	if i := strings.Index(s, kind+` "`); i >= 0 {
-		if q, qerr := strconv.QuotedPrefix(s[i+len(kind)+1:]); qerr == nil {
-			if name, uerr := strconv.Unquote(q); uerr == nil {
-				return fmt.Sprintf("unknown %s %s (%s)", kind, quoteInput(name), hint)
-			}
-		}
+	if name, ok := quotedName(kind, err); ok {
+		return fmt.Sprintf("unknown %s %s (%s)", kind, quoteInput(name), hint)
 	}
 	return fmt.Sprintf("unknown %s (%s)", kind, hint)
+}
+
+// quotedName returns the name err's text quotes after kind (`topic "x"`).
+func quotedName(kind string, err error) (string, bool) {
+	s := err.Error()
+	i := strings.Index(s, kind+` "`)
+	if i < 0 {
+		return "", false
+	}
+	q, qerr := strconv.QuotedPrefix(s[i+len(kind)+1:])
+	if qerr != nil {
+		return "", false
+	}
+	name, uerr := strconv.Unquote(q)
+	return name, uerr == nil
+}
+
+// groupConflict is a group conflict's text without the engines' prefixes,
+// their sentinel's text at its end and an empty filter: `group "billing"
+// is fixed to pattern "orders.*"`.
+func groupConflict(err error) string {
+	s := wire.UserText(err)
+	s = strings.TrimSuffix(s, ": "+engine.ErrGroupConflict.Error())
+	return strings.Replace(s, " and filter map[]", "", 1) + "; join it with that pattern and filter, or choose another group name"
 }
 
 func trimEnginePrefix(err error) string {

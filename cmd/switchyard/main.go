@@ -84,9 +84,9 @@ var commands = []command{
 	{"sub", "sub PATTERN [--from earliest|latest|last|TIME] [--group G [--ack]] [--filter k=v]... [--count N]", runSub},
 	{"pub", "pub TOPIC [DATA|-] [--key K] [--header k=v]... [--msg-id ID] [--priority 0-3]", runPub},
 	{"topics", "topics", runTopics},
-	{"topic", "topic create NAME [--partitions N] [--max-messages N] [--max-age D] [--on-full P] [--partitioner P] | delete NAME | show NAME", runTopic},
+	{"topic", "topic create NAME [--partitions N] [--max-messages N] [--max-age D] [--on-full P] [--partitioner P] | delete NAME [--yes] | show NAME", runTopic},
 	{"groups", "groups", runGroups},
-	{"group", "group show G | seek G --topic T [--partition P] (--offset N | --time T) | delete G", runGroup},
+	{"group", "group show G | seek G --topic T [--partition P] (--offset N | --time T) | delete G [--yes]", runGroup},
 	{"deadletters", "deadletters [--group G] [--reason R] [--redrive [--id ID]... [--append-to-topics] [--yes]]", runDeadLetters},
 	{"version", "version", runVersion},
 }
@@ -127,7 +127,7 @@ func run(ctx context.Context, args []string, env environment) int {
 		case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 			return 0 // interrupted: a normal way to stop sub
 		default:
-			fmt.Fprintf(env.stderr, "switchyard %s: %v\n", name, err)
+			fmt.Fprintf(env.stderr, "switchyard %s: %s\n", name, g.explain(err))
 			return 1
 		}
 	}
