@@ -465,7 +465,7 @@ func (c *Client) handle(f *inFrame) {
 		if s := c.lookup(f.Pattern, ""); s != nil {
 			s.forgetTopic(f.Topic)
 		}
-		c.log.Info("switchyard: topic deleted", "topic", f.Topic, "pattern", f.Pattern)
+		c.disp.push(event{kind: evTopicDeleted, deleted: &TopicDeleted{Pattern: f.Pattern, Topic: f.Topic}})
 	case wire.OpWelcome:
 		// Only the first frame of a connection; connect reads it.
 	case wire.OpRefreshRequired:

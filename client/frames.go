@@ -163,3 +163,10 @@ type Reset struct {
 	// the positions the client held, so offsets started over.
 	EpochChanged bool
 }
+
+// TopicDeleted reports that a topic a subscription read was deleted
+// (Options.OnTopicDeleted).
+type TopicDeleted struct {
+	Pattern string // the subscription's pattern
+	Topic   string // the deleted topic
+}

@@ -417,6 +417,7 @@ const (
 	evError
 	evExit
 	evPresence
+	evTopicDeleted
 )
 
 type event struct {
@@ -429,6 +430,8 @@ type event struct {
 	err   error
 	// presence of evPresence
 	presence *PresenceEvent
+	// deleted of evTopicDeleted
+	deleted *TopicDeleted
 }
 
 // dispatcher is an unbounded FIFO of events from the reader to the
@@ -568,6 +571,12 @@ func (c *Client) deliver(e *event) {
 		}
 	case evPresence:
 		c.opts.OnPresence(*e.presence)
+	case evTopicDeleted:
+		if c.opts.OnTopicDeleted != nil {
+			c.opts.OnTopicDeleted(*e.deleted)
+		} else {
+			c.log.Info("switchyard: topic deleted", "topic", e.deleted.Topic, "pattern", e.deleted.Pattern)
+		}
 	case evError:
 		if c.opts.OnError != nil {
 			c.opts.OnError(e.err)

@@ -70,10 +70,9 @@ func runTopics(ctx context.Context, g *globals, args []string) error {
 	if _, err := parse(g.flagSet("topics"), args, 0); err != nil {
 		return err
 	}
-	var reply struct {
-		Topics []raw[topic] `json:"topics"`
-	}
-	if err := g.call(ctx, "GET", "/v1/topics", nil, nil, &reply); err != nil {
+	var reply struct{ Topics []raw[topic] }
+	var err error
+	if reply.Topics, err = listInto[topic](ctx, g, "/v1/topics", "topics", nil); err != nil {
 		return err
 	}
 	if g.jsonOut() {
@@ -197,10 +196,9 @@ func runGroups(ctx context.Context, g *globals, args []string) error {
 	if _, err := parse(g.flagSet("groups"), args, 0); err != nil {
 		return err
 	}
-	var reply struct {
-		Groups []raw[group] `json:"groups"`
-	}
-	if err := g.call(ctx, "GET", "/v1/groups", nil, nil, &reply); err != nil {
+	var reply struct{ Groups []raw[group] }
+	var err error
+	if reply.Groups, err = listInto[group](ctx, g, "/v1/groups", "groups", nil); err != nil {
 		return err
 	}
 	if g.jsonOut() {
@@ -337,10 +335,9 @@ func runDeadLetters(ctx context.Context, g *globals, args []string) error {
 	if *reason != "" {
 		q.Set("reason", *reason)
 	}
-	var reply struct {
-		DeadLetters []raw[deadLetter] `json:"deadletters"`
-	}
-	if err := g.call(ctx, "GET", "/v1/deadletters", q, nil, &reply); err != nil {
+	var reply struct{ DeadLetters []raw[deadLetter] }
+	var err error
+	if reply.DeadLetters, err = listInto[deadLetter](ctx, g, "/v1/deadletters", "deadletters", q); err != nil {
 		return err
 	}
 	if !*redrive {

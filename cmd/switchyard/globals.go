@@ -131,7 +131,16 @@ func (g *globals) dial(ctx context.Context) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.Dial(ctx, u, &client.Options{Token: g.token, RequestTimeout: g.timeout})
+	return client.Dial(ctx, u, &client.Options{Token: g.wsToken(), RequestTimeout: g.timeout})
+}
+
+// wsToken is the WebSocket's credential: the token, else the admin key
+// (the gateway takes it as a token that may do everything).
+func (g *globals) wsToken() string {
+	if g.token != "" {
+		return g.token
+	}
+	return g.adminKey
 }
 
 // apiError is an error reply of the HTTP API.

@@ -88,28 +88,48 @@ var commands = []command{
 	{"groups", "groups", runGroups},
 	{"group", "group show G | seek G --topic T [--partition P] (--offset N | --time T) | delete G [--yes]", runGroup},
 	{"deadletters", "deadletters [--group G] [--reason R] [--redrive [--id ID]... [--append-to-topics] [--yes]]", runDeadLetters},
-	{"version", "version", runVersion},
+	{"presence", "presence TOPIC", runPresence},
+	{"info", "info", runInfo},
+	{"token", "token (--secret-file F | --key-file F [--kid K]) [--sub NAME] [--publish P]... [--subscribe P]... [--groups G]... [--ttl D]", runToken},
+	{"version", "version (or --version)", runVersion},
+	{"help", "help [COMMAND]", nil},
 }
 
 // run executes one command line and returns the exit status.
 func run(ctx context.Context, args []string, env environment) int {
 	g := newGlobals(env)
 	fs := g.flagSet("switchyard")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() { usage(env.stderr) }
 	rest, err := parse(fs, args, -1)
 	if errors.Is(err, flag.ErrHelp) {
+		usage(env.stdout)
 		return 0
 	}
 	if err != nil {
+		fmt.Fprintf(env.stderr, "switchyard: %s\n", strings.TrimPrefix(err.Error(), "usage: "))
+		usage(env.stderr)
 		return 2
+	}
+	if *showVersion {
+		rest = []string{"version"}
 	}
 	if len(rest) == 0 {
 		usage(env.stderr)
 		return 2
 	}
 	name := rest[0]
+	helpOut := env.stderr
+	if name == "help" {
+		if len(rest) == 1 {
+			usage(env.stdout)
+			return 0
+		}
+		// help COMMAND: the command's flags, as COMMAND -h prints them.
+		name, rest, helpOut = rest[1], []string{rest[1], "-h"}, env.stdout
+	}
 	for _, c := range commands {
-		if c.name != name {
+		if c.name != name || c.run == nil {
 			continue
 		}
 		err := c.run(ctx, g, rest[1:])
@@ -117,8 +137,8 @@ func run(ctx context.Context, args []string, env environment) int {
 		case err == nil:
 			return 0
 		case errors.Is(err, flag.ErrHelp):
-			fmt.Fprintf(env.stderr, "usage: switchyard %s\n\nflags:\n", c.synopsis)
-			g.fs.SetOutput(env.stderr)
+			fmt.Fprintf(helpOut, "usage: switchyard %s\n\nflags:\n", c.synopsis)
+			g.fs.SetOutput(helpOut)
 			g.fs.PrintDefaults()
 			return 0
 		case errors.Is(err, errUsage):
@@ -142,8 +162,8 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintln(w, "  "+c.synopsis)
 	}
-	fmt.Fprintln(w, "\nenvironment: SWITCHYARD_URL, SWITCHYARD_TOKEN, SWITCHYARD_ADMIN_KEY")
-	fmt.Fprintln(w, "run 'switchyard COMMAND -h' for a command's flags")
+	fmt.Fprintln(w, "\nenvironment: SWITCHYARD_URL (a URL without a scheme is http://), SWITCHYARD_TOKEN, SWITCHYARD_ADMIN_KEY")
+	fmt.Fprintln(w, "run 'switchyard help COMMAND' (or 'switchyard COMMAND -h') for a command's flags")
 }
 
 // parse parses flags anywhere among the arguments (the standard library's

@@ -36,18 +36,22 @@ type gateway struct {
 	contentTypes map[string]string
 }
 
-func newGateway(t *testing.T) *gateway {
+func newGateway(t *testing.T, mods ...func(*router.Options)) *gateway {
 	t.Helper()
 	eng := memengine.New(memengine.Options{Policy: engine.GroupPolicy{
 		AckTimeout: 30 * time.Second, MaxAttempts: 1, BackoffMin: time.Millisecond, BackoffMax: time.Millisecond,
 	}})
-	rt, err := router.New(router.Options{
+	opts := router.Options{
 		Engine: eng, Registry: prometheus.NewRegistry(), StatsInterval: -1,
 		Auth: router.AuthOptions{
 			AdminKey:  adminKey,
 			Anonymous: &router.Grants{Publish: []string{"#"}, Subscribe: []string{"#"}, Groups: []string{"#"}},
 		},
-	})
+	}
+	for _, m := range mods {
+		m(&opts)
+	}
+	rt, err := router.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
