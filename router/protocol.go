@@ -152,7 +152,17 @@ func parsePublish(req *request, maxBytes int, b *Bounds) (engine.Message, *proto
 		return engine.Message{}, perr(codeTooLarge, "data is %d bytes; the limit is %d", len(req.Data), maxBytes)
 	}
 	data := []byte(req.Data)
-	if bytes.ContainsAny(data, "\n\r") {
+	if req.Encoding != nil {
+		// Bytes: stored as they are; readers see them as JSON when they
+		// are, else as base64 (internal/wire, binary.go).
+		var pe *protoError
+		if data, pe = wire.DecodePayload(req.Data, req.Encoding); pe != nil {
+			return engine.Message{}, pe
+		}
+		if maxBytes > 0 && len(data) > maxBytes {
+			return engine.Message{}, perr(codeTooLarge, "data is %d bytes; the limit is %d", len(data), maxBytes)
+		}
+	} else if bytes.ContainsAny(data, "\n\r") {
 		// Frames are newline-separated in batches, so stored data must be
 		// compact JSON (JSON strings cannot hold a raw newline).
 		var buf bytes.Buffer
@@ -181,6 +191,12 @@ func parsePublish(req *request, maxBytes int, b *Bounds) (engine.Message, *proto
 		if !utf8.ValidString(k) || !utf8.ValidString(v) {
 			return engine.Message{}, perr(codeBadRequest, "headers must be valid UTF-8")
 		}
+	}
+	if _, ok := m.Headers[wire.BinaryHeader]; ok {
+		return engine.Message{}, perr(codeBadRequest, "header %q is reserved; publish bytes with \"encoding\":\"base64\"", wire.BinaryHeader)
+	}
+	if req.Encoding != nil {
+		m.Headers = wire.MarkBinary(m.Headers, m.Data)
 	}
 	return m, nil
 }

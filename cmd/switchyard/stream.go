@@ -27,6 +27,7 @@ type messageJSON struct {
 	Key       string            `json:"key,omitempty"`
 	Headers   map[string]string `json:"headers,omitempty"`
 	Data      json.RawMessage   `json:"data"`
+	Encoding  string            `json:"encoding,omitempty"`
 	Time      string            `json:"time"`
 	Group     string            `json:"group,omitempty"`
 	Attempt   int               `json:"attempt,omitempty"`
@@ -193,7 +194,7 @@ func runSub(ctx context.Context, g *globals, args []string) error {
 				return errors.New("the subscription ended")
 			}
 			if jsonOut {
-				err = g.emit(messageJSON{wire.OpMessage, m.Pattern, m.Topic, m.Partition, m.Offset, m.Key, m.Headers, m.Data, m.Time.UTC().Format(wire.TimeFormat), m.Group, m.Attempt})
+				err = g.emit(messageJSON{wire.OpMessage, m.Pattern, m.Topic, m.Partition, m.Offset, m.Key, m.Headers, m.Data, m.Encoding, m.Time.UTC().Format(wire.TimeFormat), m.Group, m.Attempt})
 			} else {
 				err = printMessage(g.env.stdout, m)
 			}
