@@ -11,16 +11,25 @@
 //	switchyard groups
 //	switchyard group seek billing --topic orders.created --offset 0
 //	switchyard deadletters --group billing --redrive
+//	switchyard sub 'orders.#' --from last:10      # or --since 10m
+//	switchyard presence chat.room1
+//	switchyard info
+//	switchyard token --secret-file hmac.secret --sub ada --publish 'orders.#' --ttl 1h
 //
 // Global flags, accepted before or after the command: --url (the gateway's
-// base URL, ws:// or http://; default $SWITCHYARD_URL or
-// http://127.0.0.1:8080), --token ($SWITCHYARD_TOKEN), --admin-key
-// ($SWITCHYARD_ADMIN_KEY) and --json. Output is readable lines on a
+// base URL, ws:// or http://, http:// when it has no scheme; default
+// $SWITCHYARD_URL or http://127.0.0.1:8080), --token ($SWITCHYARD_TOKEN),
+// --admin-key ($SWITCHYARD_ADMIN_KEY; also the WebSocket's credential when
+// there is no token) and --json. Output is readable lines on a
 // terminal and JSON lines (one object per line) when stdout is not a
 // terminal or with --json; --json=false forces readable lines.
 //
+// Errors name the offending value and the fix, without Go package
+// prefixes, and name the flag or variable (--url, --token, --admin-key)
+// when one of them is the likely cause (explain.go).
+//
 // Exit status: 0 on success, 1 when the gateway refused a call or could
-// not be reached, 2 on a usage error.
+// not be reached (or sub's topic was deleted), 2 on a usage error.
 package main
 
 import (
