@@ -20,6 +20,10 @@ import (
 
 // explain returns the line printed for err after "switchyard COMMAND: ".
 func (g *globals) explain(err error) string {
+	var le *lineError
+	if errors.As(err, &le) {
+		return "line " + itoa(le.line) + ": " + g.explain(le.err)
+	}
 	var ce *client.Error
 	var ae *apiError
 	switch {

@@ -57,6 +57,13 @@ func TestErrorTexts(t *testing.T) {
 			"switchyard topics: --url \"ftp://example.com\": the scheme must be ws, wss, http or https, as in http://127.0.0.1:8080\nusage: switchyard topics"},
 		{"url without a scheme is http", map[string]string{"SWITCHYARD_URL": noScheme}, []string{"pub", "a", "1"}, 0, ""},
 	}
+	t.Run("stdin line", func(t *testing.T) {
+		r := g.cli(t, nil, "1\n", "pub", "a..b")
+		want := `switchyard pub: line 1: invalid topic "a..b": segment 2 is empty (segments are separated by single dots)`
+		if r.code != 1 || strings.TrimSpace(r.stderr) != want {
+			t.Errorf("exit %d, stderr\n%s\nwant\n%s", r.code, r.stderr, want)
+		}
+	})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := g.cli(t, tc.env, "", tc.args...)

@@ -332,8 +332,17 @@ func runPub(ctx context.Context, g *globals, args []string) error {
 			id = fmt.Sprintf("%s-%d", *msgID, line)
 		}
 		if err := publish(jsonData(text), id); err != nil {
-			return fmt.Errorf("line %d: %w", line, err)
+			return &lineError{line, err}
 		}
 	}
 	return sc.Err()
 }
+
+// lineError is a failed publish of one line of stdin.
+type lineError struct {
+	line int
+	err  error
+}
+
+func (e *lineError) Error() string { return fmt.Sprintf("line %d: %v", e.line, e.err) }
+func (e *lineError) Unwrap() error { return e.err }
