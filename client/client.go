@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -190,7 +191,7 @@ func httpError(resp *http.Response) error {
 		case http.StatusForbidden:
 			e.Code = CodeForbidden
 		default:
-			return fmt.Errorf("client: dial: handshake failed with HTTP %d", resp.StatusCode)
+			return fmt.Errorf("%w: the server answered the WebSocket handshake with HTTP %d, not with a Switchyard welcome", ErrNotGateway, resp.StatusCode)
 		}
 	}
 	return &Error{Code: e.Code, Message: e.Message}
@@ -465,7 +466,7 @@ func (c *Client) handle(f *inFrame) {
 		if s := c.lookup(f.Pattern, ""); s != nil {
 			s.forgetTopic(f.Topic)
 		}
-		c.log.Info("switchyard: topic deleted", "topic", f.Topic, "pattern", f.Pattern)
+		c.disp.push(event{kind: evTopicDeleted, deleted: &TopicDeleted{Pattern: f.Pattern, Topic: f.Topic}})
 	case wire.OpWelcome:
 		// Only the first frame of a connection; connect reads it.
 	case wire.OpRefreshRequired:
@@ -688,6 +689,10 @@ func (c *Client) sendAsync(v any) {
 // the gateway are *Error (for example code "invalid_topic"); a publish
 // whose connection dropped before the reply fails with ErrConnectionLost
 // and may or may not have been stored.
+//
+// Publish encodes every value as JSON, a []byte too: encoding/json makes
+// it a base64 string, so the record holds the JSON string "AAEC", not the
+// bytes. To store bytes as they are, use PublishBytes.
 func (c *Client) Publish(ctx context.Context, topic string, data any, opts ...PublishOption) (PublishResult, error) {
 	raw, ok := data.(json.RawMessage)
 	if !ok {
@@ -706,6 +711,29 @@ func (c *Client) Publish(ctx context.Context, topic string, data any, opts ...Pu
 		return PublishResult{}, err
 	}
 	return f.published(), nil
+}
+
+// PublishBytes appends payload to topic as bytes, not as JSON: it is sent
+// with the protocol's "encoding":"base64" and stored as it is. Readers
+// see a payload that is valid JSON as JSON data, and any other as base64
+// with Message.Encoding "base64" (Message.Payload returns the bytes in
+// both cases). Errors are those of Publish.
+func (c *Client) PublishBytes(ctx context.Context, topic string, payload []byte, opts ...PublishOption) (PublishResult, error) {
+	req := bytesPublish(topic, payload)
+	for _, o := range opts {
+		o(&req)
+	}
+	f, err := c.roundTrip(ctx, func(id uint64) any { req.ID = id; return &req }, nil, nil)
+	if err != nil {
+		return PublishResult{}, err
+	}
+	return f.published(), nil
+}
+
+// bytesPublish is the publish request of PublishBytes.
+func bytesPublish(topic string, payload []byte) publishReq {
+	b, _ := json.Marshal(base64.StdEncoding.EncodeToString(payload)) // a string always encodes
+	return publishReq{Op: wire.OpPublish, Topic: topic, Data: b, Encoding: wire.EncodingBase64}
 }
 
 // Subscribe subscribes to pattern and calls handler, on the client's

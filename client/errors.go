@@ -57,4 +57,8 @@ var (
 	// ErrProtocol is wrapped by errors about frames the client could not
 	// understand.
 	ErrProtocol = errors.New("client: protocol error")
+	// ErrNotGateway is wrapped by Dial's error when the server refused the
+	// WebSocket handshake without a Switchyard error body: most often the
+	// URL names another server, or a proxy that does not pass WebSockets.
+	ErrNotGateway = errors.New("client: not a Switchyard gateway")
 )

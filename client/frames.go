@@ -22,6 +22,7 @@ type inFrame struct {
 	Key       string            `json:"key"`
 	Headers   map[string]string `json:"headers"`
 	Data      json.RawMessage   `json:"data"`
+	Encoding  string            `json:"encoding"`
 	Time      time.Time         `json:"time"`
 	Attempt   int               `json:"attempt"`
 	Duplicate bool              `json:"duplicate"`
@@ -46,7 +47,7 @@ type inFrame struct {
 func (f *inFrame) message() *Message {
 	return &Message{
 		Pattern: f.Pattern, Topic: f.Topic, Partition: f.Partition, Offset: f.Offset,
-		Key: f.Key, Headers: f.Headers, Data: f.Data, Time: f.Time,
+		Key: f.Key, Headers: f.Headers, Data: f.Data, Encoding: f.Encoding, Time: f.Time,
 		Group: f.Group, Attempt: f.Attempt,
 	}
 }
@@ -111,6 +112,7 @@ type publishReq struct {
 	ID       uint64            `json:"id"`
 	Topic    string            `json:"topic"`
 	Data     json.RawMessage   `json:"data"`
+	Encoding string            `json:"encoding,omitempty"`
 	Key      string            `json:"key,omitempty"`
 	Headers  map[string]string `json:"headers,omitempty"`
 	MsgID    string            `json:"msg_id,omitempty"`
@@ -162,4 +164,11 @@ type Reset struct {
 	// EpochChanged is true when the gateway's log has another epoch than
 	// the positions the client held, so offsets started over.
 	EpochChanged bool
+}
+
+// TopicDeleted reports that a topic a subscription read was deleted
+// (Options.OnTopicDeleted).
+type TopicDeleted struct {
+	Pattern string // the subscription's pattern
+	Topic   string // the deleted topic
 }

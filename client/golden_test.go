@@ -83,10 +83,11 @@ func frameBack(t *testing.T, f *inFrame) (string, bool) {
 			Key       string            `json:"key,omitempty"`
 			Headers   map[string]string `json:"headers,omitempty"`
 			Data      json.RawMessage   `json:"data"`
+			Encoding  string            `json:"encoding,omitempty"`
 			Time      string            `json:"time"`
 			Group     string            `json:"group,omitempty"`
 			Attempt   int               `json:"attempt,omitempty"`
-		}{f.Op, m.Pattern, m.Topic, m.Partition, m.Offset, m.Key, m.Headers, m.Data, tm, m.Group, m.Attempt}), true
+		}{f.Op, m.Pattern, m.Topic, m.Partition, m.Offset, m.Key, m.Headers, m.Data, m.Encoding, tm, m.Group, m.Attempt}), true
 	case wire.OpGap:
 		g := f.gap()
 		return render(t, struct {
@@ -189,8 +190,17 @@ func clientRequest(t *testing.T, req *wire.Request) (any, bool) {
 		if id == 0 || req.Topic == nil || len(req.Data) == 0 {
 			return nil, false
 		}
-		return publishReq{Op: req.Op, ID: id, Topic: *req.Topic, Data: req.Data, Key: str(req.Key),
-			Headers: req.Headers, MsgID: str(req.MsgID), Priority: req.Priority}, true
+		r := publishReq{Op: req.Op, ID: id, Topic: *req.Topic, Data: req.Data, Key: str(req.Key),
+			Headers: req.Headers, MsgID: str(req.MsgID), Priority: req.Priority}
+		if req.Encoding != nil {
+			payload, pe := wire.DecodePayload(req.Data, req.Encoding)
+			if pe != nil {
+				return nil, false // PublishBytes sends only valid base64
+			}
+			b := bytesPublish(*req.Topic, payload)
+			r.Data, r.Encoding = b.Data, b.Encoding
+		}
+		return r, true
 	case wire.OpSubscribe:
 		if id == 0 || req.Pattern == nil || req.MaxInFlight != nil {
 			return nil, false

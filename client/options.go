@@ -58,6 +58,12 @@ type Options struct {
 	// trimmed. Delivery restarts at the earliest record the log holds.
 	// Default: the reset is only logged.
 	OnReset func(Reset)
+	// OnTopicDeleted is called, on the dispatcher goroutine, when a topic
+	// a subscription read was deleted (the protocol's topic_deleted
+	// frame); the subscription stays, and a topic created again under the
+	// name is delivered from its start. Default: the deletion is only
+	// logged.
+	OnTopicDeleted func(TopicDeleted)
 	// OnState is called, on the dispatcher goroutine, when the connection
 	// goes down or comes back, and once with StateClosed. err is the cause
 	// of a StateDisconnected. Default: none.

@@ -2,8 +2,10 @@ package client
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -364,11 +366,31 @@ type Message struct {
 	Key       string            // "" when the publisher set none
 	Headers   map[string]string // nil when the publisher set none
 	Data      json.RawMessage
-	Time      time.Time // append time, millisecond precision
-	Group     string    // consumer group deliveries only
-	Attempt   int       // consumer group deliveries only; 1 on the first
+	// Encoding is "base64" when the record's bytes are not JSON: Data is
+	// then a JSON string of their standard base64 (Payload decodes it).
+	Encoding string
+	Time     time.Time // append time, millisecond precision
+	Group    string    // consumer group deliveries only
+	Attempt  int       // consumer group deliveries only; 1 on the first
 
 	sub *Subscription
+}
+
+// Payload returns the record's bytes: Data itself when it is JSON, the
+// decoded base64 when Encoding is "base64".
+func (m *Message) Payload() ([]byte, error) {
+	if m.Encoding != wire.EncodingBase64 {
+		return m.Data, nil
+	}
+	var s string
+	if err := json.Unmarshal(m.Data, &s); err != nil {
+		return nil, fmt.Errorf("%w: base64 data is not a string: %v", ErrProtocol, err)
+	}
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	return b, nil
 }
 
 func (m *Message) key() recentKey { return recentKey{m.Topic, m.Partition, m.Offset} }
@@ -417,6 +439,7 @@ const (
 	evError
 	evExit
 	evPresence
+	evTopicDeleted
 )
 
 type event struct {
@@ -429,6 +452,8 @@ type event struct {
 	err   error
 	// presence of evPresence
 	presence *PresenceEvent
+	// deleted of evTopicDeleted
+	deleted *TopicDeleted
 }
 
 // dispatcher is an unbounded FIFO of events from the reader to the
@@ -568,6 +593,12 @@ func (c *Client) deliver(e *event) {
 		}
 	case evPresence:
 		c.opts.OnPresence(*e.presence)
+	case evTopicDeleted:
+		if c.opts.OnTopicDeleted != nil {
+			c.opts.OnTopicDeleted(*e.deleted)
+		} else {
+			c.log.Info("switchyard: topic deleted", "topic", e.deleted.Topic, "pattern", e.deleted.Pattern)
+		}
 	case evError:
 		if c.opts.OnError != nil {
 			c.opts.OnError(e.err)

@@ -297,7 +297,7 @@ func (rt *Router) errorHandler(err error, c echo.Context) {
 		status = he.Code
 		switch status {
 		case http.StatusNotFound:
-			code, msg = codeNotFound, "no such endpoint"
+			code, msg = codeNotFound, noEndpoint(c)
 		case http.StatusMethodNotAllowed:
 			code, msg = codeMethodNotAllowed, "method not allowed"
 		case http.StatusRequestEntityTooLarge:
@@ -321,5 +321,5 @@ func (rt *Router) errorHandler(err error, c echo.Context) {
 	if code == codeBackpressure {
 		c.Response().Header().Set("Retry-After", "1")
 	}
-	_ = c.JSON(status, map[string]string{"code": code, "message": msg})
+	writeErrorJSON(c, status, code, msg)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/router/internal/auth"
 	hookc "github.com/switchyard/switchyard/router/internal/hooks"
 )
@@ -209,8 +210,12 @@ func (rt *Router) hookPublish(ctx context.Context, session string, who *principa
 	if session != "" {
 		body["session"] = session
 	}
-	if len(*headers) > 0 {
-		body["headers"] = *headers
+	binary := wire.IsBinary(*headers) // bytes: base64 for the hook, as for readers
+	if binary {
+		body["data"], body["encoding"] = wire.DataField(*data, true)
+	}
+	if hs := wire.UserHeaders(*headers); len(hs) > 0 {
+		body["headers"] = hs
 	}
 	if key != nil {
 		body["key"] = *key
@@ -234,10 +239,14 @@ func (rt *Router) hookPublish(ctx context.Context, session string, who *principa
 		if max := rt.opts.MaxMessageBytes; max > 0 && buf.Len() > max {
 			return perr(codeTooLarge, "the data the application returned is %d bytes; the limit is %d", buf.Len(), max)
 		}
-		*data = buf.Bytes()
+		*data, binary = buf.Bytes(), false
+		*headers = wire.UserHeaders(*headers)
 	}
 	if a.Headers != nil {
-		*headers = a.Headers
+		*headers = wire.UserHeaders(a.Headers)
+	}
+	if binary {
+		*headers = wire.MarkBinary(*headers, *data)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/trie"
 )
 
@@ -63,6 +64,7 @@ func (rt *Router) routes() *echo.Echo {
 	if rt.opts.Static != nil {
 		files := http.FileServer(http.FS(rt.opts.Static))
 		e.GET("/*", echo.WrapHandler(files))
+		e.GET("/v1/*", rt.notFound) // the API's JSON 404, not the file server's
 	} else {
 		e.GET("/", func(c echo.Context) error {
 			return c.String(http.StatusOK, "Switchyard gateway\n")
@@ -291,14 +293,16 @@ type recordJSON struct {
 	Key       string            `json:"key,omitempty"`
 	Headers   map[string]string `json:"headers,omitempty"`
 	Data      json.RawMessage   `json:"data"`
+	Encoding  string            `json:"encoding,omitempty"` // "base64" for bytes that are not JSON
 	Time      string            `json:"time"`
 	Group     string            `json:"group,omitempty"`
 	Attempt   int               `json:"attempt,omitempty"`
 }
 
 func recordView(r *engine.Record) recordJSON {
+	data, enc := wire.DataField(r.Data, wire.IsBinary(r.Headers))
 	return recordJSON{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key,
-		Headers: r.Headers, Data: r.Data, Time: r.Time.UTC().Format(timeFormat)}
+		Headers: wire.UserHeaders(r.Headers), Data: data, Encoding: enc, Time: r.Time.UTC().Format(timeFormat)}
 }
 
 func queryInt(c echo.Context, name string, def int64) (int64, error) {
@@ -488,6 +492,7 @@ type deadLetterJSON struct {
 	Error      string            `json:"error"`
 	Time       string            `json:"time"`
 	Data       json.RawMessage   `json:"data"`
+	Encoding   string            `json:"encoding,omitempty"` // "base64" for bytes that are not JSON
 }
 
 // httpDeadLetters serves one page of the dead letters, oldest first (see
@@ -513,14 +518,14 @@ func (rt *Router) httpDeadLetters(c echo.Context) error {
 	start := startAfterDeadLetter(len(dls), func(i int) string { return dls[i].ID },
 		func(i int) time.Time { return dls[i].Time }, pr.after)
 	for _, d := range dls[start:] {
-		data := json.RawMessage(d.Record.Data)
-		if len(data) == 0 {
-			data = json.RawMessage("null")
+		data, enc := wire.DataField(d.Record.Data, wire.IsBinary(d.Record.Headers))
+		if len(d.Record.Data) == 0 {
+			data, enc = json.RawMessage("null"), ""
 		}
 		v := deadLetterJSON{ID: d.ID, Reason: d.Reason, Group: d.Group, Subscriber: d.Subscriber,
 			Topic: d.Record.Topic, Partition: d.Record.Partition, Offset: d.Record.Offset, Key: d.Record.Key,
-			Headers: d.Record.Headers, Attempts: d.Attempts, Error: d.Error,
-			Time: d.Time.UTC().Format(timeFormat), Data: data}
+			Headers: wire.UserHeaders(d.Record.Headers), Attempts: d.Attempts, Error: d.Error,
+			Time: d.Time.UTC().Format(timeFormat), Data: data, Encoding: enc}
 		if ok, err := pw.add(deadLetterCursor(d.Time, d.ID), v); err != nil || !ok {
 			if err != nil {
 				return err

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/switchyard/switchyard/engine"
@@ -28,12 +31,15 @@ func classify(err error) (code, msg string, status int) {
 	case errors.As(err, &pe):
 		return pe.Code, pe.Msg, statusOf(pe.Code)
 	case errors.Is(err, trie.ErrInvalidTopic):
-		return codeInvalidTopic, err.Error(), http.StatusBadRequest
+		return codeInvalidTopic, wire.UserText(err), http.StatusBadRequest
 	case errors.Is(err, trie.ErrInvalidPattern):
-		return codeInvalidPattern, err.Error(), http.StatusBadRequest
+		return codeInvalidPattern, wire.UserText(err), http.StatusBadRequest
 	case errors.Is(err, engine.ErrUnknownTopic):
-		return codeUnknownTopic, "unknown topic", http.StatusNotFound
+		return codeUnknownTopic, unknownName("topic", err, "GET /v1/topics lists the topics"), http.StatusNotFound
 	case errors.Is(err, engine.ErrTopicExists):
+		if name, ok := quotedName("topic", err); ok {
+			return codeTopicExists, fmt.Sprintf("topic %s exists (GET /v1/topics/{name} shows it)", quoteInput(name)), http.StatusConflict
+		}
 		return codeTopicExists, "topic exists", http.StatusConflict
 	case errors.Is(err, engine.ErrInvalidConfig):
 		return codeBadRequest, trimEnginePrefix(err), http.StatusBadRequest
@@ -42,9 +48,9 @@ func classify(err error) (code, msg string, status int) {
 	case errors.Is(err, engine.ErrUnknownPartition):
 		return codeBadRequest, "unknown partition", http.StatusBadRequest
 	case errors.Is(err, engine.ErrGroupConflict):
-		return codeGroupConflict, trimEnginePrefix(err), http.StatusConflict
+		return codeGroupConflict, groupConflict(err), http.StatusConflict
 	case errors.Is(err, engine.ErrUnknownGroup):
-		return codeUnknownGroup, "unknown group", http.StatusNotFound
+		return codeUnknownGroup, unknownName("group", err, "GET /v1/groups lists the groups"), http.StatusNotFound
 	case errors.Is(err, engine.ErrNotInFlight):
 		return codeNotInFlight, "record is not in flight for this group", http.StatusConflict
 	case errors.Is(err, engine.ErrClosed):
@@ -53,6 +59,41 @@ func classify(err error) (code, msg string, status int) {
 		return codeUnavailable, "log store unavailable; retry later", http.StatusServiceUnavailable
 	}
 	return codeInternal, "internal error", http.StatusInternalServerError
+}
+
+// unknownName says which topic or group (kind) err is about, when the
+// engine's error names it (`topic "orders.x": engine: unknown topic`),
+// and where to look: `unknown topic "orders.x" (GET /v1/topics lists the
+// topics)`.
+func unknownName(kind string, err error, hint string) string {
+	if name, ok := quotedName(kind, err); ok {
+		return fmt.Sprintf("unknown %s %s (%s)", kind, quoteInput(name), hint)
+	}
+	return fmt.Sprintf("unknown %s (%s)", kind, hint)
+}
+
+// quotedName returns the name err's text quotes after kind (`topic "x"`).
+func quotedName(kind string, err error) (string, bool) {
+	s := err.Error()
+	i := strings.Index(s, kind+` "`)
+	if i < 0 {
+		return "", false
+	}
+	q, qerr := strconv.QuotedPrefix(s[i+len(kind)+1:])
+	if qerr != nil {
+		return "", false
+	}
+	name, uerr := strconv.Unquote(q)
+	return name, uerr == nil
+}
+
+// groupConflict is a group conflict's text without the engines' prefixes,
+// their sentinel's text at its end and an empty filter: `group "billing"
+// is fixed to pattern "orders.*"`.
+func groupConflict(err error) string {
+	s := wire.UserText(err)
+	s = strings.TrimSuffix(s, ": "+engine.ErrGroupConflict.Error())
+	return strings.Replace(s, " and filter map[]", "", 1) + "; join it with that pattern and filter, or choose another group name"
 }
 
 func trimEnginePrefix(err error) string {
@@ -111,7 +152,17 @@ func parsePublish(req *request, maxBytes int, b *Bounds) (engine.Message, *proto
 		return engine.Message{}, perr(codeTooLarge, "data is %d bytes; the limit is %d", len(req.Data), maxBytes)
 	}
 	data := []byte(req.Data)
-	if bytes.ContainsAny(data, "\n\r") {
+	if req.Encoding != nil {
+		// Bytes: stored as they are; readers see them as JSON when they
+		// are, else as base64 (internal/wire, binary.go).
+		var pe *protoError
+		if data, pe = wire.DecodePayload(req.Data, req.Encoding); pe != nil {
+			return engine.Message{}, pe
+		}
+		if maxBytes > 0 && len(data) > maxBytes {
+			return engine.Message{}, perr(codeTooLarge, "data is %d bytes; the limit is %d", len(data), maxBytes)
+		}
+	} else if bytes.ContainsAny(data, "\n\r") {
 		// Frames are newline-separated in batches, so stored data must be
 		// compact JSON (JSON strings cannot hold a raw newline).
 		var buf bytes.Buffer
@@ -140,6 +191,12 @@ func parsePublish(req *request, maxBytes int, b *Bounds) (engine.Message, *proto
 		if !utf8.ValidString(k) || !utf8.ValidString(v) {
 			return engine.Message{}, perr(codeBadRequest, "headers must be valid UTF-8")
 		}
+	}
+	if _, ok := m.Headers[wire.BinaryHeader]; ok {
+		return engine.Message{}, perr(codeBadRequest, "header %q is reserved; publish bytes with \"encoding\":\"base64\"", wire.BinaryHeader)
+	}
+	if req.Encoding != nil {
+		m.Headers = wire.MarkBinary(m.Headers, m.Data)
 	}
 	return m, nil
 }

@@ -3,7 +3,10 @@ package trie
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Limits on names, from the wire protocol.
@@ -46,14 +49,15 @@ func ValidatePattern(s string) error {
 
 func validate(s string, pattern bool) error {
 	sentinel := ErrInvalidTopic
+	what := "a topic"
 	if pattern {
-		sentinel = ErrInvalidPattern
+		sentinel, what = ErrInvalidPattern, "a pattern"
 	}
 	switch {
 	case s == "":
-		return invalid(sentinel, s, "empty")
+		return invalid(sentinel, s, fmt.Sprintf("%s is one or more segments separated by dots, such as \"orders.created\"", what))
 	case len(s) > MaxNameBytes:
-		return invalid(sentinel, s, fmt.Sprintf("longer than %d bytes", MaxNameBytes))
+		return invalid(sentinel, s, fmt.Sprintf("%d bytes, longer than the limit of %d", len(s), MaxNameBytes))
 	}
 	segs, start := 0, 0
 	for i := 0; i <= len(s); i++ {
@@ -63,29 +67,58 @@ func validate(s string, pattern bool) error {
 		seg := s[start:i]
 		segs++
 		if segs > MaxSegments {
-			return invalid(sentinel, s, fmt.Sprintf("more than %d segments", MaxSegments))
+			return invalid(sentinel, s, fmt.Sprintf("more than %d segments (at most %d, separated by dots)", MaxSegments, MaxSegments))
+		}
+		if seg == "" {
+			return invalid(sentinel, s, emptySegment(s, segs, i == len(s), pattern))
+		}
+		if pattern && (seg == ">" || seg == "+") {
+			return invalid(sentinel, s, foreignWildcard(s, start, i, segs))
 		}
 		if err := validSegment(seg, segs == 1, i == len(s), pattern); err != "" {
-			return invalid(sentinel, s, fmt.Sprintf("segment %d: %s", segs, err))
+			return invalid(sentinel, s, fmt.Sprintf("segment %d %s", segs, err))
 		}
 		start = i + 1
 	}
 	return nil
 }
 
-func validSegment(seg string, first, last, pattern bool) string {
-	if seg == "" {
-		return "empty segment"
+// emptySegment explains an empty segment n of s. A pattern that ends in a
+// dot is most often "orders.#" whose "#" a URL cut off as its fragment.
+func emptySegment(s string, n int, last, pattern bool) string {
+	if last && pattern && len(s) > 1 {
+		stem := s[:len(s)-1]
+		return fmt.Sprintf("segment %d is empty: the pattern ends in a dot; for every topic under %q write %q (in a URL, %q)", n, stem, stem+".#", stem+".%23")
 	}
+	return fmt.Sprintf("segment %d is empty (segments are separated by single dots)", n)
+}
+
+// foreignWildcard explains the wildcard of NATS (">") or MQTT ("+") in
+// segment n, s[start:end], naming the pattern meant.
+func foreignWildcard(s string, start, end, n int) string {
+	if s[start] == '>' {
+		if end == len(s) {
+			return fmt.Sprintf(`segment %d is ">", which is not a wildcard here: write %q ("#" as the last segment matches one or more trailing segments)`, n, s[:start]+"#")
+		}
+		return fmt.Sprintf(`segment %d is ">", which is not a wildcard here: "#" as the last segment matches one or more trailing segments`, n)
+	}
+	return fmt.Sprintf(`segment %d is "+", which is not a wildcard here: write %q ("*" matches exactly one segment)`, n, s[:start]+"*"+s[end:])
+}
+
+// validSegment returns why seg is not a valid segment, as the end of a
+// sentence that starts with "segment N", or "" when it is valid.
+func validSegment(seg string, first, last, pattern bool) string {
 	if pattern {
 		switch seg {
 		case "*":
 			return ""
 		case "#":
 			if !last {
-				return `"#" is allowed only as the last segment`
+				return `is "#", which is allowed only as the last segment (it matches one or more trailing segments)`
 			}
 			return ""
+		case ">", "+":
+			return "" // wildcards of other systems: validate names the fix
 		}
 	}
 	for j := 0; j < len(seg); j++ {
@@ -94,19 +127,32 @@ func validSegment(seg string, first, last, pattern bool) string {
 		case segmentByte(c):
 		case c == '$' && first && j == 0 && len(seg) > 1:
 		case c == '$' && first && j == 0:
-			return `"$" must be followed by a name`
+			return `is "$", which must be followed by a name, such as "$sys"`
 		case c == '$':
-			return `"$" is allowed only as the first character of the first segment`
+			return `has "$", which is allowed only as the first character of the first segment`
 		case c == '*' || c == '#':
 			if pattern {
-				return fmt.Sprintf("%q must be a whole segment", c)
+				return fmt.Sprintf("has %q inside it: a wildcard must be a whole segment, such as \"orders.%c\"", string(c), c)
 			}
-			return fmt.Sprintf("%q is not allowed in a topic", c)
+			return fmt.Sprintf("has %q, a wildcard: wildcards are allowed in patterns, not in topics", string(c))
 		default:
-			return fmt.Sprintf("character %q is not allowed", c)
+			return "has " + character(seg[j:]) + " (segments use only A-Z a-z 0-9 _ - :)"
 		}
 	}
 	return ""
+}
+
+// character names the first character of s as written: a UTF-8 character
+// whole ("é", not its first byte), a byte that is not UTF-8 by its value.
+func character(s string) string {
+	r, size := utf8.DecodeRuneInString(s)
+	switch {
+	case r == utf8.RuneError && size <= 1:
+		return fmt.Sprintf("the byte 0x%02x, which is not UTF-8", s[0])
+	case unicode.IsPrint(r):
+		return fmt.Sprintf("the character %q, which is not allowed", string(r))
+	}
+	return fmt.Sprintf("the character %U %s, which is not allowed", r, strconv.QuoteRune(r))
 }
 
 // IsSystem reports whether a topic or pattern is in the server's reserved

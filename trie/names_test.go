@@ -101,15 +101,21 @@ func TestValidateReason(t *testing.T) {
 	tests := []struct {
 		name, in, reason string
 	}{
-		{"empty", "", "empty"},
-		{"too long", strings.Repeat("a", MaxNameBytes+1), "longer than 255 bytes"},
+		{"empty", "", `invalid pattern "": a pattern is one or more segments separated by dots, such as "orders.created"`},
+		{"too long", strings.Repeat("a", MaxNameBytes+1), "256 bytes, longer than the limit of 255"},
 		{"too many segments", strings.Repeat("a.", MaxSegments) + "a", "more than 16 segments"},
-		{"empty segment", "a..b", "segment 2: empty segment"},
-		{"rest not last", "#.x", `"#" is allowed only as the last segment`},
-		{"partial wildcard", "a*", `'*' must be a whole segment`},
-		{"dollar", "a.$b", `"$" is allowed only as the first character`},
-		{"dollar alone", "$.a", `"$" must be followed by a name`},
-		{"space", "a b", `character ' ' is not allowed`},
+		{"empty segment", "orders..eu", `invalid pattern "orders..eu": segment 2 is empty (segments are separated by single dots)`},
+		{"trailing dot", "orders.", `segment 2 is empty: the pattern ends in a dot; for every topic under "orders" write "orders.#" (in a URL, "orders.%23")`},
+		{"rest not last", "#.x", `segment 1 is "#", which is allowed only as the last segment`},
+		{"partial wildcard", "a*", `segment 1 has "*" inside it: a wildcard must be a whole segment`},
+		{"dollar", "a.$b", `"$", which is allowed only as the first character`},
+		{"dollar alone", "$.a", `segment 1 is "$", which must be followed by a name`},
+		{"space", "a b", `segment 1 has the character " ", which is not allowed (segments use only A-Z a-z 0-9 _ - :)`},
+		{"utf-8 shown as written", "café.eu", `invalid pattern "café.eu": segment 1 has the character "é", which is not allowed`},
+		{"invalid utf-8", "a\xffb", `segment 1 has the byte 0xff, which is not UTF-8`},
+		{"control character", "a\tb", `the character U+0009 '\t', which is not allowed`},
+		{"nats rest", "orders.>", `segment 2 is ">", which is not a wildcard here: write "orders.#"`},
+		{"mqtt one", "a.+.b", `segment 2 is "+", which is not a wildcard here: write "a.*.b"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -38,7 +38,7 @@ func ExampleTrie_Add() {
 	fmt.Println(err)
 	// Output:
 	// true
-	// trie: invalid pattern "orders.#.eu": segment 2: "#" is allowed only as the last segment
+	// trie: invalid pattern "orders.#.eu": segment 2 is "#", which is allowed only as the last segment (it matches one or more trailing segments)
 }
 
 func ExampleMatches() {
@@ -71,7 +71,7 @@ func ExampleValidateTopic() {
 	}
 	// Output:
 	// orders.created.eu: <nil>
-	// orders.*: trie: invalid topic "orders.*": segment 2: '*' is not allowed in a topic
-	// a..b: trie: invalid topic "a..b": segment 2: empty segment
+	// orders.*: trie: invalid topic "orders.*": segment 2 has "*", a wildcard: wildcards are allowed in patterns, not in topics
+	// a..b: trie: invalid topic "a..b": segment 2 is empty (segments are separated by single dots)
 	// $sys.stats: <nil>
 }

@@ -70,10 +70,9 @@ func runTopics(ctx context.Context, g *globals, args []string) error {
 	if _, err := parse(g.flagSet("topics"), args, 0); err != nil {
 		return err
 	}
-	var reply struct {
-		Topics []raw[topic] `json:"topics"`
-	}
-	if err := g.call(ctx, "GET", "/v1/topics", nil, nil, &reply); err != nil {
+	var reply struct{ Topics []raw[topic] }
+	var err error
+	if reply.Topics, err = listInto[topic](ctx, g, "/v1/topics", "topics", nil); err != nil {
 		return err
 	}
 	if g.jsonOut() {
@@ -100,6 +99,7 @@ func runTopic(ctx context.Context, g *globals, args []string) error {
 	maxAge := fs.String("max-age", "", `create: maximum record age, e.g. "24h" (default: the gateway's)`)
 	onFull := fs.String("on-full", "", "create: block or drop_oldest (default: the gateway's)")
 	partitioner := fs.String("partitioner", "", "create: key_hash, round_robin or sticky (default: key_hash)")
+	yes := fs.Bool("yes", false, "delete: do not ask for confirmation")
 	pos, err := parse(fs, args, 2)
 	if err != nil {
 		return err
@@ -140,6 +140,13 @@ func runTopic(ctx context.Context, g *globals, args []string) error {
 			return err
 		}
 	case "delete":
+		if !*yes {
+			if err := confirm(g, fmt.Sprintf("Delete topic %s and every record it holds?", name),
+				fmt.Sprintf("topic delete removes %s and every record it holds; add --yes to do so without a terminal to confirm on", name),
+				"topic delete cancelled; nothing was deleted"); err != nil {
+				return err
+			}
+		}
 		if err := g.call(ctx, "DELETE", path, nil, nil, nil); err != nil {
 			return err
 		}
@@ -189,10 +196,9 @@ func runGroups(ctx context.Context, g *globals, args []string) error {
 	if _, err := parse(g.flagSet("groups"), args, 0); err != nil {
 		return err
 	}
-	var reply struct {
-		Groups []raw[group] `json:"groups"`
-	}
-	if err := g.call(ctx, "GET", "/v1/groups", nil, nil, &reply); err != nil {
+	var reply struct{ Groups []raw[group] }
+	var err error
+	if reply.Groups, err = listInto[group](ctx, g, "/v1/groups", "groups", nil); err != nil {
 		return err
 	}
 	if g.jsonOut() {
@@ -217,6 +223,7 @@ func runGroup(ctx context.Context, g *globals, args []string) error {
 	partition := fs.Int("partition", -1, "seek: the partition (default: every partition)")
 	offset := fs.Int64("offset", -1, "seek: the offset to replay from")
 	at := fs.String("time", "", "seek: replay from the first record at or after this RFC 3339 time")
+	yes := fs.Bool("yes", false, "delete: do not ask for confirmation")
 	pos, err := parse(fs, args, 2)
 	if err != nil {
 		return err
@@ -276,6 +283,13 @@ func runGroup(ctx context.Context, g *globals, args []string) error {
 		g.printf("group %s replays %s from %v\n", name, *topicName, body[map[bool]string{true: "offset", false: "time"}[*offset >= 0]])
 		return nil
 	case "delete":
+		if !*yes {
+			if err := confirm(g, fmt.Sprintf("Delete group %s and its committed positions?", name),
+				fmt.Sprintf("group delete removes %s and its committed positions; add --yes to do so without a terminal to confirm on", name),
+				"group delete cancelled; nothing was deleted"); err != nil {
+				return err
+			}
+		}
 		if err := g.call(ctx, "DELETE", path, nil, nil, nil); err != nil {
 			return err
 		}
@@ -321,10 +335,9 @@ func runDeadLetters(ctx context.Context, g *globals, args []string) error {
 	if *reason != "" {
 		q.Set("reason", *reason)
 	}
-	var reply struct {
-		DeadLetters []raw[deadLetter] `json:"deadletters"`
-	}
-	if err := g.call(ctx, "GET", "/v1/deadletters", q, nil, &reply); err != nil {
+	var reply struct{ DeadLetters []raw[deadLetter] }
+	var err error
+	if reply.DeadLetters, err = listInto[deadLetter](ctx, g, "/v1/deadletters", "deadletters", q); err != nil {
 		return err
 	}
 	if !*redrive {
@@ -422,20 +435,30 @@ const redriveBatch = 1000
 // confirmRedriveAll asks on the terminal before a redrive of every dead
 // letter; without a terminal it refuses: --yes says so on the command line.
 func confirmRedriveAll(g *globals, letters, groups int, appendToTopics bool) error {
-	if !g.env.ttyIn {
-		return usagef("--redrive without --group, --reason or --id redrives all %d dead letters; add --yes to do so without a terminal to confirm on", letters)
-	}
 	what := "to their groups"
 	if appendToTopics {
 		what = "to their groups (and append those that cannot go back to their topics)"
 	}
-	fmt.Fprintf(g.env.stderr, "Redrive all %d dead letters of %d groups %s? [y/N] ", letters, groups, what)
+	return confirm(g,
+		fmt.Sprintf("Redrive all %d dead letters of %d groups %s?", letters, groups, what),
+		fmt.Sprintf("--redrive without --group, --reason or --id redrives all %d dead letters; add --yes to do so without a terminal to confirm on", letters),
+		"redrive cancelled; nothing was redriven")
+}
+
+// confirm asks question on the terminal and returns nil on "y" or "yes".
+// Without a terminal on stdin it returns the usage error noTTY (which
+// names --yes); on any other answer, the error cancelled.
+func confirm(g *globals, question, noTTY, cancelled string) error {
+	if !g.env.ttyIn {
+		return usagef("%s", noTTY)
+	}
+	fmt.Fprintf(g.env.stderr, "%s [y/N] ", question)
 	answer, _ := bufio.NewReader(g.env.stdin).ReadString('\n')
 	switch strings.ToLower(strings.TrimSpace(answer)) {
 	case "y", "yes":
 		return nil
 	}
-	return errors.New("redrive cancelled; nothing was redriven")
+	return errors.New(cancelled)
 }
 
 func dash(s string) string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -85,10 +86,16 @@ func (b *autoBool) Set(s string) error {
 
 // base returns the gateway's HTTP base URL (no trailing slash): ws and wss
 // become http and https, and a trailing /v1/ws is dropped.
+//
+// A URL without a scheme ("localhost:8080") is taken as http://.
 func (g *globals) base() (*url.URL, error) {
-	u, err := url.Parse(g.url)
+	raw := g.url
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, usagef("bad --url: %v", err)
+		return nil, usagef("--url %q is not a URL (%v); give the gateway's base URL, such as http://127.0.0.1:8080", g.url, errors.Unwrap(err))
 	}
 	switch u.Scheme {
 	case "http", "https":
@@ -97,7 +104,10 @@ func (g *globals) base() (*url.URL, error) {
 	case "wss":
 		u.Scheme = "https"
 	default:
-		return nil, usagef("bad --url %q: the scheme must be ws, wss, http or https", g.url)
+		return nil, usagef("--url %q: the scheme must be ws, wss, http or https, as in http://127.0.0.1:8080", g.url)
+	}
+	if u.Host == "" {
+		return nil, usagef("--url %q names no host; give the gateway's base URL, such as http://127.0.0.1:8080", g.url)
 	}
 	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/v1/ws")
 	u.RawQuery, u.Fragment = "", ""
@@ -121,11 +131,22 @@ func (g *globals) dial(ctx context.Context) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.Dial(ctx, u, &client.Options{Token: g.token, RequestTimeout: g.timeout})
+	return client.Dial(ctx, u, &client.Options{Token: g.wsToken(), RequestTimeout: g.timeout})
+}
+
+// wsToken is the WebSocket's credential: the token, else the admin key
+// (the gateway takes it as a token that may do everything).
+func (g *globals) wsToken() string {
+	if g.token != "" {
+		return g.token
+	}
+	return g.adminKey
 }
 
 // apiError is an error reply of the HTTP API.
 type apiError struct {
+	Method  string `json:"-"`
+	Path    string `json:"-"`
 	Status  int    `json:"-"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
@@ -133,7 +154,7 @@ type apiError struct {
 
 func (e *apiError) Error() string {
 	if e.Code == "" {
-		return fmt.Sprintf("HTTP %d", e.Status)
+		return fmt.Sprintf("%s %s: HTTP %d", e.Method, e.Path, e.Status)
 	}
 	if e.Message == "" {
 		return e.Code
@@ -184,7 +205,7 @@ func (g *globals) call(ctx context.Context, method, path string, query url.Value
 		return err
 	}
 	if resp.StatusCode/100 != 2 {
-		e := &apiError{Status: resp.StatusCode}
+		e := &apiError{Method: method, Path: path, Status: resp.StatusCode}
 		_ = json.Unmarshal(data, e)
 		return e
 	}

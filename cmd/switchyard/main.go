@@ -11,16 +11,25 @@
 //	switchyard groups
 //	switchyard group seek billing --topic orders.created --offset 0
 //	switchyard deadletters --group billing --redrive
+//	switchyard sub 'orders.#' --from last:10      # or --since 10m
+//	switchyard presence chat.room1
+//	switchyard info
+//	switchyard token --secret-file hmac.secret --sub ada --publish 'orders.#' --ttl 1h
 //
 // Global flags, accepted before or after the command: --url (the gateway's
-// base URL, ws:// or http://; default $SWITCHYARD_URL or
-// http://127.0.0.1:8080), --token ($SWITCHYARD_TOKEN), --admin-key
-// ($SWITCHYARD_ADMIN_KEY) and --json. Output is readable lines on a
+// base URL, ws:// or http://, http:// when it has no scheme; default
+// $SWITCHYARD_URL or http://127.0.0.1:8080), --token ($SWITCHYARD_TOKEN),
+// --admin-key ($SWITCHYARD_ADMIN_KEY; also the WebSocket's credential when
+// there is no token) and --json. Output is readable lines on a
 // terminal and JSON lines (one object per line) when stdout is not a
 // terminal or with --json; --json=false forces readable lines.
 //
+// Errors name the offending value and the fix, without Go package
+// prefixes, and name the flag or variable (--url, --token, --admin-key)
+// when one of them is the likely cause (explain.go).
+//
 // Exit status: 0 on success, 1 when the gateway refused a call or could
-// not be reached, 2 on a usage error.
+// not be reached (or sub's topic was deleted), 2 on a usage error.
 package main
 
 import (
@@ -84,32 +93,52 @@ var commands = []command{
 	{"sub", "sub PATTERN [--from earliest|latest|last|TIME] [--group G [--ack]] [--filter k=v]... [--count N]", runSub},
 	{"pub", "pub TOPIC [DATA|-] [--key K] [--header k=v]... [--msg-id ID] [--priority 0-3]", runPub},
 	{"topics", "topics", runTopics},
-	{"topic", "topic create NAME [--partitions N] [--max-messages N] [--max-age D] [--on-full P] [--partitioner P] | delete NAME | show NAME", runTopic},
+	{"topic", "topic create NAME [--partitions N] [--max-messages N] [--max-age D] [--on-full P] [--partitioner P] | delete NAME [--yes] | show NAME", runTopic},
 	{"groups", "groups", runGroups},
-	{"group", "group show G | seek G --topic T [--partition P] (--offset N | --time T) | delete G", runGroup},
+	{"group", "group show G | seek G --topic T [--partition P] (--offset N | --time T) | delete G [--yes]", runGroup},
 	{"deadletters", "deadletters [--group G] [--reason R] [--redrive [--id ID]... [--append-to-topics] [--yes]]", runDeadLetters},
-	{"version", "version", runVersion},
+	{"presence", "presence TOPIC", runPresence},
+	{"info", "info", runInfo},
+	{"token", "token (--secret-file F | --key-file F [--kid K]) [--sub NAME] [--publish P]... [--subscribe P]... [--groups G]... [--ttl D]", runToken},
+	{"version", "version (or --version)", runVersion},
+	{"help", "help [COMMAND]", nil},
 }
 
 // run executes one command line and returns the exit status.
 func run(ctx context.Context, args []string, env environment) int {
 	g := newGlobals(env)
 	fs := g.flagSet("switchyard")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() { usage(env.stderr) }
 	rest, err := parse(fs, args, -1)
 	if errors.Is(err, flag.ErrHelp) {
+		usage(env.stdout)
 		return 0
 	}
 	if err != nil {
+		fmt.Fprintf(env.stderr, "switchyard: %s\n", strings.TrimPrefix(err.Error(), "usage: "))
+		usage(env.stderr)
 		return 2
+	}
+	if *showVersion {
+		rest = []string{"version"}
 	}
 	if len(rest) == 0 {
 		usage(env.stderr)
 		return 2
 	}
 	name := rest[0]
+	helpOut := env.stderr
+	if name == "help" {
+		if len(rest) == 1 {
+			usage(env.stdout)
+			return 0
+		}
+		// help COMMAND: the command's flags, as COMMAND -h prints them.
+		name, rest, helpOut = rest[1], []string{rest[1], "-h"}, env.stdout
+	}
 	for _, c := range commands {
-		if c.name != name {
+		if c.name != name || c.run == nil {
 			continue
 		}
 		err := c.run(ctx, g, rest[1:])
@@ -117,8 +146,8 @@ func run(ctx context.Context, args []string, env environment) int {
 		case err == nil:
 			return 0
 		case errors.Is(err, flag.ErrHelp):
-			fmt.Fprintf(env.stderr, "usage: switchyard %s\n\nflags:\n", c.synopsis)
-			g.fs.SetOutput(env.stderr)
+			fmt.Fprintf(helpOut, "usage: switchyard %s\n\nflags:\n", c.synopsis)
+			g.fs.SetOutput(helpOut)
 			g.fs.PrintDefaults()
 			return 0
 		case errors.Is(err, errUsage):
@@ -127,7 +156,7 @@ func run(ctx context.Context, args []string, env environment) int {
 		case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 			return 0 // interrupted: a normal way to stop sub
 		default:
-			fmt.Fprintf(env.stderr, "switchyard %s: %v\n", name, err)
+			fmt.Fprintf(env.stderr, "switchyard %s: %s\n", name, g.explain(err))
 			return 1
 		}
 	}
@@ -142,8 +171,8 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintln(w, "  "+c.synopsis)
 	}
-	fmt.Fprintln(w, "\nenvironment: SWITCHYARD_URL, SWITCHYARD_TOKEN, SWITCHYARD_ADMIN_KEY")
-	fmt.Fprintln(w, "run 'switchyard COMMAND -h' for a command's flags")
+	fmt.Fprintln(w, "\nenvironment: SWITCHYARD_URL (a URL without a scheme is http://), SWITCHYARD_TOKEN, SWITCHYARD_ADMIN_KEY")
+	fmt.Fprintln(w, "run 'switchyard help COMMAND' (or 'switchyard COMMAND -h') for a command's flags")
 }
 
 // parse parses flags anywhere among the arguments (the standard library's

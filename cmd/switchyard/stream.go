@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +27,7 @@ type messageJSON struct {
 	Key       string            `json:"key,omitempty"`
 	Headers   map[string]string `json:"headers,omitempty"`
 	Data      json.RawMessage   `json:"data"`
+	Encoding  string            `json:"encoding,omitempty"`
 	Time      string            `json:"time"`
 	Group     string            `json:"group,omitempty"`
 	Attempt   int               `json:"attempt,omitempty"`
@@ -43,7 +45,9 @@ type gapJSON struct {
 	Reason    string `json:"reason"`
 }
 
-// parseFrom turns --from into a client.From.
+// parseFrom turns --from into a client.From: earliest, latest, last,
+// last:N (the newest N records of each partition), an RFC 3339 time or a
+// duration before now ("10m", as --since).
 func parseFrom(s string) (client.From, error) {
 	switch s {
 	case "":
@@ -55,16 +59,29 @@ func parseFrom(s string) (client.From, error) {
 	case "last":
 		return client.Last(), nil
 	}
+	if n, ok := strings.CutPrefix(s, "last:"); ok {
+		v, err := strconv.Atoi(n)
+		if err != nil || v < 1 {
+			return client.From{}, usagef("--from %q: last:N needs a count of at least 1, such as last:10", s)
+		}
+		return client.Last(v), nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return client.FromTime(time.Now().Add(-d)), nil
+	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return client.From{}, usagef("--from %q: want earliest, latest, last or an RFC 3339 time", s)
+		return client.From{}, usagef("--from %q: want earliest, latest, last, last:N, a duration before now such as 10m, or an RFC 3339 time such as 2026-11-29T08:00:00Z", s)
 	}
 	return client.FromTime(t), nil
 }
 
 func runSub(ctx context.Context, g *globals, args []string) error {
 	fs := g.flagSet("sub")
-	from := fs.String("from", "", "where to start: earliest, latest, last or an RFC 3339 time (default: the gateway's, latest; earliest for a new group)")
+	from := fs.String("from", "", "where to start: earliest, latest, last, last:N, a duration before now (10m) or an RFC 3339 time (default: the gateway's, latest; earliest for a new group)")
+	since := fs.Duration("since", 0, "start with the records of this long ago, such as 10m (as --from 10m)")
+	partition := fs.Int("partition", -1, "with --offset: the partition of the topic PATTERN to start in (its other partitions start at their earliest record)")
+	offset := fs.Int64("offset", -1, "with --partition: the offset to start at")
 	group := fs.String("group", "", "join this consumer group")
 	ack := fs.Bool("ack", false, "with --group: acknowledge each record once printed (without it, records are redelivered after the ack timeout)")
 	filter := keyValues{}
@@ -79,6 +96,18 @@ func runSub(ctx context.Context, g *globals, args []string) error {
 	}
 	if *ack && *group == "" {
 		return usagef("--ack needs --group")
+	}
+	if *since > 0 {
+		if *from != "" {
+			return usagef("give --from or --since, not both")
+		}
+		*from = since.String()
+	}
+	if (*partition >= 0) != (*offset >= 0) {
+		return usagef("--partition and --offset go together")
+	}
+	if *offset >= 0 && *from != "" {
+		return usagef("give --from, --since or --partition with --offset, one of them")
 	}
 	start, err := parseFrom(*from)
 	if err != nil {
@@ -99,8 +128,15 @@ func runSub(ctx context.Context, g *globals, args []string) error {
 	// Gaps arrive on the client's dispatcher goroutine, as messages do;
 	// hand them to the loop below so that output lines never interleave.
 	gaps := make(chan client.Gap, 64)
+	deleted := make(chan client.TopicDeleted, 1)
 	c, err := client.Dial(ctx, u, &client.Options{
-		Token:          g.token,
+		Token: g.wsToken(),
+		OnTopicDeleted: func(d client.TopicDeleted) {
+			select {
+			case deleted <- d:
+			default: // the first one ends the command
+			}
+		},
 		RequestTimeout: g.timeout,
 		OnGap: func(gp client.Gap) {
 			select {
@@ -122,6 +158,16 @@ func runSub(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	defer c.Close()
+	if *offset >= 0 {
+		// Positions name the last offset seen: start at offset means
+		// having seen offset-1; at 0, every partition starts at its
+		// earliest record.
+		var ps []client.Position
+		if *offset > 0 {
+			ps = append(ps, client.Position{Topic: pos[0], Partition: *partition, Offset: *offset - 1})
+		}
+		start = client.FromPositions(c.Welcome().Epoch, ps...)
+	}
 	sub, err := c.SubscribeChan(ctx, pos[0], client.SubscribeOptions{Group: *group, From: start, Filter: filter})
 	if err != nil {
 		return err
@@ -138,12 +184,17 @@ func runSub(ctx context.Context, g *globals, args []string) error {
 			return nil
 		case gp := <-gaps:
 			printGap(gp)
+		case d := <-deleted:
+			if jsonOut {
+				_ = g.emit(map[string]string{"op": wire.OpTopicDeleted, "pattern": d.Pattern, "topic": d.Topic})
+			}
+			return fmt.Errorf("topic %s was deleted", d.Topic)
 		case m, ok := <-sub.C:
 			if !ok {
 				return errors.New("the subscription ended")
 			}
 			if jsonOut {
-				err = g.emit(messageJSON{wire.OpMessage, m.Pattern, m.Topic, m.Partition, m.Offset, m.Key, m.Headers, m.Data, m.Time.UTC().Format(wire.TimeFormat), m.Group, m.Attempt})
+				err = g.emit(messageJSON{wire.OpMessage, m.Pattern, m.Topic, m.Partition, m.Offset, m.Key, m.Headers, m.Data, m.Encoding, m.Time.UTC().Format(wire.TimeFormat), m.Group, m.Attempt})
 			} else {
 				err = printMessage(g.env.stdout, m)
 			}
@@ -264,6 +315,9 @@ func runPub(ctx context.Context, g *globals, args []string) error {
 		return publish(jsonData(pos[1]), *msgID)
 	}
 	// One record per line of stdin; blank lines are skipped.
+	if g.env.ttyIn {
+		fmt.Fprintln(g.env.stderr, "reading records from the terminal, one per line; end with Ctrl-D (or give DATA after the topic to publish one record)")
+	}
 	sc := bufio.NewScanner(g.env.stdin)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	line := 0
@@ -278,8 +332,17 @@ func runPub(ctx context.Context, g *globals, args []string) error {
 			id = fmt.Sprintf("%s-%d", *msgID, line)
 		}
 		if err := publish(jsonData(text), id); err != nil {
-			return fmt.Errorf("line %d: %w", line, err)
+			return &lineError{line, err}
 		}
 	}
 	return sc.Err()
 }
+
+// lineError is a failed publish of one line of stdin.
+type lineError struct {
+	line int
+	err  error
+}
+
+func (e *lineError) Error() string { return fmt.Sprintf("line %d: %v", e.line, e.err) }
+func (e *lineError) Unwrap() error { return e.err }

@@ -82,11 +82,23 @@ func AppendRecordBodyUntilTime(dst []byte, r *engine.Record) []byte {
 		dst = append(dst, `,"key":`...)
 		dst = AppendString(dst, r.Key)
 	}
+	binary := false
 	if len(r.Headers) > 0 {
-		dst = append(dst, `,"headers":`...)
-		dst = AppendHeaders(dst, r.Headers)
+		// Bytes that are not JSON carry BinaryHeader (binary.go): one
+		// lookup, only for records with headers.
+		h := r.Headers
+		if binary = IsBinary(h); binary {
+			h = UserHeaders(h)
+		}
+		if len(h) > 0 {
+			dst = append(dst, `,"headers":`...)
+			dst = AppendHeaders(dst, h)
+		}
 	}
 	dst = append(dst, `,"data":`...)
+	if binary {
+		return AppendBase64Data(dst, r.Data)
+	}
 	return append(dst, r.Data...)
 }
 
@@ -165,7 +177,7 @@ func EncodeError(id json.RawMessage, code, msg string) []byte {
 	dst = append(dst, `,"code":`...)
 	dst = AppendString(dst, code)
 	dst = append(dst, `,"message":`...)
-	dst = AppendString(dst, msg)
+	dst = AppendText(dst, msg)
 	return append(dst, '}')
 }
 

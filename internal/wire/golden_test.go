@@ -23,6 +23,7 @@ type goldenFrame struct {
 	Key       string            `json:"key"`
 	Headers   map[string]string `json:"headers"`
 	Data      json.RawMessage   `json:"data"`
+	Encoding  *string           `json:"encoding"`
 	Time      *string           `json:"time"`
 	Attempt   int               `json:"attempt"`
 	Duplicate bool              `json:"duplicate"`
@@ -44,7 +45,14 @@ func encode(t *testing.T, f *goldenFrame) ([]byte, bool) {
 	case wire.OpGap:
 		return wire.EncodeGap(nil, *f.Pattern, f.Group, f.Topic, f.Partition, f.From, f.To, f.Reason), true
 	case wire.OpMessage:
-		rec := &engine.Record{Topic: f.Topic, Partition: f.Partition, Offset: f.Offset, Key: f.Key, Headers: f.Headers, Data: f.Data}
+		data, pe := wire.DecodePayload(f.Data, f.Encoding)
+		if pe != nil {
+			t.Fatal(pe)
+		}
+		rec := &engine.Record{Topic: f.Topic, Partition: f.Partition, Offset: f.Offset, Key: f.Key, Headers: f.Headers, Data: data}
+		if f.Encoding != nil {
+			rec.Headers = wire.MarkBinary(f.Headers, data)
+		}
 		if f.Time != nil {
 			tm, err := time.Parse(time.RFC3339Nano, *f.Time)
 			if err != nil {

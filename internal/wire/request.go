@@ -17,13 +17,15 @@ type Request struct {
 	OnFull  *string         `json:"on_full"`
 	Filter  *Filter         `json:"filter"`
 	// MaxInFlight is a group subscribe's window per partition.
-	MaxInFlight *int              `json:"max_in_flight"`
-	Topic       *string           `json:"topic"`
-	Data        json.RawMessage   `json:"data"`
-	Key         *string           `json:"key"`
-	Headers     map[string]string `json:"headers"`
-	MsgID       *string           `json:"msg_id"`
-	Priority    *int              `json:"priority"`
+	MaxInFlight *int            `json:"max_in_flight"`
+	Topic       *string         `json:"topic"`
+	Data        json.RawMessage `json:"data"`
+	// Encoding "base64": Data is a string of the payload's bytes.
+	Encoding *string           `json:"encoding"`
+	Key      *string           `json:"key"`
+	Headers  map[string]string `json:"headers"`
+	MsgID    *string           `json:"msg_id"`
+	Priority *int              `json:"priority"`
 	// Partition and Offset of ack and nack; Offsets instead of Offset
 	// settles several records of that partition in one frame.
 	Partition *int    `json:"partition"`

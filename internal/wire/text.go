@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"bytes"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -37,9 +39,10 @@ func Quote(s string) string {
 }
 
 // NameError turns a trie validation error into a protocol error whose
-// message quotes at most MaxEcho bytes of the name.
+// message quotes at most MaxEcho bytes of the name and carries no package
+// prefix: `invalid topic "orders..eu": segment 2 is empty (…)`.
 func NameError(code, name string, err error) *Error {
-	msg := err.Error()
+	msg := UserText(err)
 	if len(name) > MaxEcho {
 		msg = strings.Replace(msg, strconv.Quote(name), Quote(name), 1)
 	}
@@ -52,4 +55,34 @@ func CapMessage(msg string) string {
 		return cut + "…"
 	}
 	return msg
+}
+
+// packagePrefixes are the prefixes Go packages give their errors, helpful
+// in logs and noise to the person who sent the request.
+var packagePrefixes = []string{"trie: ", "engine: ", "memengine: ", "jsengine: "}
+
+// UserText returns err's message without leading package prefixes
+// ("trie: invalid topic …" becomes "invalid topic …").
+func UserText(err error) string {
+	s := err.Error()
+	for cut := true; cut; {
+		cut = false
+		for _, p := range packagePrefixes {
+			if strings.HasPrefix(s, p) {
+				s, cut = s[len(p):], true
+			}
+		}
+	}
+	return s
+}
+
+// AppendText appends s as a JSON string the way a person reads it: <, >
+// and & as themselves (not \u003c, \u003e, \u0026), UTF-8 as written. It
+// is for error messages, not the hot path.
+func AppendText(dst []byte, s string) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return append(dst, bytes.TrimSuffix(b.Bytes(), []byte("\n"))...)
 }
