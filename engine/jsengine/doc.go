@@ -26,7 +26,8 @@
 //   - Idempotent publish: claims in the <prefix>_dedupe bucket (dedupe.go).
 //   - Consumer groups: definitions and per-partition positions in the
 //     <prefix>_groups bucket (group.go, cursor.go, commit.go, groupapi.go,
-//     lifecycle.go), members and nodes in the <prefix>_live bucket
+//     lifecycle.go; the acks above a record not yet settled: settled.go),
+//     members and nodes in the <prefix>_live bucket
 //     (membership.go), settles forwarded to the holding node (remote.go).
 //   - Dead letters: the <prefix>_dl stream (deadletter.go, redrive.go; see
 //     Dead letters below).
@@ -110,9 +111,10 @@
 //
 // Leaf locks, held while taking no other: tailState.tailMu (tail.go),
 // connState.connMu (conn.go), dedupeCalls.dmu (dedupe.go),
-// letterQueue.lmu (deadletter.go), topicList.topicsMu (listing.go), the
-// mutexes in Engine.life and Engine.observers, and presence's two, taken
-// in the order presence.notifyMu, presence.mu (presence.go).
+// letterQueue.lmu and dlBounds.mu (deadletter.go), topicList.topicsMu
+// (listing.go), the mutexes in Engine.life and Engine.observers, and
+// presence's two, taken in the order presence.notifyMu, presence.mu
+// (presence.go).
 //
 // No NATS round trip happens under gmu: records missing from the cache are
 // fetched by a goroutine per cursor, dead letters are stored by the letter
