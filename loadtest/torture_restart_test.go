@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -539,21 +538,12 @@ func TestTortureRestartKeepsGroupAcksTwoMembers(t *testing.T) {
 // TestTortureRestartKeepsAcksAboveAHole: a pull member acks every record
 // but the first (its lease still running, as a stalled member's is); the
 // embedded gateway then restarts gracefully. The records acked above the
-// unacked one must not be delivered again: only the first may be.
-//
-// It fails on today's jsengine: Engine.Close hands a partition back with
-// its committed offset (the first unacked record) and the leases in
-// flight, not the records acked above that offset, so the next holder
-// redelivers them as first attempts (engine/jsengine/engine.go Close, the
-// commitVal of each held partition). The torture run with restarts shows
-// it as "ack confirmed twice". Until jsengine keeps them it runs only with
-// SWITCHYARD_KNOWN_DEFECTS=1, so that the package's tests stay green.
+// unacked one must not be delivered again: only the first may be
+// (jsengine's Close writes them with the partition's position, see
+// engine/jsengine/settled.go).
 func TestTortureRestartKeepsAcksAboveAHole(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an embedded NATS server twice")
-	}
-	if os.Getenv("SWITCHYARD_KNOWN_DEFECTS") == "" {
-		t.Skip("a known jsengine defect (see the comment); SWITCHYARD_KNOWN_DEFECTS=1 runs it")
 	}
 	gw, err := startTortureGateway(&tortureConfig{engine: "embedded", keepalive: time.Second, ackTimeout: time.Minute})
 	if err != nil {

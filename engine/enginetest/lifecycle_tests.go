@@ -398,3 +398,71 @@ func testLateAckOfAttempt(t *testing.T, s *suite) {
 		t.Errorf("committed = %d, want 1", p.Committed)
 	}
 }
+
+// testAcksAboveAHole: records acked above one not yet settled (a hole,
+// with a window above 1) are never delivered again when the partition
+// moves to another member: by Leave with the next member already there,
+// by Leave or HandBack of the only member and a join after it. Only the
+// unacked record comes again, its attempt counted on.
+func testAcksAboveAHole(t *testing.T, s *suite) {
+	const n = 10
+	for _, tc := range []struct {
+		name   string
+		before bool // the next member joins before the first goes
+		leave  func(env *env, g string) error
+	}{
+		{"LeaveToMember", true, func(env *env, g string) error { return env.e.Leave(ctx(), g, "m1") }},
+		{"LeaveThenJoin", false, func(env *env, g string) error { return env.e.Leave(ctx(), g, "m1") }},
+		{"HandBackThenJoin", false, func(env *env, g string) error {
+			return env.e.HandBack(ctx(), []engine.MemberRef{{Group: g, Member: "m1"}})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := s.env(t, Config{Policy: engine.GroupPolicy{AckTimeout: time.Hour, BackoffMin: time.Hour, BackoffMax: time.Hour}})
+			topic := env.topic("hole")
+			env.create(engine.TopicConfig{Name: topic, Partitions: 1})
+			g := env.group("g")
+			sk := newSink()
+			env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m1", MaxInFlight: n}, sk.consumer("m1"))
+			env.publish(topic, n, nil)
+			for range n {
+				if ev := sk.delivery(t, env.timeout); ev.d.Record.Offset != 0 {
+					env.ack(ev) // offset 0 stays leased: the hole
+				}
+			}
+			sk2 := newSink()
+			if tc.before {
+				env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m2", MaxInFlight: n}, sk2.consumer("m2"))
+			}
+			if err := tc.leave(env, g); err != nil {
+				t.Fatalf("m1 going: %v", err)
+			}
+			if !tc.before {
+				env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m2", MaxInFlight: n}, sk2.consumer("m2"))
+			}
+			env.append(engine.Message{Topic: topic, Data: []byte("marker")})
+			var again []int64
+			for hole, marker := false, false; !hole || !marker; {
+				ev := sk2.delivery(t, env.timeout)
+				switch off := ev.d.Record.Offset; {
+				case off == n:
+					marker = true
+				case off == 0:
+					hole = true
+					if ev.d.Attempt != 2 {
+						t.Errorf("the unacked record came again as %v, want attempt 2", ev)
+					}
+				default:
+					again = append(again, off)
+				}
+				env.ack(ev)
+			}
+			if len(again) > 0 {
+				t.Errorf("%d records acked above an unacked one were delivered again: offsets %v", len(again), again)
+			}
+			waitUntil(t, env.timeout, "the group to commit every record", func() bool {
+				return env.groupInfo(g).Partitions[0].Committed == n+1
+			})
+		})
+	}
+}

@@ -131,6 +131,7 @@ func Run(t *testing.T, f Features, newEngine Factory) {
 		{"Groups/Delete", testDeleteGroup},
 		{"Groups/IdleExpiry", testIdleExpiry},
 		{"Groups/HandBack", testHandBack},
+		{"Groups/AcksAboveAHole", testAcksAboveAHole},
 		{"Retention/BlockNotHeldByIdleGroup", testIdleGroupDoesNotBlock},
 		{"DeadLetters/QueueFull", testQueueFullLetters},
 		{"DeadLetters/BoundedPerGroup", testDeadLettersBoundedPerGroup},

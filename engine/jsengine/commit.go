@@ -2,11 +2,15 @@ package jsengine
 
 // Commits. Committed offsets are written by a background committer, in
 // rounds of at most 16 keys at once, each write carrying every ack since
-// the previous one; after a crash the next holder redelivers from the
-// last written offset: the records leased and not acked, and those acked
-// since the last write (about one round trip's worth). Group on another
-// node shows them a moment later. Seek works from any node: the holder
-// adopts a position written by someone else.
+// the previous one, the acks above the first record not yet settled
+// included (Done, see settled.go); after a crash the next holder
+// redelivers from the last written offset: the records leased and not
+// acked, and those acked since the last write (about one round trip's
+// worth), never one acked above that offset in a write. A release (a
+// member handed back or gone elsewhere, or Close) writes the same, so
+// after a graceful hand-back only the records not settled come again.
+// Group on another node shows them a moment later. Seek works from any
+// node: the holder adopts a position written by someone else.
 //
 // Attempts. The position also holds, per record not yet done, the
 // delivery attempts started on it, and the holder writes each attempt
@@ -48,6 +52,7 @@ func (e *Engine) applyStored(gp *gpart, v commitVal, rev uint64) {
 		gp.dropWindow()
 		if v.Holder == e.node {
 			gp.Committed, gp.Next, gp.Skipped = v.Off, v.Off, v.Skipped
+			gp.above = slices.Clone(v.Done)
 		} else {
 			gp.holding = false
 		}
@@ -158,7 +163,8 @@ func (e *Engine) syncWanted(gp *gpart) (syncWant, bool) {
 	w := syncWant{rev: gp.storedRev, loaded: gp.loaded, start: gp.start}
 	switch {
 	case gp.holding:
-		w.val = commitVal{Off: gp.Committed, Skipped: gp.Skipped, Holder: e.node, By: e.node, Leases: gp.leases(gp.member != nil), Redo: gp.redoOffsets()}
+		w.val = commitVal{Off: gp.Committed, Skipped: gp.Skipped, Holder: e.node, By: e.node, Leases: gp.leases(gp.member != nil), Redo: gp.redoOffsets(),
+			Done: gp.doneSpans(e.window(gp.g.def))}
 	case gp.acquiring:
 		if gp.member == nil {
 			gp.acquiring = false
@@ -171,18 +177,25 @@ func (e *Engine) syncWanted(gp *gpart) (syncWant, bool) {
 		w.claim = true
 		w.lost = w.loaded && gp.stored.Holder != "" && gp.stored.Holder != e.node
 		w.val = commitVal{Off: gp.stored.Off, Skipped: gp.stored.Skipped, Holder: e.node, By: e.node, Leases: gp.stored.Leases,
-			Redo: gp.stored.redoWithAsked()}
+			Redo: gp.stored.redoWithAsked(), Done: gp.stored.Done}
 	default:
 		if !w.loaded || gp.stored.Holder != e.node {
 			return syncWant{}, false // nothing of ours to release
 		}
-		w.val = commitVal{Off: gp.Committed, Skipped: gp.Skipped, By: e.node, Leases: gp.handback,
-			Redo: gp.handbackRedo, Asked: gp.untaken(gp.stored.Asked)}
+		w.val = e.releaseVal(gp)
 	}
 	if w.loaded && !w.claim && gp.stored.equal(w.val) {
 		return syncWant{}, false
 	}
 	return w, true
+}
+
+// releaseVal is the release of gp, which this node stopped holding: the
+// position it reached, with the leases, redeliveries and settled runs it
+// handed back. Caller holds gmu.
+func (e *Engine) releaseVal(gp *gpart) commitVal {
+	return commitVal{Off: gp.Committed, Skipped: gp.Skipped, By: e.node, Leases: gp.handback,
+		Redo: gp.handbackRedo, Asked: gp.untaken(gp.stored.Asked), Done: gp.handbackDone}
 }
 
 // syncWrite writes w to gp's position without a lock: an update of the
@@ -254,6 +267,10 @@ func (e *Engine) syncApply(gp *gpart, w *syncWant, rev uint64) {
 			gp.Flights, gp.Redo, gp.ahead = nil, nil, nil
 			gp.redrives.drop()
 			gp.restore(want.Redo)
+			gp.above, gp.doneAbove = slices.Clone(want.Done), 0
+			for _, off := range want.Redo {
+				gp.unsettle(off) // asked for again by a redrive
+			}
 			gp.lost = w.lost
 			if gp.member != nil {
 				gp.holding = true

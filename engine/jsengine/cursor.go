@@ -130,12 +130,7 @@ func (e *Engine) pump(gp *gpart) {
 	m := gp.member
 	outstanding, inFlight, draining := gp.Load(m)
 	if m != nil && !draining {
-		n := len(gp.Flights)
-		outstanding = gp.Fill(outstanding, e.window(g.def), next, g.def.Filter,
-			func(off int64) *engine.Record { return e.recordAt(gp, off) })
-		for _, f := range gp.Flights[n:] {
-			e.resumeAttempts(gp, f)
-		}
+		outstanding = e.fill(gp, outstanding, next)
 	}
 	if skipTo > skipFrom && m != nil {
 		m.Consumer.Skipped(g.name, gp.t.name, gp.p.index, skipFrom, skipTo)
@@ -164,12 +159,16 @@ func (e *Engine) pump(gp *gpart) {
 	}
 	redo := len(gp.Redo)
 	gp.Advance()
+	done := gp.countDone()
 	if gp.Committed != before {
 		e.updateFloor(gp.p)
 		e.markDirty(gp)
 	} else if len(gp.Redo) != redo {
 		e.markDirty(gp) // a redelivery settled: off the bucket's Redo
+	} else if done != gp.doneAbove {
+		e.markDirty(gp) // settled above the committed offset: in the bucket's Done
 	}
+	gp.doneAbove = done
 	if trimmed, _ := gp.p.view(); gp.Committed < trimmed {
 		defer e.pump(gp) // recordAt found records trimmed meanwhile
 	}
@@ -183,6 +182,7 @@ func (e *Engine) pump(gp *gpart) {
 		// Owned elsewhere (or by nobody): hand the partition back.
 		gp.handback = gp.leases(false)
 		gp.handbackRedo = gp.redoOffsets()
+		gp.handbackDone = gp.doneSpans(e.window(g.def))
 		gp.dropWindow()
 		gp.holding = false
 		e.markDirty(gp)

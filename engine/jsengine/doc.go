@@ -26,7 +26,8 @@
 //   - Idempotent publish: claims in the <prefix>_dedupe bucket (dedupe.go).
 //   - Consumer groups: definitions and per-partition positions in the
 //     <prefix>_groups bucket (group.go, cursor.go, commit.go, groupapi.go,
-//     lifecycle.go), members and nodes in the <prefix>_live bucket
+//     lifecycle.go; the acks above a record not yet settled: settled.go),
+//     members and nodes in the <prefix>_live bucket
 //     (membership.go), settles forwarded to the holding node (remote.go).
 //   - Dead letters: the <prefix>_dl stream (deadletter.go, redrive.go; see
 //     Dead letters below).

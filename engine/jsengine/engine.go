@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -348,8 +349,10 @@ func (e *Engine) Watch(o engine.Observer) (stop func()) {
 
 // Close stops appends (they fail with engine.ErrClosed, including appends
 // blocked on a full partition), stops every timer, hands this node's
-// partitions back (records in flight are redelivered by the next owner)
-// and removes its members from the registry so other nodes take over at
+// partitions back (records in flight are redelivered by the next owner,
+// records acked above them are not; a release that a hand-back left to
+// the committer is written here, the committer stopping with Close) and
+// removes its members from the registry so other nodes take over at
 // once, then stops the tail and the watchers and waits for every goroutine
 // the engine started, or until ctx is done (returning ctx's error). Records
 // stay in NATS. Calling Close again returns nil.
@@ -378,10 +381,14 @@ func (e *Engine) Close(ctx context.Context) error {
 		for _, gp := range g.parts {
 			if gp.holding {
 				v := commitVal{Off: gp.Committed, Skipped: gp.Skipped, By: e.node, Leases: gp.leases(false),
-					Redo: gp.redoOffsets(), Asked: gp.untaken(gp.stored.Asked)}
+					Redo: gp.redoOffsets(), Asked: gp.untaken(gp.stored.Asked), Done: gp.doneSpans(e.window(g.def))}
 				gp.dropWindow()
 				gp.holding = false
 				rels = append(rels, release{gp.key, v.marshal(), gp.storedRev})
+			} else if gp.loaded && gp.stored.Holder == e.node && !gp.removed {
+				// Released (a member handed back) but not yet written:
+				// the committer stops with Close.
+				rels = append(rels, release{gp.key, e.releaseVal(gp).marshal(), gp.storedRev})
 			}
 			gp.member = nil
 		}
@@ -389,9 +396,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	e.gmu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	for _, r := range rels {
-		if _, err := e.groupKV.Update(wctx, r.key, r.val, r.rev); err != nil {
-			e.log.Debug("jsengine: release on close", "key", r.key, "err", err)
-		}
+		e.releaseOnClose(wctx, r.key, r.val, r.rev)
 	}
 	for _, k := range memberKeys {
 		_ = e.liveKV.Delete(wctx, k)
@@ -412,6 +417,35 @@ func (e *Engine) Close(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// releaseOnClose writes val, a release of a partition this node held, over
+// revision rev of key. The committer may have written the key since rev
+// (its round was under way when Close began); a value this node wrote is
+// replaced all the same, for val is newer: without that, the next holder
+// would start from that older write and deliver again what was acked since
+// (or above a record not yet settled). A value another node wrote (a Seek,
+// a redrive asked for) is left alone. At most three tries.
+func (e *Engine) releaseOnClose(ctx context.Context, key string, val []byte, rev uint64) {
+	var err error
+	for range 3 {
+		if _, err = e.groupKV.Update(ctx, key, val, rev); !isWrongLast(err) {
+			break
+		}
+		ent, gerr := e.groupKV.Get(ctx, key)
+		if gerr != nil {
+			err = gerr
+			break
+		}
+		var v commitVal
+		if json.Unmarshal(ent.Value(), &v) != nil || v.By != e.node || v.Holder != e.node {
+			break
+		}
+		rev = ent.Revision()
+	}
+	if err != nil {
+		e.log.Debug("jsengine: release on close", "key", key, "err", err)
 	}
 }
 

@@ -66,7 +66,9 @@ type groupDef struct {
 // so a node that takes the partition over continues their counts. Redo
 // lists the redriven records below Off still to be delivered again (the
 // holder's), Asked the redrives asked for by any node and not yet taken
-// up by a holder (see redrive.go).
+// up by a holder (see redrive.go). Done lists the runs of records settled
+// above Off (acked past a record not yet settled), which the next holder
+// does not deliver again (see settled.go).
 type commitVal struct {
 	Off     int64   `json:"off"`
 	Skipped int64   `json:"skipped,omitempty"`
@@ -75,6 +77,7 @@ type commitVal struct {
 	Leases  []lease `json:"leases,omitempty"`
 	Redo    []int64 `json:"redo,omitempty"`
 	Asked   []ask   `json:"asked,omitempty"`
+	Done    []span  `json:"done,omitempty"`
 }
 
 // lease is one record's delivery attempts started so far.
@@ -90,7 +93,7 @@ func (v commitVal) marshal() []byte {
 
 func (v commitVal) equal(w commitVal) bool {
 	return v.Off == w.Off && v.Skipped == w.Skipped && v.Holder == w.Holder && v.By == w.By && slices.Equal(v.Leases, w.Leases) &&
-		slices.Equal(v.Redo, w.Redo) && slices.Equal(v.Asked, w.Asked)
+		slices.Equal(v.Redo, w.Redo) && slices.Equal(v.Asked, w.Asked) && slices.Equal(v.Done, w.Done)
 }
 
 // attempts returns the attempts the value records for offset off.
@@ -156,14 +159,15 @@ type gpart struct {
 	loaded    bool
 	acquiring bool // a claim is queued for the committer
 
-	holding  bool             // this node delivers the partition
-	ahead    []*engine.Record // records fetched from NATS past the cache
-	aheadEnd int64            // the offset after ahead's last record
-	aheadSeq uint64           // the stream sequence after it
-	fetching bool             // a fetchAhead is running
-	lost     bool             // held since a claim from a holder that died
-	handback []lease          // leases written with a release
-	redrives                  // redriven records waiting to be delivered again
+	holding     bool             // this node delivers the partition
+	ahead       []*engine.Record // records fetched from NATS past the cache
+	aheadEnd    int64            // the offset after ahead's last record
+	aheadSeq    uint64           // the stream sequence after it
+	fetching    bool             // a fetchAhead is running
+	lost        bool             // held since a claim from a holder that died
+	handback    []lease          // leases written with a release
+	redrives                     // redriven records waiting to be delivered again
+	settledRuns                  // records settled above the committed offset, from the bucket
 
 	groupstate.Window // this node's window while holding
 }
@@ -185,12 +189,13 @@ func (gp *gpart) leases(ahead bool) []lease {
 	return out
 }
 
-// dropWindow forgets every flight, stopping its timers, and the records
-// fetched for them.
+// dropWindow forgets every flight, stopping its timers, the records
+// fetched for them and the settled runs read from the bucket.
 func (gp *gpart) dropWindow() {
 	gp.Drop()
 	gp.ahead = nil
 	gp.redrives.drop()
+	gp.above, gp.doneAbove = nil, 0
 }
 
 // position is where the group stands: this node's cursor while it holds

@@ -243,6 +243,7 @@ func (e *Engine) seekOne(ctx context.Context, gp *gpart, off int64) error {
 			gp.Committed, gp.Next = off, off
 			gp.stored.Leases = nil                     // attempts before a seek do not count
 			gp.stored.Redo, gp.stored.Asked = nil, nil // nor redrives
+			gp.stored.Done = nil                       // nor what was settled past the old offset
 			e.updateFloor(gp.p)
 			e.markDirty(gp)
 			e.pump(gp)
@@ -251,7 +252,7 @@ func (e *Engine) seekOne(ctx context.Context, gp *gpart, off int64) error {
 		}
 		v, rev, loaded := gp.stored, gp.storedRev, gp.loaded
 		e.gmu.Unlock()
-		v.Off, v.By, v.Leases, v.Redo, v.Asked = off, e.node, nil, nil, nil
+		v.Off, v.By, v.Leases, v.Redo, v.Asked, v.Done = off, e.node, nil, nil, nil, nil
 		var err error
 		if loaded {
 			_, err = e.groupKV.Update(ctx, gp.key, v.marshal(), rev)

@@ -17,7 +17,7 @@ package jsengine
 // one's leases end). A node that Closes releases everything at once and
 // deletes its keys; a node that dies is taken over when its key expires.
 // Leases not acked by then are redelivered by the next holder from the
-// committed offset.
+// committed offset; records acked above it are not (settled.go).
 //
 // After an outage heartbeats resume; if the outage outlasted MemberTTL the
 // node's own live keys may expire meanwhile, which it ignores for its own

@@ -125,6 +125,7 @@ func (e *Engine) takeAsks(gp *gpart, asks []ask) {
 			gp.want = append(gp.want, a.Off)
 		}
 		delete(gp.resume, a.Off)
+		gp.unsettle(a.Off) // settled above the committed offset, and asked for again
 	}
 	e.markDirty(gp)
 }
