@@ -180,7 +180,6 @@ func (rt *Router) postAppend(topic, transport string, start time.Time, a engine.
 		rt.m.publishes.WithLabelValues(transport, "duplicate").Inc()
 	default:
 		rt.m.publishes.WithLabelValues(transport, "ok").Inc()
-		rt.stats.publishes.Add(1)
 		rt.stats.countTopic(topic)
 	}
 }

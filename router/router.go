@@ -561,7 +561,6 @@ func (rt *Router) fanOut(rec *engine.Record, d *session.Deferral) {
 func (rt *Router) countPlainDeliveries(n int) {
 	if n > 0 {
 		rt.m.deliveriesPlain.Add(float64(n))
-		rt.stats.deliveries.Add(int64(n))
 	}
 }
 
