@@ -10,8 +10,29 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/switchyard/switchyard/engine"
+	hookc "github.com/switchyard/switchyard/router/internal/hooks"
 	"github.com/switchyard/switchyard/session"
 )
+
+// registerMetrics makes the router's collectors and registers them on
+// Options.Registry, in this one place: the gateway's own (metrics), the
+// limits' (limitMetrics), the HTTP server's (httpMetrics), the bounds'
+// (boundMetrics), the consumer groups' (groupMetrics) and the hooks'
+// (returned for newHooks; declared in router/internal/hooks beside the
+// client whose state two of its gauges read). It runs once, from New,
+// before anything counts. The collectors that read a component's own
+// state are registered with it: SSE resumption (sse_resume.go,
+// sse_open.go), presence churn (presence_churn.go) and JWKS (auth.go).
+func (rt *Router) registerMetrics() *hookc.Metrics {
+	reg := rt.opts.Registry
+	rt.m = newMetrics(reg)
+	rt.lim = newLimitMetrics(reg)
+	rt.httpm = newHTTPMetrics(reg)
+	rt.initMetrics()
+	rt.bm = newBoundMetrics(rt)
+	rt.gm = newGroupMetrics(rt, reg)
+	return newHookMetrics(reg)
+}
 
 // metrics are the gateway's Prometheus collectors. Labels are bounded: no
 // per-session or per-topic labels (topic-level figures are in /v1/topics and
