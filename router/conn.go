@@ -82,7 +82,6 @@ func (rt *Router) serveWS(c echo.Context) error {
 
 // HandleFrame implements session.Handler: one client op.
 func (cn *conn) HandleFrame(_ *session.Session, data []byte) {
-	cn.rt.m.bytesIn.Add(float64(len(data)))
 	req, pe := decodeRequest(data)
 	if max := cn.rt.opts.Bounds.MaxIDBytes; len(req.ID) > max {
 		// Too long to echo: the error goes without it.

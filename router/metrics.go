@@ -31,7 +31,37 @@ func (rt *Router) registerMetrics() *hookc.Metrics {
 	rt.initMetrics()
 	rt.bm = newBoundMetrics(rt)
 	rt.gm = newGroupMetrics(rt, reg)
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "switchyard", Name: "bytes_in_total",
+		Help: "WebSocket payload bytes received from clients."}, func() float64 {
+		in, _ := rt.sessionBytes()
+		return float64(in)
+	}), prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "switchyard", Name: "bytes_out_total",
+		Help: "WebSocket payload bytes written to clients."}, func() float64 {
+		_, out := rt.sessionBytes()
+		return float64(out)
+	}))
 	return newHookMetrics(reg)
+}
+
+// sessionBytes returns the payload bytes read from and written to clients
+// since the start: those of the sessions that ended and those the open
+// sessions count themselves (session.Stats), so each byte is counted once,
+// by its session. A session that ends meanwhile is in exactly one of the
+// two, so the totals never go back.
+func (rt *Router) sessionBytes() (in, out uint64) {
+	rt.mu.Lock()
+	in, out = rt.m.endedBytesIn, rt.m.endedBytesOut
+	conns := make([]*conn, 0, len(rt.conns))
+	for c := range rt.conns {
+		conns = append(conns, c)
+	}
+	rt.mu.Unlock()
+	for _, c := range conns {
+		st := c.sess.Stats()
+		in += st.BytesIn
+		out += st.BytesOut
+	}
+	return in, out
 }
 
 // metrics are the gateway's Prometheus collectors. Labels are bounded: no
@@ -46,21 +76,23 @@ type metrics struct {
 	deliveriesPlain prometheus.Counter
 	deliveriesGroup prometheus.Counter
 	deliveriesLocal prometheus.Counter
-	bytesIn         prometheus.Counter
-	bytesOut        prometheus.Counter
-	queueDepth      prometheus.Histogram
-	drops           *prometheus.CounterVec // policy
-	gaps            *prometheus.CounterVec // reason
-	redeliveries    prometheus.Counter
-	deadLetters     *prometheus.CounterVec // reason
-	rejected        *prometheus.CounterVec // code
-	backpressure    prometheus.Counter
-	appendLatency   prometheus.Histogram
-	deliveryLatency prometheus.Histogram
-	slowDisconnects prometheus.Counter
-	deadLettersLost prometheus.Counter
-	groupLag        *prometheus.GaugeVec // group, topic, partition
-	deadLettersHeld *prometheus.GaugeVec // reason
+	// Payload bytes of the sessions that ended (removeConn), guarded by
+	// Router.mu; bytes_in_total and bytes_out_total add the open ones'
+	// (Router.sessionBytes).
+	endedBytesIn, endedBytesOut uint64
+	queueDepth                  prometheus.Histogram
+	drops                       *prometheus.CounterVec // policy
+	gaps                        *prometheus.CounterVec // reason
+	redeliveries                prometheus.Counter
+	deadLetters                 *prometheus.CounterVec // reason
+	rejected                    *prometheus.CounterVec // code
+	backpressure                prometheus.Counter
+	appendLatency               prometheus.Histogram
+	deliveryLatency             prometheus.Histogram
+	slowDisconnects             prometheus.Counter
+	deadLettersLost             prometheus.Counter
+	groupLag                    *prometheus.GaugeVec // group, topic, partition
+	deadLettersHeld             *prometheus.GaugeVec // reason
 	// Pipelined publish (publish.go).
 	publishesInFlight prometheus.Gauge
 	pipelineWaits     *prometheus.CounterVec // bound: count|bytes
@@ -79,10 +111,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Publish requests by transport and result (ok, duplicate, or the error code)."}, []string{"transport", "result"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "deliveries_total",
 			Help: "Message frames queued to sessions, by subscription kind."}, []string{"kind"}),
-		bytesIn: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "bytes_in_total",
-			Help: "WebSocket payload bytes received from clients."}),
-		bytesOut: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "bytes_out_total",
-			Help: "WebSocket payload bytes written to clients."}),
 		queueDepth: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "outbound_queue_depth",
 			Help:    "Outbound queue depth of each session, sampled every stats interval.",
 			Buckets: []float64{0, 1, 8, 64, 256, 512, 1024, 4096}}),
@@ -123,7 +151,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.deliveriesGroup = m.deliveries.WithLabelValues("group")
 	m.deliveriesLocal = m.deliveries.WithLabelValues("local")
 	reg.MustRegister(m.connections, m.connectsTotal, m.subscriptions, m.publishes, m.deliveries,
-		m.bytesIn, m.bytesOut, m.queueDepth, m.drops, m.gaps, m.redeliveries, m.deadLetters,
+		m.queueDepth, m.drops, m.gaps, m.redeliveries, m.deadLetters,
 		m.rejected, m.backpressure, m.appendLatency, m.deliveryLatency, m.slowDisconnects, m.deadLettersLost, m.groupLag, m.deadLettersHeld,
 		m.publishesInFlight, m.pipelineWaits,
 		collectors.NewGoCollector(),

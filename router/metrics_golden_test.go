@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 var updateMetrics = flag.Bool("update-metrics", false, "rewrite testdata/metrics_golden.txt from a fresh gateway")
@@ -136,5 +138,37 @@ func TestSysStatsTotals(t *testing.T) {
 	}
 	if d["connections"] != float64(3) {
 		t.Errorf("connections = %v, want 3", d["connections"])
+	}
+}
+
+// TestBytesMetrics: switchyard_bytes_in_total and bytes_out_total count
+// the payload bytes of sessions, and keep those of sessions that ended.
+func TestBytesMetrics(t *testing.T) {
+	g := newGateway(t)
+	c := g.dial(t)
+	c.subscribe(t, "bytes.x")
+	c.publish(t, "bytes.x", "hello")
+	c.nextOp(t, "message")
+	in1 := metricValue(t, g.reg, "switchyard_bytes_in_total", nil)
+	out1 := metricValue(t, g.reg, "switchyard_bytes_out_total", nil)
+	// The welcome, two replies and a message frame went out; a subscribe
+	// and a publish frame came in.
+	if in1 < 40 || out1 < 100 {
+		t.Fatalf("bytes_in_total %v, bytes_out_total %v after a subscribe, a publish and their frames", in1, out1)
+	}
+	if err := c.conn.Close(websocket.StatusNormalClosure, ""); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(waitTimeout)
+	for metricValue(t, g.reg, "switchyard_connections", nil) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the session did not end")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	in2 := metricValue(t, g.reg, "switchyard_bytes_in_total", nil)
+	out2 := metricValue(t, g.reg, "switchyard_bytes_out_total", nil)
+	if in2 != in1 || out2 < out1 {
+		t.Errorf("after the session ended: bytes_in_total %v (was %v), bytes_out_total %v (was %v)", in2, in1, out2, out1)
 	}
 }

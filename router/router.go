@@ -586,8 +586,10 @@ func (rt *Router) addConn(c *conn) bool {
 }
 
 func (rt *Router) removeConn(c *conn) {
+	st := c.sess.Stats() // final: the session has ended
 	rt.mu.Lock()
 	delete(rt.conns, c)
+	rt.m.endedBytesIn, rt.m.endedBytesOut = rt.m.endedBytesIn+st.BytesIn, rt.m.endedBytesOut+st.BytesOut
 	rt.mu.Unlock()
 	rt.wg.Done()
 }

@@ -174,13 +174,8 @@ type snapshot struct {
 }
 
 func (rt *Router) snapshot(now time.Time) snapshot {
-	s := snapshot{at: now, statsFigures: rt.m.statsFigures()}
-	for _, c := range rt.connList() {
-		st := c.sess.Stats()
-		s.bytesIn += int64(st.BytesIn)
-		s.bytesOut += int64(st.BytesOut)
-	}
-	return s
+	in, out := rt.sessionBytes()
+	return snapshot{at: now, statsFigures: rt.m.statsFigures(), bytesIn: int64(in), bytesOut: int64(out)}
 }
 
 type topicRate struct {
