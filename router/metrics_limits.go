@@ -1,5 +1,8 @@
 package router
 
+// The metrics of the limits, bounds and HTTP server refusals; all router
+// metrics are made and registered by registerMetrics (metrics.go).
+
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -7,7 +10,7 @@ import (
 )
 
 // limitMetrics count refused credentials, refused permissions and the
-// limits this file enforces. They are registered on the Router's registry.
+// limits of limits.go. They are registered on the Router's registry.
 type limitMetrics struct {
 	authFailures    *prometheus.CounterVec // reason
 	forbidden       *prometheus.CounterVec // op: publish|subscribe|group|admin
@@ -39,7 +42,7 @@ func newLimitMetrics(reg prometheus.Registerer) *limitMetrics {
 }
 
 // httpMetrics count HTTP requests refused before a handler answered them
-// and connections closed by a server timeout.
+// and connections closed by a server timeout (server.go).
 type httpMetrics struct {
 	timeouts *prometheus.CounterVec // phase: read_header|read|write
 	refused  *prometheus.CounterVec // reason
@@ -65,7 +68,7 @@ func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 	return m
 }
 
-// boundMetrics are the counters of the bounds here beyond
+// boundMetrics are the counters of the bounds of bounds.go beyond
 // switchyard_limit_rejections_total.
 type boundMetrics struct {
 	deadLettersSkipped prometheus.Counter
@@ -73,7 +76,7 @@ type boundMetrics struct {
 }
 
 // boundLimits are the switchyard_limit_rejections_total labels of the
-// bounds here, created at zero like the gateway's other known series.
+// bounds of bounds.go, created at zero like the gateway's other known series.
 var boundLimits = []string{
 	limitTopicBytes, limitTopicDepth, limitKeyBytes, limitMsgIDBytes, limitHeaders, limitHeaderBytes,
 	limitFilterHeaders, limitFilterBytes, limitSessionFilterBytes, limitIDBytes,
@@ -125,7 +128,8 @@ func newBoundMetrics(rt *Router) *boundMetrics {
 	return bm
 }
 
-// groupMetrics are the collectors of the bounds on consumer groups.
+// groupMetrics are the collectors of the bounds on consumer groups
+// (groupbounds.go).
 type groupMetrics struct {
 	seekDrainTimeouts prometheus.Counter
 	leasesReserved    prometheus.Gauge

@@ -1,5 +1,9 @@
 package router
 
+// Readings of the Prometheus collectors and of the sessions' own counters
+// behind $sys.stats and switchyard_bytes_{in,out}_total, so that each event
+// is counted once.
+
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
