@@ -92,7 +92,7 @@ const maxTrackedTopics = 10000
 
 // stats are the per-topic publish counters behind the top_topics of
 // $sys.stats (Prometheus has no per-topic series). The other figures of
-// $sys.stats are read from the Prometheus collectors (metricsFigures), so
+// $sys.stats are read from the Prometheus collectors (metrics.statsFigures), so
 // each event is counted once.
 type stats struct {
 	topics     sync.Map // topic -> *atomic.Int64
