@@ -6,8 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/router/internal/limit"
 	"github.com/switchyard/switchyard/session"
@@ -280,66 +278,6 @@ type dlBucket struct{ b limit.Bucket }
 // take reports whether a dead letter may be recorded at now.
 func (d *dlBucket) take(b *Bounds, now time.Time) bool {
 	return d.b.Take(b.DeadLetterRate, b.DeadLetterBurst, now)
-}
-
-// boundMetrics are the counters of the bounds here beyond
-// switchyard_limit_rejections_total.
-type boundMetrics struct {
-	deadLettersSkipped prometheus.Counter
-	drops              [3]prometheus.Counter // by session.Policy: drop_old, drop_new, disconnect
-}
-
-// boundLimits are the switchyard_limit_rejections_total labels of the
-// bounds here, created at zero like the gateway's other known series.
-var boundLimits = []string{
-	limitTopicBytes, limitTopicDepth, limitKeyBytes, limitMsgIDBytes, limitHeaders, limitHeaderBytes,
-	limitFilterHeaders, limitFilterBytes, limitSessionFilterBytes, limitIDBytes,
-	limitControlQueueBytes, limitMessageTimeout,
-}
-
-func newBoundMetrics(rt *Router) *boundMetrics {
-	reg, m, lim := rt.opts.Registry, rt.m, rt.lim
-	bm := &boundMetrics{
-		deadLettersSkipped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "switchyard", Name: "dead_letters_skipped_total",
-			Help: "queue_full drops not recorded as dead letters because the subscription's dead-letter rate was exceeded (the drops are still counted and reported as gaps)."}),
-	}
-	for p := session.DropOld; p <= session.Disconnect; p++ {
-		bm.drops[p] = m.drops.WithLabelValues(p.String())
-	}
-	for _, l := range boundLimits {
-		lim.limited.WithLabelValues(l)
-	}
-	budget := rt.opts.Session.ReadBudget
-	reg.MustRegister(bm.deadLettersSkipped, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: "switchyard", Name: "inbound_partial_bytes",
-		Help: "Bytes of read buffers held by inbound WebSocket messages still arriving (fragmented or partial), beyond each session's small pooled buffer.",
-	}, func() float64 {
-		if budget != nil {
-			return float64(budget.Used())
-		}
-		var n int64
-		for _, c := range rt.connList() {
-			n += c.sess.Stats().Reading
-		}
-		return float64(n)
-	}), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: "switchyard", Name: "inbound_partial_limit_bytes",
-		Help: "The gateway-wide bound on inbound_partial_bytes (--max-inbound-partial-bytes); 0: none.",
-	}, func() float64 {
-		if budget != nil {
-			return float64(budget.Max())
-		}
-		return 0
-	}), prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Namespace: "switchyard", Name: "inbound_partial_waits_total",
-		Help: "Times a session's reader waited because inbound_partial_bytes had reached its bound.",
-	}, func() float64 {
-		if budget != nil {
-			return float64(budget.Waits())
-		}
-		return 0
-	}))
-	return bm
 }
 
 // maxNackError bounds the error text a nack stores with its record (and

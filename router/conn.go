@@ -82,7 +82,6 @@ func (rt *Router) serveWS(c echo.Context) error {
 
 // HandleFrame implements session.Handler: one client op.
 func (cn *conn) HandleFrame(_ *session.Session, data []byte) {
-	cn.rt.m.bytesIn.Add(float64(len(data)))
 	req, pe := decodeRequest(data)
 	if max := cn.rt.opts.Bounds.MaxIDBytes; len(req.ID) > max {
 		// Too long to echo: the error goes without it.
@@ -180,7 +179,6 @@ func (rt *Router) postAppend(topic, transport string, start time.Time, a engine.
 		rt.m.publishes.WithLabelValues(transport, "duplicate").Inc()
 	default:
 		rt.m.publishes.WithLabelValues(transport, "ok").Inc()
-		rt.stats.publishes.Add(1)
 		rt.stats.countTopic(topic)
 	}
 }

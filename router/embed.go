@@ -200,7 +200,6 @@ func (ls *LocalSubscription) deliver(rec *engine.Record) {
 	ls.mu.Unlock()
 	if lost != nil {
 		ls.dropped.Add(1)
-		ls.rt.stats.drops.Add(1)
 		policy := "drop_old"
 		if ls.opts.DropNew {
 			policy = "drop_new"
@@ -258,5 +257,4 @@ func (ls *LocalSubscription) call(rec *engine.Record) {
 	}
 	ls.delivered.Add(1)
 	ls.rt.m.deliveriesLocal.Inc()
-	ls.rt.stats.deliveries.Add(1)
 }

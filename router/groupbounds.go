@@ -3,8 +3,6 @@ package router
 import (
 	"cmp"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/switchyard/switchyard/engine"
 )
 
@@ -96,35 +94,3 @@ const (
 	limitGroupsPerClient      = "groups_per_client"
 	limitGroupBytesPerClient  = "group_bytes_per_client"
 )
-
-// groupMetrics are the collectors of the bounds on consumer groups.
-type groupMetrics struct {
-	seekDrainTimeouts prometheus.Counter
-	leasesReserved    prometheus.Gauge
-	made              *groupLedger // the groups made through this gateway (groupcount.go)
-}
-
-func newGroupMetrics(rt *Router, reg prometheus.Registerer) *groupMetrics {
-	const ns = "switchyard"
-	m := &groupMetrics{
-		seekDrainTimeouts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "group_seek_drain_timeouts_total",
-			Help: "Seeks that went ahead after waiting 5s for a member of the group on this node to write the deliveries already queued for it."}),
-		leasesReserved: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "group_session_leases_reserved",
-			Help: "Leases the WebSocket group memberships of this node may hold, summed over sessions (each session at most --max-session-leases)."}),
-	}
-	reg.MustRegister(m.seekDrainTimeouts, m.leasesReserved, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "pull_members",
-		Help: "HTTP pull members this node holds (at most --max-pull-members)."}, func() float64 {
-		rt.mu.Lock()
-		defer rt.mu.Unlock()
-		return float64(len(rt.pulls))
-	}))
-	m.made = newGroupLedger()
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "groups_made",
-		Help: "Consumer groups made through this gateway that still exist (at most --max-groups)."}, func() float64 { return float64(m.made.tally().n) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "groups_made_bytes",
-			Help: "Bytes charged for the consumer groups made through this gateway that still exist (at most --max-group-bytes)."}, func() float64 { return float64(m.made.tally().bytes) }))
-	for _, l := range []string{limitPullMembers, limitPullMembersPerClient, limitSessionLeases, limitGroups, limitGroupBytes, limitGroupsPerClient, limitGroupBytesPerClient} {
-		rt.lim.limited.WithLabelValues(l)
-	}
-	return m
-}

@@ -250,7 +250,6 @@ func (cn *conn) encodeGap(dst []byte, st session.Stream, from, to int64) []byte 
 		pattern, group = s.pattern, s.group
 	}
 	cn.rt.m.gaps.WithLabelValues("queue_full").Inc()
-	cn.rt.stats.gaps.Add(1)
 	return encodeGap(dst, pattern, group, st.Topic, st.Partition, from, to, "queue_full")
 }
 
@@ -260,7 +259,6 @@ func (cn *conn) encodeGap(dst []byte, st session.Stream, from, to int64) []byte 
 // asynchronously: this runs under the session's queue lock, on the engine's
 // fan-out path, so a mass of non-reading subscribers must cost little here.
 func (cn *conn) onDrop(it *session.Item) {
-	cn.rt.stats.drops.Add(1)
 	policy := it.Policy
 	if policy > session.Disconnect {
 		policy = session.DropOld

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/router/internal/limit"
@@ -41,38 +40,6 @@ const (
 	envelopeHeaderBytes = 8
 	envelopeFixedBytes  = 256
 )
-
-// limitMetrics count refused credentials, refused permissions and the
-// limits this file enforces. They are registered on the Router's registry.
-type limitMetrics struct {
-	authFailures    *prometheus.CounterVec // reason
-	forbidden       *prometheus.CounterVec // op: publish|subscribe|group|admin
-	sessionsExpired prometheus.Counter
-	refreshes       *prometheus.CounterVec // outcome: required|ok|refused
-	limited         *prometheus.CounterVec // limit
-}
-
-func newLimitMetrics(reg prometheus.Registerer) *limitMetrics {
-	const ns = "switchyard"
-	m := &limitMetrics{
-		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "auth_failures_total",
-			Help: "Requests and WebSocket upgrades refused with 401, by reason (missing, invalid, invalid_claims, expired, not_yet_valid)."},
-			[]string{"reason"}),
-		forbidden: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "forbidden_total",
-			Help: "Operations refused with forbidden because the credential does not grant them, by operation."},
-			[]string{"op"}),
-		sessionsExpired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "sessions_expired_total",
-			Help: "WebSocket sessions closed with 1008 because their token expired."}),
-		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "token_refreshes_total",
-			Help: "Token refresh events on open sessions: required (refresh_required sent), ok (refreshed), refused."},
-			[]string{"outcome"}),
-		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "limit_rejections_total",
-			Help: "Requests refused by a configured limit (connections, connections_per_ip, connect_rate_per_ip, connect_hook_per_ip, topics, partitions, http_publish_rate, redrive_ids)."},
-			[]string{"limit"}),
-	}
-	reg.MustRegister(m.authFailures, m.forbidden, m.sessionsExpired, m.refreshes, m.limited)
-	return m
-}
 
 // limiter enforces the connection, topic and HTTP publish rate limits; the
 // slot and bucket mechanisms are in router/internal/limit. It is safe for

@@ -9,7 +9,37 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/switchyard/switchyard/engine"
+	hookc "github.com/switchyard/switchyard/router/internal/hooks"
 )
+
+// registerMetrics makes the router's collectors and registers them on
+// Options.Registry, in this one place: the gateway's own (metrics), the
+// limits' (limitMetrics), the HTTP server's (httpMetrics), the bounds'
+// (boundMetrics), the consumer groups' (groupMetrics) and the hooks'
+// (returned for newHooks; declared in router/internal/hooks beside the
+// client whose state two of its gauges read). It runs once, from New,
+// before anything counts. The collectors that read a component's own
+// state are registered with it: SSE resumption (sse_resume.go,
+// sse_open.go), presence churn (presence_churn.go) and JWKS (auth.go).
+func (rt *Router) registerMetrics() *hookc.Metrics {
+	reg := rt.opts.Registry
+	rt.m = newMetrics(reg)
+	rt.lim = newLimitMetrics(reg)
+	rt.httpm = newHTTPMetrics(reg)
+	rt.initMetrics()
+	rt.bm = newBoundMetrics(rt)
+	rt.gm = newGroupMetrics(rt, reg)
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "switchyard", Name: "bytes_in_total",
+		Help: "WebSocket payload bytes received from clients."}, func() float64 {
+		in, _ := rt.sessionBytes()
+		return float64(in)
+	}), prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "switchyard", Name: "bytes_out_total",
+		Help: "WebSocket payload bytes written to clients."}, func() float64 {
+		_, out := rt.sessionBytes()
+		return float64(out)
+	}))
+	return newHookMetrics(reg)
+}
 
 // metrics are the gateway's Prometheus collectors. Labels are bounded: no
 // per-session or per-topic labels (topic-level figures are in /v1/topics and
@@ -23,21 +53,23 @@ type metrics struct {
 	deliveriesPlain prometheus.Counter
 	deliveriesGroup prometheus.Counter
 	deliveriesLocal prometheus.Counter
-	bytesIn         prometheus.Counter
-	bytesOut        prometheus.Counter
-	queueDepth      prometheus.Histogram
-	drops           *prometheus.CounterVec // policy
-	gaps            *prometheus.CounterVec // reason
-	redeliveries    prometheus.Counter
-	deadLetters     *prometheus.CounterVec // reason
-	rejected        *prometheus.CounterVec // code
-	backpressure    prometheus.Counter
-	appendLatency   prometheus.Histogram
-	deliveryLatency prometheus.Histogram
-	slowDisconnects prometheus.Counter
-	deadLettersLost prometheus.Counter
-	groupLag        *prometheus.GaugeVec // group, topic, partition
-	deadLettersHeld *prometheus.GaugeVec // reason
+	// Payload bytes of the sessions that ended (removeConn), guarded by
+	// Router.mu; bytes_in_total and bytes_out_total add the open ones'
+	// (Router.sessionBytes).
+	endedBytesIn, endedBytesOut uint64
+	queueDepth                  prometheus.Histogram
+	drops                       *prometheus.CounterVec // policy
+	gaps                        *prometheus.CounterVec // reason
+	redeliveries                prometheus.Counter
+	deadLetters                 *prometheus.CounterVec // reason
+	rejected                    *prometheus.CounterVec // code
+	backpressure                prometheus.Counter
+	appendLatency               prometheus.Histogram
+	deliveryLatency             prometheus.Histogram
+	slowDisconnects             prometheus.Counter
+	deadLettersLost             prometheus.Counter
+	groupLag                    *prometheus.GaugeVec // group, topic, partition
+	deadLettersHeld             *prometheus.GaugeVec // reason
 	// Pipelined publish (publish.go).
 	publishesInFlight prometheus.Gauge
 	pipelineWaits     *prometheus.CounterVec // bound: count|bytes
@@ -56,10 +88,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Publish requests by transport and result (ok, duplicate, or the error code)."}, []string{"transport", "result"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "deliveries_total",
 			Help: "Message frames queued to sessions, by subscription kind."}, []string{"kind"}),
-		bytesIn: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "bytes_in_total",
-			Help: "WebSocket payload bytes received from clients."}),
-		bytesOut: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "bytes_out_total",
-			Help: "WebSocket payload bytes written to clients."}),
 		queueDepth: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "outbound_queue_depth",
 			Help:    "Outbound queue depth of each session, sampled every stats interval.",
 			Buckets: []float64{0, 1, 8, 64, 256, 512, 1024, 4096}}),
@@ -100,7 +128,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.deliveriesGroup = m.deliveries.WithLabelValues("group")
 	m.deliveriesLocal = m.deliveries.WithLabelValues("local")
 	reg.MustRegister(m.connections, m.connectsTotal, m.subscriptions, m.publishes, m.deliveries,
-		m.bytesIn, m.bytesOut, m.queueDepth, m.drops, m.gaps, m.redeliveries, m.deadLetters,
+		m.queueDepth, m.drops, m.gaps, m.redeliveries, m.deadLetters,
 		m.rejected, m.backpressure, m.appendLatency, m.deliveryLatency, m.slowDisconnects, m.deadLettersLost, m.groupLag, m.deadLettersHeld,
 		m.publishesInFlight, m.pipelineWaits,
 		collectors.NewGoCollector(),

@@ -411,7 +411,6 @@ func New(opts Options) (*Router, error) {
 		eng:     opts.Engine,
 		log:     opts.Logger,
 		subs:    trie.New[*subscription](),
-		m:       newMetrics(opts.Registry),
 		conns:   make(map[*conn]struct{}),
 		pulls:   make(map[string]*pullMember),
 		pullsBy: make(map[string]int),
@@ -420,14 +419,10 @@ func New(opts Options) (*Router, error) {
 		dlq:     make(chan engine.DeadLetter, deadLetterBuffer),
 		auth:    auth,
 		limits:  newLimiter(opts),
-		lim:     newLimitMetrics(opts.Registry),
-		httpm:   newHTTPMetrics(opts.Registry),
 		sse:     newSSEResume(opts.SSE.withDefaults(), opts.Registry),
 	}
-	rt.initMetrics()
-	rt.bm = newBoundMetrics(rt)
-	rt.gm = newGroupMetrics(rt, opts.Registry)
-	if rt.hooks, err = newHooks(opts.Hooks, newHookMetrics(opts.Registry)); err != nil {
+	hookm := rt.registerMetrics()
+	if rt.hooks, err = newHooks(opts.Hooks, hookm); err != nil {
 		return nil, err
 	}
 	rt.ctx, rt.cancel = context.WithCancel(context.Background())
@@ -561,7 +556,6 @@ func (rt *Router) fanOut(rec *engine.Record, d *session.Deferral) {
 func (rt *Router) countPlainDeliveries(n int) {
 	if n > 0 {
 		rt.m.deliveriesPlain.Add(float64(n))
-		rt.stats.deliveries.Add(int64(n))
 	}
 }
 
@@ -592,8 +586,10 @@ func (rt *Router) addConn(c *conn) bool {
 }
 
 func (rt *Router) removeConn(c *conn) {
+	st := c.sess.Stats() // final: the session has ended
 	rt.mu.Lock()
 	delete(rt.conns, c)
+	rt.m.endedBytesIn, rt.m.endedBytesOut = rt.m.endedBytesIn+st.BytesIn, rt.m.endedBytesOut+st.BytesOut
 	rt.mu.Unlock()
 	rt.wg.Done()
 }

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // HTTP server timeouts: the defaults of ServerOptions and of the gateway's
@@ -81,33 +79,6 @@ func (rt *Router) NewServer(o ServerOptions) *http.Server {
 // upgraded.
 func (rt *Router) Listener(ln net.Listener) net.Listener {
 	return &countingListener{Listener: ln, m: rt.httpm}
-}
-
-// httpMetrics count HTTP requests refused before a handler answered them
-// and connections closed by a server timeout.
-type httpMetrics struct {
-	timeouts *prometheus.CounterVec // phase: read_header|read|write
-	refused  *prometheus.CounterVec // reason
-}
-
-func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
-	const ns = "switchyard"
-	m := &httpMetrics{
-		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "http_timeouts_total",
-			Help: "HTTP connections closed by a server timeout, by phase (read_header: headers not sent in time; read: body not sent in time; write: response not taken in time)."},
-			[]string{"phase"}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "http_refused_total",
-			Help: "HTTP requests refused before reaching their handler, by reason (content_type, origin, preflight_origin)."},
-			[]string{"reason"}),
-	}
-	for _, p := range []string{"read_header", "read", "write"} {
-		m.timeouts.WithLabelValues(p)
-	}
-	for _, r := range []string{"content_type", "origin", "preflight_origin"} {
-		m.refused.WithLabelValues(r)
-	}
-	reg.MustRegister(m.timeouts, m.refused)
-	return m
 }
 
 type countingListener struct {

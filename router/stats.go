@@ -64,7 +64,6 @@ func (rt *Router) recordDeadLetters() {
 			return
 		}
 		rt.m.deadLetters.WithLabelValues(dl.Reason).Inc()
-		rt.stats.deadLetters.Add(1)
 	}
 	for {
 		select {
@@ -91,16 +90,11 @@ const maxLagSeries = 1000
 // maxTrackedTopics bounds the per-topic publish counters behind top_topics.
 const maxTrackedTopics = 10000
 
-// stats are the cheap counters behind $sys.stats.
+// stats are the per-topic publish counters behind the top_topics of
+// $sys.stats (Prometheus has no per-topic series). The other figures of
+// $sys.stats are read from the Prometheus collectors (metrics.statsFigures), so
+// each event is counted once.
 type stats struct {
-	publishes   atomic.Int64
-	deliveries  atomic.Int64
-	drops       atomic.Int64
-	gaps        atomic.Int64
-	deadLetters atomic.Int64
-	plainSubs   atomic.Int64
-	groupSubs   atomic.Int64
-
 	topics     sync.Map // topic -> *atomic.Int64
 	topicCount atomic.Int64
 }
@@ -174,25 +168,14 @@ func (rt *Router) background() {
 }
 
 type snapshot struct {
-	at                                 time.Time
-	publishes, deliveries, drops, gaps int64
-	bytesIn, bytesOut                  int64
+	at time.Time
+	statsFigures
+	bytesIn, bytesOut int64
 }
 
 func (rt *Router) snapshot(now time.Time) snapshot {
-	s := snapshot{
-		at:         now,
-		publishes:  rt.stats.publishes.Load(),
-		deliveries: rt.stats.deliveries.Load(),
-		drops:      rt.stats.drops.Load(),
-		gaps:       rt.stats.gaps.Load(),
-	}
-	for _, c := range rt.connList() {
-		st := c.sess.Stats()
-		s.bytesIn += int64(st.BytesIn)
-		s.bytesOut += int64(st.BytesOut)
-	}
-	return s
+	in, out := rt.sessionBytes()
+	return snapshot{at: now, statsFigures: rt.m.statsFigures(), bytesIn: int64(in), bytesOut: int64(out)}
 }
 
 type topicRate struct {
@@ -255,8 +238,8 @@ func (rt *Router) statsPayload(cur, prev snapshot, prevTopics map[string]int64, 
 		"uptime_s":    int64(cur.at.Sub(started).Seconds()),
 		"connections": len(conns),
 		"subscriptions": map[string]int64{
-			"plain": rt.stats.plainSubs.Load(),
-			"group": rt.stats.groupSubs.Load(),
+			"plain": cur.plainSubs,
+			"group": cur.groupSubs,
 		},
 		"rates": map[string]float64{
 			"publishes":  rate(cur.publishes, prev.publishes),
@@ -270,7 +253,7 @@ func (rt *Router) statsPayload(cur, prev snapshot, prevTopics map[string]int64, 
 			"deliveries":   cur.deliveries,
 			"drops":        cur.drops,
 			"gaps":         cur.gaps,
-			"dead_letters": rt.stats.deadLetters.Load(),
+			"dead_letters": cur.deadLetters,
 		},
 		"top_topics":     top,
 		"slow_consumers": slow,

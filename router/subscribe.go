@@ -156,7 +156,6 @@ func (cn *conn) subscribeSpec(sp *subscribeSpec) *protoError {
 		}
 	}
 	cn.rt.m.subscriptions.WithLabelValues("plain").Inc()
-	cn.rt.stats.plainSubs.Add(1)
 	if sp.live() {
 		return cn.startLive(s, sp)
 	}
@@ -213,7 +212,6 @@ func (cn *conn) startGroup(s *subscription, sp *subscribeSpec) *protoError {
 		return pe
 	}
 	cn.rt.m.subscriptions.WithLabelValues("group").Inc()
-	cn.rt.stats.groupSubs.Add(1)
 	cn.subscribed(sp, map[string]any{})
 	s.release()
 	return nil
@@ -409,11 +407,9 @@ func (rt *Router) dropSub(s *subscription) {
 	if s.group == "" {
 		rt.subs.Remove(s.pattern, s)
 		rt.m.subscriptions.WithLabelValues("plain").Dec()
-		rt.stats.plainSubs.Add(-1)
 		return
 	}
 	rt.m.subscriptions.WithLabelValues("group").Dec()
-	rt.stats.groupSubs.Add(-1)
 	if s.member != "" && !s.handedBack.Load() {
 		// Leave with a fresh context: the session's may be canceled, and
 		// the member's records must go back.

@@ -185,14 +185,12 @@ func (s *subscription) Deliver(d engine.Delivery) {
 	}
 	s.enqueueReliable(it)
 	s.c.rt.m.deliveriesGroup.Inc()
-	s.c.rt.stats.deliveries.Add(1)
 }
 
 // Skipped implements engine.Consumer: retention trimmed records the group
 // had not consumed.
 func (s *subscription) Skipped(group, topic string, partition int, from, to int64) {
 	s.c.rt.m.gaps.WithLabelValues("retention").Inc()
-	s.c.rt.stats.gaps.Add(1)
 	s.enqueueReliable(session.Item{
 		Frame:  encodeGap(nil, s.pattern, group, topic, partition, from, to, "retention"),
 		Stream: session.Stream{Sub: s.id, Topic: topic, Partition: partition},
@@ -504,7 +502,6 @@ func (s *subscription) drainPending(ctx context.Context, next map[partKey]int64,
 				return false, err
 			}
 			s.c.rt.m.deliveriesPlain.Inc()
-			s.c.rt.stats.deliveries.Add(1)
 			next[partKey{rec.Topic, rec.Partition}] = rec.Offset + 1
 		}
 	}
@@ -547,7 +544,6 @@ func (s *subscription) replayPart(ctx context.Context, p replayPart, gen uint64)
 				return off, err
 			}
 			s.c.rt.m.deliveriesPlain.Inc()
-			s.c.rt.stats.deliveries.Add(1)
 		}
 		s.mu.Lock()
 		ended := s.ended
@@ -575,7 +571,6 @@ func (rt *Router) readLog(ctx context.Context, topic string, partition int, from
 
 func (s *subscription) replayGap(topic string, partition int, from, to int64) {
 	s.c.rt.m.gaps.WithLabelValues("retention").Inc()
-	s.c.rt.stats.gaps.Add(1)
 	s.c.sess.Send(session.Item{
 		Frame:  encodeGap(nil, s.pattern, "", topic, partition, from, to, "retention"),
 		Stream: session.Stream{Sub: s.id, Topic: topic, Partition: partition},
