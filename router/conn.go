@@ -33,6 +33,12 @@ func (rt *Router) serveWS(c echo.Context) error {
 	default:
 		return perr(codeBadRequest, `envelope: want "lean" or nothing`)
 	}
+	// A page of another origin is refused before anything is taken, in
+	// JSON like every HTTP error (the WebSocket library would answer in
+	// plain text).
+	if o := c.Request().Header.Get("Origin"); o != "" && !sameOrigin(c.Request(), o) && !originAllowed(rt.opts.OriginPatterns, o) {
+		return perr(codeForbidden, "a page of origin %s may not open a WebSocket to this gateway: add its host to --allowed-origins", quoteInput(o))
+	}
 	// The limits before the credential, which may cost a hook call.
 	who, release, err := rt.admitConn(c)
 	if err != nil {

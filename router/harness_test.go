@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -27,7 +28,10 @@ func TestMain(m *testing.M) {
 	// Token tests use lifetimes under a second; NumericDate otherwise
 	// truncates exp and iat to whole seconds. Set once, before any test.
 	jwt.TimePrecision = time.Millisecond
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		printAPICounts()
+		os.Exit(code)
+	}))
 }
 
 // waitTimeout bounds every wait in these tests; they pass in milliseconds
@@ -68,7 +72,7 @@ func newGateway(t *testing.T, mods ...func(*gwConfig)) *gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(rt)
+	srv := httptest.NewServer(newAPICheck(t).wrap(rt))
 	g := &gateway{t: t, eng: eng, rt: rt, srv: srv, reg: reg}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -99,6 +103,8 @@ type client struct {
 	welcome  map[string]any
 	nextID   int
 	backlog  []map[string]any // frames call set aside while awaiting a reply
+	badMu    sync.Mutex       // guards bad
+	bad      []string         // frames that do not match asyncapi.json
 }
 
 func (g *gateway) dial(t *testing.T) *client {
@@ -141,10 +147,15 @@ func (g *gateway) dialMaybePaused(t *testing.T, paused bool) *client {
 	t.Cleanup(func() {
 		if paused {
 			c.conn.CloseNow()
-			return
+		} else {
+			c.conn.Close(websocket.StatusNormalClosure, "")
+			<-c.done
 		}
-		c.conn.Close(websocket.StatusNormalClosure, "")
-		<-c.done
+		c.badMu.Lock()
+		defer c.badMu.Unlock()
+		for _, b := range c.bad {
+			t.Errorf("API description mismatch: %s", b)
+		}
 	})
 	return c
 }
@@ -167,6 +178,11 @@ func (c *client) readLoop() {
 		default:
 		}
 		for _, line := range bytes.Split(data, []byte("\n")) {
+			if err := checkServerFrame(line); err != nil {
+				c.badMu.Lock()
+				c.bad = append(c.bad, err.Error())
+				c.badMu.Unlock()
+			}
 			var m map[string]any
 			if err := json.Unmarshal(line, &m); err != nil {
 				m = map[string]any{"op": "<invalid>", "raw": string(line)}

@@ -48,6 +48,7 @@ func (rt *Router) routes() *echo.Echo {
 	e.GET("/v1/deadletters", rt.httpDeadLetters, admin)
 	e.POST("/v1/deadletters/redrive", rt.httpRedrive, admin)
 	rt.sessionRoutes(e, admin)
+	rt.apiDocRoutes(e)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(rt.opts.Registry, promhttp.HandlerOpts{})))
 	e.GET("/healthz", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok", "version": rt.opts.Version})
