@@ -73,6 +73,7 @@ func TestLocalGapReportedWhenHandlerDrains(t *testing.T) {
 func TestReplayIntoSmallMaxPendingDropsNothing(t *testing.T) {
 	g := newGateway(t, engine.GroupPolicy{})
 	const n = 600
+	const pongTimeout = 500 * time.Millisecond
 	var (
 		mu      sync.Mutex
 		gaps    []client.Gap
@@ -95,9 +96,12 @@ func TestReplayIntoSmallMaxPendingDropsNothing(t *testing.T) {
 			account(gp.To - gp.From)
 		},
 		// Pongs wait behind records while the client holds back: that
-		// must not count as a dead connection.
+		// must not count as a dead connection. The pong timeout is what a
+		// loaded machine answers within when nothing holds a pong back;
+		// the first record's handler holds the client back for several of
+		// them (below).
 		PingInterval: 10 * time.Millisecond,
-		PongTimeout:  100 * time.Millisecond,
+		PongTimeout:  pongTimeout,
 		OnState: func(s client.State, err error) {
 			if s == client.StateDisconnected {
 				mu.Lock()
@@ -114,7 +118,12 @@ func TestReplayIntoSmallMaxPendingDropsNothing(t *testing.T) {
 	}
 	_, err := c.Subscribe(ctx, "history", client.SubscribeOptions{From: client.Earliest(), MaxPending: 4}, func(m *client.Message) {
 		// The application's work: slower than reading a socket, well
-		// under a second for the whole replay.
+		// under a second for the whole replay; the first record's takes
+		// three pong timeouts, during which pongs wait behind the records
+		// the client does not read.
+		if m.Offset == 0 {
+			time.Sleep(3 * pongTimeout)
+		}
 		time.Sleep(500 * time.Microsecond)
 		mu.Lock()
 		defer mu.Unlock()

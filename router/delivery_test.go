@@ -28,7 +28,13 @@ func TestSlowConsumerPolicies(t *testing.T) {
 	for _, policy := range []string{"drop_old", "drop_new"} {
 		t.Run(policy, func(t *testing.T) {
 			g := newGateway(t, func(c *gwConfig) {
-				c.router.Session = session.Options{QueueMessages: 8}
+				// The slow client's writer stays blocked on its full socket
+				// for as long as the publishing takes, which on a loaded
+				// machine can pass the default write timeout (10s) or miss a
+				// pong: either would end the session the test is about, so
+				// both are far beyond any run's length.
+				c.router.Session = session.Options{QueueMessages: 8,
+					WriteTimeout: time.Hour, PingInterval: time.Hour, PongTimeout: time.Hour}
 				c.router.Bounds.DeadLetterRate = math.Inf(1) // every drop is a dead letter
 			})
 			slow := g.dialPaused(t)

@@ -287,6 +287,7 @@ func TestHookSlowBackendManyConnects(t *testing.T) {
 
 	var wg sync.WaitGroup
 	var refused, unavailable, other atomic.Int32
+	var firstOther atomic.Value // the first unexpected outcome, for the failure
 	for range clients {
 		wg.Add(1)
 		go func() {
@@ -294,6 +295,7 @@ func TestHookSlowBackendManyConnects(t *testing.T) {
 			resp, err := hc.Get(g.srv.URL + "/v1/ws")
 			if err != nil {
 				other.Add(1)
+				firstOther.CompareAndSwap(nil, err.Error())
 				return
 			}
 			_, _ = io.Copy(io.Discard, resp.Body)
@@ -305,6 +307,7 @@ func TestHookSlowBackendManyConnects(t *testing.T) {
 				unavailable.Add(1)
 			default:
 				other.Add(1)
+				firstOther.CompareAndSwap(nil, resp.Status)
 			}
 		}()
 	}
@@ -313,7 +316,7 @@ func TestHookSlowBackendManyConnects(t *testing.T) {
 		t.Fatalf("%d hook requests in flight, limit %d", n, limit)
 	}
 	if other.Load() != 0 || refused.Load()+unavailable.Load() != clients {
-		t.Fatalf("refused %d, unavailable %d, other %d", refused.Load(), unavailable.Load(), other.Load())
+		t.Fatalf("refused %d, unavailable %d, other %d (first: %v)", refused.Load(), unavailable.Load(), other.Load(), firstOther.Load())
 	}
 	if b.calls["connect"].Load() == 0 || unavailable.Load() == 0 {
 		t.Fatalf("backend calls %d, unavailable %d: want the backend reached and overload refused", b.calls["connect"].Load(), unavailable.Load())

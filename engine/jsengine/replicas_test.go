@@ -94,7 +94,13 @@ func TestReplicas(t *testing.T) {
 			t.Errorf("%s: %d replicas, want 3", name, n)
 		}
 	}
-	recs, _, err := e.Read(ctx, "r.a", 0, 0, 10)
+	// The read waits for the scaled streams to have their leaders again,
+	// which on a loaded machine took longer than what was left of the
+	// first context (load partition: unavailable: context deadline
+	// exceeded): it gets its own bound, counted from here.
+	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer rcancel()
+	recs, _, err := e.Read(rctx, "r.a", 0, 0, 10)
 	if err != nil || len(recs) != 1 || string(recs[0].Data) != "kept" {
 		t.Fatalf("after scaling: %v %v", recs, err)
 	}
