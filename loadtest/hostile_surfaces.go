@@ -84,6 +84,7 @@ type surfaceTally struct {
 	stormUnavailable atomic.Int64 // of them, 503 after the slow hook's timeout
 	probeConnects    atomic.Int64 // connects of another address beside it
 	probeMaxMS       atomic.Int64 // the slowest of them
+	probeUnavailable atomic.Int64 // its 503s: a hook timeout on a loaded machine, tolerated once in a row
 
 	mu       sync.Mutex // guards problems
 	problems []string
@@ -158,6 +159,7 @@ func (h *hostile) surfaceReport() map[string]int64 {
 		m["client_storm_hook_calls"] = hk.stormCalls.Load()
 		m["client_probe_connects"] = t.probeConnects.Load()
 		m["client_probe_slowest_connect_ms"] = t.probeMaxMS.Load()
+		m["client_probe_unavailable"] = t.probeUnavailable.Load()
 	}
 	return m
 }
