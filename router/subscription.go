@@ -183,8 +183,9 @@ func (s *subscription) Deliver(d engine.Delivery) {
 	if d.Attempt > 1 {
 		s.c.rt.m.redeliveries.Inc()
 	}
-	s.enqueueReliable(it)
-	s.c.rt.m.deliveriesGroup.Inc()
+	if s.enqueueReliable(it) {
+		s.c.rt.m.deliveriesGroup.Inc()
+	}
 }
 
 // Skipped implements engine.Consumer: retention trimmed records the group
@@ -199,7 +200,11 @@ func (s *subscription) Skipped(group, topic string, partition int, from, to int6
 	})
 }
 
-func (s *subscription) enqueueReliable(it session.Item) {
+// enqueueReliable queues it to the session, or holds it while the
+// subscription is held back; it reports whether it did either (not after
+// the subscription ended, nor when the queue refused it and closed the
+// session).
+func (s *subscription) enqueueReliable(it session.Item) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r, ok := it.Ref.(*groupRef); ok && !s.ended {
@@ -210,10 +215,12 @@ func (s *subscription) enqueueReliable(it session.Item) {
 	}
 	switch {
 	case s.ended:
+		return false
 	case s.holding:
 		s.held = append(s.held, it)
+		return true
 	default:
-		s.c.sess.Send(it)
+		return s.c.sess.Send(it)
 	}
 }
 
