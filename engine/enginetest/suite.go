@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -50,6 +51,22 @@ type Features struct {
 	// Timeout bounds each wait for an event; default 5 s. A backend behind
 	// a network may need more.
 	Timeout time.Duration
+	// KnownDefects names rules (subtest paths below the suite, such as
+	// "Groups/AcksAboveAHole/HandBackThenJoin") the engine is known to
+	// break, each with why: they are skipped, saying so, unless
+	// SWITCHYARD_KNOWN_DEFECTS=1 runs them. An entry is a defect to fix,
+	// never a rule that does not apply.
+	KnownDefects map[string]string
+}
+
+// skipKnown skips t when its rule is one of the engine's known defects.
+func (s *suite) skipKnown(t *testing.T) {
+	t.Helper()
+	for rule, why := range s.f.KnownDefects {
+		if strings.HasSuffix(t.Name(), "/"+rule) && os.Getenv("SWITCHYARD_KNOWN_DEFECTS") != "1" {
+			t.Skipf("a known defect of this engine (%s); SWITCHYARD_KNOWN_DEFECTS=1 runs it", why)
+		}
+	}
 }
 
 // Config is what a test asks of the engine the Factory builds. Zero fields
@@ -139,7 +156,10 @@ func Run(t *testing.T, f Features, newEngine Factory) {
 		{"Close", testClose},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { tt.run(t, s) })
+		t.Run(tt.name, func(t *testing.T) {
+			s.skipKnown(t)
+			tt.run(t, s)
+		})
 	}
 }
 
