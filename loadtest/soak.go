@@ -103,11 +103,15 @@ var (
 // soak is one run of the scenario. Its connections update it concurrently;
 // fields without a comment are set before any connection starts.
 type soak struct {
-	r      *runner
-	parts  []int // partitions per topic index
-	gtopic int   // index of the group topic
-	group  string
-	start  time.Time
+	r *runner
+	// failedConn is the first error of a connection that failed for good
+	// during the load (a churner's reconnect, a member's rejoin), so the
+	// verdict names it when the progress lines are off.
+	failedConn atomic.Value // string
+	parts      []int        // partitions per topic index
+	gtopic     int          // index of the group topic
+	group      string
+	start      time.Time
 
 	epochMu sync.Mutex // guards epoch
 	epoch   string

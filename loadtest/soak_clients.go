@@ -269,6 +269,7 @@ func (rd *soakReader) churn(ctx context.Context, stop <-chan struct{}) {
 		}
 		if err != nil {
 			r.c.connFailures.Add(1)
+			rd.st.failedConn.CompareAndSwap(nil, fmt.Sprintf("churner %d: reconnect: %v", rd.idx, err))
 			fmt.Fprintf(r.log, "churner %d: reconnect: %v\n", rd.idx, err)
 			return
 		}
@@ -437,8 +438,21 @@ func (m *soakMember) churnLoop(ctx context.Context, stop <-chan struct{}) {
 			}
 			<-m.done // it is closing right now
 		}
-		if err := m.join(ctx); err != nil {
+		// A refused rejoin is retried after a second, up to
+		// soakReconnectTries times, as a churner's reconnect is.
+		err := m.join(ctx)
+		for try := 1; err != nil && try < soakReconnectTries && ctx.Err() == nil; try++ {
+			fmt.Fprintf(r.log, "member %d: rejoin, try %d: %v\n", m.idx, try, err)
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Second):
+			}
+			err = m.join(ctx)
+		}
+		if err != nil {
 			r.c.connFailures.Add(1)
+			m.st.failedConn.CompareAndSwap(nil, fmt.Sprintf("member %d: rejoin: %v", m.idx, err))
 			fmt.Fprintf(r.log, "member %d: rejoin: %v\n", m.idx, err)
 			return
 		}

@@ -92,7 +92,8 @@ func (st *soak) verdict(sr *SoakReport, rep *Report, baseline, ref, final Sample
 		sr.violate("%d publish(es) failed", n)
 	}
 	if n := r.c.connFailures.Load(); n > 0 {
-		sr.violate("%d connection(s) failed", n)
+		first, _ := st.failedConn.Load().(string)
+		sr.violate("%d connection(s) failed; first: %s", n, first)
 	}
 	if n := st.epochChanges.Load(); n > 0 {
 		sr.violate("the gateway's epoch changed %d time(s) during the run", n)
