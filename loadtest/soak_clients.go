@@ -239,13 +239,12 @@ func (rd *soakReader) close(abrupt bool) {
 	<-rd.done
 }
 
-// soakReconnectTries bounds a churner's tries at one reconnect.
+// soakReconnectTries bounds the tries of one reconnect or rejoin.
 const soakReconnectTries = 5
 
 // churn reconnects rd until stop is closed; it returns connected (or
 // after a reconnect failed soakReconnectTries times, which it counts).
 func (rd *soakReader) churn(ctx context.Context, stop <-chan struct{}) {
-	r := rd.st.r
 	for i := 0; ; i++ {
 		select {
 		case <-stop:
@@ -253,28 +252,40 @@ func (rd *soakReader) churn(ctx context.Context, stop <-chan struct{}) {
 		case <-time.After(soakChurnMin + rand.N(soakChurnMax-soakChurnMin)):
 		}
 		rd.close(i%2 == 1)
-		// A refused upgrade (429 past a per-address bound, 503 when the
-		// connect hook is slower than its timeout on a saturated machine)
-		// is retried after a second, as the clients do; the resume loses
-		// nothing meanwhile.
-		err := rd.connect(ctx)
-		for try := 1; err != nil && try < soakReconnectTries && ctx.Err() == nil; try++ {
-			fmt.Fprintf(r.log, "churner %d: reconnect, try %d: %v\n", rd.idx, try, err)
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Second):
-			}
-			err = rd.connect(ctx)
-		}
-		if err != nil {
-			r.c.connFailures.Add(1)
-			rd.st.failedConn.CompareAndSwap(nil, fmt.Sprintf("churner %d: reconnect: %v", rd.idx, err))
-			fmt.Fprintf(r.log, "churner %d: reconnect: %v\n", rd.idx, err)
+		if !rd.st.reconnect(ctx, stop, fmt.Sprintf("churner %d: reconnect", rd.idx), rd.connect) {
 			return
 		}
 		rd.reconnects.Add(1)
 	}
+}
+
+// reconnect dials again for a churning client (what names it in the log)
+// and reports whether it is connected. A refused upgrade or join (429 past
+// a per-address bound, 503 when the connect hook is slower than its
+// timeout on a saturated machine) is retried after a second, up to
+// soakReconnectTries times, as the clients do; the resume loses nothing
+// meanwhile. A client that stays refused is counted, and the first such
+// failure is kept for the verdict. It returns false at once when stop is
+// closed.
+func (st *soak) reconnect(ctx context.Context, stop <-chan struct{}, what string, dial func(context.Context) error) bool {
+	r := st.r
+	err := dial(ctx)
+	for try := 1; err != nil && try < soakReconnectTries && ctx.Err() == nil; try++ {
+		fmt.Fprintf(r.log, "%s, try %d: %v\n", what, try, err)
+		select {
+		case <-stop:
+			return false
+		case <-time.After(time.Second):
+		}
+		err = dial(ctx)
+	}
+	if err != nil {
+		r.c.connFailures.Add(1)
+		st.failedConn.CompareAndSwap(nil, fmt.Sprintf("%s: %v", what, err))
+		fmt.Fprintf(r.log, "%s: %v\n", what, err)
+		return false
+	}
+	return true
 }
 
 // --- group members ---
@@ -418,7 +429,6 @@ func (m *soakMember) close() {
 // churnLoop makes m close on a later delivery (alternately mid-ack and
 // holding it) and join again, until stop is closed; it returns connected.
 func (m *soakMember) churnLoop(ctx context.Context, stop <-chan struct{}) {
-	r := m.st.r
 	for i := 0; ; i++ {
 		select {
 		case <-stop:
@@ -438,22 +448,7 @@ func (m *soakMember) churnLoop(ctx context.Context, stop <-chan struct{}) {
 			}
 			<-m.done // it is closing right now
 		}
-		// A refused rejoin is retried after a second, up to
-		// soakReconnectTries times, as a churner's reconnect is.
-		err := m.join(ctx)
-		for try := 1; err != nil && try < soakReconnectTries && ctx.Err() == nil; try++ {
-			fmt.Fprintf(r.log, "member %d: rejoin, try %d: %v\n", m.idx, try, err)
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Second):
-			}
-			err = m.join(ctx)
-		}
-		if err != nil {
-			r.c.connFailures.Add(1)
-			m.st.failedConn.CompareAndSwap(nil, fmt.Sprintf("member %d: rejoin: %v", m.idx, err))
-			fmt.Fprintf(r.log, "member %d: rejoin: %v\n", m.idx, err)
+		if !m.st.reconnect(ctx, stop, fmt.Sprintf("member %d: rejoin", m.idx), m.join) {
 			return
 		}
 		m.st.rejoins.Add(1)
