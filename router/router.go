@@ -100,7 +100,8 @@
 // own held, so those come first.
 //
 //  1. engine-internal locks.
-//  2. Router.mu (sessions, pull members, local subscribers): pull.go
+//  2. Router.mu (sessions, pull members, local subscribers, the byte
+//     totals of ended sessions, metrics.go): pull.go
 //     (expirePulls, endGroup) and shutdown.go (handBack) take
 //     pullMember.mu under it.
 //  3. subscription.mu (a subscription's delivery state); pubPipe.mu (a
