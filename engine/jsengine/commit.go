@@ -276,16 +276,7 @@ func (e *Engine) syncApply(gp *gpart, w *syncWant, rev uint64) {
 				gp.holding = true
 				e.updateFloor(gp.p)
 			} else {
-				// The owner moved on while the claim was written: release
-				// what the claim read, its leases, redeliveries and settled
-				// runs. The hand-back fields still hold an earlier release
-				// of this node (or nothing), and a release written from
-				// them would have the next holder deliver again the acks
-				// above the committed offset, as first attempts.
-				gp.handback = slices.Clone(want.Leases)
-				gp.handbackRedo = slices.Clone(want.Redo)
-				gp.handbackDone = slices.Clone(want.Done)
-				e.markDirty(gp)
+				e.markDirty(gp) // the owner moved on meanwhile: release
 			}
 		}
 		e.pump(gp)

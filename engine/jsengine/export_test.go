@@ -1,11 +1,6 @@
 package jsengine
 
-import (
-	"context"
-	"fmt"
-
-	"github.com/nats-io/nats.go/jetstream"
-)
+import "github.com/nats-io/nats.go/jetstream"
 
 // SetBeforeMemberBeat makes the heartbeat call f after it has listed this
 // node's members and before it writes their live keys.
@@ -62,17 +57,3 @@ func (e *Engine) PartitionView(topic string, partition int) (earliest, next int6
 // SetBeforeClaimedPublish makes an append with a MsgID call f once it
 // holds its claim, before it publishes the record.
 func (e *Engine) SetBeforeClaimedPublish(f func()) { e.beforeClaimedPublish.Store(&f) }
-
-// StoredPosition returns the JSON of a group's position on one partition
-// of a topic this node knows, as the group bucket holds it now.
-func (e *Engine) StoredPosition(ctx context.Context, group, topic string, partition int) (string, error) {
-	t := e.local(topic)
-	if t == nil {
-		return "", fmt.Errorf("topic %q unknown here", topic)
-	}
-	ent, err := e.groupKV.Get(ctx, commitKey(group, t, partition))
-	if err != nil {
-		return "", err
-	}
-	return string(ent.Value()), nil
-}
