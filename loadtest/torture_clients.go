@@ -413,13 +413,22 @@ func (tr *torture) rawSubscriber(ctx context.Context, rng *rand.Rand, v *sview, 
 		v.lost()
 		if stopped(ctx, stop) && ok {
 			// The final phase: stay connected and reading until released.
+			// A connection the gateway ends meanwhile (a restart in
+			// progress at stop) is resumed on a new one: the records owed
+			// are still checked.
 			v.setReading(true)
 			v.confirmed(time.Now())
 			ready()
-			<-ctx.Done()
-			conn.CloseNow()
-			<-readerDone
-			return
+			select {
+			case <-ctx.Done():
+				conn.CloseNow()
+				<-readerDone
+				return
+			case <-readerDone:
+				v.lost()
+				conn.CloseNow()
+				continue
+			}
 		}
 		if ok {
 			tr.kills.Add(1)
@@ -582,6 +591,8 @@ func (tr *torture) sseSubscriber(ctx context.Context, rng *rand.Rand, v *sview, 
 		}
 		life.Stop()
 		if stopped(ctx, stop) {
+			// The final phase, as rawSubscriber's: a stream the gateway
+			// ends meanwhile is resumed from lastID.
 			v.setReading(true)
 			ready()
 			select {
@@ -595,7 +606,7 @@ func (tr *torture) sseSubscriber(ctx context.Context, rng *rand.Rand, v *sview, 
 		cancel()
 		resp.Body.Close()
 		<-readerDone
-		if stopped(ctx, stop) {
+		if ctx.Err() != nil {
 			return
 		}
 	}
