@@ -274,6 +274,66 @@ func runTorture(ctx context.Context, cfg *tortureConfig, stdout, stderr io.Write
 	over := &overloadWatch{}
 	tr := &torture{cfg: cfg, gw: gw, hostile: h, groups: &groupLedger{recs: map[pkey]*grec{}},
 		sse: &http.Client{Transport: &http.Transport{}}}
+	all, err := tr.makeTopics(ctx, over)
+	if err != nil {
+		return false, err
+	}
+
+	// Background checkers, started before the baseline so that it counts
+	// their goroutines.
+	stopCheckers := tr.startCheckers(over)
+	defer stopCheckers()
+	hard := cfg.duration + 2*cfg.drain + cfg.settle + 90*time.Second
+	watchdog := time.AfterFunc(hard, func() {
+		fmt.Fprintf(stdout, "invariant 5 (no panic, no deadlock): FAIL  the run overran %v; every goroutine:\n", hard)
+		_ = pprof.Lookup("goroutine").WriteTo(stdout, 2)
+		os.Exit(3)
+	})
+	defer watchdog.Stop()
+
+	base := tr.measure(ctx)
+	if base.conns < 0 {
+		return false, errors.New("cannot read the gateway's /metrics")
+	}
+
+	// The load, then the drain: subscribers reconnected and reading, then
+	// caught up; the group settled.
+	cctx, cancelClients := context.WithCancel(ctx)
+	defer cancelClients()
+	stop := make(chan struct{})
+	clients, final := tr.startLoad(ctx, cctx, stop, stderr)
+	tr.progress(ctx, started, stderr)
+	close(stop)
+	loadEnd := time.Now()
+	unsettled := tr.drain(ctx, final)
+	drained := time.Since(loadEnd)
+
+	// Every client leaves (the non-readers and raw subscribers without a
+	// close frame), then the process comes back to its baseline.
+	cancelClients()
+	clients.Wait()
+	f := tr.backToBaseline(ctx, base, all)
+	f.unsettled, f.drained, f.started = unsettled, drained, started
+
+	gwStopped = true
+	f.stopErr = gw.stop()
+	if f.stopErr != nil {
+		tr.v5.add("the gateway did not stop cleanly: %v", f.stopErr)
+	}
+	var problems []string
+	f.problems, problems = gw.problems.snapshot()
+	for _, p := range problems {
+		if strings.Contains(strings.ToLower(p), "panic") {
+			tr.v5.add("the gateway logged: %s", p)
+		}
+	}
+	return tr.report(stdout, f), nil
+}
+
+// makeTopics names the run's topics, makes the ledger and creates the
+// topics on the gateway, the Block topic filled so that its publishes wait
+// from the start; it returns every topic but the Block one.
+func (tr *torture) makeTopics(ctx context.Context, over *overloadWatch) ([]*tortureTopic, error) {
 	mk := func(name string, parts int) *tortureTopic { return &tortureTopic{name: name, parts: parts} }
 	for i := range 4 {
 		tr.plain = append(tr.plain, mk(fmt.Sprintf("tt.a.%d", i), 2))
@@ -287,30 +347,31 @@ func runTorture(ctx context.Context, cfg *tortureConfig, stdout, stderr io.Write
 	tr.block = mk("tb.0", 1)
 	all := append(append(append([]*tortureTopic{}, tr.plain...), tr.deletable...), tr.groupTopics...)
 	tr.pubTopics = all
-	if cfg.without["groups"] {
+	if tr.cfg.without["groups"] {
 		tr.pubTopics = append(append([]*tortureTopic{}, tr.plain...), tr.deletable...)
 	}
 	all = append(all, tr.quiet)
-	tr.l = newLedger(append(all, tr.block), cfg.stall, over)
+	tr.l = newLedger(append(all, tr.block), tr.cfg.stall, over)
 	for _, t := range all {
 		if err := tr.createTopic(ctx, t, ""); err != nil {
-			return false, err
+			return nil, err
 		}
 	}
 	if err := tr.createTopic(ctx, tr.block, `,"on_full":"block","block_timeout":"4s","retention":{"max_messages":16}`); err != nil {
-		return false, err
+		return nil, err
 	}
-
-	// Fill the Block topic, so that its publishes wait from the start.
 	for i := range 16 {
 		body := appendTorturePublish(nil, -1, tr.block.name, "", "fill"+itoa(i), time.Now(), 0)
 		if _, status, err := tr.do(ctx, http.MethodPost, "/v1/publish", body); err != nil || status != http.StatusOK {
-			return false, fmt.Errorf("filling %s: status %d: %v", tr.block.name, status, err)
+			return nil, fmt.Errorf("filling %s: status %d: %v", tr.block.name, status, err)
 		}
 	}
+	return all, nil
+}
 
-	// Background checkers, started before the baseline so that it counts
-	// their goroutines.
+// startCheckers starts the overload watch and the stall checker; the
+// function it returns stops both and waits for them.
+func (tr *torture) startCheckers(over *overloadWatch) (stop func()) {
 	bgStop := make(chan struct{})
 	var bg sync.WaitGroup
 	bg.Add(2)
@@ -333,29 +394,14 @@ func runTorture(ctx context.Context, cfg *tortureConfig, stdout, stderr io.Write
 			}
 		}
 	}()
-	hard := cfg.duration + 2*cfg.drain + cfg.settle + 90*time.Second
-	watchdog := time.AfterFunc(hard, func() {
-		fmt.Fprintf(stdout, "invariant 5 (no panic, no deadlock): FAIL  the run overran %v; every goroutine:\n", hard)
-		_ = pprof.Lookup("goroutine").WriteTo(stdout, 2)
-		os.Exit(3)
-	})
-	defer watchdog.Stop()
-	defer func() { close(bgStop); bg.Wait() }()
+	return func() { close(bgStop); bg.Wait() }
+}
 
-	base := tr.measure(ctx)
-	if base.conns < 0 {
-		return false, errors.New("cannot read the gateway's /metrics")
-	}
-
-	// The load.
-	cctx, cancelClients := context.WithCancel(ctx)
-	defer cancelClients()
-	stop := make(chan struct{})
-	clients, final := tr.startLoad(ctx, cctx, stop, stderr)
-
-	// Progress, and the second half of the deadlock check: acknowledged
-	// publishes must keep coming while the load runs.
-	end := time.Now().Add(cfg.duration)
+// progress prints the run's figures every second for --duration, and is
+// the second half of the deadlock check: acknowledged publishes must keep
+// coming while the load runs.
+func (tr *torture) progress(ctx context.Context, started time.Time, stderr io.Writer) {
+	end := time.Now().Add(tr.cfg.duration)
 	lastAcked, lastMove := int64(0), time.Now()
 	for time.Now().Before(end) && ctx.Err() == nil {
 		pause(ctx, time.Second)
@@ -373,11 +419,14 @@ func runTorture(ctx context.Context, cfg *tortureConfig, stdout, stderr io.Write
 			time.Since(started).Round(time.Second), a, tr.l.delivered.Load(), tr.l.gapped.Load(), tr.groups.acks.Load(),
 			tr.kills.Load(), tr.deletes.Load(), tr.l.v1.count(), tr.l.v2.count(), tr.groups.v.count())
 	}
-	close(stop)
-	loadEnd := time.Now()
+}
 
-	// Drain: subscribers reconnected and reading, then caught up; the
-	// group settled.
+// drain waits, each for at most --drain, for the subscribers to be back
+// and reading (final), for them to have every record owed (then reports
+// what is missing), and for the group to settle; it returns the group's
+// unsettled records.
+func (tr *torture) drain(ctx context.Context, final *sync.WaitGroup) (unsettled int64) {
+	cfg := tr.cfg
 	waitGroupFor(final, cfg.drain)
 	drainEnd := time.Now().Add(cfg.drain)
 	for time.Now().Before(drainEnd) && ctx.Err() == nil {
@@ -393,40 +442,43 @@ func runTorture(ctx context.Context, cfg *tortureConfig, stdout, stderr io.Write
 	for _, v := range tr.l.subs {
 		v.missing(true)
 	}
-	var unsettled int64
-	for !cfg.without["groups"] && time.Now().Before(drainEnd.Add(cfg.drain)) && ctx.Err() == nil {
+	if cfg.without["groups"] {
+		// No member joined the checked group: there is nothing to settle.
+		return 0
+	}
+	var err error
+	for time.Now().Before(drainEnd.Add(cfg.drain)) && ctx.Err() == nil {
 		if unsettled, err = tr.unsettled(ctx, false); err == nil && unsettled == 0 {
 			break
 		}
 		pause(ctx, 500*time.Millisecond)
 	}
-	if cfg.without["groups"] {
-		// No member joined the checked group: there is nothing to settle.
-	} else if unsettled, err = tr.unsettled(ctx, true); err != nil {
+	if unsettled, err = tr.unsettled(ctx, true); err != nil {
 		tr.groups.v.add("%v", err)
 	}
-	drained := time.Since(loadEnd)
+	return unsettled
+}
 
-	// Every client leaves (the non-readers and raw subscribers without a
-	// close frame).
-	cancelClients()
-	clients.Wait()
+// backToBaseline measures the process once every client has left: the
+// connections, subscriptions, goroutines and descriptors within
+// --settle, then, once the run's topics and groups are deleted, the heap.
+func (tr *torture) backToBaseline(ctx context.Context, base baseline, all []*tortureTopic) verdictFigures {
+	cfg := tr.cfg
 	left := time.Now()
 	http.DefaultClient.CloseIdleConnections()
 	tr.sse.CloseIdleConnections()
-	var last baseline
+	f := verdictFigures{base: base}
 	settled := false
 	for time.Since(left) < cfg.settle {
-		last = tr.measure(ctx)
-		if last.conns == base.conns && last.subs == base.subs &&
-			last.goroutines <= base.goroutines+goroutineSlack && last.fds <= base.fds+fdSlack {
+		f.last = tr.measure(ctx)
+		if f.last.conns == base.conns && f.last.subs == base.subs &&
+			f.last.goroutines <= base.goroutines+goroutineSlack && f.last.fds <= base.fds+fdSlack {
 			settled = true
 			break
 		}
 		pause(ctx, 100*time.Millisecond)
 	}
-	settleTook := time.Since(left)
-	// The heap, once the run's topics and groups are gone.
+	f.settleTook = time.Since(left)
 	for _, t := range append(all, tr.block) {
 		_, _, _ = tr.do(ctx, http.MethodDelete, "/v1/topics/"+t.name, nil)
 	}
@@ -437,29 +489,16 @@ func runTorture(ctx context.Context, cfg *tortureConfig, stdout, stderr io.Write
 	// The embedded engine's NATS server runs in this process: its block
 	// caches of the deleted streams expire on its own timers, so the heap
 	// is given heapSettle to come back.
-	after := tr.measure(ctx)
+	f.after = tr.measure(ctx)
 	heapSlack := tr.heapSlackMiB()
-	heapOK := after.heap <= base.heap+heapSlack<<20
+	heapOK := f.after.heap <= base.heap+heapSlack<<20
 	for heapEnd := time.Now().Add(heapSettle); !heapOK && time.Now().Before(heapEnd) && ctx.Err() == nil; {
 		pause(ctx, 500*time.Millisecond)
-		after = tr.measure(ctx)
-		heapOK = after.heap <= base.heap+heapSlack<<20
+		f.after = tr.measure(ctx)
+		heapOK = f.after.heap <= base.heap+heapSlack<<20
 	}
-
-	gwStopped = true
-	stopErr := gw.stop()
-	if stopErr != nil {
-		tr.v5.add("the gateway did not stop cleanly: %v", stopErr)
-	}
-	nProblems, problems := gw.problems.snapshot()
-	for _, p := range problems {
-		if strings.Contains(strings.ToLower(p), "panic") {
-			tr.v5.add("the gateway logged: %s", p)
-		}
-	}
-
-	return tr.report(stdout, verdictFigures{settled: settled && heapOK, settleTook: settleTook, base: base, last: last,
-		after: after, unsettled: unsettled, stopErr: stopErr, problems: nProblems, drained: drained, started: started}), nil
+	f.settled = settled && heapOK
+	return f
 }
 
 // verdictFigures are the figures of a run's end that the verdicts use.
