@@ -69,6 +69,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -142,6 +143,7 @@ type soak struct {
 	phase                      atomic.Value  // the label of the sampler's samples (string)
 	stopSampling, stopProgress func()        // each runs once, later calls do nothing
 	baseline, final            Sample        // before any connection of ours; after all closed
+	leftStacks                 string        // in process: the goroutines left over the slack at the end, by stack
 	elapsed                    time.Duration // of the publishing
 	ends                       [][]int64     // [topic][partition] the log's end after the load
 	logBytes                   int64         // what the log holds after the load
@@ -528,6 +530,22 @@ func (st *soak) settle(ctx context.Context) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	st.final = st.sample(ctx, "final")
+	if r.cfg.inprocess && st.final.Goroutines > st.baseline.Goroutines+int64(r.cfg.goroutineSlack) {
+		st.leftStacks = goroutineStacks(4 << 10)
+	}
+}
+
+// goroutineStacks is this process's goroutines grouped by stack, most
+// common first as the runtime lists them, cut at max bytes: what a
+// verdict of goroutines left after the load shows.
+func goroutineStacks(max int) string {
+	var sb strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&sb, 1)
+	s := sb.String()
+	if len(s) > max {
+		s = s[:max] + "…"
+	}
+	return s
 }
 
 // figures sums the run up into its report and checks it.

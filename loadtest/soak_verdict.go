@@ -160,8 +160,8 @@ func (st *soak) verdict(sr *SoakReport, rep *Report, baseline, ref, final Sample
 		}
 	}
 	if final.Goroutines > baseline.Goroutines+int64(sr.Bounds.GoroutineSlack) {
-		sr.violate("goroutines: %d after the load, baseline %d + slack %d (checked for %v after every connection closed)",
-			final.Goroutines, baseline.Goroutines, sr.Bounds.GoroutineSlack, settleTimeout)
+		sr.violate("goroutines: %d after the load, baseline %d + slack %d (checked for %v after every connection closed)%s",
+			final.Goroutines, baseline.Goroutines, sr.Bounds.GoroutineSlack, settleTimeout, stacksNote(st.leftStacks))
 	}
 	if growth := final.HeapBytes - ref.HeapBytes; growth >= sr.Bounds.MaxHeapGrowthBytes {
 		sr.violate("heap grew %.1f MiB from %.1fs to the end (bound %d MiB)",
@@ -264,4 +264,12 @@ func (st *soak) getJSON(ctx context.Context, path string, v any) error {
 		return fmt.Errorf("GET %s: %w", path, err)
 	}
 	return nil
+}
+
+// stacksNote appends the goroutines left over to a verdict, when known.
+func stacksNote(stacks string) string {
+	if stacks == "" {
+		return ""
+	}
+	return "; left over, by stack:\n" + stacks
 }
