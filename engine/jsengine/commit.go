@@ -276,7 +276,13 @@ func (e *Engine) syncApply(gp *gpart, w *syncWant, rev uint64) {
 				gp.holding = true
 				e.updateFloor(gp.p)
 			} else {
-				e.markDirty(gp) // the owner moved on meanwhile: release
+				// The owner moved on while the claim was written: release
+				// what the claim read. The hand-back fields still hold an
+				// earlier release of this node (or nothing).
+				gp.handback = slices.Clone(want.Leases)
+				gp.handbackRedo = slices.Clone(want.Redo)
+				gp.handbackDone = slices.Clone(want.Done)
+				e.markDirty(gp)
 			}
 		}
 		e.pump(gp)
