@@ -70,6 +70,9 @@ func (e *Engine) fetchAhead(gp *gpart, off int64) {
 	p := gp.p
 	go func() { // exits after one fetch, bounded by its 5 s timeout
 		defer e.life.Exit()
+		if f := e.beforeFetch.Load(); f != nil {
+			(*f)()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		ctx, done := e.onConn(ctx)
 		recs, next, err := e.fetch(ctx, p, off, fetchBatch, e.lastSeen(p), hint)
@@ -178,13 +181,11 @@ func (e *Engine) pump(gp *gpart) {
 	if m != nil && m.Settled() {
 		e.pumpMember(g, m, gp)
 	}
-	if m == nil && inFlight == 0 {
-		// Owned elsewhere (or by nobody): hand the partition back.
-		gp.handback = gp.leases(false)
-		gp.handbackRedo = gp.redoOffsets()
-		gp.handbackDone = gp.doneSpans(e.window(g.def))
-		gp.dropWindow()
-		gp.holding = false
+	if m == nil && inFlight == 0 && !gp.storing() {
+		// Owned elsewhere (or by nobody): hand the partition back. Not
+		// while a dead letter is being stored: its record would be handed
+		// back owed, with its attempts used, though its letter is stored.
+		e.letGo(gp)
 		e.markDirty(gp)
 		e.updateFloor(gp.p)
 	}
@@ -219,16 +220,23 @@ func (e *Engine) pumpAppended(gp *gpart) {
 }
 
 // resumeAttempts gives a new flight the attempts the bucket records for
-// it: delivered by another node, they continue from there. When that node
-// died holding it and its attempts are used up, it goes to the dead
-// letters (its last lease ended unsettled, as by an ack timeout); after a
-// release, a graceful hand-back, it is delivered again. Caller holds gmu.
+// it: delivered by another node, they continue from there. When its
+// attempts are used up it goes to the dead letters without another
+// delivery: its last lease ended unsettled, as by an ack timeout, when the
+// node holding it died ("holder lost"); after a release its last attempt
+// ended as when its member leaves, or its letter was being stored as the
+// node closed (then it may be stored twice, never delivered after it).
+// Caller holds gmu.
 func (e *Engine) resumeAttempts(gp *gpart, f *groupstate.Flight) {
 	if f.State != groupstate.Ready || f.Attempt != 0 {
 		return
 	}
-	if f.Attempt = gp.stored.attempts(f.Rec.Offset); gp.lost && f.Attempt >= e.policy.MaxAttempts {
-		e.flights.Fail(gp, f, "holder lost", false)
+	if f.Attempt = gp.stored.attempts(f.Rec.Offset); f.Attempt >= e.policy.MaxAttempts {
+		reason := "attempts used before a hand-over"
+		if gp.lost {
+			reason = "holder lost"
+		}
+		e.flights.Fail(gp, f, reason, false)
 	}
 }
 

@@ -18,3 +18,13 @@ func (e *Engine) StoredPosition(ctx context.Context, group, topic string, partit
 	}
 	return string(ent.Value()), nil
 }
+
+// PositionKeyPrefix is the start of the group bucket keys of a group's
+// positions on a topic (any incarnation, any partition).
+func PositionKeyPrefix(group, topic string) string {
+	return "c." + enc(group) + "." + enc(topic) + "."
+}
+
+// SetBeforeGroupFetch makes every group fetch call f in its goroutine
+// before it reads from NATS.
+func (e *Engine) SetBeforeGroupFetch(f func()) { e.beforeFetch.Store(&f) }
