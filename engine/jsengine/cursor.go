@@ -6,7 +6,9 @@ package jsengine
 // sequence after the last, with no search. A cursor waiting for a record
 // past the last one the tail announced (appended, so its offset is known,
 // but not yet seen by the tail) does not fetch it either: the tail brings
-// it and pumps the cursor.
+// it and pumps the cursor. A cursor held on a partition this node has not
+// loaded (it started after the last append) loads its state first
+// (loadView), so a quiet partition's backlog is delivered at once.
 //
 // A record pumps only the cursors of its partition that a member on this
 // node owns or that this node holds (partition.pumped), under gmu; when
@@ -103,6 +105,41 @@ func (e *Engine) fetchAhead(gp *gpart, off int64) {
 	}()
 }
 
+// loadView reads the state of gp's partition from NATS in a goroutine of
+// its own, without gmu, when this node has not loaded it (it started after
+// the partition's last append: its view ends at offset 0 until the tail
+// brings a record), then pumps gp. Without it the records the group owes
+// on a quiet partition would wait for the next append. Caller holds gmu;
+// gp is held.
+func (e *Engine) loadView(gp *gpart) {
+	if gp.viewing || e.reachable() != nil || !e.life.Enter() {
+		return // a running load, or the tail once NATS is back, pumps gp
+	}
+	gp.viewing = true
+	p := gp.p
+	go func() { // exits after one load, bounded by its 5 s timeout
+		defer e.life.Exit()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, done := e.onConn(ctx)
+		_, _, err := e.snapshot(ctx, p)
+		done(nil)
+		cancel()
+		e.gmu.Lock()
+		defer e.gmu.Unlock()
+		gp.viewing = false
+		if err != nil {
+			e.log.Debug("jsengine: group view", "subject", p.subject, "err", err)
+			e.afterReal(200*time.Millisecond, func() {
+				e.gmu.Lock()
+				defer e.gmu.Unlock()
+				e.pump(gp)
+			})
+			return
+		}
+		e.pump(gp)
+	}()
+}
+
 // pump brings gp up to date: a node whose member owns the partition claims
 // it; the holder fast-forwards past trimmed records (telling the member),
 // delivers up to MaxInFlight outstanding, advances the committed offset and
@@ -124,6 +161,9 @@ func (e *Engine) pump(gp *gpart) {
 	}
 	g := gp.g
 	before := gp.Committed
+	if !gp.p.loaded.Load() {
+		e.loadView(gp)
+	}
 	earliest, next := gp.p.view()
 	skipFrom, skipTo := gp.SkipTo(earliest)
 	if skipTo > skipFrom && len(gp.Flights) == 0 {

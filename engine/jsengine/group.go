@@ -167,6 +167,7 @@ type gpart struct {
 	aheadEnd    int64            // the offset after ahead's last record
 	aheadSeq    uint64           // the stream sequence after it
 	fetching    bool             // a fetchAhead is running
+	viewing     bool             // a loadView is running
 	lost        bool             // held since a claim from a holder that died
 	rel         *commitVal       // what this node hands back and has not yet written (see commit.go)
 	redrives                     // redriven records waiting to be delivered again
