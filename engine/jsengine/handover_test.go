@@ -497,3 +497,39 @@ func TestFreshNodeDeliversBacklog(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimLandingAfterCloseKeepsLeases: a claim still being written when
+// its node closes lands after Close has written its releases and left the
+// registry, naming a node that is gone. The next node takes the partition
+// over as from a holder that died, and must still continue the attempts
+// and keep the acks above the unacked record that the claim read.
+func TestClaimLandingAfterCloseKeepsLeases(t *testing.T) {
+	url := natstest.URL(t)
+	o := nodeOpts{url: url, prefix: natstest.Prefix(t, url), c: enginetest.Config{Policy: engine.GroupPolicy{AckTimeout: time.Hour}}}
+	a := newNode(t, o)
+	leaveAHole(t, a, "hole", "g", "m1")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := a.Close(ctx); err != nil {
+		t.Fatalf("Close a: %v", err)
+	}
+	b, c := twoNodes(t, o)
+	gate := newGate(b, "")
+	gate.armed.Store(true) // b's claim waits
+	if _, err := b.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "hole", Member: "m2", MaxInFlight: holeRecords}, newManual()); err != nil {
+		t.Fatal(err)
+	}
+	gate.waitBlocked(t, ctx, "b's claim")
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close(ctx) }()
+	// Close deletes its members' keys after writing its releases.
+	waitUntil(t, "b's member to leave the registry", func() bool {
+		info, err := c.Group(ctx, "g")
+		return err == nil && len(info.Members) == 0
+	})
+	close(gate.release) // the claim lands now
+	if err := <-closed; err != nil {
+		t.Fatalf("Close b: %v", err)
+	}
+	takeOver(t, c, "hole", "g", "m3")
+}
