@@ -12,14 +12,29 @@ package jsengine
 // Group on another node shows them a moment later. Seek works from any
 // node: the holder adopts a position written by someone else.
 //
+// Releases. A node that stops holding a partition keeps what its window
+// reached as the release to write (gp.rel, letGo) until the committer has
+// written it; a claim of its own landing after its owner moved on keeps
+// what the claim read. Until then everything that writes the position
+// for this node starts from it: the release, Close, and a claim when a
+// member joins this node again first (the last value written while
+// holding lacks the acks since). A Seek made meanwhile replaces it, on
+// this node (the Seek is written as the release) or another (releaseVal
+// then releases the value sought). A partition is not let go while a
+// dead letter of it is being stored, and the leases a window has not
+// reached yet (still being fetched after a claim) are handed back with
+// the others (heldLeases).
+//
 // Attempts. The position also holds, per record not yet done, the
 // delivery attempts started on it, and the holder writes each attempt
 // there before the record reaches its member (the write carries the
 // commit of what was acked meanwhile, so a record costs one bucket write
 // as before; delivery waits for it). The next holder, after a crash or a
 // release, continues those counts (resumeAttempts), and a record whose
-// every allowed attempt was used by nodes that died with it goes to the
-// dead letters ("holder lost") without another delivery. A node dying
+// every allowed attempt was used goes to the dead letters without another
+// delivery: by nodes that died with it ("holder lost"), or before a
+// release (its last attempt ended as when its member leaves, or its
+// letter was being stored as its node closed). A node dying
 // between that write and the delivery counts an attempt that never
 // reached a member: at most one per crash.
 
@@ -48,6 +63,11 @@ func (e *Engine) applyStored(gp *gpart, v commitVal, rev uint64) {
 	if v.By != e.node && gp.holding && v.Holder == e.node && len(v.Asked) > 0 {
 		// A redrive asked for by another node: take it up, keep the window.
 		e.takeAsks(gp, v.Asked)
+	} else if v.By != e.node && !gp.holding && len(v.Asked) == 0 {
+		// A Seek (or another node's claim or release): a release of this
+		// node still to be written hands back the value stored now, not
+		// the position it had reached (see releaseVal).
+		gp.rel = nil
 	} else if v.By != e.node && gp.holding {
 		gp.dropWindow()
 		if v.Holder == e.node {
@@ -137,6 +157,7 @@ type syncWant struct {
 	rev    uint64       // the stored revision the write replaces
 	loaded bool         // gp's position was read from the bucket
 	claim  bool         // the write claims the partition for this node
+	rel    *commitVal   // the pending release the write hands back (gp.rel then)
 	lost   bool         // claiming from a holder that died without releasing
 	start  engine.Start // where a new position starts
 }
@@ -163,8 +184,8 @@ func (e *Engine) syncWanted(gp *gpart) (syncWant, bool) {
 	w := syncWant{rev: gp.storedRev, loaded: gp.loaded, start: gp.start}
 	switch {
 	case gp.holding:
-		w.val = commitVal{Off: gp.Committed, Skipped: gp.Skipped, Holder: e.node, By: e.node, Leases: gp.leases(gp.member != nil), Redo: gp.redoOffsets(),
-			Done: gp.doneSpans(e.window(gp.g.def))}
+		w.val = e.heldVal(gp, gp.member != nil)
+		w.val.Holder = e.node
 	case gp.acquiring:
 		if gp.member == nil {
 			gp.acquiring = false
@@ -176,13 +197,23 @@ func (e *Engine) syncWanted(gp *gpart) (syncWant, bool) {
 		}
 		w.claim = true
 		w.lost = w.loaded && gp.stored.Holder != "" && gp.stored.Holder != e.node
-		w.val = commitVal{Off: gp.stored.Off, Skipped: gp.stored.Skipped, Holder: e.node, By: e.node, Leases: gp.stored.Leases,
-			Redo: gp.stored.redoWithAsked(), Done: gp.stored.Done}
+		// Claiming back what this node still holds in the bucket (a member
+		// joined here again before the release was written) starts from
+		// the release, which holds every ack since the last write.
+		base := gp.stored
+		if gp.stored.Holder == e.node {
+			base = e.releaseVal(gp)
+		} else {
+			gp.rel = nil
+		}
+		w.val = commitVal{Off: base.Off, Skipped: base.Skipped, Holder: e.node, By: e.node, Leases: base.Leases,
+			Redo: base.redoWithAsked(), Done: base.Done}
 	default:
 		if !w.loaded || gp.stored.Holder != e.node {
+			gp.rel = nil
 			return syncWant{}, false // nothing of ours to release
 		}
-		w.val = e.releaseVal(gp)
+		w.val, w.rel = e.releaseVal(gp), gp.rel
 	}
 	if w.loaded && !w.claim && gp.stored.equal(w.val) {
 		return syncWant{}, false
@@ -190,12 +221,42 @@ func (e *Engine) syncWanted(gp *gpart) (syncWant, bool) {
 	return w, true
 }
 
-// releaseVal is the release of gp, which this node stopped holding: the
-// position it reached, with the leases, redeliveries and settled runs it
-// handed back. Caller holds gmu.
+// heldVal is the position gp's window has reached while this node holds
+// it (Holder not set): the committed offset, the leases (with ahead, a
+// Ready record counts the attempt it is about to get), the redeliveries
+// and the settled runs. Caller holds gmu.
+func (e *Engine) heldVal(gp *gpart, ahead bool) commitVal {
+	return commitVal{Off: gp.Committed, Skipped: gp.Skipped, By: e.node, Leases: gp.heldLeases(ahead), Redo: gp.redoOffsets(),
+		Done: gp.doneSpans(e.window(gp.g.def))}
+}
+
+// letGo stops holding gp: what its window reached becomes the release to
+// write (gp.rel), and the window is dropped. The caller has the release
+// written (markDirty, or Close). Caller holds gmu.
+func (e *Engine) letGo(gp *gpart) {
+	rel := e.heldVal(gp, false)
+	gp.rel = &rel
+	gp.dropWindow()
+	gp.holding = false
+}
+
+// releaseVal is the release of gp, which this node stopped holding but
+// still holds in the bucket: the position it reached when it let go
+// (gp.rel), or, when a Seek came since or the node's claim landed after
+// its owner moved on, the value stored, with the holder cleared and the
+// redrives asked for and not taken up. Caller holds gmu.
+//
+// Every path that stops holding sets gp.rel: a release written from
+// anything older (the last position written while holding, or an earlier
+// release) would have the next holder deliver again, as first attempts,
+// the records acked since.
 func (e *Engine) releaseVal(gp *gpart) commitVal {
-	return commitVal{Off: gp.Committed, Skipped: gp.Skipped, By: e.node, Leases: gp.handback,
-		Redo: gp.handbackRedo, Asked: gp.untaken(gp.stored.Asked), Done: gp.handbackDone}
+	v := gp.stored
+	if gp.rel != nil {
+		v = *gp.rel
+	}
+	v.Holder, v.By, v.Asked = "", e.node, gp.untaken(gp.stored.Asked)
+	return v
 }
 
 // syncWrite writes w to gp's position without a lock: an update of the
@@ -260,6 +321,9 @@ func (e *Engine) syncApply(gp *gpart, w *syncWant, rev uint64) {
 	if !w.claim && gp.holding && !gp.removed {
 		e.pump(gp) // attempts just written may be delivered now
 	}
+	if w.rel != nil && gp.rel == w.rel {
+		gp.rel = nil // written
+	}
 	if w.claim && !gp.removed {
 		gp.acquiring = false
 		if !gp.holding {
@@ -273,10 +337,13 @@ func (e *Engine) syncApply(gp *gpart, w *syncWant, rev uint64) {
 			}
 			gp.lost = w.lost
 			if gp.member != nil {
-				gp.holding = true
+				gp.holding, gp.rel = true, nil
 				e.updateFloor(gp.p)
 			} else {
-				e.markDirty(gp) // the owner moved on meanwhile: release
+				// The owner moved on while the claim was written: release
+				// what the claim read.
+				gp.rel = &commitVal{Off: want.Off, Skipped: want.Skipped, Leases: want.Leases, Redo: want.Redo, Done: want.Done}
+				e.markDirty(gp)
 			}
 		}
 		e.pump(gp)

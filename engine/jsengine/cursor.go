@@ -6,7 +6,9 @@ package jsengine
 // sequence after the last, with no search. A cursor waiting for a record
 // past the last one the tail announced (appended, so its offset is known,
 // but not yet seen by the tail) does not fetch it either: the tail brings
-// it and pumps the cursor.
+// it and pumps the cursor. A cursor held on a partition this node has not
+// loaded (it started after the last append) loads its state first
+// (loadView), so a quiet partition's backlog is delivered at once.
 //
 // A record pumps only the cursors of its partition that a member on this
 // node owns or that this node holds (partition.pumped), under gmu; when
@@ -70,6 +72,9 @@ func (e *Engine) fetchAhead(gp *gpart, off int64) {
 	p := gp.p
 	go func() { // exits after one fetch, bounded by its 5 s timeout
 		defer e.life.Exit()
+		if f := e.beforeFetch.Load(); f != nil {
+			(*f)()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		ctx, done := e.onConn(ctx)
 		recs, next, err := e.fetch(ctx, p, off, fetchBatch, e.lastSeen(p), hint)
@@ -100,6 +105,41 @@ func (e *Engine) fetchAhead(gp *gpart, off int64) {
 	}()
 }
 
+// loadView reads the state of gp's partition from NATS in a goroutine of
+// its own, without gmu, when this node has not loaded it (it started after
+// the partition's last append: its view ends at offset 0 until the tail
+// brings a record), then pumps gp. Without it the records the group owes
+// on a quiet partition would wait for the next append. Caller holds gmu;
+// gp is held.
+func (e *Engine) loadView(gp *gpart) {
+	if gp.viewing || e.reachable() != nil || !e.life.Enter() {
+		return // a running load, or the tail once NATS is back, pumps gp
+	}
+	gp.viewing = true
+	p := gp.p
+	go func() { // exits after one load, bounded by its 5 s timeout
+		defer e.life.Exit()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, done := e.onConn(ctx)
+		_, _, err := e.snapshot(ctx, p)
+		done(nil)
+		cancel()
+		e.gmu.Lock()
+		defer e.gmu.Unlock()
+		gp.viewing = false
+		if err != nil {
+			e.log.Debug("jsengine: group view", "subject", p.subject, "err", err)
+			e.afterReal(200*time.Millisecond, func() {
+				e.gmu.Lock()
+				defer e.gmu.Unlock()
+				e.pump(gp)
+			})
+			return
+		}
+		e.pump(gp)
+	}()
+}
+
 // pump brings gp up to date: a node whose member owns the partition claims
 // it; the holder fast-forwards past trimmed records (telling the member),
 // delivers up to MaxInFlight outstanding, advances the committed offset and
@@ -121,6 +161,9 @@ func (e *Engine) pump(gp *gpart) {
 	}
 	g := gp.g
 	before := gp.Committed
+	if !gp.p.loaded.Load() {
+		e.loadView(gp)
+	}
 	earliest, next := gp.p.view()
 	skipFrom, skipTo := gp.SkipTo(earliest)
 	if skipTo > skipFrom && len(gp.Flights) == 0 {
@@ -178,13 +221,11 @@ func (e *Engine) pump(gp *gpart) {
 	if m != nil && m.Settled() {
 		e.pumpMember(g, m, gp)
 	}
-	if m == nil && inFlight == 0 {
-		// Owned elsewhere (or by nobody): hand the partition back.
-		gp.handback = gp.leases(false)
-		gp.handbackRedo = gp.redoOffsets()
-		gp.handbackDone = gp.doneSpans(e.window(g.def))
-		gp.dropWindow()
-		gp.holding = false
+	if m == nil && inFlight == 0 && !gp.storing() {
+		// Owned elsewhere (or by nobody): hand the partition back. Not
+		// while a dead letter is being stored: its record would be handed
+		// back owed, with its attempts used, though its letter is stored.
+		e.letGo(gp)
 		e.markDirty(gp)
 		e.updateFloor(gp.p)
 	}
@@ -219,16 +260,23 @@ func (e *Engine) pumpAppended(gp *gpart) {
 }
 
 // resumeAttempts gives a new flight the attempts the bucket records for
-// it: delivered by another node, they continue from there. When that node
-// died holding it and its attempts are used up, it goes to the dead
-// letters (its last lease ended unsettled, as by an ack timeout); after a
-// release, a graceful hand-back, it is delivered again. Caller holds gmu.
+// it: delivered by another node, they continue from there. When its
+// attempts are used up it goes to the dead letters without another
+// delivery: its last lease ended unsettled, as by an ack timeout, when the
+// node holding it died ("holder lost"); after a release its last attempt
+// ended as when its member leaves, or its letter was being stored as the
+// node closed (then it may be stored twice, never delivered after it).
+// Caller holds gmu.
 func (e *Engine) resumeAttempts(gp *gpart, f *groupstate.Flight) {
 	if f.State != groupstate.Ready || f.Attempt != 0 {
 		return
 	}
-	if f.Attempt = gp.stored.attempts(f.Rec.Offset); gp.lost && f.Attempt >= e.policy.MaxAttempts {
-		e.flights.Fail(gp, f, "holder lost", false)
+	if f.Attempt = gp.stored.attempts(f.Rec.Offset); f.Attempt >= e.policy.MaxAttempts {
+		reason := "attempts used before a hand-over"
+		if gp.lost {
+			reason = "holder lost"
+		}
+		e.flights.Fail(gp, f, reason, false)
 	}
 }
 

@@ -74,8 +74,9 @@
 // watcher-resume rules, conn.go), the committer (writes positions, claims
 // and releases, up to 16 keys at once from goroutines it waits for before
 // its next round), the letter writer (stores max_attempts dead letters and
-// settles their records) and the heartbeat; short-lived retry timers and
-// group fetches (one at most per cursor, each bounded by 5 s); the reader
+// settles their records) and the heartbeat; short-lived retry timers,
+// group fetches and loads of a partition's state for a group cursor (one
+// of each at most per cursor, each bounded by 5 s); the reader
 // of pipelined appends' acknowledgements (one at most, while any is in
 // flight; it calls AppendAsync's done); and Clock timer callbacks (ack
 // timeouts, backoffs, block timeouts).

@@ -350,7 +350,8 @@ func (e *Engine) Watch(o engine.Observer) (stop func()) {
 // Close stops appends (they fail with engine.ErrClosed, including appends
 // blocked on a full partition), stops every timer, hands this node's
 // partitions back (records in flight are redelivered by the next owner,
-// records acked above them are not; a release that a hand-back left to
+// or dead-lettered by it when that was their last attempt, records acked
+// above them are not; a release that a hand-back left to
 // the committer is written here, the committer stopping with Close) and
 // removes its members from the registry so other nodes take over at
 // once, then stops the tail and the watchers and waits for every goroutine
@@ -380,14 +381,11 @@ func (e *Engine) Close(ctx context.Context) error {
 		clear(g.local)
 		for _, gp := range g.parts {
 			if gp.holding {
-				v := commitVal{Off: gp.Committed, Skipped: gp.Skipped, By: e.node, Leases: gp.leases(false),
-					Redo: gp.redoOffsets(), Asked: gp.untaken(gp.stored.Asked), Done: gp.doneSpans(e.window(g.def))}
-				gp.dropWindow()
-				gp.holding = false
-				rels = append(rels, release{gp.key, v.marshal(), gp.storedRev})
-			} else if gp.loaded && gp.stored.Holder == e.node && !gp.removed {
-				// Released (a member handed back) but not yet written:
-				// the committer stops with Close.
+				e.letGo(gp)
+			}
+			if gp.loaded && gp.stored.Holder == e.node && !gp.removed {
+				// Held, or released (a member handed back) but not yet
+				// written: the committer stops with Close.
 				rels = append(rels, release{gp.key, e.releaseVal(gp).marshal(), gp.storedRev})
 			}
 			gp.member = nil

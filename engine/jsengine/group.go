@@ -48,6 +48,9 @@ type groupTable struct {
 	kick    chan struct{}                // capacity 1: wakes the committer
 
 	groupFetches atomic.Int64 // group fetches from NATS started (fetchAhead)
+	// beforeFetch, when set (by tests), runs in a group fetch's goroutine
+	// before it reads from NATS.
+	beforeFetch atomic.Pointer[func()]
 }
 
 type groupDef struct {
@@ -164,8 +167,9 @@ type gpart struct {
 	aheadEnd    int64            // the offset after ahead's last record
 	aheadSeq    uint64           // the stream sequence after it
 	fetching    bool             // a fetchAhead is running
+	viewing     bool             // a loadView is running
 	lost        bool             // held since a claim from a holder that died
-	handback    []lease          // leases written with a release
+	rel         *commitVal       // what this node hands back and has not yet written (see commit.go)
 	redrives                     // redriven records waiting to be delivered again
 	settledRuns                  // records settled above the committed offset, from the bucket
 
@@ -187,6 +191,35 @@ func (gp *gpart) leases(ahead bool) []lease {
 		}
 	}
 	return out
+}
+
+// heldLeases returns the leases to write while gp is held or as it is let
+// go: its window's (see leases) and those of the value read from the
+// bucket that the window has not reached yet, past Next or waiting to be
+// redelivered with their attempts continued. Without the latter a node
+// that let a partition go soon after claiming it, while its window was
+// still being fetched, would hand the records back with no attempts, and
+// their counts would start again. Sorted by offset. Caller holds gmu.
+func (gp *gpart) heldLeases(ahead bool) []lease {
+	out := gp.leases(ahead)
+	for _, l := range gp.stored.Leases {
+		if l.Off >= gp.Next || gp.resume[l.Off] && slices.Contains(gp.want, l.Off) {
+			out = append(out, l)
+		}
+	}
+	slices.SortFunc(out, func(a, b lease) int { return cmp.Compare(a.Off, b.Off) })
+	return out
+}
+
+// storing reports whether a flight of gp's window waits for its dead
+// letter to be stored. Caller holds gmu.
+func (gp *gpart) storing() bool {
+	for f := range gp.All {
+		if f.State == groupstate.Storing {
+			return true
+		}
+	}
+	return false
 }
 
 // dropWindow forgets every flight, stopping its timers, the records

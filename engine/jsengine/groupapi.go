@@ -250,9 +250,16 @@ func (e *Engine) seekOne(ctx context.Context, gp *gpart, off int64) error {
 			e.gmu.Unlock()
 			return nil
 		}
-		v, rev, loaded := gp.stored, gp.storedRev, gp.loaded
+		v, rev, loaded, rel := gp.stored, gp.storedRev, gp.loaded, gp.rel
+		// This node let the partition go and its release is still to be
+		// written (no claim of its own is coming): the Seek is the
+		// release.
+		release := v.Holder == e.node && !gp.acquiring
 		e.gmu.Unlock()
 		v.Off, v.By, v.Leases, v.Redo, v.Asked, v.Done = off, e.node, nil, nil, nil, nil
+		if release {
+			v.Holder = ""
+		}
 		var err error
 		if loaded {
 			_, err = e.groupKV.Update(ctx, gp.key, v.marshal(), rev)
@@ -260,6 +267,13 @@ func (e *Engine) seekOne(ctx context.Context, gp *gpart, off int64) error {
 			_, err = e.groupKV.Create(ctx, gp.key, v.marshal())
 		}
 		if err == nil {
+			// A release or claim of this node still to be written starts
+			// from the Seek (see releaseVal), not from where it let go.
+			e.gmu.Lock()
+			if rel != nil && gp.rel == rel {
+				gp.rel = nil
+			}
+			e.gmu.Unlock()
 			return nil
 		}
 		if !isWrongLast(err) {

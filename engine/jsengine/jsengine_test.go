@@ -60,13 +60,7 @@ func newNode(t testing.TB, o nodeOpts) *jsengine.Engine {
 
 func TestConformance(t *testing.T) {
 	url := natstest.URL(t)
-	enginetest.Run(t, enginetest.Features{FakeClock: true, Timeout: 10 * time.Second,
-		KnownDefects: map[string]string{
-			// One CI run of ten: the record acked last before a hand-back
-			// came again after the re-join (offsets [9]); a cluster
-			// torture run showed the same after a restart.
-			"Groups/AcksAboveAHole/HandBackThenJoin": "an ack just before a hand-back can be delivered again after a re-join",
-		}}, func(t *testing.T, c enginetest.Config) engine.Engine {
+	enginetest.Run(t, enginetest.Features{FakeClock: true, Timeout: 10 * time.Second}, func(t *testing.T, c enginetest.Config) engine.Engine {
 		return newNode(t, nodeOpts{url: url, prefix: natstest.Prefix(t, url), c: c})
 	})
 }

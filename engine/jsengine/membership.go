@@ -11,8 +11,9 @@ package jsengine
 // the position naming itself as holder, allowed only when the stored
 // holder is nobody, itself, or a node whose key has expired. A node whose
 // member no longer owns a partition stops delivering new records on it
-// and, once nothing of it is in flight, releases it (holder cleared);
-// only then can the new owner's node claim it. Within one node the
+// and, once nothing of it is in flight and no dead letter of it is being
+// stored, releases it (holder cleared; see Releases in commit.go); only
+// then can the new owner's node claim it. Within one node the
 // in-memory engine's rule applies (the new member waits until the old
 // one's leases end). A node that Closes releases everything at once and
 // deletes its keys; a node that dies is taken over when its key expires.

@@ -58,7 +58,6 @@ type redrives struct {
 	resume       map[int64]bool           // offsets restored from the bucket: their attempts continue
 	redoFetching bool                     // a fetchRedo is running
 	taken        map[string]bool          // IDs of asks taken up, until a write clears Asked
-	handbackRedo []int64                  // redeliveries written with a release
 }
 
 // drop forgets the pending redeliveries (with the window).

@@ -30,9 +30,8 @@ type span [2]int64
 // settledRuns is what a cursor knows of the records settled above its
 // committed offset beyond its window. Guarded by gmu.
 type settledRuns struct {
-	above        []span // read from the bucket and not yet reached by the window, in order
-	doneAbove    int    // Done flights in the window at the last pump
-	handbackDone []span // settled runs written with a release
+	above     []span // read from the bucket and not yet reached by the window, in order
+	doneAbove int    // Done flights in the window at the last pump
 }
 
 // addSpan appends [from, to) to out, merging it with the last run when
