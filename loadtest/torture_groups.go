@@ -422,6 +422,11 @@ func (tr *torture) presenceChurn(ctx context.Context, rng *rand.Rand, stop <-cha
 	}
 }
 
+// deleteAnswerWithin bounds how long recreate asks for a delete's answer:
+// several times the longest a graceful restart has kept a gateway away
+// (about 5 s on a loaded machine).
+const deleteAnswerWithin = 30 * time.Second
+
 // deleter deletes a deletable topic and creates it again every few
 // seconds, until stop; no publish to it is in flight meanwhile.
 func (tr *torture) deleter(ctx context.Context, rng *rand.Rand, stop <-chan struct{}) {
@@ -441,12 +446,15 @@ func (tr *torture) deleter(ctx context.Context, rng *rand.Rand, stop <-chan stru
 
 // recreate deletes t and creates it again, in the books too; the caller
 // holds t.gate and deleteMu exclusively. A DELETE whose reply is lost may
-// have deleted the topic, so it is sent again (a few times) until the
-// gateway answers: 204, or 404 for a topic already gone. Only the run
-// deletes topics, so either way the generation is over.
+// have deleted the topic, so it is sent again until the gateway answers
+// (204, or 404 for a topic already gone), for longer than a restart keeps
+// the gateway away: given up sooner, a delete that took effect would go
+// unbooked and the topic's next records would look like the old
+// generation's. Only the run deletes topics, so either way the generation
+// is over.
 func (tr *torture) recreate(ctx context.Context, t *tortureTopic) {
 	status := 0
-	for attempt := 0; attempt < 5 && ctx.Err() == nil; attempt++ {
+	for end := time.Now().Add(deleteAnswerWithin); time.Now().Before(end) && ctx.Err() == nil; {
 		var err error
 		if _, status, err = tr.do(ctx, http.MethodDelete, "/v1/topics/"+t.name, nil); err == nil && status < 500 {
 			break
