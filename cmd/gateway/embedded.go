@@ -7,11 +7,13 @@ package main
 // files, so a gateway stopped in any way (kill -9 included) and started again
 // on the same directory finds every record it acknowledged, its groups resume
 // from their committed offsets, and clients resuming with positions get
-// recovered: true. The server writes each record to its file before the
-// publish is acknowledged and syncs the files to disk every --data-sync
-// (default two minutes, the NATS default; "always": after every write), so
-// a process crash loses nothing acknowledged; a power loss may lose what was
-// written since the last sync.
+// recovered: true. The server writes each record to its file and, by
+// default (--data-sync always), syncs that file to disk before the publish
+// is acknowledged, so neither a process crash nor a power loss loses an
+// acknowledged record. --data-sync with a duration (2m is the NATS
+// server's own default) syncs only that often: a process crash still loses
+// nothing acknowledged, a power loss may lose what was acknowledged since
+// the last sync.
 //
 // The server listens on no TCP port unless --embedded-nats-listen names one:
 // then other gateway nodes (--engine nats --nats-url nats://that-address,
@@ -91,7 +93,8 @@ func startLocked(abs, listen string, sync dataSync, log *slog.Logger) (*embedded
 		StoreDir:   abs,
 		DontListen: true,
 		NoSigs:     true, // the gateway handles signals and stops the server
-		// Zero values: the server's default, every two minutes.
+		// parseDataSync sets one of the two (both zero would be the
+		// server's default, every two minutes).
 		SyncAlways:   sync.Always,
 		SyncInterval: sync.Interval,
 	}

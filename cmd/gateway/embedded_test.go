@@ -347,7 +347,7 @@ func readLog(t *testing.T, n *node, topic string) []string {
 }
 
 // TestEmbeddedDataSync: --data-sync reaches the embedded server's JetStream
-// settings; the zero value keeps the server's default.
+// settings, and the default syncs before acknowledging.
 func TestEmbeddedDataSync(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, tt := range []struct {
@@ -357,7 +357,8 @@ func TestEmbeddedDataSync(t *testing.T) {
 	}{
 		{"always", true, 0},
 		{"10s", false, 10 * time.Second},
-		{defaultDataSync, false, 2 * time.Minute},
+		{"2m", false, 2 * time.Minute},
+		{defaultDataSync, true, 0}, // durable by default
 	} {
 		t.Run(tt.flag, func(t *testing.T) {
 			sync, err := parseDataSync(tt.flag)
