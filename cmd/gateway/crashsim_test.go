@@ -9,8 +9,9 @@ package main
 //   - live: every write so far (what a crash of the process leaves: the
 //     page cache survives it);
 //   - synced: each file as it was when its last successful fsync or
-//     fdatasync began, or as written when it was opened with O_SYNC or
-//     O_DSYNC (what a power loss is sure to leave).
+//     fdatasync (or syncfs of the filesystem) began, or as written when it
+//     was opened with O_SYNC or O_DSYNC (what a power loss is sure to
+//     leave).
 //
 // The synced state is the worst case the kernel allows for file contents:
 // any write not covered by a sync is dropped. Directory entries (create,
@@ -35,7 +36,7 @@ import (
 // traceSyscalls is strace's -e trace= list: every call the replay needs.
 // writev and pwritev are listed so that one on a tracked file fails the
 // replay instead of being missed.
-const traceSyscalls = "openat,open,creat,close,write,pwrite64,writev,pwritev,pwritev2,fsync,fdatasync," +
+const traceSyscalls = "openat,open,creat,close,write,pwrite64,writev,pwritev,pwritev2,fsync,fdatasync,syncfs,sync," +
 	"rename,renameat,renameat2,unlink,unlinkat,ftruncate,truncate,lseek,dup,dup2,dup3"
 
 // strace's arguments to record a child process for replayTrace.
@@ -64,6 +65,8 @@ type diskState struct {
 	files   map[string]*diskFile
 	fds     map[int]*openFile
 	syncing map[string][]byte // by pid: the live content when the sync began
+	// syncingAll is, by pid, every file's live content when a syncfs began.
+	syncingAll map[string]map[*diskFile][]byte
 	// onStdout sees what the traced process writes to its standard output.
 	onStdout func(s *diskState, data []byte)
 }
@@ -103,13 +106,14 @@ func (sn snapshot) writeTo(dir string) error {
 // under root and calls s.onStdout at each write to standard output.
 func replayTrace(r io.Reader, root string, onStdout func(*diskState, []byte)) (*diskState, error) {
 	s := &diskState{root: filepath.Clean(root), files: map[string]*diskFile{}, fds: map[int]*openFile{},
-		syncing: map[string][]byte{}, onStdout: onStdout}
+		syncing: map[string][]byte{}, syncingAll: map[string]map[*diskFile][]byte{}, onStdout: onStdout}
 	pending := map[string]string{} // by pid: the start of an unfinished call
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 256<<20)
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Text()
 		pid, rest, ok := strings.Cut(line, " ")
+		rest = strings.TrimLeft(rest, " ") // strace pads the pid column
 		if !ok || strings.HasPrefix(rest, "---") || strings.HasPrefix(rest, "+++") {
 			continue
 		}
@@ -190,6 +194,14 @@ func unquote(a string) ([]byte, error) {
 // writes that finish while it runs are not counted as synced.
 func (s *diskState) begin(pid, call string) error {
 	name, args, _, err := parseCall(call)
+	if err == nil && (name == "syncfs" || name == "sync") {
+		all := make(map[*diskFile][]byte, len(s.files))
+		for _, f := range s.files {
+			all[f] = append([]byte(nil), f.live...)
+		}
+		s.syncingAll[pid] = all
+		return nil
+	}
 	if err != nil || (name != "fsync" && name != "fdatasync") || len(args) < 1 {
 		return err
 	}
@@ -231,6 +243,18 @@ func (s *diskState) apply(pid, call string) error {
 	name, args, rc, err := parseCall(call)
 	if err != nil {
 		return err
+	}
+	if name == "syncfs" || name == "sync" {
+		// The tests' files are on one filesystem: a syncfs of any of
+		// them covers all.
+		all := s.syncingAll[pid]
+		delete(s.syncingAll, pid)
+		if rc == 0 || name == "sync" {
+			for f, b := range all {
+				f.synced = b
+			}
+		}
+		return nil
 	}
 	if name == "fsync" || name == "fdatasync" {
 		snap, began := s.syncing[pid]
