@@ -36,11 +36,17 @@ package jsengine
 // running and exits when none is in flight.
 //
 // Not pipelined, but appended as by Append (after the partition's records
-// in flight): everything when the streams have more than one replica (a
-// replicated stream checks Nats-Expected-Last-Msg-Id as it applies a
-// record, and in tests with two nodes contending for one partition the
-// refusals stalled the stream past the acknowledgement timeout, so
-// clustered deployments keep the one-at-a-time path for now), records
+// in flight): everything when the streams have more than one replica,
+// because a replicated stream cannot take the chain: it checks
+// Nats-Expected-Last-Msg-Id only as it applies a record, after proposing
+// it (unlike the expected-sequence headers, checked before), and treats a
+// mismatch there as a write error it cannot recover from: the first
+// refused record stops the stream on every server, and nothing more is
+// acknowledged or read (TestReplicatedLastMsgIDRefusalStopsTheStream, on
+// nats-server 2.15). A chain on Nats-Expected-Last-Sequence, which a
+// replicated stream does check before proposing, is not safe either: a
+// record refused because another got in lets its successor through, as the
+// other record holds the very sequence the successor expects. Records
 // with a MsgID (their Nats-Msg-Id is the claim's),
 // topics with MaxAge or the Block policy (an append may trim or wait),
 // a partition within the window of its MaxMessages plus its trim slack
