@@ -93,6 +93,10 @@ type pipeline struct {
 	// reappends counts refused pipelined records appended again.
 	reappends  atomic.Int64
 	oneAtATime atomic.Int64 // AppendAsync calls appended as by Append (appendAfter)
+	// batching: replicated streams take AppendAsync's records in atomic
+	// batches (pipeline_batch.go); set by New.
+	batching atomic.Bool
+	batches  atomic.Int64 // batches published (counting each sending again)
 }
 
 // pipe is the engine's pipelined records in flight, in publish order.
@@ -103,6 +107,9 @@ type pipe struct {
 	open    int     // pipelined records published and not yet answered
 	epoch   uint64  // bumped when a re-append starts a new chain
 	reading bool    // an ack reader runs
+	// bq holds, by partition, the records waiting for the partition's
+	// batch in flight (pipeline_batch.go).
+	bq map[*partition]*batchQueue
 }
 
 // pend is one pipelined record in flight.
@@ -117,6 +124,10 @@ type pend struct {
 	id   string
 	fut  jetstream.PubAckFuture
 	done func(engine.Appended, error)
+	// A batch's commit (pipeline_batch.go): its records, and how many
+	// times it was refused and sent again.
+	batch   []*pend
+	attempt int
 }
 
 var _ engine.AsyncAppender = (*Engine)(nil)
@@ -126,7 +137,7 @@ var _ engine.AsyncAppender = (*Engine)(nil)
 // publish path, and its checks under amu and its chain bookkeeping under
 // wmu are read together.
 func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(engine.Appended, error)) {
-	if m.MsgID != "" || e.replicas > 1 {
+	if m.MsgID != "" || (e.replicas > 1 && !e.batching.Load()) {
 		e.appendSerial(ctx, m, done)
 		return
 	}
@@ -151,6 +162,10 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 	p := t.parts[pi]
 	if !e.waitRoom(ctx) {
 		done(engine.Appended{}, e.ctxOrClosed(ctx))
+		return
+	}
+	if e.replicas > 1 {
+		e.appendBatched(ctx, t, p, pi, m, done)
 		return
 	}
 	p.amu.Lock()
@@ -302,19 +317,37 @@ func (e *Engine) startAckReader() {
 	}()
 }
 
-// failPending answers every record in flight with err (the engine closed).
+// failPending answers every record in flight, and every one waiting for
+// a batch, with err (the engine closed).
 func (e *Engine) failPending(err error) {
 	for {
 		e.wmu.Lock()
-		if len(e.w.q) == 0 {
+		var xs []*pend
+		switch {
+		case len(e.w.q) > 0:
+			x := e.w.q[0]
+			e.w.q = e.w.q[1:]
+			xs = []*pend{x}
+			if x.batch != nil {
+				xs = x.batch
+			}
+		default:
+			for p, bq := range e.w.bq {
+				xs = bq.q
+				e.w.open += len(xs) // finish counts each one down
+				delete(e.w.bq, p)
+				break
+			}
+		}
+		if len(xs) == 0 {
 			e.w.reading = false
 			e.wmu.Unlock()
 			return
 		}
-		x := e.w.q[0]
-		e.w.q = e.w.q[1:]
 		e.wmu.Unlock()
-		e.finish(x, engine.Appended{}, err, true)
+		for _, x := range xs {
+			e.finish(x, engine.Appended{}, err, true)
+		}
 	}
 }
 
@@ -347,6 +380,10 @@ func (e *Engine) readAcks() {
 
 // settlePend applies one acknowledgement (or refusal) and answers x.
 func (e *Engine) settlePend(x *pend, ack *jetstream.PubAck, err error) {
+	if x.batch != nil {
+		e.settleBatch(x, ack, err)
+		return
+	}
 	p := x.p
 	switch {
 	case err == nil && !ack.Duplicate:
