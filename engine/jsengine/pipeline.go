@@ -35,9 +35,10 @@ package jsengine
 // at a time, which is started when a record is published with none
 // running and exits when none is in flight.
 //
-// Not pipelined, but appended as by Append (after the partition's records
-// in flight): everything when the streams have more than one replica,
-// because a replicated stream cannot take the chain: it checks
+// Replicated streams do not take the chain; records into them go in
+// atomic batches instead (pipeline_batch.go), or, on a server without
+// atomic batches (before NATS 2.12), as by Append. A replicated stream
+// cannot take the chain: it checks
 // Nats-Expected-Last-Msg-Id only as it applies a record, after proposing
 // it (unlike the expected-sequence headers, checked before), and treats a
 // mismatch there as a write error it cannot recover from: the first
@@ -46,8 +47,10 @@ package jsengine
 // nats-server 2.15). A chain on Nats-Expected-Last-Sequence, which a
 // replicated stream does check before proposing, is not safe either: a
 // record refused because another got in lets its successor through, as the
-// other record holds the very sequence the successor expects. Records
-// with a MsgID (their Nats-Msg-Id is the claim's),
+// other record holds the very sequence the successor expects.
+//
+// Not pipelined, but appended as by Append (after the partition's records
+// in flight): records with a MsgID (their Nats-Msg-Id is the claim's),
 // topics with MaxAge or the Block policy (an append may trim or wait),
 // a partition within the window of its MaxMessages plus its trim slack
 // (an append may trim: see trimSlack),
