@@ -54,6 +54,19 @@ const (
 	hBatchCommit = "Nats-Batch-Commit"
 )
 
+// NATS's answers to a batch it stored nothing of and that may be sent
+// again: the staged batch was dropped (incomplete), or the server had too
+// many batches in flight.
+const (
+	jsErrBatchIncomplete jetstream.ErrorCode = 10176
+	jsErrBatchTooMany    jetstream.ErrorCode = 10210
+)
+
+func isBatchRetry(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jsErrBatchIncomplete || apiErr.ErrorCode == jsErrBatchTooMany)
+}
+
 // batchQueue is a partition's records waiting for its batch in flight.
 type batchQueue struct {
 	q      []*pend
@@ -254,9 +267,10 @@ func (e *Engine) settleBatch(b *pend, ack *jetstream.PubAck, err error) {
 		for _, x := range xs {
 			e.finish(x, engine.Appended{Partition: p.index, Offset: x.off, Time: x.now}, nil, false)
 		}
-	case (err == nil || isWrongLast(err)) && b.attempt < 100:
-		// Refused whole (another node appended to the partition): send
-		// it again after reloading, before anything queued after it.
+	case (err == nil || isWrongLast(err) || isBatchRetry(err)) && b.attempt < 100:
+		// Refused whole (another node appended to the partition, or the
+		// server had too many batches at once): send it again after
+		// reloading, before anything queued after it.
 		e.reappends.Add(int64(n))
 		e.wmu.Lock()
 		e.w.open -= n
@@ -275,7 +289,7 @@ func (e *Engine) settleBatch(b *pend, ack *jetstream.PubAck, err error) {
 	default:
 		// Unknown outcome (timeout, connection lost) or refused too often:
 		// the partition's state is reloaded before its next batch.
-		if err == nil || isWrongLast(err) {
+		if err == nil || isWrongLast(err) || isBatchRetry(err) {
 			err = fmt.Errorf("jsengine: topic %q partition %d: too much contention: %w", p.t.name, p.index, engine.ErrUnavailable)
 		} else if !errors.Is(err, engine.ErrUnavailable) {
 			err = unavailable("append", err)
