@@ -112,7 +112,10 @@ func (e *Engine) appendBatched(ctx context.Context, t *topic, p *partition, pi i
 			return
 		}
 	}
-	if p.inflight == 0 && (p.lastMark || (t.cfg.MaxMessages > 0 && p.nextW-p.earliestW+maxPipelined >= t.cfg.MaxMessages+trimSlack(t.cfg))) {
+	// Near the cap (counting every record this node may have in flight
+	// or queued: maxPipelined), an append may trim: one at a time, after
+	// the records in flight and queued (appendAfter waits for them).
+	if p.lastMark || (t.cfg.MaxMessages > 0 && p.nextW-p.earliestW+maxPipelined >= t.cfg.MaxMessages+trimSlack(t.cfg)) {
 		p.amu.Unlock()
 		e.freeRoom()
 		e.appendAfter(ctx, p, pi, m, done)
