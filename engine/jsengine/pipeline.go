@@ -51,7 +51,9 @@ package jsengine
 //
 // Not pipelined, but appended as by Append (after the partition's records
 // in flight): records with a MsgID (their Nats-Msg-Id is the claim's),
-// topics with MaxAge or the Block policy (an append may trim or wait),
+// topics with the Block policy (an append may wait), a MaxAge topic's
+// partition whose oldest record has expired (the append trims it: see
+// ageDue),
 // a partition within the window of its MaxMessages plus its trim slack
 // (an append may trim: see trimSlack),
 // and a partition whose last message is a trim marker.
@@ -100,6 +102,9 @@ type pipeline struct {
 	// batches (pipeline_batch.go); set by New.
 	batching atomic.Bool
 	batches  atomic.Int64 // batches published (counting each sending again)
+	// pipelined counts records published without waiting for the one
+	// before (chained or batched), each time it is published.
+	pipelined atomic.Int64
 }
 
 // pipe is the engine's pipelined records in flight, in publish order.
@@ -157,7 +162,7 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 		done(engine.Appended{}, err)
 		return
 	}
-	if t == nil || t.cfg.MaxAge > 0 || (t.cfg.OnFull == engine.Block && t.cfg.MaxMessages > 0) {
+	if t == nil || (t.cfg.OnFull == engine.Block && t.cfg.MaxMessages > 0) {
 		e.appendSerial(ctx, m, done)
 		return
 	}
@@ -191,7 +196,7 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 			return
 		}
 	}
-	if p.lastMark || (t.cfg.MaxMessages > 0 && p.nextW-p.earliestW+maxPipelined >= t.cfg.MaxMessages+trimSlack(t.cfg)) {
+	if p.lastMark || (t.cfg.MaxMessages > 0 && p.nextW-p.earliestW+maxPipelined >= t.cfg.MaxMessages+trimSlack(t.cfg)) || ageDue(p, e.clock.Now()) {
 		p.amu.Unlock()
 		e.freeRoom()
 		e.appendAfter(ctx, p, pi, m, done)
@@ -235,6 +240,7 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 		return
 	}
 	x.fut, x.done = fut, done
+	e.pipelined.Add(1)
 	p.chain = e.w.epoch
 	e.w.lastID = x.id
 	e.w.open++

@@ -23,8 +23,8 @@ package jsengine
 // A batch of one record is published as Append does (no staging). The
 // acknowledgements are read in publish order by the ack reader of
 // pipeline.go, as are the chained records'. Everything else is as for the
-// chain: records with a MsgID, MaxAge or Block topics, a partition near
-// its cap, append one at a time.
+// chain: records with a MsgID, Block topics, a partition near its cap or
+// with expired records, append one at a time.
 //
 // Lock order: as pipeline.go (partition.amu, then Engine.wmu, which also
 // guards the queues, Engine.w.bq). No network round trip is made under
@@ -115,7 +115,7 @@ func (e *Engine) appendBatched(ctx context.Context, t *topic, p *partition, pi i
 	// Near the cap (counting every record this node may have in flight
 	// or queued: maxPipelined), an append may trim: one at a time, after
 	// the records in flight and queued (appendAfter waits for them).
-	if p.lastMark || (t.cfg.MaxMessages > 0 && p.nextW-p.earliestW+maxPipelined >= t.cfg.MaxMessages+trimSlack(t.cfg)) {
+	if p.lastMark || (t.cfg.MaxMessages > 0 && p.nextW-p.earliestW+maxPipelined >= t.cfg.MaxMessages+trimSlack(t.cfg)) || ageDue(p, e.clock.Now()) {
 		p.amu.Unlock()
 		e.freeRoom()
 		e.appendAfter(ctx, p, pi, m, done)
@@ -239,6 +239,7 @@ func (e *Engine) sendBatch(p *partition, xs []*pend, attempt int) (start bool, e
 		return false, unavailable("append", err)
 	}
 	e.batches.Add(1)
+	e.pipelined.Add(int64(n))
 	b := &pend{ctx: xs[n-1].ctx, t: p.t, p: p, fut: fut, batch: xs, attempt: attempt}
 	e.w.open += n
 	e.w.q = append(e.w.q, b)
