@@ -346,7 +346,7 @@ func TestValidate(t *testing.T) {
 		{"partitions above their bound", []string{"--partitions", "8", "--max-partitions", "4"}, []string{"partitions (8) is above max-partitions (4)"}},
 		{"max partitions", []string{"--max-partitions", "0"}, []string{"max-partitions must be 1 to 1024"}},
 		{"listen without embedded", []string{"--embedded-nats-listen", "127.0.0.1:4223"}, []string{"embedded-nats-listen needs --engine embedded"}},
-		{"sync without embedded", []string{"--engine", "nats", "--data-sync", "always"}, []string{"data-sync needs --engine embedded"}},
+		{"sync without embedded", []string{"--engine", "nats", "--data-sync", "2m"}, []string{"data-sync needs --engine embedded"}},
 		{"replicas without a cluster", []string{"--nats-replicas", "3"}, []string{"nats-replicas above 1 needs --engine nats"}},
 		{"embedded without a directory", []string{"--engine", "embedded", "--data-dir", ""}, []string{"data-dir must be set for --engine embedded"}},
 		{"unknown engine", []string{"--engine", "disk"}, []string{`engine must be "memory", "embedded" or "nats", not "disk"`}},

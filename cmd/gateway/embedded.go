@@ -7,11 +7,13 @@ package main
 // files, so a gateway stopped in any way (kill -9 included) and started again
 // on the same directory finds every record it acknowledged, its groups resume
 // from their committed offsets, and clients resuming with positions get
-// recovered: true. The server writes each record to its file before the
-// publish is acknowledged and syncs the files to disk every --data-sync
-// (default two minutes, the NATS default; "always": after every write), so
-// a process crash loses nothing acknowledged; a power loss may lose what was
-// written since the last sync.
+// recovered: true. The server writes each record to its file and, by
+// default (--data-sync always), syncs that file to disk before the publish
+// is acknowledged, so neither a process crash nor a power loss loses an
+// acknowledged record. --data-sync with a duration (2m is the NATS
+// server's own default) syncs only that often: a process crash still loses
+// nothing acknowledged, a power loss may lose what was acknowledged since
+// the last sync.
 //
 // The server listens on no TCP port unless --embedded-nats-listen names one:
 // then other gateway nodes (--engine nats --nats-url nats://that-address,
@@ -49,7 +51,8 @@ const embeddedReadyTimeout = 60 * time.Second
 type embeddedNATS struct {
 	ns   *server.Server
 	nc   *nats.Conn
-	lock *os.File // holds the data dir's lock (see lockDataDir)
+	lock *os.File     // holds the data dir's lock (see lockDataDir)
+	g    *groupSyncer // syncs for nc under --data-sync always (groupsync.go); nil when the server syncs itself
 }
 
 // startEmbeddedNATS starts a JetStream server storing in dir (created if
@@ -91,9 +94,22 @@ func startLocked(abs, listen string, sync dataSync, log *slog.Logger) (*embedded
 		StoreDir:   abs,
 		DontListen: true,
 		NoSigs:     true, // the gateway handles signals and stops the server
-		// Zero values: the server's default, every two minutes.
+		// parseDataSync sets one of the two (both zero would be the
+		// server's default, every two minutes).
 		SyncAlways:   sync.Always,
 		SyncInterval: sync.Interval,
+	}
+	var g *groupSyncer
+	if sync.Always && listen == "" {
+		// The in-process connection is the only client: it syncs once
+		// per group of replies instead of the server once per write.
+		var ok bool
+		var err error
+		if g, ok, err = newGroupSyncer(abs); err != nil {
+			return nil, fmt.Errorf("data-dir: %w", err)
+		} else if ok {
+			opts.SyncAlways = false
+		}
 	}
 	if listen != "" {
 		host, port, err := net.SplitHostPort(listen)
@@ -119,6 +135,7 @@ func startLocked(abs, listen string, sync dataSync, log *slog.Logger) (*embedded
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
+		g.close()
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
 	ns.SetLogger(natsLogger{log}, log.Enabled(context.Background(), slog.LevelDebug), false)
@@ -126,9 +143,14 @@ func startLocked(abs, listen string, sync dataSync, log *slog.Logger) (*embedded
 	if !ns.ReadyForConnections(embeddedReadyTimeout) {
 		ns.Shutdown()
 		ns.WaitForShutdown()
+		g.close()
 		return nil, fmt.Errorf("embedded nats: not ready within %v (data-dir %s)", embeddedReadyTimeout, abs)
 	}
-	nc, err := nats.Connect("", nats.InProcessServer(ns), nats.Name("switchyard-gateway"),
+	var provider nats.InProcessConnProvider = ns
+	if g != nil {
+		provider = groupSyncProvider{inner: ns, g: g}
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(provider), nats.Name("switchyard-gateway"),
 		// What jsengine asks of a connection it is given (see
 		// jsengine.Options.Conn); in process it only matters while the
 		// server shuts down.
@@ -136,14 +158,27 @@ func startLocked(abs, listen string, sync dataSync, log *slog.Logger) (*embedded
 	if err != nil {
 		ns.Shutdown()
 		ns.WaitForShutdown()
+		g.close()
 		return nil, fmt.Errorf("embedded nats: connect: %w", err)
 	}
-	attrs := []any{"data_dir", abs}
+	attrs := []any{"data_dir", abs, "data_sync", syncMode(sync, g)}
 	if addr := ns.Addr(); addr != nil {
 		attrs = append(attrs, "nats_url", "nats://"+addr.String())
 	}
 	log.Info("embedded NATS server ready", attrs...)
-	return &embeddedNATS{ns: ns, nc: nc}, nil
+	return &embeddedNATS{ns: ns, nc: nc, g: g}, nil
+}
+
+// syncMode names how the embedded server's files reach the disk, for the
+// start-up log line.
+func syncMode(sync dataSync, g *groupSyncer) string {
+	switch {
+	case g != nil:
+		return "always (grouped: one filesystem sync per group of replies)"
+	case sync.Always:
+		return "always (the server syncs after every write)"
+	}
+	return "every " + sync.Interval.String()
 }
 
 // stop closes the connection and shuts the server down, waiting until it has
@@ -156,6 +191,7 @@ func (e *embeddedNATS) stop() {
 	e.nc.Close()
 	e.ns.Shutdown()
 	e.ns.WaitForShutdown()
+	e.g.close()
 	e.lock.Close()
 }
 

@@ -347,7 +347,7 @@ func readLog(t *testing.T, n *node, topic string) []string {
 }
 
 // TestEmbeddedDataSync: --data-sync reaches the embedded server's JetStream
-// settings; the zero value keeps the server's default.
+// settings, and the default syncs before acknowledging.
 func TestEmbeddedDataSync(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, tt := range []struct {
@@ -357,7 +357,8 @@ func TestEmbeddedDataSync(t *testing.T) {
 	}{
 		{"always", true, 0},
 		{"10s", false, 10 * time.Second},
-		{defaultDataSync, false, 2 * time.Minute},
+		{"2m", false, 2 * time.Minute},
+		{defaultDataSync, true, 0}, // durable by default
 	} {
 		t.Run(tt.flag, func(t *testing.T) {
 			sync, err := parseDataSync(tt.flag)
@@ -369,12 +370,33 @@ func TestEmbeddedDataSync(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer emb.stop()
+			// "always": the in-process connection syncs (groupsync.go)
+			// where it can, else the server after every write.
 			jc := emb.ns.JetStreamConfig()
-			if jc.SyncAlways != tt.wantAlways || (tt.wantInterval != 0 && jc.SyncInterval != tt.wantInterval) {
-				t.Errorf("sync_always %v, sync_interval %v; want %v, %v", jc.SyncAlways, jc.SyncInterval, tt.wantAlways, tt.wantInterval)
+			grouped := emb.g != nil
+			ok := !grouped && !jc.SyncAlways
+			if tt.wantAlways {
+				ok = grouped && !jc.SyncAlways || !canSyncfs && !grouped && jc.SyncAlways
+			}
+			if !ok {
+				t.Errorf("server sync_always %v, grouped sync %v; want always %v", jc.SyncAlways, grouped, tt.wantAlways)
+			}
+			if tt.wantInterval != 0 && jc.SyncInterval != tt.wantInterval {
+				t.Errorf("sync_interval %v, want %v", jc.SyncInterval, tt.wantInterval)
 			}
 		})
 	}
+	t.Run("always with a client port", func(t *testing.T) {
+		// Other clients bypass the grouped sync: the server syncs itself.
+		emb, err := startEmbeddedNATS(t.TempDir(), "127.0.0.1:0", dataSync{Always: true}, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer emb.stop()
+		if !emb.ns.JetStreamConfig().SyncAlways || emb.g != nil {
+			t.Errorf("server sync_always %v, grouped sync %v; want the server's", emb.ns.JetStreamConfig().SyncAlways, emb.g != nil)
+		}
+	})
 	for _, bad := range []string{"", "never", "0s", "-1m"} {
 		if _, err := parseDataSync(bad); err == nil {
 			t.Errorf("--data-sync %q accepted", bad)

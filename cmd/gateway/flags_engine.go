@@ -23,7 +23,7 @@ func (c *config) engineFlags(r *registry) {
 	r.string(&c.JetStream.Prefix, "nats-prefix", jsengine.DefaultPrefix, "name prefix of the JetStream streams and buckets; nodes with the same prefix share a log")
 	r.int(&c.JetStream.Replicas, "nats-replicas", defaultNATSReplicas, "copies a NATS cluster keeps of each stream and bucket the gateway creates, 1 to 5, for --engine nats (existing ones are scaled to it; 3 survives losing one NATS server)")
 	r.string(&c.DataDir, "data-dir", defaultDataDir, "directory of the log's files for --engine embedded (created if missing); one gateway per directory")
-	r.string(&c.DataSync, "data-sync", defaultDataSync, `how often --engine embedded syncs its files to disk: a duration, or "always" (after every write: survives a power loss, slower publishes)`)
+	r.string(&c.DataSync, "data-sync", defaultDataSync, `when --engine embedded syncs its files to disk: "always" (before each publish is acknowledged: survives a power loss) or a duration (that often: faster; a power loss may lose what was acknowledged since the last sync)`)
 	r.string(&c.EmbedListen, "embedded-nats-listen", "", "host:port where the embedded NATS server accepts clients, for other gateway nodes (--engine nats) and NATS tools (empty: no TCP port)")
 	r.bool(&c.Strict, "strict", false, "refuse publishes to topics that were not created (unknown_topic)")
 }

@@ -85,7 +85,7 @@ func TestConfigErrors(t *testing.T) {
 		{"too many replicas", []string{"--engine", "nats", "--nats-replicas", "6"}, "nats-replicas must be 1 to 5"},
 		{"replicas without a cluster", []string{"--engine", "embedded", "--nats-replicas", "3"}, "needs --engine nats"},
 		{"bad data sync", []string{"--engine", "embedded", "--data-dir", dir, "--data-sync", "sometimes"}, `data-sync must be "always" or a positive duration`},
-		{"data sync without embedded", []string{"--data-sync", "always"}, "data-sync needs --engine embedded"},
+		{"data sync without embedded", []string{"--data-sync", "2m"}, "data-sync needs --engine embedded"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := run(context.Background(), append(tt.args, "--addr", "127.0.0.1:0"), func(string) string { return "" }, io.Discard, nil)

@@ -16,7 +16,9 @@
 //     per-partition retention itself (retention.go).
 //   - Offsets: a header on each record, assigned without holes by publishing
 //     with the subject's expected last sequence (append.go); pipelined
-//     appends chain their publishes by message ID (pipeline.go).
+//     appends chain their publishes by message ID on one server
+//     (pipeline.go) and go in atomic batches into replicated streams
+//     (pipeline_batch.go).
 //   - Reads: direct gets after a binary search over stream sequences
 //     (read.go), the last 512 records of each partition in memory
 //     (partcache.go), the latest values without a round trip (seen.go).

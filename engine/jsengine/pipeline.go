@@ -35,14 +35,25 @@ package jsengine
 // at a time, which is started when a record is published with none
 // running and exits when none is in flight.
 //
+// Replicated streams do not take the chain; records into them go in
+// atomic batches instead (pipeline_batch.go), or, on a server without
+// atomic batches (before NATS 2.12), as by Append. A replicated stream
+// cannot take the chain: it checks
+// Nats-Expected-Last-Msg-Id only as it applies a record, after proposing
+// it (unlike the expected-sequence headers, checked before), and treats a
+// mismatch there as a write error it cannot recover from: the first
+// refused record stops the stream on every server, and nothing more is
+// acknowledged or read (TestReplicatedLastMsgIDRefusalStopsTheStream, on
+// nats-server 2.15). A chain on Nats-Expected-Last-Sequence, which a
+// replicated stream does check before proposing, is not safe either: a
+// record refused because another got in lets its successor through, as the
+// other record holds the very sequence the successor expects.
+//
 // Not pipelined, but appended as by Append (after the partition's records
-// in flight): everything when the streams have more than one replica (a
-// replicated stream checks Nats-Expected-Last-Msg-Id as it applies a
-// record, and in tests with two nodes contending for one partition the
-// refusals stalled the stream past the acknowledgement timeout, so
-// clustered deployments keep the one-at-a-time path for now), records
-// with a MsgID (their Nats-Msg-Id is the claim's),
-// topics with MaxAge or the Block policy (an append may trim or wait),
+// in flight): records with a MsgID (their Nats-Msg-Id is the claim's),
+// topics with the Block policy (an append may wait), a MaxAge topic's
+// partition whose oldest record has expired (the append trims it: see
+// ageDue),
 // a partition within the window of its MaxMessages plus its trim slack
 // (an append may trim: see trimSlack),
 // and a partition whose last message is a trim marker.
@@ -87,6 +98,13 @@ type pipeline struct {
 	// reappends counts refused pipelined records appended again.
 	reappends  atomic.Int64
 	oneAtATime atomic.Int64 // AppendAsync calls appended as by Append (appendAfter)
+	// batching: replicated streams take AppendAsync's records in atomic
+	// batches (pipeline_batch.go); set by New.
+	batching atomic.Bool
+	batches  atomic.Int64 // batches published (counting each sending again)
+	// pipelined counts records published without waiting for the one
+	// before (chained or batched), each time it is published.
+	pipelined atomic.Int64
 }
 
 // pipe is the engine's pipelined records in flight, in publish order.
@@ -97,6 +115,9 @@ type pipe struct {
 	open    int     // pipelined records published and not yet answered
 	epoch   uint64  // bumped when a re-append starts a new chain
 	reading bool    // an ack reader runs
+	// bq holds, by partition, the records waiting for the partition's
+	// batch in flight (pipeline_batch.go).
+	bq map[*partition]*batchQueue
 }
 
 // pend is one pipelined record in flight.
@@ -111,6 +132,10 @@ type pend struct {
 	id   string
 	fut  jetstream.PubAckFuture
 	done func(engine.Appended, error)
+	// A batch's commit (pipeline_batch.go): its records, and how many
+	// times it was refused and sent again.
+	batch   []*pend
+	attempt int
 }
 
 var _ engine.AsyncAppender = (*Engine)(nil)
@@ -120,7 +145,7 @@ var _ engine.AsyncAppender = (*Engine)(nil)
 // publish path, and its checks under amu and its chain bookkeeping under
 // wmu are read together.
 func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(engine.Appended, error)) {
-	if m.MsgID != "" || e.replicas > 1 {
+	if m.MsgID != "" || (e.replicas > 1 && !e.batching.Load()) {
 		e.appendSerial(ctx, m, done)
 		return
 	}
@@ -137,7 +162,7 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 		done(engine.Appended{}, err)
 		return
 	}
-	if t == nil || t.cfg.MaxAge > 0 || (t.cfg.OnFull == engine.Block && t.cfg.MaxMessages > 0) {
+	if t == nil || (t.cfg.OnFull == engine.Block && t.cfg.MaxMessages > 0) {
 		e.appendSerial(ctx, m, done)
 		return
 	}
@@ -145,6 +170,10 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 	p := t.parts[pi]
 	if !e.waitRoom(ctx) {
 		done(engine.Appended{}, e.ctxOrClosed(ctx))
+		return
+	}
+	if e.replicas > 1 {
+		e.appendBatched(ctx, t, p, pi, m, done)
 		return
 	}
 	p.amu.Lock()
@@ -167,7 +196,7 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 			return
 		}
 	}
-	if p.lastMark || (t.cfg.MaxMessages > 0 && p.nextW-p.earliestW+maxPipelined >= t.cfg.MaxMessages+trimSlack(t.cfg)) {
+	if p.lastMark || (t.cfg.MaxMessages > 0 && p.nextW-p.earliestW+maxPipelined >= t.cfg.MaxMessages+trimSlack(t.cfg)) || ageDue(p, e.clock.Now()) {
 		p.amu.Unlock()
 		e.freeRoom()
 		e.appendAfter(ctx, p, pi, m, done)
@@ -211,6 +240,7 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 		return
 	}
 	x.fut, x.done = fut, done
+	e.pipelined.Add(1)
 	p.chain = e.w.epoch
 	e.w.lastID = x.id
 	e.w.open++
@@ -296,19 +326,37 @@ func (e *Engine) startAckReader() {
 	}()
 }
 
-// failPending answers every record in flight with err (the engine closed).
+// failPending answers every record in flight, and every one waiting for
+// a batch, with err (the engine closed).
 func (e *Engine) failPending(err error) {
 	for {
 		e.wmu.Lock()
-		if len(e.w.q) == 0 {
+		var xs []*pend
+		switch {
+		case len(e.w.q) > 0:
+			x := e.w.q[0]
+			e.w.q = e.w.q[1:]
+			xs = []*pend{x}
+			if x.batch != nil {
+				xs = x.batch
+			}
+		default:
+			for p, bq := range e.w.bq {
+				xs = bq.q
+				e.w.open += len(xs) // finish counts each one down
+				delete(e.w.bq, p)
+				break
+			}
+		}
+		if len(xs) == 0 {
 			e.w.reading = false
 			e.wmu.Unlock()
 			return
 		}
-		x := e.w.q[0]
-		e.w.q = e.w.q[1:]
 		e.wmu.Unlock()
-		e.finish(x, engine.Appended{}, err, true)
+		for _, x := range xs {
+			e.finish(x, engine.Appended{}, err, true)
+		}
 	}
 }
 
@@ -341,6 +389,10 @@ func (e *Engine) readAcks() {
 
 // settlePend applies one acknowledgement (or refusal) and answers x.
 func (e *Engine) settlePend(x *pend, ack *jetstream.PubAck, err error) {
+	if x.batch != nil {
+		e.settleBatch(x, ack, err)
+		return
+	}
 	p := x.p
 	switch {
 	case err == nil && !ack.Duplicate:

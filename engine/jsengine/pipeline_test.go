@@ -112,9 +112,30 @@ func pipelinedShare(t *testing.T, a, b *jsengine.Engine, each int) {
 // answers each exactly once, and every append answered without an error
 // is stored (read back by another node).
 func TestPipelinedCloseInFlight(t *testing.T) {
-	url := natstest.URL(t)
-	prefix := natstest.Prefix(t, url)
-	e := newNode(t, nodeOpts{url: url, prefix: prefix})
+	t.Run("one server", func(t *testing.T) {
+		url := natstest.URL(t)
+		prefix := natstest.Prefix(t, url)
+		pipelinedCloseInFlight(t, newNode(t, nodeOpts{url: url, prefix: prefix}), func() *jsengine.Engine {
+			return newNode(t, nodeOpts{url: url, prefix: prefix})
+		})
+	})
+	t.Run("three servers, three replicas", func(t *testing.T) {
+		// Atomic batches (pipeline_batch.go), some in flight and some
+		// queued as Close comes.
+		c := natstest.NewCluster(t, 3)
+		open := func() *jsengine.Engine {
+			e, err := openReplicas(c.URLs(0), "pipeclose", 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = e.Close(t.Context()) })
+			return e
+		}
+		pipelinedCloseInFlight(t, open(), open)
+	})
+}
+
+func pipelinedCloseInFlight(t *testing.T, e *jsengine.Engine, other func() *jsengine.Engine) {
 	const topic, n = "pipe.close", 400
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -158,8 +179,7 @@ func TestPipelinedCloseInFlight(t *testing.T) {
 			t.Fatalf("append %d answered %d times", i, c)
 		}
 	}
-	other := newNode(t, nodeOpts{url: url, prefix: prefix})
-	recs, _, err := other.Read(t.Context(), topic, 0, 0, n+1)
+	recs, _, err := other().Read(t.Context(), topic, 0, 0, n+1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,11 @@ package jsengine
 // so: wrapping engine.ErrInvalidConfig when no retry can help, and
 // engine.ErrUnavailable when the servers may yet come (insufficient
 // resources). Nodes that share a Prefix should use the same Replicas: the
-// last one to start wins.
+// last one to start wins. They must, while they publish: a node started
+// with 1 chains its pipelined records by message ID (pipeline.go), and a
+// stream another node scaled up since stops at the first refused link.
+// A replicated record stream is also allowed atomic batches
+// (pipeline_batch.go), which its nodes' pipelined appends use.
 //
 // With more than one replica, the streams and buckets allow no direct gets
 // (AllowDirect false; an existing one is updated): a direct get may be

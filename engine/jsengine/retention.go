@@ -51,6 +51,15 @@ func trimSlack(cfg engine.TopicConfig) int64 {
 	return min(cfg.MaxMessages/16, 8192)
 }
 
+// ageDue reports whether an append to p at now must trim by age first
+// (trimAge would do a round trip): p's topic has a MaxAge, p holds
+// records, and its oldest is expired or not known. Pipelined appends go
+// one at a time then. Caller holds amu.
+func ageDue(p *partition, now time.Time) bool {
+	maxAge := p.t.cfg.MaxAge
+	return maxAge > 0 && p.earliestW < p.nextW && (p.firstTime.IsZero() || p.firstTime.Before(now.Add(-maxAge)))
+}
+
 // trimAge removes records older than the topic's MaxAge at now, leaving a
 // marker when none remain so the next offset survives. Caller holds amu and
 // the state is known.

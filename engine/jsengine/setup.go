@@ -67,6 +67,7 @@ func (e *Engine) openStores(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	e.enableBatches(ctx)
 	e.epoch = e.rec.CachedInfo().Config.Metadata["switchyard_epoch"]
 	if e.epoch == "" { // a stream made by someone else: tie the epoch to its creation
 		ci := e.rec.CachedInfo()

@@ -1,0 +1,316 @@
+package jsengine
+
+// Pipelined appends into replicated streams: atomic batches. A replicated
+// stream cannot take the chain of pipeline.go (a refused
+// Nats-Expected-Last-Msg-Id stops it; see that file), and refuses a second
+// publish with Nats-Expected-Last-Subject-Sequence while one to the same
+// subject is in flight. What it does check before proposing, and applies
+// all or nothing, is an atomic batch (NATS 2.12 and later, the stream's
+// allow_atomic): the records are staged, the first carries the partition's
+// expected last subject sequence, and the last commits the batch, which is
+// proposed as one entry and acknowledged once with its last sequence.
+//
+// So each partition has at most one batch in flight, and the records
+// AppendAsync is given meanwhile wait in the partition's queue; when the
+// batch is answered the next one takes up to maxBatchRecords of them. A
+// partition takes a round trip per batch, not per record: under load the
+// batches grow to what arrived during the last round trip. Offsets stay
+// contiguous and unique (the first record's check covers the batch: it is
+// stored whole or not at all), and records keep their AppendAsync order
+// (a partition's batches go one after another, and a refused batch is
+// sent again, after reloading the partition, before any later one).
+//
+// A batch of one record is published as Append does (no staging). The
+// acknowledgements are read in publish order by the ack reader of
+// pipeline.go, as are the chained records'. Everything else is as for the
+// chain: records with a MsgID, Block topics, a partition near its cap or
+// with expired records, append one at a time.
+//
+// Lock order: as pipeline.go (partition.amu, then Engine.wmu, which also
+// guards the queues, Engine.w.bq). No network round trip is made under
+// wmu; a refused batch's reload (one round trip) is made under the
+// partition's amu, as Append's are.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// maxBatchRecords bounds the records of one batch (NATS's default most is
+// 1,000).
+const maxBatchRecords = 256
+
+// NATS's atomic batch headers.
+const (
+	hBatchID     = "Nats-Batch-Id"
+	hBatchSeq    = "Nats-Batch-Sequence"
+	hBatchCommit = "Nats-Batch-Commit"
+)
+
+// NATS's answers to a batch it stored nothing of and that may be sent
+// again: the staged batch was dropped (incomplete), or the server had too
+// many batches in flight.
+const (
+	jsErrBatchIncomplete jetstream.ErrorCode = 10176
+	jsErrBatchTooMany    jetstream.ErrorCode = 10210
+)
+
+func isBatchRetry(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jsErrBatchIncomplete || apiErr.ErrorCode == jsErrBatchTooMany)
+}
+
+// batchQueue is a partition's records waiting for its batch in flight.
+type batchQueue struct {
+	q      []*pend
+	flying bool // a batch of the partition is in flight
+}
+
+// enableBatches lets the replicated record stream take atomic batches, and
+// turns batching on when it does. A server without them (before 2.12)
+// leaves the replicated streams appending one at a time.
+func (e *Engine) enableBatches(ctx context.Context) {
+	if e.replicas == 1 {
+		return
+	}
+	cfg := e.rec.CachedInfo().Config
+	if !cfg.AllowAtomicPublish {
+		cfg.AllowAtomicPublish = true
+		s, err := e.js.UpdateStream(ctx, cfg)
+		if err != nil {
+			e.log.Info("jsengine: record stream without atomic batches: replicated appends go one at a time", "err", err)
+			return
+		}
+		e.rec = s
+		cfg = s.CachedInfo().Config
+	}
+	e.batching.Store(cfg.AllowAtomicPublish)
+}
+
+// appendBatched is AppendAsync into a replicated stream, once it holds a
+// slot (waitRoom).
+func (e *Engine) appendBatched(ctx context.Context, t *topic, p *partition, pi int, m engine.Message, done func(engine.Appended, error)) {
+	p.amu.Lock()
+	if t.deleted.Load() || e.closed.Load() {
+		p.amu.Unlock()
+		e.freeRoom()
+		e.appendSerial(ctx, m, done) // reports the topic gone or the engine closed
+		return
+	}
+	if p.inflight == 0 && !p.known {
+		if err := e.loadState(ctx, p); err != nil {
+			p.amu.Unlock()
+			e.freeRoom()
+			done(engine.Appended{}, err)
+			return
+		}
+	}
+	// Near the cap (counting every record this node may have in flight
+	// or queued: maxPipelined), an append may trim: one at a time, after
+	// the records in flight and queued (appendAfter waits for them).
+	if p.lastMark || (t.cfg.MaxMessages > 0 && p.nextW-p.earliestW+maxPipelined >= t.cfg.MaxMessages+trimSlack(t.cfg)) || ageDue(p, e.clock.Now()) {
+		p.amu.Unlock()
+		e.freeRoom()
+		e.appendAfter(ctx, p, pi, m, done)
+		return
+	}
+	x := &pend{ctx: ctx, t: t, p: p, m: m, done: done}
+	x.size = recordBytes(&engine.Record{Key: m.Key, Headers: m.Headers, Data: m.Data})
+	p.inflight++
+	e.wmu.Lock()
+	if e.w.bq == nil {
+		e.w.bq = map[*partition]*batchQueue{}
+	}
+	bq := e.w.bq[p]
+	if bq == nil {
+		bq = &batchQueue{}
+		e.w.bq[p] = bq
+	}
+	bq.q = append(bq.q, x)
+	send := !bq.flying
+	e.wmu.Unlock()
+	start := send && e.sendQueued(p)
+	p.amu.Unlock()
+	if start {
+		e.startAckReader()
+	}
+}
+
+// sendQueued publishes p's next batch from its queue, when it has none in
+// flight, and reports whether the caller must start the ack reader once it
+// has released p.amu. Caller holds p.amu.
+func (e *Engine) sendQueued(p *partition) (start bool) {
+	e.wmu.Lock()
+	bq := e.w.bq[p]
+	if bq == nil || bq.flying || len(bq.q) == 0 {
+		if bq != nil && !bq.flying && len(bq.q) == 0 {
+			delete(e.w.bq, p)
+		}
+		e.wmu.Unlock()
+		return false
+	}
+	n := min(len(bq.q), maxBatchRecords)
+	xs := bq.q[:n:n]
+	bq.q = bq.q[n:]
+	bq.flying = true
+	e.wmu.Unlock()
+	var err error
+	if !p.known {
+		err = e.loadState(xs[0].ctx, p)
+	}
+	if err == nil {
+		start, err = e.sendBatch(p, xs, 0)
+	}
+	if err != nil {
+		return e.failBatch(p, xs, err)
+	}
+	return start
+}
+
+// failBatch answers xs with err and lets p's next batch go (see
+// sendQueued for start). Caller holds p.amu; it is released while the
+// answers are given.
+func (e *Engine) failBatch(p *partition, xs []*pend, err error) (start bool) {
+	p.known = false
+	e.wmu.Lock()
+	if bq := e.w.bq[p]; bq != nil {
+		bq.flying = false
+	}
+	e.w.open += len(xs) // finish counts each one down
+	e.wmu.Unlock()
+	p.amu.Unlock()
+	for _, x := range xs {
+		e.finish(x, engine.Appended{}, err, false)
+	}
+	p.amu.Lock()
+	return e.sendQueued(p)
+}
+
+// sendBatch publishes xs as one batch at p's next offsets, with p's last
+// subject sequence expected before the first, and queues its commit for
+// the ack reader (see sendQueued for start). Caller holds p.amu, with p
+// known and p's batch marked flying; on an error nothing of xs is in
+// flight.
+func (e *Engine) sendBatch(p *partition, xs []*pend, attempt int) (start bool, err error) {
+	if p.lastMark {
+		// Only Append's trims leave markers, and they are not pipelined.
+		return false, fmt.Errorf("jsengine: topic %q partition %d trimmed meanwhile: %w", p.t.name, p.index, engine.ErrUnavailable)
+	}
+	n := len(xs)
+	off, cum, last := p.nextW, p.cum, p.lastTime
+	msgs := make([]*nats.Msg, n)
+	for i, x := range xs {
+		x.off = off + int64(i)
+		x.now = e.clock.Now()
+		if x.now.Before(last) {
+			x.now = last
+		}
+		last = x.now
+		cum += x.size
+		msgs[i] = e.pendMsg(x, cum)
+	}
+	msgs[0].Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(p.lastSeq, 10))
+	e.wmu.Lock()
+	if n > 1 {
+		e.w.n++
+		id := e.node + ".b" + strconv.FormatUint(e.w.n, 10)
+		for i, msg := range msgs {
+			msg.Header.Set(hBatchID, id)
+			msg.Header.Set(hBatchSeq, strconv.Itoa(i+1))
+		}
+		msgs[n-1].Header.Set(hBatchCommit, "1")
+		for _, msg := range msgs[:n-1] {
+			if err := e.nc.PublishMsg(msg); err != nil {
+				e.wmu.Unlock()
+				return false, unavailable("append", err)
+			}
+		}
+	}
+	fut, err := e.js.PublishMsgAsync(msgs[n-1])
+	if err != nil {
+		e.wmu.Unlock()
+		return false, unavailable("append", err)
+	}
+	e.batches.Add(1)
+	e.pipelined.Add(int64(n))
+	b := &pend{ctx: xs[n-1].ctx, t: p.t, p: p, fut: fut, batch: xs, attempt: attempt}
+	e.w.open += n
+	e.w.q = append(e.w.q, b)
+	start = !e.w.reading
+	e.w.reading = true
+	e.wmu.Unlock()
+	if p.earliestW >= p.nextW {
+		p.earliestW, p.firstTime, p.baseCum = off, xs[0].now, p.cum
+	}
+	p.nextW, p.cum, p.lastTime, p.lastMark = off+int64(n), cum, last, false
+	return start, nil
+}
+
+// settleBatch applies a batch's acknowledgement (or refusal) and answers
+// its records, then lets the partition's next batch go.
+func (e *Engine) settleBatch(b *pend, ack *jetstream.PubAck, err error) {
+	p, xs := b.p, b.batch
+	n := len(xs)
+	switch {
+	case err == nil && !ack.Duplicate:
+		first := ack.Sequence - uint64(n) + 1
+		p.amu.Lock()
+		p.lastSeq = max(p.lastSeq, ack.Sequence)
+		p.amu.Unlock()
+		for i, x := range xs {
+			e.viewStored(p, x.off, first+uint64(i))
+		}
+		e.waitTail(b.ctx, ack.Sequence)
+		for _, x := range xs {
+			e.finish(x, engine.Appended{Partition: p.index, Offset: x.off, Time: x.now}, nil, false)
+		}
+	case (err == nil || isWrongLast(err) || isBatchRetry(err)) && b.attempt < 100:
+		// Refused whole (another node appended to the partition, or the
+		// server had too many batches at once): send it again after
+		// reloading, before anything queued after it.
+		e.reappends.Add(int64(n))
+		e.wmu.Lock()
+		e.w.open -= n
+		e.wmu.Unlock()
+		p.amu.Lock()
+		p.known = false
+		rerr := e.loadState(b.ctx, p)
+		if rerr == nil {
+			_, rerr = e.sendBatch(p, xs, b.attempt+1) // on the ack reader: it runs
+		}
+		if rerr != nil {
+			e.failBatch(p, xs, rerr)
+		}
+		p.amu.Unlock()
+		return
+	default:
+		// Unknown outcome (timeout, connection lost) or refused too often:
+		// the partition's state is reloaded before its next batch.
+		if err == nil || isWrongLast(err) || isBatchRetry(err) {
+			err = fmt.Errorf("jsengine: topic %q partition %d: too much contention: %w", p.t.name, p.index, engine.ErrUnavailable)
+		} else if !errors.Is(err, engine.ErrUnavailable) {
+			err = unavailable("append", err)
+		}
+		p.amu.Lock()
+		p.known = false
+		p.amu.Unlock()
+		for _, x := range xs {
+			e.finish(x, engine.Appended{}, err, false)
+		}
+	}
+	p.amu.Lock()
+	e.wmu.Lock()
+	if bq := e.w.bq[p]; bq != nil {
+		bq.flying = false
+	}
+	e.wmu.Unlock()
+	e.sendQueued(p) // on the ack reader: it runs
+	p.amu.Unlock()
+}
