@@ -20,7 +20,9 @@ package jsengine
 // member joins this node again first (the last value written while
 // holding lacks the acks since). A Seek made meanwhile replaces it, on
 // this node (the Seek is written as the release) or another (releaseVal
-// then releases the value sought). A partition is not let go while a
+// then releases the value sought); while a Seek of this node is being
+// written the committer leaves the partition alone (gp.seeking), so no
+// claim or release started from the old release lands over it. A partition is not let go while a
 // dead letter of it is being stored, and the leases a window has not
 // reached yet (still being fetched after a claim) are handed back with
 // the others (heldLeases).
@@ -178,8 +180,8 @@ const (
 func (e *Engine) syncWanted(gp *gpart) (syncWant, bool) {
 	e.gmu.Lock()
 	defer e.gmu.Unlock()
-	if gp.removed {
-		return syncWant{}, false
+	if gp.removed || gp.seeking > 0 {
+		return syncWant{}, false // a Seek marks gp dirty once written
 	}
 	w := syncWant{rev: gp.storedRev, loaded: gp.loaded, start: gp.start}
 	switch {

@@ -161,6 +161,7 @@ type gpart struct {
 	storedRev uint64
 	loaded    bool
 	acquiring bool // a claim is queued for the committer
+	seeking   int  // Seeks of this node being written while not holding (seekOne)
 
 	holding     bool             // this node delivers the partition
 	ahead       []*engine.Record // records fetched from NATS past the cache
