@@ -211,6 +211,14 @@ func (e *Engine) syncWanted(gp *gpart) (syncWant, bool) {
 		w.val = commitVal{Off: base.Off, Skipped: base.Skipped, Holder: e.node, By: e.node, Leases: base.Leases,
 			Redo: base.redoWithAsked(), Done: base.Done}
 	default:
+		if !w.loaded && gp.rel != nil {
+			// A release still to be written, and the position unread (a
+			// read after a conflict failed): read it (syncWrite), then
+			// write the release. Dropping it would leave the partition held
+			// by this live node, which other nodes wait for.
+			w.rel = gp.rel
+			return w, true
+		}
 		if !w.loaded || gp.stored.Holder != e.node {
 			gp.rel = nil
 			return syncWant{}, false // nothing of ours to release
@@ -279,6 +287,11 @@ func (e *Engine) syncWrite(ctx context.Context, gp *gpart, w *syncWant) (uint64,
 			return 0, syncLater
 		}
 		if !w.claim {
+			e.gmu.Lock()
+			if w.rel != nil && gp.rel == w.rel {
+				gp.rel = nil // no position to release
+			}
+			e.gmu.Unlock()
 			return 0, syncAgain
 		}
 		var off int64
