@@ -25,7 +25,8 @@ package jsengine
 // claim or release started from the old release lands over it. A partition is not let go while a
 // dead letter of it is being stored, and the leases a window has not
 // reached yet (still being fetched after a claim) are handed back with
-// the others (heldLeases).
+// the others (heldLeases); a write worked out before a Seek on the
+// holder does not bring the leases the Seek cleared back (syncApply).
 //
 // Attempts. The position also holds, per record not yet done, the
 // delivery attempts started on it, and the holder writes each attempt
@@ -161,6 +162,7 @@ type syncWant struct {
 	claim  bool         // the write claims the partition for this node
 	rel    *commitVal   // the pending release the write hands back (gp.rel then)
 	lost   bool         // claiming from a holder that died without releasing
+	seeks  uint64       // gp.seeks when the write was worked out
 	start  engine.Start // where a new position starts
 }
 
@@ -183,7 +185,7 @@ func (e *Engine) syncWanted(gp *gpart) (syncWant, bool) {
 	if gp.removed || gp.seeking > 0 {
 		return syncWant{}, false // a Seek marks gp dirty once written
 	}
-	w := syncWant{rev: gp.storedRev, loaded: gp.loaded, start: gp.start}
+	w := syncWant{rev: gp.storedRev, loaded: gp.loaded, start: gp.start, seeks: gp.seeks}
 	switch {
 	case gp.holding:
 		w.val = e.heldVal(gp, gp.member != nil)
@@ -332,6 +334,14 @@ func (e *Engine) syncApply(gp *gpart, w *syncWant, rev uint64) {
 		if len(want.Asked) == 0 {
 			gp.taken = nil // every redrive taken up is off the bucket now
 		}
+	}
+	if !w.claim && w.seeks != gp.seeks && rev == gp.storedRev {
+		// Worked out before a Seek on this holder: the leases, redrives
+		// and settled runs it carries are from before the Seek, which
+		// cleared them; kept, the next writes would carry the leases past
+		// the window on (heldLeases) and the records would come with
+		// attempts the Seek reset.
+		gp.stored.Leases, gp.stored.Redo, gp.stored.Asked, gp.stored.Done = nil, nil, nil, nil
 	}
 	if !w.claim && gp.holding && !gp.removed {
 		e.pump(gp) // attempts just written may be delivered now

@@ -244,6 +244,7 @@ func (e *Engine) seekOne(ctx context.Context, gp *gpart, off int64) error {
 			gp.stored.Leases = nil                     // attempts before a seek do not count
 			gp.stored.Redo, gp.stored.Asked = nil, nil // nor redrives
 			gp.stored.Done = nil                       // nor what was settled past the old offset
+			gp.seeks++                                 // nor what a write under way carries (syncApply)
 			e.updateFloor(gp.p)
 			e.markDirty(gp)
 			e.pump(gp)
