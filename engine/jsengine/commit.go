@@ -22,11 +22,13 @@ package jsengine
 // this node (the Seek is written as the release) or another (releaseVal
 // then releases the value sought); while a Seek of this node is being
 // written the committer leaves the partition alone (gp.seeking), so no
-// claim or release started from the old release lands over it. A partition is not let go while a
-// dead letter of it is being stored, and the leases a window has not
-// reached yet (still being fetched after a claim) are handed back with
-// the others (heldLeases); a write worked out before a Seek on the
-// holder does not bring the leases the Seek cleared back (syncApply).
+// claim or release started from the old release lands over it. A
+// partition is not let go while a dead letter of it is being stored, and
+// the leases a window has not reached yet (still being fetched after a
+// claim) are handed back with the others (heldLeases); a write worked out
+// before a Seek on the holder does not bring back the leases the Seek
+// cleared (syncApply). A release whose position could not be read again
+// after a conflict is kept until it is read and the release written.
 //
 // Attempts. The position also holds, per record not yet done, the
 // delivery attempts started on it, and the holder writes each attempt
