@@ -20,10 +20,15 @@ package jsengine
 // member joins this node again first (the last value written while
 // holding lacks the acks since). A Seek made meanwhile replaces it, on
 // this node (the Seek is written as the release) or another (releaseVal
-// then releases the value sought). A partition is not let go while a
-// dead letter of it is being stored, and the leases a window has not
-// reached yet (still being fetched after a claim) are handed back with
-// the others (heldLeases).
+// then releases the value sought); while a Seek of this node is being
+// written the committer leaves the partition alone (gp.seeking), so no
+// claim or release started from the old release lands over it. A
+// partition is not let go while a dead letter of it is being stored, and
+// the leases a window has not reached yet (still being fetched after a
+// claim) are handed back with the others (heldLeases); a write worked out
+// before a Seek on the holder does not bring back the leases the Seek
+// cleared (syncApply). A release whose position could not be read again
+// after a conflict is kept until it is read and the release written.
 //
 // Attempts. The position also holds, per record not yet done, the
 // delivery attempts started on it, and the holder writes each attempt
@@ -159,6 +164,7 @@ type syncWant struct {
 	claim  bool         // the write claims the partition for this node
 	rel    *commitVal   // the pending release the write hands back (gp.rel then)
 	lost   bool         // claiming from a holder that died without releasing
+	seeks  uint64       // gp.seeks when the write was worked out
 	start  engine.Start // where a new position starts
 }
 
@@ -178,10 +184,10 @@ const (
 func (e *Engine) syncWanted(gp *gpart) (syncWant, bool) {
 	e.gmu.Lock()
 	defer e.gmu.Unlock()
-	if gp.removed {
-		return syncWant{}, false
+	if gp.removed || gp.seeking > 0 {
+		return syncWant{}, false // a Seek marks gp dirty once written
 	}
-	w := syncWant{rev: gp.storedRev, loaded: gp.loaded, start: gp.start}
+	w := syncWant{rev: gp.storedRev, loaded: gp.loaded, start: gp.start, seeks: gp.seeks}
 	switch {
 	case gp.holding:
 		w.val = e.heldVal(gp, gp.member != nil)
@@ -209,6 +215,14 @@ func (e *Engine) syncWanted(gp *gpart) (syncWant, bool) {
 		w.val = commitVal{Off: base.Off, Skipped: base.Skipped, Holder: e.node, By: e.node, Leases: base.Leases,
 			Redo: base.redoWithAsked(), Done: base.Done}
 	default:
+		if !w.loaded && gp.rel != nil {
+			// A release still to be written, and the position unread (a
+			// read after a conflict failed): read it (syncWrite), then
+			// write the release. Dropping it would leave the partition held
+			// by this live node, which other nodes wait for.
+			w.rel = gp.rel
+			return w, true
+		}
 		if !w.loaded || gp.stored.Holder != e.node {
 			gp.rel = nil
 			return syncWant{}, false // nothing of ours to release
@@ -277,6 +291,11 @@ func (e *Engine) syncWrite(ctx context.Context, gp *gpart, w *syncWant) (uint64,
 			return 0, syncLater
 		}
 		if !w.claim {
+			e.gmu.Lock()
+			if w.rel != nil && gp.rel == w.rel {
+				gp.rel = nil // no position to release
+			}
+			e.gmu.Unlock()
 			return 0, syncAgain
 		}
 		var off int64
@@ -317,6 +336,14 @@ func (e *Engine) syncApply(gp *gpart, w *syncWant, rev uint64) {
 		if len(want.Asked) == 0 {
 			gp.taken = nil // every redrive taken up is off the bucket now
 		}
+	}
+	if !w.claim && w.seeks != gp.seeks && rev == gp.storedRev {
+		// Worked out before a Seek on this holder: the leases, redrives
+		// and settled runs it carries are from before the Seek, which
+		// cleared them; kept, the next writes would carry the leases past
+		// the window on (heldLeases) and the records would come with
+		// attempts the Seek reset.
+		gp.stored.Leases, gp.stored.Redo, gp.stored.Asked, gp.stored.Done = nil, nil, nil, nil
 	}
 	if !w.claim && gp.holding && !gp.removed {
 		e.pump(gp) // attempts just written may be delivered now

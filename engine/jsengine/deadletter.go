@@ -45,6 +45,10 @@ type dlBounds struct {
 
 	mu   sync.Mutex // guards following
 	skip int64      // stores before the next check of the stream's totals
+
+	// beforeStore, when set (by tests), runs in the letter writer before
+	// it publishes a max_attempts letter.
+	beforeStore atomic.Pointer[func()]
 }
 
 // due reports whether a store should check the stream's totals.
@@ -236,6 +240,9 @@ func (e *Engine) storeDeadLetter(ctx context.Context, dl *engine.DeadLetter) err
 	}
 	if err := e.reachable(); err != nil {
 		return err
+	}
+	if f := e.dlb.beforeStore.Load(); f != nil {
+		(*f)()
 	}
 	if _, err := e.js.Publish(ctx, e.dlSubject(dl), b); err != nil {
 		return unavailable("dead letter", err)

@@ -160,7 +160,9 @@ type gpart struct {
 	stored    commitVal // last value seen in the bucket
 	storedRev uint64
 	loaded    bool
-	acquiring bool // a claim is queued for the committer
+	acquiring bool   // a claim is queued for the committer
+	seeking   int    // Seeks of this node being written while not holding (seekOne)
+	seeks     uint64 // Seeks of this node applied while holding (seekOne)
 
 	holding     bool             // this node delivers the partition
 	ahead       []*engine.Record // records fetched from NATS past the cache

@@ -244,6 +244,7 @@ func (e *Engine) seekOne(ctx context.Context, gp *gpart, off int64) error {
 			gp.stored.Leases = nil                     // attempts before a seek do not count
 			gp.stored.Redo, gp.stored.Asked = nil, nil // nor redrives
 			gp.stored.Done = nil                       // nor what was settled past the old offset
+			gp.seeks++                                 // nor what a write under way carries (syncApply)
 			e.updateFloor(gp.p)
 			e.markDirty(gp)
 			e.pump(gp)
@@ -255,25 +256,37 @@ func (e *Engine) seekOne(ctx context.Context, gp *gpart, off int64) error {
 		// written (no claim of its own is coming): the Seek is the
 		// release.
 		release := v.Holder == e.node && !gp.acquiring
+		// Until the Seek is written and its outcome applied, the committer
+		// writes nothing here: a claim or release it wrote meanwhile would
+		// start from the pending release and undo the Seek.
+		gp.seeking++
 		e.gmu.Unlock()
 		v.Off, v.By, v.Leases, v.Redo, v.Asked, v.Done = off, e.node, nil, nil, nil, nil
 		if release {
 			v.Holder = ""
 		}
 		var err error
+		var newRev uint64
 		if loaded {
-			_, err = e.groupKV.Update(ctx, gp.key, v.marshal(), rev)
+			newRev, err = e.groupKV.Update(ctx, gp.key, v.marshal(), rev)
 		} else {
-			_, err = e.groupKV.Create(ctx, gp.key, v.marshal())
+			newRev, err = e.groupKV.Create(ctx, gp.key, v.marshal())
 		}
-		if err == nil {
+		e.gmu.Lock()
+		gp.seeking--
+		if err == nil && rel != nil && gp.rel == rel {
 			// A release or claim of this node still to be written starts
 			// from the Seek (see releaseVal), not from where it let go.
-			e.gmu.Lock()
-			if rel != nil && gp.rel == rel {
-				gp.rel = nil
-			}
-			e.gmu.Unlock()
+			gp.rel = nil
+		}
+		if err == nil && !gp.removed {
+			e.applyStored(gp, v, newRev)
+		}
+		if !gp.removed {
+			e.markDirty(gp) // what the committer left for the Seek
+		}
+		e.gmu.Unlock()
+		if err == nil {
 			return nil
 		}
 		if !isWrongLast(err) {
