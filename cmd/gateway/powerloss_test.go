@@ -44,7 +44,7 @@ const powerLossRecords = 200
 func TestPowerLossKeepsAcknowledged(t *testing.T) {
 	strace, err := exec.LookPath("strace")
 	if err != nil {
-		t.Skip("needs strace to record the server's writes and syncs")
+		skipWithoutStrace(t, "needs strace to record the server's writes and syncs")
 	}
 	for _, tt := range []struct {
 		sync     string
@@ -127,7 +127,7 @@ func runTracedAppends(t *testing.T, strace, dir, traceFile, sync string) {
 			if !ok {
 				err := cmd.Wait()
 				if out := stderr.String(); strings.Contains(out, "ptrace") || strings.Contains(out, "PTRACE") {
-					t.Skipf("strace cannot trace here: %s", out)
+					skipWithoutStrace(t, "strace cannot trace here: "+out)
 				}
 				t.Fatalf("traced process ended early: %v\n%s", err, stderr.String())
 			}
@@ -246,4 +246,14 @@ func TestPowerLossProcess(t *testing.T) {
 	fmt.Printf("done %d\n", os.Getpid())
 	<-time.After(5 * time.Minute) // killed before
 	t.Fatal("not killed")
+}
+
+// skipWithoutStrace skips a test that needs strace, or fails it when
+// SWITCHYARD_REQUIRE_STRACE=1 (CI, which installs it).
+func skipWithoutStrace(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("SWITCHYARD_REQUIRE_STRACE") == "1" {
+		t.Fatal(why)
+	}
+	t.Skip(why)
 }
