@@ -249,7 +249,7 @@ export interface PublishOptions {
 
 /** Options of {@link connect}. */
 export interface ConnectOptions {
-  /** Auth token sent as `?token=`; a function is asked before every attempt. */
+  /** Auth token: `?token=` on the WebSocket URL, an `Authorization: Bearer` header over SSE (never in its URL); a function is asked before every attempt. */
   token?: string | (() => string | Promise<string>);
   /**
    * Async token source used instead of `token`: called before every
