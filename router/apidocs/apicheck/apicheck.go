@@ -69,6 +69,13 @@ var docs struct {
 // Load compiles the documents once, failing t when they do not compile.
 func Load(t testing.TB) {
 	t.Helper()
+	if err := load(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// load compiles the documents once and returns why they do not compile.
+func load() error {
 	docs.once.Do(func() {
 		doc, err := libopenapi.NewDocument(apidocs.OpenAPI())
 		if err != nil {
@@ -83,9 +90,7 @@ func Load(t testing.TB) {
 		docs.http = v
 		docs.client, docs.server, docs.err = frameSchemas(apidocs.AsyncAPI())
 	})
-	if docs.err != nil {
-		t.Fatal(docs.err)
-	}
+	return docs.err
 }
 
 // frameSchemas compiles the frame unions of an AsyncAPI document.
@@ -176,6 +181,23 @@ func New(t testing.TB) *Checker {
 	return a
 }
 
+// Detached returns a checker tied to no test, for gateways a test
+// package starts without a testing.TB (examples, TestMain): its mismatches
+// are read with Errors, typically after the tests have run.
+func Detached() (*Checker, error) {
+	if err := load(); err != nil {
+		return nil, err
+	}
+	return &Checker{}, nil
+}
+
+// Errors returns the mismatches found so far.
+func (a *Checker) Errors() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.errs...)
+}
+
 func (a *Checker) fail(format string, args ...any) {
 	a.mu.Lock()
 	a.errs = append(a.errs, fmt.Sprintf(format, args...))
@@ -208,19 +230,24 @@ func (a *Checker) check(r *http.Request, rec *recordingWriter) {
 	if status == 0 {
 		status = http.StatusOK
 	}
+	a.checkResponse(r, status, rec.Header(), rec.body.Bytes())
+}
+
+// checkResponse validates one response to r: its status, headers and body.
+func (a *Checker) checkResponse(r *http.Request, status int, header http.Header, body []byte) {
 	where := r.Method + " " + r.URL.RequestURI()
 	if r.Method == http.MethodOptions {
 		return // a CORS preflight, answered for any path before routing
 	}
 	req := r.Clone(r.Context())
 	req.Body = http.NoBody
-	resp := &http.Response{StatusCode: status, Header: rec.Header().Clone(), Request: req,
-		Body: io.NopCloser(bytes.NewReader(rec.body.Bytes()))}
+	resp := &http.Response{StatusCode: status, Header: header.Clone(), Request: req,
+		Body: io.NopCloser(bytes.NewReader(body))}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		// The body is validated as events below; OpenAPI checks the status
 		// and media type.
 		resp.Body = io.NopCloser(strings.NewReader(""))
-		a.checkEvents(where, rec.body.Bytes())
+		a.checkEvents(where, body)
 	}
 	counts.responses.Add(1)
 	docs.mu.Lock()
@@ -231,7 +258,7 @@ func (a *Checker) check(r *http.Request, rec *recordingWriter) {
 	}
 	if len(errs) > 0 && errs[0].ValidationType == "path" && (status == http.StatusNotFound || status == http.StatusMethodNotAllowed) {
 		// No such route: the documented JSON error of an unknown path.
-		a.checkUnrouted(where, status, rec)
+		a.checkUnrouted(where, status, body)
 		return
 	}
 	for _, e := range errs {
@@ -239,17 +266,17 @@ func (a *Checker) check(r *http.Request, rec *recordingWriter) {
 		for _, s := range e.SchemaValidationErrors {
 			msg += fmt.Sprintf("; %s at %s", s.Reason, s.FieldPath)
 		}
-		a.fail("%s → %d %.300s: %s", where, status, rec.body.Bytes(), msg)
+		a.fail("%s → %d %.300s: %s", where, status, body, msg)
 	}
 }
 
 // checkUnrouted checks the reply to a path the API does not have: an Error.
-func (a *Checker) checkUnrouted(where string, status int, rec *recordingWriter) {
+func (a *Checker) checkUnrouted(where string, status int, body []byte) {
 	var e struct{ Code, Message string }
-	dec := json.NewDecoder(bytes.NewReader(rec.body.Bytes()))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&e); err != nil || (e.Code != "not_found" && e.Code != "method_not_allowed") || e.Message == "" {
-		a.fail("%s → %d %.300s: an unknown path must answer the Error object (not_found or method_not_allowed)", where, status, rec.body.Bytes())
+		a.fail("%s → %d %.300s: an unknown path must answer the Error object (not_found or method_not_allowed)", where, status, body)
 	}
 }
 
