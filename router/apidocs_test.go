@@ -3,6 +3,7 @@ package router_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -371,5 +372,52 @@ func TestWebSocketCrossOriginRefusalIsJSON(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") ||
 		json.Unmarshal(body, &e) != nil || e.Code != wire.CodeForbidden {
 		t.Fatalf("cross-origin upgrade: %d %s %q; want 403 application/json {\"code\":\"forbidden\",…}", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+}
+
+// TestOpenAPIGeneratesClients holds the rules code generators need and
+// the document once broke (oapi-codegen stopped at a parameter and a
+// schema both named Group, and typed a `const` without a type as an
+// empty interface): a component's name is used once across the
+// components' sections, ignoring case, and every schema with const or
+// enum says its type.
+func TestOpenAPIGeneratesClients(t *testing.T) {
+	doc := readDoc(t, "openapi.json")
+	comps, _ := doc["components"].(map[string]any)
+	seen := map[string]string{}
+	for section, v := range comps {
+		if section == "securitySchemes" {
+			continue // not a type in a generated client
+		}
+		m, _ := v.(map[string]any)
+		for name := range m {
+			k := strings.ToLower(name)
+			if other, ok := seen[k]; ok {
+				t.Errorf("components/%s/%s and components/%s share a name: generators make one type of each", section, name, other)
+			}
+			seen[k] = section + "/" + name
+		}
+	}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			_, hasConst := x["const"]
+			_, hasEnum := x["enum"]
+			if _, typed := x["type"]; (hasConst || hasEnum) && !typed {
+				t.Errorf("%s has const or enum without a type", path)
+			}
+			for k, c := range x {
+				walk(path+"/"+k, c)
+			}
+		case []any:
+			for i, c := range x {
+				walk(fmt.Sprintf("%s/%d", path, i), c)
+			}
+		}
+	}
+	walk("#", doc)
+	if len(seen) < 10 {
+		t.Fatalf("found %d components: the document was not read", len(seen))
 	}
 }
