@@ -685,7 +685,7 @@ export class Client {
      */
     this.transport = this._transports[0];
     if (this.transport === "websocket" && typeof this._opts.WebSocket !== "function") {
-      throw new SwitchyardError("bad_request", "no WebSocket implementation: pass options.WebSocket");
+      throw new SwitchyardError("bad_request", "no WebSocket implementation: this runtime has no global WebSocket (Node before 22 has none); pass one, e.g. connect(url, { WebSocket }) with WebSocket from the ws package");
     }
     /**
      * `connecting` (first attempt), `open`, `reconnecting` or `closed`.
