@@ -1,6 +1,6 @@
 // Package web holds the files the Switchyard gateway serves to browsers: the
-// live dashboard (index.html, dashboard.js, dashboard_ui.js, dashboard.css,
-// eventstream.js), a minimal example page (example.html) and the JavaScript
+// live dashboard (index.html, dashboard.js, dashboard_ui.js,
+// dashboard_api.js, dashboard_panels.js, dashboard.css, eventstream.js), a minimal example page (example.html) and the JavaScript
 // client library (switchyard.js, the entry, with client_base.js,
 // client_frames.js and its SSE transport in sse_transport.js, which reads a
 // stream that carries a token with eventstream.js).
