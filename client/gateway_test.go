@@ -45,7 +45,7 @@ func startGatewayOn(p engine.GroupPolicy, addr string) (*testGateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := httptest.NewUnstartedServer(rt)
+	srv := httptest.NewUnstartedServer(apiChecked(rt))
 	if addr != "" {
 		srv.Listener.Close()
 		if srv.Listener, err = net.Listen("tcp", addr); err != nil {

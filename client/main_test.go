@@ -11,5 +11,5 @@ import (
 func TestMain(m *testing.M) {
 	// Refresh tests use sub-second token lifetimes. Set once, before any test.
 	jwt.TimePrecision = time.Millisecond
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(checkedMain{m})
 }

@@ -32,7 +32,7 @@ func authGateway(t *testing.T, lead time.Duration) *testGateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(rt)
+	srv := httptest.NewUnstartedServer(apiChecked(rt))
 	ln := &trackingListener{Listener: srv.Listener, conns: make(map[net.Conn]struct{})}
 	srv.Listener = ln
 	srv.Start()

@@ -11,9 +11,11 @@ package router
 //     Schema for every client and gateway frame and the error codes of
 //     internal/wire.
 //
-// docs/protocol.md is the prose both describe. The router's tests validate
-// every HTTP response and every frame they see against these documents,
-// and the golden transcripts of internal/wire against the frame schemas.
+// The documents live in package apidocs. docs/protocol.md is the prose
+// both describe. The router's, the gateway command's and the Go client's
+// tests validate every HTTP response and every frame they see against
+// them (package apidocs/apicheck), and the golden transcripts of
+// internal/wire against the frame schemas.
 // Like every /v1 call, the documents need a credential when the gateway
 // has keys.
 //
@@ -21,22 +23,17 @@ package router
 // reads.
 
 import (
-	_ "embed"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/switchyard/switchyard/router/apidocs"
 )
-
-//go:embed apidocs/openapi.json
-var openAPIDoc []byte
-
-//go:embed apidocs/asyncapi.json
-var asyncAPIDoc []byte
 
 // apiDocRoutes registers the handlers of this file.
 func (rt *Router) apiDocRoutes(e *echo.Echo) {
-	e.GET("/v1/openapi.json", serveDoc(openAPIDoc))
-	e.GET("/v1/asyncapi.json", serveDoc(asyncAPIDoc))
+	e.GET("/v1/openapi.json", serveDoc(apidocs.OpenAPI()))
+	e.GET("/v1/asyncapi.json", serveDoc(apidocs.AsyncAPI()))
 }
 
 func serveDoc(doc []byte) echo.HandlerFunc {

@@ -10,7 +10,8 @@
 // transcript's server frames (the reply's id replaced by the client's),
 // and the test checks what the client makes of them: a reply resolves
 // to the frame's fields (without op and id), an error reply rejects with its code and message, a
-// message reaches the handler of its subscription as written, a gap and
+// message reaches the handler of its subscription as written (a binary
+// one with its data decoded to a Uint8Array), a gap and
 // an error without a request are events. Sessions on the lean envelope
 // are left out (the client does not ask for it).
 //
@@ -139,7 +140,9 @@ async function replaySession(steps) {
     // A server frame not consumed as a reply: delivered as written.
     const f = parse(st.frame);
     assert.ok(f, `server frame is not JSON: ${st.frame}`);
-    if (f.op === "message") want.messages.push(f);
+    // A binary record ("encoding":"base64") reaches the handler as bytes.
+    if (f.op === "message" && f.encoding === "base64") want.messages.push({ ...f, data: new Uint8Array(Buffer.from(f.data, "base64")) });
+    else if (f.op === "message") want.messages.push(f);
     else if (f.op === "gap") want.gaps.push(f);
     else if (f.op === "error") want.errors.push(f);
     ws.recv(st.frame);

@@ -17,6 +17,7 @@ import (
 
 var (
 	jsExport  = regexp.MustCompile(`(?m)^export (?:async )?(?:function|class|const) ([A-Za-z_$][\w$]*)`)
+	reExport  = regexp.MustCompile(`(?m)^export \{([^}]*)\} from `)
 	dtsExport = regexp.MustCompile(`(?m)^export declare (?:function|class|const) ([A-Za-z_$][\w$]*)`)
 )
 
@@ -29,6 +30,14 @@ func exportsOf(t *testing.T, path string, re *regexp.Regexp) []string {
 	var names []string
 	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
 		names = append(names, m[1])
+	}
+	// Names a module re-exports from another: export { A, B } from "./x.js";
+	for _, m := range reExport.FindAllStringSubmatch(string(b), -1) {
+		for _, n := range strings.Split(m[1], ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				names = append(names, n)
+			}
+		}
 	}
 	slices.Sort(names)
 	return slices.Compact(names)
@@ -202,7 +211,7 @@ func TestPackageInViteApp(t *testing.T) {
 		files = append(files, f.Path)
 	}
 	slices.Sort(files)
-	want := []string{"LICENSE", "README.md", "package.json", "static/switchyard.js", "switchyard.d.ts"}
+	want := []string{"LICENSE", "README.md", "package.json", "static/client_base.js", "static/client_frames.js", "static/eventstream.js", "static/sse_transport.js", "static/switchyard.js", "switchyard.d.ts"}
 	if !slices.Equal(files, want) {
 		t.Errorf("tarball holds %v, want %v", files, want)
 	}

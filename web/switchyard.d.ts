@@ -10,6 +10,12 @@
 /** Any JSON value: what `data` of a record may hold. */
 export type JSONValue = string | number | boolean | null | JSONValue[] | { [key: string]: JSONValue };
 
+/**
+ * What `data` of a delivered record holds: its JSON value, or, for a record
+ * whose bytes are not JSON (`encoding` "base64"), the bytes.
+ */
+export type Payload = JSONValue | Uint8Array;
+
 /** Defaults every option of {@link connect} falls back to. */
 export declare const DEFAULTS: Readonly<{
   /** First reconnect delay, before jitter (250). */
@@ -113,7 +119,7 @@ export interface Welcome {
 }
 
 /** One delivered record (a `message` frame). */
-export interface Message<T = JSONValue> {
+export interface Message<T = Payload> {
   op: "message";
   /** The pattern of the subscription this delivery belongs to. */
   pattern: string;
@@ -122,7 +128,15 @@ export interface Message<T = JSONValue> {
   offset: number;
   key?: string;
   headers?: Record<string, string>;
+  /**
+   * The record's JSON value; a Uint8Array of its bytes when `encoding` is
+   * "base64" (a record whose bytes are not JSON, such as one published
+   * from a Uint8Array). A type argument other than the default asserts
+   * what the topic carries.
+   */
   data: T;
+  /** "base64" when the record's bytes are not JSON: `data` is then a Uint8Array. */
+  encoding?: "base64";
   /** Append time, RFC 3339 UTC with milliseconds. */
   time: string;
   /** Consumer-group deliveries only. */
@@ -235,7 +249,7 @@ export interface PublishOptions {
 
 /** Options of {@link connect}. */
 export interface ConnectOptions {
-  /** Auth token sent as `?token=`; a function is asked before every attempt. */
+  /** Auth token: `?token=` on the WebSocket URL, an `Authorization: Bearer` header over SSE (never in its URL); a function is asked before every attempt. */
   token?: string | (() => string | Promise<string>);
   /**
    * Async token source used instead of `token`: called before every
@@ -358,7 +372,7 @@ export interface ClientEvents {
   transport: (ev: { transport: "websocket" | "sse"; code: number; reason: string }) => void;
 }
 
-export type Handler<T = JSONValue> = (msg: Message<T>, sub: Subscription) => unknown;
+export type Handler<T = Payload> = (msg: Message<T>, sub: Subscription) => unknown;
 
 /** A subscription to a pattern, optionally as a member of a consumer group. */
 export declare class Subscription {
@@ -379,7 +393,7 @@ export declare class Subscription {
 }
 
 /** The messages of one subscription as an async iterable. Leaving the loop unsubscribes. */
-export declare class MessageStream<T = JSONValue> implements AsyncIterableIterator<Message<T>> {
+export declare class MessageStream<T = Payload> implements AsyncIterableIterator<Message<T>> {
   private constructor();
   /** The subscription being iterated; null when refused at once. */
   readonly subscription: Subscription | null;
@@ -430,11 +444,16 @@ export declare class Client {
   presence(topic: string): Promise<{ topic: string; count: number; members: Array<{ session: string; user: string; info?: JSONValue }> }>;
 
   /** Subscribes with a handler; resolves once the server confirms. */
-  subscribe<T = JSONValue>(pattern: string, handler: Handler<T>, opts?: SubscribeOptions): Promise<Subscription>;
+  subscribe<T = Payload>(pattern: string, handler: Handler<T>, opts?: SubscribeOptions): Promise<Subscription>;
   /** Subscribes without a handler: iterate the result with `for await`. */
-  subscribe<T = JSONValue>(pattern: string, opts?: StreamOptions): MessageStream<T>;
+  subscribe<T = Payload>(pattern: string, opts?: StreamOptions): MessageStream<T>;
 
-  /** Publishes one record; resolves with where it was stored. */
+  /**
+   * Publishes one record; resolves with where it was stored. Bytes (a
+   * Uint8Array, a Buffer, another ArrayBuffer view or an ArrayBuffer) are
+   * stored as they are, sent with `"encoding":"base64"`; any other value is
+   * stored as its JSON.
+   */
   publish(topic: string, data: unknown, opts?: PublishOptions): Promise<PublishResult>;
   /** Acknowledges a consumer-group delivery. */
   ack(msg: GroupDelivery): Promise<Record<string, unknown>>;

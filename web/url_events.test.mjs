@@ -48,3 +48,13 @@ test("topic_deleted is an event with its subscription, which stays open", async 
   await until(() => got.length === 1);
   client.close();
 });
+
+test("without a WebSocket the error says how to pass one", async () => {
+  const saved = globalThis.WebSocket;
+  globalThis.WebSocket = undefined;
+  try {
+    await assert.rejects(connect("ws://gw.test/v1/ws"), (err) => err.code === "bad_request" && /Node before 22/.test(err.message) && /connect\(url, \{ WebSocket \}\)/.test(err.message) && /ws package/.test(err.message));
+  } finally {
+    globalThis.WebSocket = saved;
+  }
+});

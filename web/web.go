@@ -1,7 +1,9 @@
 // Package web holds the files the Switchyard gateway serves to browsers: the
-// live dashboard (index.html, dashboard.js, dashboard_ui.js, dashboard.css,
-// eventstream.js), a minimal example page (example.html) and the JavaScript
-// client library (switchyard.js).
+// live dashboard (index.html, dashboard.js, dashboard_ui.js,
+// dashboard_api.js, dashboard_panels.js, dashboard.css, eventstream.js), a minimal example page (example.html) and the JavaScript
+// client library (switchyard.js, the entry, with client_base.js,
+// client_frames.js and its SSE transport in sse_transport.js, which reads a
+// stream that carries a token with eventstream.js).
 //
 // The files are plain ES modules and stylesheets embedded into the binary;
 // there is no build step and nothing is fetched from elsewhere. The gateway

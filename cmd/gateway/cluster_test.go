@@ -36,7 +36,7 @@ func startNode(t *testing.T, args ...string) *node {
 	addrc := make(chan string, 1)
 	go func() {
 		n.errc <- run(ctx, append([]string{"--addr", "127.0.0.1:0", "--log-level", "error", "--stats-interval", "-1s"}, args...),
-			func(string) string { return "" }, io.Discard, func(a string) { addrc <- a })
+			func(string) string { return "" }, io.Discard, gatewayListening(func(a string) { addrc <- a }))
 	}()
 	select {
 	case n.addr = <-addrc:

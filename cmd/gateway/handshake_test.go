@@ -22,7 +22,7 @@ func runGateway(t *testing.T, args ...string) string {
 	errc := make(chan error, 1)
 	go func() {
 		errc <- run(ctx, append([]string{"--addr", "127.0.0.1:0", "--log-level", "error", "--stats-interval", "-1s"}, args...),
-			func(string) string { return "" }, io.Discard, func(a string) { addrc <- a })
+			func(string) string { return "" }, io.Discard, gatewayListening(func(a string) { addrc <- a }))
 	}()
 	var addr string
 	select {

@@ -14,7 +14,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(checkedMain{m})
 }
 
 func TestConfigPrecedence(t *testing.T) {

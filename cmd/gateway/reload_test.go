@@ -23,7 +23,7 @@ func startLogged(t *testing.T, args ...string) (string, *lockedBuffer) {
 	addrc := make(chan string, 1)
 	errc := make(chan error, 1)
 	go func() {
-		errc <- run(ctx, append([]string{"--addr", "127.0.0.1:0", "--stats-interval", "-1s"}, args...), noEnv, out, func(a string) { addrc <- a })
+		errc <- run(ctx, append([]string{"--addr", "127.0.0.1:0", "--stats-interval", "-1s"}, args...), noEnv, out, gatewayListening(func(a string) { addrc <- a }))
 	}()
 	var addr string
 	select {

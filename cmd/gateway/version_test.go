@@ -55,7 +55,7 @@ func TestStartupLines(t *testing.T) {
 	addrc := make(chan string, 1)
 	errc := make(chan error, 1)
 	go func() {
-		errc <- run(ctx, []string{"--addr", "127.0.0.1:0"}, func(string) string { return "" }, &out, func(a string) { addrc <- a })
+		errc <- run(ctx, []string{"--addr", "127.0.0.1:0"}, func(string) string { return "" }, &out, gatewayListening(func(a string) { addrc <- a }))
 	}()
 	var addr string
 	select {

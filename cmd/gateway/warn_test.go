@@ -57,7 +57,7 @@ func TestNoWarningOnLoopback(t *testing.T) {
 	errc := make(chan error, 1)
 	addrc := make(chan string, 1)
 	go func() {
-		errc <- run(ctx, []string{"--addr", "127.0.0.1:0", "--stats-interval", "-1s"}, noEnv, &out, func(a string) { addrc <- a })
+		errc <- run(ctx, []string{"--addr", "127.0.0.1:0", "--stats-interval", "-1s"}, noEnv, &out, gatewayListening(func(a string) { addrc <- a }))
 	}()
 	select {
 	case <-addrc:

@@ -104,6 +104,11 @@ export function fmtDateTime(t) {
 }
 
 export function json(v) {
+  if (v instanceof Uint8Array) {
+    // A binary record's bytes (the client decodes "encoding":"base64").
+    const hex = Array.from(v.subarray(0, 32), (b) => b.toString(16).padStart(2, "0")).join(" ");
+    return `${v.length} bytes: ${hex}${v.length > 32 ? " …" : ""}`;
+  }
   try {
     const s = JSON.stringify(v);
     return s === undefined ? String(v) : s;
@@ -119,7 +124,7 @@ export function dataCell(value) {
   td.addEventListener("click", () => {
     const open = td.classList.toggle("wrap");
     td.classList.toggle("clip", !open);
-    td.textContent = open ? JSON.stringify(value, null, 2) : text;
+    td.textContent = open && !(value instanceof Uint8Array) ? JSON.stringify(value, null, 2) : text;
   });
   return td;
 }

@@ -1,5 +1,6 @@
 // An EventSource that sends request headers: the dashboard's live stream
-// when a credential is set.
+// when a credential is set, and the JS client's SSE transport with a token
+// (sse_transport.js).
 //
 // A browser's EventSource and WebSocket cannot send an Authorization
 // header, and the gateway takes a credential only from that header or from
@@ -26,8 +27,9 @@ const MIN_RETRY_MS = 250;
  *
  * @param {() => Record<string, string>} headers
  * @param {(status: number, body: any) => void} [onRefused]
+ * @param {typeof fetch} [fetchImpl] default globalThis.fetch at each request
  */
-export function headerEventSource(headers, onRefused) {
+export function headerEventSource(headers, onRefused, fetchImpl) {
   return class HeaderEventSource {
     constructor(url) {
       this.url = url;
@@ -69,7 +71,7 @@ export function headerEventSource(headers, onRefused) {
         if (this._lastId) h["Last-Event-ID"] = this._lastId;
         let resp;
         try {
-          resp = await fetch(this.url, { headers: h, signal: this._abort.signal, cache: "no-store" });
+          resp = await (fetchImpl || fetch)(this.url, { headers: h, signal: this._abort.signal, cache: "no-store" });
         } catch {
           if (this.readyState === CLOSED) return;
           await this._pause();

@@ -1,5 +1,5 @@
 // Drives the client against a real gateway from Node: connect, a stream
-// subscription with for await, publish, a handler subscription in a group
+// subscription with for await, publish, bytes, a handler subscription in a group
 // with ack, status(), AbortSignal and closed(). Run by web/e2e_test.go as
 //
 //     node --experimental-websocket e2e.mjs ws://127.0.0.1:PORT/v1/ws
@@ -24,6 +24,24 @@ for await (const msg of stream) {
   if (got.length === 2) break;
 }
 assert.deepEqual(got, [0, 1]);
+
+// Bytes: published from a Uint8Array, delivered as one; bytes that are
+// JSON are stored as that JSON.
+const blobs = client.subscribe("e2e.blobs", { from: "earliest" });
+await blobs.ready;
+const raw = new Uint8Array([0x00, 0xff, 0xd8, 0x7b, 0x0a]);
+await client.publish("e2e.blobs", raw);
+await client.publish("e2e.blobs", new TextEncoder().encode('{"n":7}').buffer);
+const blobGot = [];
+for await (const msg of blobs) {
+  blobGot.push(msg);
+  if (blobGot.length === 2) break;
+}
+assert.ok(blobGot[0].data instanceof Uint8Array);
+assert.deepEqual(Array.from(blobGot[0].data), Array.from(raw));
+assert.equal(blobGot[0].encoding, "base64");
+assert.deepEqual(blobGot[1].data, { n: 7 });
+assert.equal(blobGot[1].encoding, undefined);
 
 // Group with a handler and ack.
 const acked = new Promise((resolve, reject) => {

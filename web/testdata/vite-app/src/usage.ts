@@ -14,6 +14,7 @@ import {
   type PresenceEvent,
   type Gap,
   type Message,
+  type Payload,
   type PublishResult,
   type Status,
   type TopicDeleted,
@@ -106,6 +107,18 @@ export async function everything(url: string): Promise<void> {
   // Publish.
   const res: PublishResult = await client.publish("orders.created.eu", { id: 42 }, { key: "c-7", headers: { region: "eu" }, msg_id: "m-1", priority: 2, signal: AbortSignal.timeout(1000) });
   console.log(res.partition, res.offset, res.duplicate === true);
+
+  // Bytes: published as they are, delivered as a Uint8Array.
+  await client.publish("images.raw", new Uint8Array([0xff, 0xd8, 0xff]));
+  await client.publish("images.raw", new ArrayBuffer(4));
+  await client.subscribe("images.#", (msg: Message) => {
+    const data: Payload = msg.data;
+    if (msg.encoding === "base64" && data instanceof Uint8Array) console.log(data.byteLength);
+  });
+  await client.subscribe<Uint8Array>("images.raw", (msg) => {
+    const first: number | undefined = msg.data[0];
+    console.log(first);
+  });
 
   // Status and shutdown.
   for await (const s of client.status({ signal: controller.signal })) {
