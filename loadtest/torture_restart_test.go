@@ -17,29 +17,70 @@ import (
 	"github.com/coder/websocket"
 )
 
-// TestTortureRestartKeepsLog: a graceful restart of the torture run's
-// embedded gateway keeps its log, its epoch and its offsets, so that
-// clients resume where they were.
-func TestTortureRestartKeepsLog(t *testing.T) {
+// restartRig starts the torture run's embedded gateway (stopped when t
+// ends) with topic made of parts partitions, skipped with -short; its
+// context ends with the test or after a minute. The ack timeout is a
+// minute, so that no lease times out before its ack in a slow test under
+// -race.
+func restartRig(t *testing.T, topic string, parts int) (*torture, context.Context) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts an embedded NATS server twice")
 	}
-	cfg := &tortureConfig{engine: "embedded", keepalive: time.Second}
-	gw, err := startTortureGateway(cfg)
+	gw, err := startTortureGateway(&tortureConfig{engine: "embedded", keepalive: time.Second, ackTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		if err := gw.stop(); err != nil {
 			t.Error(err)
 		}
 		http.DefaultClient.CloseIdleConnections()
-	}()
+	})
 	tr := &torture{gw: gw}
-	ctx := context.Background()
-	if err := tr.createTopic(ctx, &tortureTopic{name: "rs.0", parts: 1}, ""); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	if err := tr.createTopic(ctx, &tortureTopic{name: topic, parts: parts}, ""); err != nil {
 		t.Fatal(err)
 	}
+	return tr, ctx
+}
+
+// pulled is a record of a pull member's poll.
+type pulled struct {
+	Offset  int64 `json:"offset"`
+	Attempt int   `json:"attempt"`
+}
+
+// pollGroup polls group for pattern's records from the earliest on.
+func pollGroup(t *testing.T, ctx context.Context, tr *torture, group, pattern string) []pulled {
+	t.Helper()
+	body, status, err := tr.do(ctx, http.MethodPost, "/v1/groups/"+group+"/poll",
+		[]byte(`{"pattern":"`+pattern+`","max":20,"wait_ms":300,"from":"earliest"}`))
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("poll: %d %v %s", status, err, body)
+	}
+	var page struct{ Records []pulled }
+	if err := json.Unmarshal(body, &page); err != nil {
+		t.Fatal(err)
+	}
+	return page.Records
+}
+
+// ackPulled acks r of topic's partition 0 for group and reports whether
+// the gateway confirmed it.
+func ackPulled(ctx context.Context, tr *torture, group, topic string, r pulled) bool {
+	ack := fmt.Sprintf(`{"topic":%q,"partition":0,"offset":%d,"attempt":%d}`, topic, r.Offset, r.Attempt)
+	_, st, err := tr.do(ctx, http.MethodPost, "/v1/groups/"+group+"/ack", []byte(ack))
+	return err == nil && st == http.StatusOK
+}
+
+// TestTortureRestartKeepsLog: a graceful restart of the torture run's
+// embedded gateway keeps its log, its epoch and its offsets, so that
+// clients resume where they were.
+func TestTortureRestartKeepsLog(t *testing.T) {
+	tr, ctx := restartRig(t, "rs.0", 1)
+	gw := tr.gw
 	publish := func(i int) string {
 		t.Helper()
 		body, status, err := tr.do(ctx, http.MethodPost, "/v1/publish", []byte(fmt.Sprintf(`{"topic":"rs.0","data":%d}`, i)))
@@ -192,24 +233,8 @@ func sseEvents(t *testing.T, url string, n int) [][3]string {
 // "recovered": false and starts again from the earliest records
 // (router/sse_resume.go).
 func TestTortureRestartSSEResume(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts an embedded NATS server twice")
-	}
-	gw, err := startTortureGateway(&tortureConfig{engine: "embedded", keepalive: time.Second, ackTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := gw.stop(); err != nil {
-			t.Error(err)
-		}
-		http.DefaultClient.CloseIdleConnections()
-	}()
-	tr := &torture{gw: gw}
-	ctx := context.Background()
-	if err := tr.createTopic(ctx, &tortureTopic{name: "rs.2", parts: 1}, ""); err != nil {
-		t.Fatal(err)
-	}
+	tr, ctx := restartRig(t, "rs.2", 1)
+	gw := tr.gw
 	for i := range 10 {
 		if _, status, err := tr.do(ctx, http.MethodPost, "/v1/publish", []byte(fmt.Sprintf(`{"topic":"rs.2","data":%d}`, i))); err != nil || status != http.StatusOK {
 			t.Fatalf("publish: %d %v", status, err)
@@ -239,25 +264,8 @@ func TestTortureRestartSSEResume(t *testing.T) {
 // confirmed may be delivered again: a marker published after the rejoin
 // is the barrier, every record delivered before it must be new.
 func TestTortureRestartKeepsGroupAcks(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts an embedded NATS server twice")
-	}
-	gw, err := startTortureGateway(&tortureConfig{engine: "embedded", keepalive: time.Second, ackTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := gw.stop(); err != nil {
-			t.Error(err)
-		}
-		http.DefaultClient.CloseIdleConnections()
-	}()
-	tr := &torture{gw: gw}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := tr.createTopic(ctx, &tortureTopic{name: "rg.0", parts: 1}, ""); err != nil {
-		t.Fatal(err)
-	}
+	tr, ctx := restartRig(t, "rg.0", 1)
+	gw := tr.gw
 	const n = 50
 	publish := func(data string) {
 		t.Helper()
@@ -353,47 +361,15 @@ func TestTortureRestartKeepsGroupAcks(t *testing.T) {
 // (200 OK) right before a graceful restart are not delivered again after
 // it.
 func TestTortureRestartKeepsPulledAcks(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts an embedded NATS server twice")
-	}
-	gw, err := startTortureGateway(&tortureConfig{engine: "embedded", keepalive: time.Second, ackTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := gw.stop(); err != nil {
-			t.Error(err)
-		}
-		http.DefaultClient.CloseIdleConnections()
-	}()
-	tr := &torture{gw: gw}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := tr.createTopic(ctx, &tortureTopic{name: "rp.0", parts: 1}, ""); err != nil {
-		t.Fatal(err)
-	}
+	tr, ctx := restartRig(t, "rp.0", 1)
+	gw := tr.gw
 	const n = 40
 	for i := range n {
 		if _, status, err := tr.do(ctx, http.MethodPost, "/v1/publish", []byte(fmt.Sprintf(`{"topic":"rp.0","data":%d}`, i))); err != nil || status != http.StatusOK {
 			t.Fatalf("publish: %d %v", status, err)
 		}
 	}
-	type rec struct {
-		Offset  int64 `json:"offset"`
-		Attempt int   `json:"attempt"`
-	}
-	poll := func() []rec {
-		t.Helper()
-		body, status, err := tr.do(ctx, http.MethodPost, "/v1/groups/rpgrp/poll", []byte(`{"pattern":"rp.0","max":20,"wait_ms":300,"from":"earliest"}`))
-		if err != nil || status != http.StatusOK {
-			t.Fatalf("poll: %d %v %s", status, err, body)
-		}
-		var page struct{ Records []rec }
-		if err := json.Unmarshal(body, &page); err != nil {
-			t.Fatal(err)
-		}
-		return page.Records
-	}
+	poll := func() []pulled { t.Helper(); return pollGroup(t, ctx, tr, "rpgrp", "rp.0") }
 	acked := map[int64]bool{}
 	// The ack timeout is a minute, so that no lease times out before its
 	// ack (a slow test under -race); a record polled twice anyway is left
@@ -402,8 +378,7 @@ func TestTortureRestartKeepsPulledAcks(t *testing.T) {
 	for len(acked) < n && ctx.Err() == nil {
 		for _, r := range poll() {
 			polled[r.Offset]++
-			ack := fmt.Sprintf(`{"topic":"rp.0","partition":0,"offset":%d,"attempt":%d}`, r.Offset, r.Attempt)
-			if _, st, err := tr.do(ctx, http.MethodPost, "/v1/groups/rpgrp/ack", []byte(ack)); err == nil && st == http.StatusOK {
+			if ackPulled(ctx, tr, "rpgrp", "rp.0", r) {
 				acked[r.Offset] = true
 			}
 		}
@@ -414,7 +389,7 @@ func TestTortureRestartKeepsPulledAcks(t *testing.T) {
 	if _, status, err := tr.do(ctx, http.MethodPost, "/v1/publish", []byte(`{"topic":"rp.0","data":"marker"}`)); err != nil || status != http.StatusOK {
 		t.Fatalf("publish: %d %v", status, err)
 	}
-	var again []rec
+	var again []pulled
 	for marker := false; !marker && ctx.Err() == nil; {
 		for _, r := range poll() {
 			if r.Offset == n {
@@ -433,25 +408,8 @@ func TestTortureRestartKeepsPulledAcks(t *testing.T) {
 // TestTortureRestartKeepsGroupAcks with two members on four partitions,
 // as the torture run's group has them.
 func TestTortureRestartKeepsGroupAcksTwoMembers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts an embedded NATS server twice")
-	}
-	gw, err := startTortureGateway(&tortureConfig{engine: "embedded", keepalive: time.Second, ackTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := gw.stop(); err != nil {
-			t.Error(err)
-		}
-		http.DefaultClient.CloseIdleConnections()
-	}()
-	tr := &torture{gw: gw}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := tr.createTopic(ctx, &tortureTopic{name: "rg.1", parts: 4}, ""); err != nil {
-		t.Fatal(err)
-	}
+	tr, ctx := restartRig(t, "rg.1", 4)
+	gw := tr.gw
 	const n, markers = 400, 40
 	mctx, mcancel := context.WithCancel(ctx) // ends the members once every marker arrived
 	defer mcancel()
@@ -542,47 +500,15 @@ func TestTortureRestartKeepsGroupAcksTwoMembers(t *testing.T) {
 // (jsengine's Close writes them with the partition's position, see
 // engine/jsengine/settled.go).
 func TestTortureRestartKeepsAcksAboveAHole(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts an embedded NATS server twice")
-	}
-	gw, err := startTortureGateway(&tortureConfig{engine: "embedded", keepalive: time.Second, ackTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := gw.stop(); err != nil {
-			t.Error(err)
-		}
-		http.DefaultClient.CloseIdleConnections()
-	}()
-	tr := &torture{gw: gw}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := tr.createTopic(ctx, &tortureTopic{name: "rh.0", parts: 1}, ""); err != nil {
-		t.Fatal(err)
-	}
+	tr, ctx := restartRig(t, "rh.0", 1)
+	gw := tr.gw
 	const n = 10
 	for i := range n {
 		if _, status, err := tr.do(ctx, http.MethodPost, "/v1/publish", []byte(fmt.Sprintf(`{"topic":"rh.0","data":%d}`, i))); err != nil || status != http.StatusOK {
 			t.Fatalf("publish: %d %v", status, err)
 		}
 	}
-	type rec struct {
-		Offset  int64 `json:"offset"`
-		Attempt int   `json:"attempt"`
-	}
-	poll := func() []rec {
-		t.Helper()
-		body, status, err := tr.do(ctx, http.MethodPost, "/v1/groups/rhgrp/poll", []byte(`{"pattern":"rh.0","max":20,"wait_ms":300,"from":"earliest"}`))
-		if err != nil || status != http.StatusOK {
-			t.Fatalf("poll: %d %v %s", status, err, body)
-		}
-		var page struct{ Records []rec }
-		if err := json.Unmarshal(body, &page); err != nil {
-			t.Fatal(err)
-		}
-		return page.Records
-	}
+	poll := func() []pulled { t.Helper(); return pollGroup(t, ctx, tr, "rhgrp", "rh.0") }
 	acked := map[int64]bool{}
 	for seen := 0; seen < n && ctx.Err() == nil; {
 		for _, r := range poll() {
@@ -590,9 +516,8 @@ func TestTortureRestartKeepsAcksAboveAHole(t *testing.T) {
 			if r.Offset == 0 {
 				continue // the hole: leased, not acked
 			}
-			ack := fmt.Sprintf(`{"topic":"rh.0","partition":0,"offset":%d,"attempt":%d}`, r.Offset, r.Attempt)
-			if _, st, err := tr.do(ctx, http.MethodPost, "/v1/groups/rhgrp/ack", []byte(ack)); err != nil || st != http.StatusOK {
-				t.Fatalf("ack %d: %d %v", r.Offset, st, err)
+			if !ackPulled(ctx, tr, "rhgrp", "rh.0", r) {
+				t.Fatalf("ack %d refused", r.Offset)
 			}
 			acked[r.Offset] = true
 		}
@@ -603,11 +528,10 @@ func TestTortureRestartKeepsAcksAboveAHole(t *testing.T) {
 	if _, status, err := tr.do(ctx, http.MethodPost, "/v1/publish", []byte(`{"topic":"rh.0","data":"marker"}`)); err != nil || status != http.StatusOK {
 		t.Fatalf("publish: %d %v", status, err)
 	}
-	var again []rec
+	var again []pulled
 	for marker := false; !marker && ctx.Err() == nil; {
 		for _, r := range poll() {
-			ack := fmt.Sprintf(`{"topic":"rh.0","partition":0,"offset":%d,"attempt":%d}`, r.Offset, r.Attempt)
-			_, _, _ = tr.do(ctx, http.MethodPost, "/v1/groups/rhgrp/ack", []byte(ack))
+			ackPulled(ctx, tr, "rhgrp", "rh.0", r)
 			if r.Offset == n {
 				marker = true
 			} else if acked[r.Offset] {
