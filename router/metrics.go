@@ -152,7 +152,7 @@ var (
 		codeForbidden, codeRateLimited, codeBackpressure, codeTooLarge, codeTooManySubs,
 		codeNotSubscribed, codeGroupConflict, codeShuttingDown, codeInternal, codeTopicExists,
 		codeUnknownGroup, codeNotInFlight, codeUnavailable, codeNotFound, codeMethodNotAllowed,
-		codeTooManyConnections, codeTooManyTopics, codeUnsupportedMedia,
+		codeTooManyConnections, codeTooManyTopics, codeUnsupportedMedia, codeUnknownSession,
 	}
 	metricAuthReasons     = []string{"missing", "invalid", "invalid_claims", "expired", "not_yet_valid"}
 	metricForbiddenOps    = []string{"publish", "subscribe", "group", "admin", "refresh"}

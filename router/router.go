@@ -148,12 +148,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/engine"
+	hookc "github.com/switchyard/switchyard/router/internal/hooks"
 	"github.com/switchyard/switchyard/session"
 	"github.com/switchyard/switchyard/trie"
 )
 
 // Options configure a Router. The zero value of each field is its documented
-// default, except Engine, which is required.
+// default, except Engine, which is required. Reload changes the keys
+// (Auth), Hooks, OriginPatterns and some limits of a running Router
+// (reload.go); the other fields are fixed by New.
 type Options struct {
 	// Engine is the log and group store. Required. The Router does not
 	// close it.
@@ -269,6 +272,10 @@ type Options struct {
 	// the client IP (for the per-IP limits); default none: the TCP peer's
 	// address is the client IP.
 	TrustedProxies []*net.IPNet
+	// Reloader, when set, serves POST /v1/admin/reload (admin.go): it
+	// loads the settings again and applies them with Reload. Default nil:
+	// the call answers 404.
+	Reloader Reloader
 	// Version is the gateway's version, reported by /healthz and the
 	// switchyard_build_info metric. Default: the main module's version
 	// from the build information, or "(devel)".
@@ -375,11 +382,15 @@ type Router struct {
 	stopBG chan struct{}          // closed by Shutdown to stop background loops
 	dlq    chan engine.DeadLetter // queue_full dead letters to record
 
-	auth   *authenticator
-	hooks  *hooks // nil without hooks
-	pres   *presenceHub
-	limits *limiter
-	lim    *limitMetrics
+	// set holds the live settings (reload.go): keys, origins and the
+	// limits Reload may change. Loaded once per decision, never locked.
+	set      atomic.Pointer[liveSettings]
+	reloadMu sync.Mutex     // serializes Reload (reload.go); a leaf lock
+	hooks    *hooks         // the hook client in force (Reload swaps it)
+	hookm    *hookc.Metrics // the hooks' metrics, for the clients Reload makes
+	pres     *presenceHub
+	limits   *limiter
+	lim      *limitMetrics
 
 	httpm        *httpMetrics
 	writeTimeout atomic.Int64 // the NewServer's write timeout, for long polls
@@ -403,7 +414,7 @@ func New(opts Options) (*Router, error) {
 		// A message of ReadLimit bytes could never finish arriving.
 		return nil, fmt.Errorf("router: the inbound read budget (%d bytes) must be at least the largest frame (%d bytes)", b.Max(), opts.Session.ReadLimit)
 	}
-	auth, err := newAuthenticator(opts.Auth)
+	set, err := newLiveSettings(opts, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -418,14 +429,17 @@ func New(opts Options) (*Router, error) {
 		local:   make(map[*LocalSubscription]struct{}),
 		stopBG:  make(chan struct{}),
 		dlq:     make(chan engine.DeadLetter, deadLetterBuffer),
-		auth:    auth,
+		hooks:   &hooks{},
 		limits:  newLimiter(opts),
 		sse:     newSSEResume(opts.SSE.withDefaults(), opts.Registry),
 	}
-	hookm := rt.registerMetrics()
-	if rt.hooks, err = newHooks(opts.Hooks, hookm); err != nil {
+	rt.set.Store(set)
+	rt.hookm = rt.registerMetrics()
+	h, err := newHooks(opts.Hooks, rt.hookm)
+	if err != nil {
 		return nil, err
 	}
+	rt.hooks.cur.Store(h)
 	rt.ctx, rt.cancel = context.WithCancel(context.Background())
 	rt.echo = rt.routes()
 	rt.stopTap = rt.eng.Watch(rt)

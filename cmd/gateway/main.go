@@ -151,17 +151,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		_ = eng.Close(context.Background())
 		return err
 	}
+	rl, err := newReloader(cfg, args, getenv, level, log)
+	if err != nil {
+		_ = eng.Close(context.Background())
+		return err
+	}
+	opts.Reloader = rl.reloadHTTP
 	warnFrameLimit(log, cfg)
 	rt, err := router.New(opts)
 	if err != nil {
 		_ = eng.Close(context.Background())
 		return err
 	}
-	rl, err := newReloader(cfg, args, getenv, level, log)
-	if err != nil {
-		_ = rt.Shutdown(context.Background())
-		_ = eng.Close(context.Background())
-		return err
+	rl.apply = func(next config) error {
+		o, err := routerOptions(next, eng, log)
+		if err != nil {
+			return err
+		}
+		return rt.Reload(o)
 	}
 	defer rl.watchSignal(syscall.SIGHUP)()
 	return serve(ctx, cfg, rt, eng, opts.Auth, certs, log, listening)
