@@ -151,6 +151,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		_ = eng.Close(context.Background())
 		return err
 	}
+	if created, err := ensureTopics(ctx, eng, cfg, log); err != nil {
+		_ = eng.Close(context.Background())
+		return err
+	} else if len(created) > 0 {
+		log.Info("topics of the config created", "topics", created)
+	}
 	rl, err := newReloader(cfg, args, getenv, level, log)
 	if err != nil {
 		_ = eng.Close(context.Background())
@@ -169,6 +175,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 			return err
 		}
 		return rt.Reload(o)
+	}
+	rl.applyTopics = func(next config) error {
+		created, err := ensureTopics(context.Background(), eng, next, log)
+		if len(created) > 0 {
+			log.Info("topics of the config created", "topics", created)
+		}
+		return err
 	}
 	defer rl.watchSignal(syscall.SIGHUP)()
 	return serve(ctx, cfg, rt, eng, opts.Auth, certs, log, listening)

@@ -116,13 +116,14 @@ type kind struct {
 type registry struct {
 	settings []*setting
 	byName   map[string]*setting
-	group    group // of the settings being declared
+	group    group        // of the settings being declared
+	topics   *[]topicSpec // the config's topics list, set by the file only
 }
 
 // newRegistry declares every setting bound to c's fields. It does not
 // touch c: setDefaults stores the defaults.
 func newRegistry(c *config) *registry {
-	r := &registry{byName: map[string]*setting{}}
+	r := &registry{byName: map[string]*setting{}, topics: &c.TopicList}
 	for _, declare := range []func(*registry){
 		c.serverFlags, c.tlsFlags, c.engineFlags, c.authFlags, c.hookFlags,
 		c.limitFlags, c.groupFlags, c.retentionFlags, c.observabilityFlags,

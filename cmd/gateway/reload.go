@@ -75,6 +75,9 @@ type reloader struct {
 	// Reload); nil applies only the log level. An error refuses the
 	// reload.
 	apply func(cfg config) error
+	// applyTopics makes sure the topics of the config file exist
+	// (topics.go); nil: they are not applied.
+	applyTopics func(cfg config) error
 
 	mu   sync.Mutex // guards following; held through a reload
 	cfg  config
@@ -126,6 +129,12 @@ func (r *reloader) reload() (reloadResult, error) {
 	if len(refused) > 0 {
 		return reloadResult{}, fmt.Errorf("reload refused, keeping the running settings: %s cannot change while the gateway runs; restart it to apply them (the settings that reload live: %s)", strings.Join(refused, ", "), strings.Join(liveNames, ", "))
 	}
+	topicsChanged := !sameTopics(r.cfg.TopicList, next.TopicList)
+	if topicsChanged {
+		res.Reloaded = append(res.Reloaded, "topics")
+	} else {
+		res.Unchanged = append(res.Unchanged, "topics")
+	}
 	for _, name := range sortedKeys(keys, r.keys) {
 		if keys[name] != r.keys[name] && !slices.Contains(res.Reloaded, name) {
 			res.Reloaded = append(res.Reloaded, name+" (the file's contents)")
@@ -139,6 +148,15 @@ func (r *reloader) reload() (reloadResult, error) {
 	level, _ := logLevel(next.LogLevel) // validated
 	r.level.Set(level)
 	r.cfg, r.keys = next, keys
+	if r.applyTopics != nil && topicsChanged {
+		// After the rest: a topic made cannot be taken back, so it comes
+		// last, and a failure here is reported with the rest applied; the
+		// next reload tries the topics again.
+		if err := r.applyTopics(next); err != nil {
+			r.cfg.TopicList = nil
+			return reloadResult{}, fmt.Errorf("reload applied the other settings, but the topics of the config were not all made: %w", err)
+		}
+	}
 	return res, nil
 }
 
