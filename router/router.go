@@ -398,6 +398,7 @@ type Router struct {
 	sse          *sseResume
 	gm           *groupMetrics
 	seeks        seekLocks
+	ready        readiness // the readiness probe (ready.go)
 }
 
 // New creates a Router on opts.Engine and starts its background goroutines
@@ -455,9 +456,19 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.echo.ServeHTTP(w, r)
 }
 
-// Ready reports whether the gateway can serve: not shutting down and the
-// engine answering.
+// Ready reports whether the gateway can serve: not shutting down, the
+// engine answering, and a probe record appended to the log and announced
+// back by its live tail within ctx (ready.go).
 func (rt *Router) Ready(ctx context.Context) error {
+	if err := rt.engineAnswers(ctx); err != nil {
+		return err
+	}
+	return rt.probeReady(ctx)
+}
+
+// engineAnswers reports whether the Router is not shutting down and the
+// engine answers.
+func (rt *Router) engineAnswers(ctx context.Context) error {
 	if rt.closing.Load() {
 		return perr(codeShuttingDown, "shutting down")
 	}
@@ -530,6 +541,10 @@ func (rt *Router) Appended(rec *engine.Record) { rt.fanOut(rec, nil) }
 // fanOut queues rec for every matching plain subscription on this node;
 // with d, the writers are woken when d is flushed (deferral.go).
 func (rt *Router) fanOut(rec *engine.Record, d *session.Deferral) {
+	if rec.Topic == readyTopic {
+		rt.readyAppended(rec) // a readiness probe (ready.go), for no subscriber
+		return
+	}
 	var body []byte
 	lean := 0 // body[:lean] is the lean envelope's part
 	queued := 0
