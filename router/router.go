@@ -119,7 +119,13 @@
 //     queue lock by onDrop and encodeGap, under sseState.mu to name a
 //     stream's pattern.
 //
+// Router.reloadMu (reload.go) is held while Reload builds and swaps the
+// live settings; under it Reload takes only the connection slots' lock
+// (to set their bounds) and a new JWKS source's fetchMu (its first
+// fetch), never another router lock, and nothing takes it under a lock.
+//
 // Leaves, under which nothing is taken: conn.mu, presenceHub.mu,
+// readiness.mu (ready.go; never held across an engine call),
 // sessionExpiry.mu (refresh.go; its timers send with it released), the
 // locks of the connection slots and per-address buckets
 // (router/internal/limit), the hook client's ipMu and its cache's mu
