@@ -107,14 +107,16 @@ func (rt *Router) settings() *liveSettings { return rt.set.Load() }
 // the keys do not parse, the hooks are misconfigured or a JWKS URL cannot
 // be read, it returns why and the running settings stay.
 func (rt *Router) Reload(opts Options) error {
-	if rt.closing.Load() {
-		return errors.New("router: shutting down")
-	}
 	// withDefaults of opts alone: the fields it derives from fixed
 	// options (the read limit, the read budget) are not used here.
 	opts = opts.withDefaults()
 	rt.reloadMu.Lock()
 	defer rt.reloadMu.Unlock()
+	if rt.closing.Load() {
+		// Checked under reloadMu: Shutdown waits for a Reload under way
+		// before it waits for the goroutines (a JWKS refresh) it starts.
+		return errors.New("router: shutting down")
+	}
 	old := rt.settings()
 	next, err := newLiveSettings(opts, old)
 	if err != nil {

@@ -3,8 +3,11 @@ package router_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/coder/websocket"
@@ -169,5 +172,36 @@ func TestAdminReload(t *testing.T) {
 	plain := newGateway(t)
 	if st, body, _ := plain.httpDo(t, http.MethodPost, "/v1/admin/reload", map[string]any{}); st != http.StatusNotFound || body["code"] != "not_found" {
 		t.Fatalf("reload without a Reloader: %d %v", st, body)
+	}
+}
+
+// TestReloadHooks: a connect hook added by a reload is asked about the
+// next connect, and one removed by a reload is not asked again.
+func TestReloadHooks(t *testing.T) {
+	var calls atomic.Int64
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"allow":true,"user":"ann"}`)
+	}))
+	defer hook.Close()
+	g := newGateway(t)
+	g.dial(t)
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("hook calls before the reload: %d", n)
+	}
+	if err := g.rt.Reload(router.Options{Hooks: router.HookOptions{URL: hook.URL, Connect: true}}); err != nil {
+		t.Fatal(err)
+	}
+	g.dial(t)
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("hook calls after a reload added the hook: %d, want 1", n)
+	}
+	if err := g.rt.Reload(router.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	g.dial(t)
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("hook calls after a reload removed the hook: %d, want 1", n)
 	}
 }

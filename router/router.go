@@ -491,6 +491,8 @@ func (rt *Router) Shutdown(ctx context.Context) error {
 	if !rt.closing.CompareAndSwap(false, true) {
 		return nil
 	}
+	rt.reloadMu.Lock() // a Reload under way ends first (reload.go)
+	rt.reloadMu.Unlock()
 	close(rt.stopBG)
 	rt.stopLocal()
 	rt.mu.Lock()
