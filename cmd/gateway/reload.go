@@ -140,7 +140,7 @@ func (r *reloader) reload() (reloadResult, error) {
 			res.Reloaded = append(res.Reloaded, name+" (the file's contents)")
 		}
 	}
-	if r.apply != nil && slices.ContainsFunc(res.Reloaded, func(name string) bool { return name != "log-level" }) {
+	if r.apply != nil && slices.ContainsFunc(res.Reloaded, func(name string) bool { return name != "log-level" && name != "topics" }) {
 		if err := r.apply(next); err != nil {
 			return reloadResult{}, fmt.Errorf("reload refused, keeping the running settings: %w", err)
 		}
