@@ -205,3 +205,57 @@ func TestReloadHooks(t *testing.T) {
 		t.Fatalf("hook calls after a reload removed the hook: %d, want 1", n)
 	}
 }
+
+// TestReloadUnderLoad: reloads that swap keys and limits while sessions
+// publish and receive neither end a session nor lose a reply or a
+// message (and -race sees no unguarded read of the settings).
+func TestReloadUnderLoad(t *testing.T) {
+	g := newGateway(t, func(c *gwConfig) {
+		c.router.Auth = router.AuthOptions{HMACSecrets: [][]byte{hmacSecret}, AdminKey: adminKey}
+	})
+	tok := hs256(t, claims([]string{"load.#"}, []string{"load.#"}, nil))
+	const sessions, publishes, reloads = 4, 50, 40
+	subs := make([]*client, sessions)
+	for i := range subs {
+		subs[i] = g.dialToken(t, tok)
+		subs[i].subscribe(t, "load.#")
+	}
+	done := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		defer close(done)
+		for i := range reloads {
+			secrets := [][]byte{hmacSecret}
+			if i%2 == 1 {
+				secrets = append(secrets, []byte("another-secret-0123456789abcdef-0123"))
+			}
+			if err := g.rt.Reload(router.Options{Auth: router.AuthOptions{HMACSecrets: secrets, AdminKey: adminKey},
+				MaxConnections: 100 + i, MaxSubscriptions: 10 + i, OriginPatterns: []string{"a.example"}}); err != nil {
+				errc <- err
+				return
+			}
+		}
+	}()
+	pub := g.dialToken(t, tok)
+	for i := range publishes {
+		pub.publish(t, "load.x", i)
+	}
+	<-done
+	select {
+	case err := <-errc:
+		t.Fatal(err)
+	default:
+	}
+	for _, c := range subs {
+		for i := range publishes {
+			if m := c.nextOp(t, "message"); m["data"] != float64(i) {
+				t.Fatalf("message %d: %v", i, m)
+			}
+		}
+	}
+	// A session opened after the reloads sees the last limits.
+	last := g.dialToken(t, tok)
+	if got := num(last.welcome["limits"].(map[string]any), "max_subscriptions"); got != 10+reloads-1 {
+		t.Fatalf("max_subscriptions after the reloads: %d", got)
+	}
+}
