@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 	"github.com/golang-jwt/jwt/v5"
@@ -257,5 +258,42 @@ func TestReloadUnderLoad(t *testing.T) {
 	last := g.dialToken(t, tok)
 	if got := num(last.welcome["limits"].(map[string]any), "max_subscriptions"); got != 10+reloads-1 {
 		t.Fatalf("max_subscriptions after the reloads: %d", got)
+	}
+}
+
+// TestReloadJWKSURL: a reload to another identity provider's JWKS URL
+// admits its tokens and refuses the first provider's; a reload to a URL
+// that does not answer is refused with the reason and the running key set
+// stays; the refresh goroutine of each replaced key set ends (goleak).
+func TestReloadJWKSURL(t *testing.T) {
+	k1, k2 := testRSA(t), mustEC()
+	p1 := newIDP(t, jwkOf("one", &k1.PublicKey))
+	p2 := newIDP(t, jwkOf("two", &k2.PublicKey))
+	g := newGateway(t, withIDP(p1))
+	tok1 := idpToken(t, jwt.SigningMethodRS256, k1, "one")
+	tok2 := idpToken(t, jwt.SigningMethodES256, k2, "two")
+	opts := func(url string) router.Options {
+		return router.Options{Auth: router.AuthOptions{JWKSURL: url, JWKSMinInterval: time.Nanosecond,
+			Audience: "switchyard", Issuer: "https://idp.test/", AdminKey: adminKey}}
+	}
+	if st, _ := g.httpAuth(t, http.MethodGet, "/v1/topics", tok1, nil); st != http.StatusOK {
+		t.Fatalf("first provider's token: %d", st)
+	}
+	if err := g.rt.Reload(opts(p2.srv.URL)); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := g.httpAuth(t, http.MethodGet, "/v1/topics", tok2, nil); st != http.StatusOK {
+		t.Fatalf("second provider's token after the reload: %d", st)
+	}
+	if st, _ := g.httpAuth(t, http.MethodGet, "/v1/topics", tok1, nil); st != http.StatusUnauthorized {
+		t.Fatalf("first provider's token after the reload: %d", st)
+	}
+	p1.failing.Store(true)
+	err := g.rt.Reload(opts(p1.srv.URL))
+	if err == nil || !strings.Contains(err.Error(), "could not be read") {
+		t.Fatalf("reload to a failing JWKS URL: %v", err)
+	}
+	if st, _ := g.httpAuth(t, http.MethodGet, "/v1/topics", tok2, nil); st != http.StatusOK {
+		t.Fatalf("second provider's token after the refused reload: %d", st)
 	}
 }
