@@ -120,7 +120,8 @@ func (rt *Router) unauthorized(c echo.Context, ae *authError) error {
 // the token query parameter.
 func (rt *Router) authWS(c echo.Context) (*principal, error) {
 	hook := rt.hooks.enabled(hookConnect)
-	if !rt.auth.enabled {
+	a := rt.settings().auth
+	if !a.enabled {
 		if hook {
 			return rt.hookConnect(c)
 		}
@@ -137,7 +138,7 @@ func (rt *Router) authWS(c echo.Context) (*principal, error) {
 		// A token's grants, else the application's answer.
 		return rt.hookConnect(c)
 	}
-	p, ae := rt.auth.authenticate(cred)
+	p, ae := a.authenticate(cred)
 	if ae != nil {
 		return nil, rt.unauthorized(c, ae)
 	}
@@ -150,14 +151,15 @@ func (rt *Router) authWS(c echo.Context) (*principal, error) {
 func (rt *Router) authAPI(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		path := c.Request().URL.Path
-		if !rt.auth.enabled || !strings.HasPrefix(path, "/v1/") || path == "/v1/ws" || path == "/v1/sse" {
+		a := rt.settings().auth
+		if !a.enabled || !strings.HasPrefix(path, "/v1/") || path == "/v1/ws" || path == "/v1/sse" {
 			return next(c)
 		}
 		cred, ok := bearer(c.Request())
 		if !ok {
 			return rt.unauthorized(c, auth.ErrBadCredential)
 		}
-		p, ae := rt.auth.authenticate(cred)
+		p, ae := a.authenticate(cred)
 		if ae != nil {
 			return rt.unauthorized(c, ae)
 		}
@@ -173,7 +175,7 @@ func (rt *Router) principalOf(c echo.Context) *principal {
 	if p, ok := c.Get(principalKey).(*principal); ok {
 		return p
 	}
-	if !rt.auth.enabled {
+	if !rt.settings().auth.enabled {
 		return openPrincipal
 	}
 	return &principal{Subject: "anonymous"}
@@ -235,15 +237,17 @@ func (rt *Router) requirePoll(next echo.HandlerFunc) echo.HandlerFunc {
 // DefaultJWKSRefresh is AuthOptions.JWKSRefresh's default.
 const DefaultJWKSRefresh = auth.DefaultJWKSRefresh
 
-// startJWKS registers the key set's metrics (at zero without a JWKS) and
-// starts its refresh goroutine, which exits when Shutdown closes stopBG.
+// startJWKS registers the key set's metrics (at zero without a JWKS),
+// which follow the key set in force across reloads, and starts the
+// refresh goroutine of the first (runJWKS, reload.go).
 func (rt *Router) startJWKS() {
-	j := rt.auth.JWKS()
+	jwks := func() *auth.JWKS { return rt.settings().auth.JWKS() }
 	const ns = "switchyard"
 	for _, outcome := range []string{"ok", "error", "rate_limited"} {
 		rt.opts.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "jwks_fetches_total",
 			Help:        "JWKS fetches by outcome (rate_limited: an unknown kid arrived within the minimum interval).",
 			ConstLabels: prometheus.Labels{"outcome": outcome}}, func() float64 {
+			j := jwks()
 			if j == nil {
 				return 0
 			}
@@ -259,20 +263,10 @@ func (rt *Router) startJWKS() {
 	}
 	rt.opts.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "jwks_keys",
 		Help: "Keys in the current JWKS."}, func() float64 {
-		if j == nil {
-			return 0
+		if j := jwks(); j != nil {
+			return float64(j.Keys())
 		}
-		return float64(j.Keys())
+		return 0
 	}))
-	if j == nil {
-		return
-	}
-	if ok, _, _ := j.Fetches(); ok == 0 && j.LastError() != "" {
-		rt.log.Warn("JWKS not loaded yet; tokens are refused until it is", "err", j.LastError())
-	}
-	rt.wg.Add(1)
-	go func() {
-		defer rt.wg.Done()
-		j.Run(rt.stopBG, rt.log.Warn)
-	}()
+	rt.runJWKS(rt.settings())
 }

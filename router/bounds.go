@@ -246,15 +246,16 @@ func checkFilter(b *Bounds, f map[string]string) (int, *protoError) {
 	return n, nil
 }
 
-// welcomeLimits are the limits a session's welcome frame announces.
-func (rt *Router) welcomeLimits(sopts session.Options) map[string]any {
+// welcomeLimits are the limits a session's welcome frame announces, the
+// live ones from set, the settings the session was admitted with.
+func (rt *Router) welcomeLimits(sopts session.Options, set *liveSettings) map[string]any {
 	b := &rt.opts.Bounds
 	return map[string]any{
 		"max_frame_bytes":          sopts.ReadLimit,
 		"max_message_bytes":        rt.opts.MaxMessageBytes,
-		"max_subscriptions":        rt.opts.MaxSubscriptions,
+		"max_subscriptions":        set.maxSubscriptions,
 		"queue_messages":           sopts.QueueMessages,
-		"publish_rate":             rt.opts.PublishRate,
+		"publish_rate":             set.publishRate,
 		"max_topic_bytes":          b.MaxTopicBytes,
 		"max_topic_depth":          b.MaxTopicDepth,
 		"max_key_bytes":            b.MaxKeyBytes,

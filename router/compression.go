@@ -15,7 +15,7 @@ import "github.com/coder/websocket"
 
 // acceptOptions are the WebSocket handshake options of every session.
 func (rt *Router) acceptOptions() *websocket.AcceptOptions {
-	o := &websocket.AcceptOptions{OriginPatterns: rt.opts.OriginPatterns}
+	o := &websocket.AcceptOptions{OriginPatterns: rt.settings().origins}
 	if rt.opts.Compression {
 		o.CompressionMode = websocket.CompressionNoContextTakeover
 		o.CompressionThreshold = rt.opts.CompressionThreshold

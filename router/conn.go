@@ -36,7 +36,7 @@ func (rt *Router) serveWS(c echo.Context) error {
 	// A page of another origin is refused before anything is taken, in
 	// JSON like every HTTP error (the WebSocket library would answer in
 	// plain text).
-	if o := c.Request().Header.Get("Origin"); o != "" && !sameOrigin(c.Request(), o) && !originAllowed(rt.opts.OriginPatterns, o) {
+	if o := c.Request().Header.Get("Origin"); o != "" && !sameOrigin(c.Request(), o) && !originAllowed(rt.settings().origins, o) {
 		return perr(codeForbidden, "a page of origin %s may not open a WebSocket to this gateway: add its host to --allowed-origins", quoteInput(o))
 	}
 	// The limits before the credential, which may cost a hook call.
@@ -131,7 +131,7 @@ func (cn *conn) dispatch(req *request) *protoError {
 func (cn *conn) publish(req *request) *protoError {
 	if cn.limiter != nil && !cn.limiter.Allow() {
 		cn.rt.m.publishes.WithLabelValues("ws", codeRateLimited).Inc()
-		return perr(codeRateLimited, "publish rate limit of %g/s exceeded", cn.rt.opts.PublishRate)
+		return perr(codeRateLimited, "publish rate limit of %g/s exceeded", cn.set.publishRate)
 	}
 	msg, pe := parsePublish(req, cn.rt.opts.MaxMessageBytes, &cn.rt.opts.Bounds)
 	if pe != nil {

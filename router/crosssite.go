@@ -45,7 +45,7 @@ func (rt *Router) crossSite(next echo.HandlerFunc) echo.HandlerFunc {
 		foreign, allowed := false, false
 		if origin != "" && !sameOrigin(r, origin) {
 			foreign = true
-			allowed = originAllowed(rt.opts.OriginPatterns, origin)
+			allowed = originAllowed(rt.settings().origins, origin)
 		}
 		h := c.Response().Header()
 		if origin != "" {

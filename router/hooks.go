@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -42,38 +43,45 @@ const (
 // defaultHookTimeout bounds a hook call by default (hooks.DefaultTimeout).
 const defaultHookTimeout = hookc.DefaultTimeout
 
-// hooks is the Router's hook client; a nil *hooks has no hook enabled.
-type hooks struct{ *hookc.Client }
+// hooks holds the Router's hook client in force: Reload swaps it
+// (reload.go). Load it once per decision with client.
+type hooks struct {
+	cur atomic.Pointer[hookc.Client] // nil: no hook enabled
+}
 
 // newHooks builds the client of o; nil when o enables no hook.
-func newHooks(o HookOptions, m *hookc.Metrics) (*hooks, error) {
-	c, err := hookc.New(o, m)
-	if err != nil || c == nil {
-		return nil, err
-	}
-	return &hooks{c}, nil
+func newHooks(o HookOptions, m *hookc.Metrics) (*hookc.Client, error) {
+	return hookc.New(o, m)
 }
+
+// client returns the hook client in force; nil when no hook is enabled.
+func (h *hooks) client() *hookc.Client { return h.cur.Load() }
 
 // newHookMetrics registers the hooks' metrics, at zero without hooks.
 func newHookMetrics(reg prometheus.Registerer) *hookc.Metrics { return hookc.NewMetrics(reg) }
 
-// enabled reports whether the named hook is configured; h may be nil.
-func (h *hooks) enabled(name string) bool { return h != nil && h.Enabled(name) }
+// enabled reports whether the named hook is configured now.
+func (h *hooks) enabled(name string) bool { return h.client().Enabled(name) }
 
 // hookConnect asks the connect hook about a WebSocket upgrade or SSE
 // stream, within the client IP's share of the hook's slots.
 func (rt *Router) hookConnect(c echo.Context) (*principal, error) {
 	r := c.Request()
 	ip := c.RealIP()
-	done, ok := rt.hooks.TakeIPShare(ip)
+	h := rt.hooks.client()
+	if !h.Enabled(hookConnect) {
+		// A reload took the connect hook away since the caller looked.
+		return nil, perr(codeUnauthorized, "the gateway's settings changed during the connect; retry")
+	}
+	done, ok := h.TakeIPShare(ip)
 	if !ok {
 		c.Response().Header().Set("Retry-After", "1")
 		return nil, refuse(limitConnectHookAddr, codeRateLimited,
-			"%d connects from this address are waiting for the application; retry later", rt.hooks.Options().MaxConcurrentPerIP)
+			"%d connects from this address are waiting for the application; retry later", h.Options().MaxConcurrentPerIP)
 	}
 	defer done()
 	body := map[string]any{"hook": hookConnect, "remote_addr": ip}
-	if hs := rt.hooks.Options().Headers; len(hs) > 0 {
+	if hs := h.Options().Headers; len(hs) > 0 {
 		m := map[string]string{}
 		for _, name := range hs {
 			if v := r.Header.Get(name); v != "" {
@@ -82,7 +90,7 @@ func (rt *Router) hookConnect(c echo.Context) (*principal, error) {
 		}
 		body["headers"] = m
 	}
-	if cs := rt.hooks.Options().Cookies; len(cs) > 0 {
+	if cs := h.Options().Cookies; len(cs) > 0 {
 		m := map[string]string{}
 		for _, name := range cs {
 			if ck, err := r.Cookie(name); err == nil {
@@ -91,9 +99,9 @@ func (rt *Router) hookConnect(c echo.Context) (*principal, error) {
 		}
 		body["cookies"] = m
 	}
-	a, err := rt.hooks.Call(r.Context(), hookConnect, body)
+	a, err := h.Call(r.Context(), hookConnect, body)
 	if err != nil {
-		return nil, rt.hooks.Failed(hookConnect)
+		return nil, h.Failed(hookConnect)
 	}
 	if !*a.Allow {
 		pe := a.Refusal()
@@ -106,24 +114,24 @@ func (rt *Router) hookConnect(c echo.Context) (*principal, error) {
 	if a.Grants != nil {
 		g, err := auth.ValidGrants(*a.Grants)
 		if err != nil {
-			rt.hooks.Count(hookConnect, "malformed")
-			return nil, rt.hooks.Failed(hookConnect)
+			h.Count(hookConnect, "malformed")
+			return nil, h.Failed(hookConnect)
 		}
 		p.Grants = g
 	}
 	if len(a.Info) > 0 && string(a.Info) != "null" {
 		var buf bytes.Buffer
 		if len(a.Info) > hookc.MaxInfoBytes || json.Compact(&buf, a.Info) != nil {
-			rt.hooks.Count(hookConnect, "malformed")
-			return nil, rt.hooks.Failed(hookConnect)
+			h.Count(hookConnect, "malformed")
+			return nil, h.Failed(hookConnect)
 		}
 		p.Info = buf.Bytes()
 	}
 	if a.Expires != "" {
 		exp, err := time.Parse(time.RFC3339, a.Expires)
 		if err != nil {
-			rt.hooks.Count(hookConnect, "malformed")
-			return nil, rt.hooks.Failed(hookConnect)
+			h.Count(hookConnect, "malformed")
+			return nil, h.Failed(hookConnect)
 		}
 		p.Expires = exp
 	}
@@ -140,8 +148,8 @@ func (cn *conn) authorizeSubscribe(pattern, group string) (viaHook bool, pe *pro
 	if grantsOK && groupOK {
 		return false, nil
 	}
-	h := cn.rt.hooks
-	if !h.enabled(hookSubscribe) {
+	h := cn.rt.hooks.client()
+	if !h.Enabled(hookSubscribe) {
 		if !grantsOK {
 			return false, cn.rt.forbidden("subscribe", "not allowed to subscribe to %q", pattern)
 		}
@@ -205,7 +213,11 @@ func (cn *conn) authorizePublish(req *request, data *[]byte, headers *map[string
 // /v1/publish (session ""). An allowing answer may replace *data and
 // *headers. The hook must be enabled.
 func (rt *Router) hookPublish(ctx context.Context, session string, who *principal, key *string, data *[]byte, headers *map[string]string, topic string) *protoError {
-	h := rt.hooks
+	h := rt.hooks.client()
+	if h == nil {
+		// A reload took the hooks away since the caller looked.
+		return rt.forbidden("publish", "not allowed to publish to %q", topic)
+	}
 	body := map[string]any{"hook": hookPublish, "user": who.Subject, "topic": topic, "data": json.RawMessage(*data)}
 	if session != "" {
 		body["session"] = session

@@ -41,8 +41,9 @@ type conn struct {
 	rt      *Router
 	sess    *session.Session
 	id      string
-	who     *principal // what the session's credential allows; reader goroutine only (refresh replaces it)
-	client  string     // clientKey at connect, for the bounds on groups (groupcount.go)
+	who     *principal    // what the session's credential allows; reader goroutine only (refresh replaces it)
+	set     *liveSettings // the live settings at admission: its per-session limits (reload.go)
+	client  string        // clientKey at connect, for the bounds on groups (groupcount.go)
 	expiry  *sessionExpiry
 	limiter *rate.Limiter // nil: unlimited (or a session without ops)
 	pipe    *pubPipe      // publishes in flight and replies owed (publish.go); nil without ops
@@ -110,13 +111,13 @@ func (k transportKind) String() string {
 // session (cn.sess) with cn.sessionOptions, lists it (addConn), starts it
 // (runStart) and tears it down once it has ended (runEnd).
 func (rt *Router) newConn(c echo.Context, k transportKind, who *principal, lean bool) *conn {
-	cn := &conn{rt: rt, kind: k, id: newID(), who: who, lean: lean,
+	cn := &conn{rt: rt, kind: k, id: newID(), who: who, lean: lean, set: rt.settings(),
 		client: clientKey(who, c.RealIP()), info: newSessionInfo(c, k.String(), who),
 		subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription)}
 	if k.ops() {
 		cn.pipe = newPubPipe(rt.opts.PublishPipeline, rt.opts.PublishPipelineBytes)
-		if rt.opts.PublishRate > 0 {
-			cn.limiter = rate.NewLimiter(rate.Limit(rt.opts.PublishRate), rt.opts.PublishBurst)
+		if cn.set.publishRate > 0 {
+			cn.limiter = rate.NewLimiter(rate.Limit(cn.set.publishRate), cn.set.publishBurst)
 		}
 	}
 	return cn
@@ -138,10 +139,10 @@ func (cn *conn) sessionOptions() session.Options {
 func (cn *conn) welcomeFrame(sopts session.Options) []byte {
 	var limits map[string]any
 	if cn.kind.ops() {
-		limits = cn.rt.welcomeLimits(sopts)
+		limits = cn.rt.welcomeLimits(sopts, cn.set)
 	} else {
 		limits = map[string]any{
-			"max_subscriptions": cn.rt.opts.MaxSubscriptions,
+			"max_subscriptions": cn.set.maxSubscriptions,
 			"queue_messages":    sopts.QueueMessages,
 		}
 	}

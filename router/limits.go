@@ -44,22 +44,20 @@ const (
 // limiter enforces the connection, topic and HTTP publish rate limits; the
 // slot and bucket mechanisms are in router/internal/limit. It is safe for
 // concurrent use.
+// The bounds a reload may change are in the live settings (reload.go):
+// the topic bound and the connect buckets there, the connection bounds
+// set on conns.
 type limiter struct {
-	maxTopics int
-
 	conns       *limit.Conns
 	httpPublish *limit.PerIP
-	connect     *limit.PerIP // connect attempts (Options.ConnectRatePerIP)
 
 	known sync.Map // topic -> struct{}: topics seen to exist (for maxTopics)
 }
 
 func newLimiter(o Options) *limiter {
 	return &limiter{
-		maxTopics:   o.MaxTopics,
 		conns:       limit.NewConns(o.MaxConnections, o.MaxConnectionsPerIP),
 		httpPublish: limit.NewPerIP(o.HTTPPublishRate),
-		connect:     limit.NewPerIP(o.ConnectRatePerIP),
 	}
 }
 
@@ -105,11 +103,12 @@ func (rt *Router) admitConn(c echo.Context) (who *principal, release func(), err
 // (503 for the global limit, 429 per IP) and returns nil.
 func (rt *Router) reserveConn(c echo.Context) func() {
 	ip := c.RealIP()
-	if !rt.limits.connect.Allow(ip, time.Now()) {
+	connect := rt.settings().connect
+	if !connect.Allow(ip, time.Now()) {
 		rt.lim.limited.WithLabelValues(limitConnectRate).Inc()
 		c.Response().Header().Set("Retry-After", "1")
 		_ = c.JSON(http.StatusTooManyRequests, map[string]string{"code": codeRateLimited,
-			"message": fmt.Sprintf("more than %g connects a second from this address; retry later", rt.limits.connect.Rate())})
+			"message": fmt.Sprintf("more than %g connects a second from this address; retry later", connect.Rate())})
 		return nil
 	}
 	release, refused := rt.limits.acquireConn(ip)
@@ -134,7 +133,7 @@ func (rt *Router) reserveConn(c echo.Context) func() {
 // at once, per gateway node.
 func (rt *Router) checkTopicLimit(ctx context.Context, topic string) error {
 	l := rt.limits
-	if l.maxTopics <= 0 {
+	if rt.settings().maxTopics <= 0 {
 		return nil
 	}
 	if _, ok := l.known.Load(topic); ok {
@@ -151,7 +150,8 @@ func (rt *Router) checkTopicLimit(ctx context.Context, topic string) error {
 
 // roomForTopic fails with too_many_topics when MaxTopics topics exist.
 func (rt *Router) roomForTopic(ctx context.Context) error {
-	if rt.limits.maxTopics <= 0 {
+	maxTopics := rt.settings().maxTopics
+	if maxTopics <= 0 {
 		return nil
 	}
 	ts, err := rt.eng.Topics(ctx)
@@ -164,9 +164,9 @@ func (rt *Router) roomForTopic(ctx context.Context) error {
 			n++
 		}
 	}
-	if n >= rt.limits.maxTopics {
+	if n >= maxTopics {
 		rt.lim.limited.WithLabelValues("topics").Inc()
-		return perr(codeTooManyTopics, "the gateway holds its limit of %d topics", rt.limits.maxTopics)
+		return perr(codeTooManyTopics, "the gateway holds its limit of %d topics", maxTopics)
 	}
 	return nil
 }

@@ -152,7 +152,7 @@ var (
 		codeForbidden, codeRateLimited, codeBackpressure, codeTooLarge, codeTooManySubs,
 		codeNotSubscribed, codeGroupConflict, codeShuttingDown, codeInternal, codeTopicExists,
 		codeUnknownGroup, codeNotInFlight, codeUnavailable, codeNotFound, codeMethodNotAllowed,
-		codeTooManyConnections, codeTooManyTopics, codeUnsupportedMedia,
+		codeTooManyConnections, codeTooManyTopics, codeUnsupportedMedia, codeUnknownSession,
 	}
 	metricAuthReasons     = []string{"missing", "invalid", "invalid_claims", "expired", "not_yet_valid"}
 	metricForbiddenOps    = []string{"publish", "subscribe", "group", "admin", "refresh"}
@@ -195,11 +195,11 @@ func (rt *Router) initMetrics() {
 	rt.opts.Registry.MustRegister(build)
 	rt.opts.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "switchyard", Name: "engine_ready",
-		Help: "1 when the log engine (NATS JetStream with --engine nats) answers the readiness check /readyz makes, 0 when it does not or the gateway is shutting down; checked at each scrape within 1s.",
+		Help: "1 when the log engine (NATS JetStream with --engine nats) answers, checked at each scrape within 1s, and the last readiness probe of /readyz (a record appended and announced back by the live tail) in the last minute, if any, succeeded; 0 otherwise or while the gateway is shutting down.",
 	}, func() float64 {
 		ctx, cancel := context.WithTimeout(context.Background(), readyProbeTimeout)
 		defer cancel()
-		if rt.Ready(ctx) != nil {
+		if rt.engineAnswers(ctx) != nil || rt.lastProbe() != nil {
 			return 0
 		}
 		return 1

@@ -113,7 +113,7 @@ func statusOf(code string) int {
 		return http.StatusUnauthorized
 	case codeForbidden:
 		return http.StatusForbidden
-	case codeUnknownTopic, codeUnknownGroup, codeNotFound, codeNotSubscribed:
+	case codeUnknownTopic, codeUnknownGroup, codeNotFound, codeNotSubscribed, codeUnknownSession:
 		return http.StatusNotFound
 	case codeRateLimited:
 		return http.StatusTooManyRequests

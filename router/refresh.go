@@ -65,7 +65,7 @@ func (e *sessionExpiry) arm(p *principal) {
 	}
 	gen, exp := e.gen, p.Expires
 	now := time.Now()
-	if lead := e.cn.rt.auth.refreshLead(p, now); lead > 0 {
+	if lead := e.cn.rt.settings().auth.refreshLead(p, now); lead > 0 {
 		e.warn = time.AfterFunc(max(exp.Add(-lead).Sub(now), 0), func() {
 			e.mu.Lock()
 			live := e.gen == gen && !e.stopped
@@ -114,13 +114,13 @@ func (cn *conn) refresh(req *request) *protoError {
 	if req.Token == nil {
 		return perr(codeBadRequest, `missing field "token"`)
 	}
-	p, ae := cn.rt.auth.authenticate(*req.Token)
+	p, ae := cn.rt.settings().auth.authenticate(*req.Token)
 	if ae != nil {
 		cn.rt.lim.refreshes.WithLabelValues("refused").Inc()
 		cn.rt.lim.authFailures.WithLabelValues(ae.Reason).Inc()
 		return perr(codeUnauthorized, "%s", ae.Msg)
 	}
-	if old := cn.who; !old.Admin && old != cn.rt.auth.anonymous && old.Subject != p.Subject {
+	if old := cn.who; !old.Admin && old != cn.set.auth.anonymous && old.Subject != p.Subject {
 		cn.rt.lim.refreshes.WithLabelValues("refused").Inc()
 		return cn.rt.forbidden("refresh", "a refresh must keep the token's subject")
 	}

@@ -119,7 +119,13 @@
 //     queue lock by onDrop and encodeGap, under sseState.mu to name a
 //     stream's pattern.
 //
+// Router.reloadMu (reload.go) is held while Reload builds and swaps the
+// live settings; under it Reload takes only the connection slots' lock
+// (to set their bounds) and a new JWKS source's fetchMu (its first
+// fetch), never another router lock, and nothing takes it under a lock.
+//
 // Leaves, under which nothing is taken: conn.mu, presenceHub.mu,
+// readiness.mu (ready.go; never held across an engine call),
 // sessionExpiry.mu (refresh.go; its timers send with it released), the
 // locks of the connection slots and per-address buckets
 // (router/internal/limit), the hook client's ipMu and its cache's mu
@@ -148,12 +154,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/engine"
+	hookc "github.com/switchyard/switchyard/router/internal/hooks"
 	"github.com/switchyard/switchyard/session"
 	"github.com/switchyard/switchyard/trie"
 )
 
 // Options configure a Router. The zero value of each field is its documented
-// default, except Engine, which is required.
+// default, except Engine, which is required. Reload changes the keys
+// (Auth), Hooks, OriginPatterns and some limits of a running Router
+// (reload.go); the other fields are fixed by New.
 type Options struct {
 	// Engine is the log and group store. Required. The Router does not
 	// close it.
@@ -269,6 +278,10 @@ type Options struct {
 	// the client IP (for the per-IP limits); default none: the TCP peer's
 	// address is the client IP.
 	TrustedProxies []*net.IPNet
+	// Reloader, when set, serves POST /v1/admin/reload (admin.go): it
+	// loads the settings again and applies them with Reload. Default nil:
+	// the call answers 404.
+	Reloader Reloader
 	// Version is the gateway's version, reported by /healthz and the
 	// switchyard_build_info metric. Default: the main module's version
 	// from the build information, or "(devel)".
@@ -375,11 +388,15 @@ type Router struct {
 	stopBG chan struct{}          // closed by Shutdown to stop background loops
 	dlq    chan engine.DeadLetter // queue_full dead letters to record
 
-	auth   *authenticator
-	hooks  *hooks // nil without hooks
-	pres   *presenceHub
-	limits *limiter
-	lim    *limitMetrics
+	// set holds the live settings (reload.go): keys, origins and the
+	// limits Reload may change. Loaded once per decision, never locked.
+	set      atomic.Pointer[liveSettings]
+	reloadMu sync.Mutex     // serializes Reload (reload.go); a leaf lock
+	hooks    *hooks         // the hook client in force (Reload swaps it)
+	hookm    *hookc.Metrics // the hooks' metrics, for the clients Reload makes
+	pres     *presenceHub
+	limits   *limiter
+	lim      *limitMetrics
 
 	httpm        *httpMetrics
 	writeTimeout atomic.Int64 // the NewServer's write timeout, for long polls
@@ -387,6 +404,7 @@ type Router struct {
 	sse          *sseResume
 	gm           *groupMetrics
 	seeks        seekLocks
+	ready        readiness // the readiness probe (ready.go)
 }
 
 // New creates a Router on opts.Engine and starts its background goroutines
@@ -403,7 +421,7 @@ func New(opts Options) (*Router, error) {
 		// A message of ReadLimit bytes could never finish arriving.
 		return nil, fmt.Errorf("router: the inbound read budget (%d bytes) must be at least the largest frame (%d bytes)", b.Max(), opts.Session.ReadLimit)
 	}
-	auth, err := newAuthenticator(opts.Auth)
+	set, err := newLiveSettings(opts, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -418,14 +436,17 @@ func New(opts Options) (*Router, error) {
 		local:   make(map[*LocalSubscription]struct{}),
 		stopBG:  make(chan struct{}),
 		dlq:     make(chan engine.DeadLetter, deadLetterBuffer),
-		auth:    auth,
+		hooks:   &hooks{},
 		limits:  newLimiter(opts),
 		sse:     newSSEResume(opts.SSE.withDefaults(), opts.Registry),
 	}
-	hookm := rt.registerMetrics()
-	if rt.hooks, err = newHooks(opts.Hooks, hookm); err != nil {
+	rt.set.Store(set)
+	rt.hookm = rt.registerMetrics()
+	h, err := newHooks(opts.Hooks, rt.hookm)
+	if err != nil {
 		return nil, err
 	}
+	rt.hooks.cur.Store(h)
 	rt.ctx, rt.cancel = context.WithCancel(context.Background())
 	rt.echo = rt.routes()
 	rt.stopTap = rt.eng.Watch(rt)
@@ -441,9 +462,19 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.echo.ServeHTTP(w, r)
 }
 
-// Ready reports whether the gateway can serve: not shutting down and the
-// engine answering.
+// Ready reports whether the gateway can serve: not shutting down, the
+// engine answering, and a probe record appended to the log and announced
+// back by its live tail within ctx (ready.go).
 func (rt *Router) Ready(ctx context.Context) error {
+	if err := rt.engineAnswers(ctx); err != nil {
+		return err
+	}
+	return rt.probeReady(ctx)
+}
+
+// engineAnswers reports whether the Router is not shutting down and the
+// engine answers.
+func (rt *Router) engineAnswers(ctx context.Context) error {
 	if rt.closing.Load() {
 		return perr(codeShuttingDown, "shutting down")
 	}
@@ -460,6 +491,8 @@ func (rt *Router) Shutdown(ctx context.Context) error {
 	if !rt.closing.CompareAndSwap(false, true) {
 		return nil
 	}
+	rt.reloadMu.Lock() // a Reload under way ends first (reload.go)
+	rt.reloadMu.Unlock()
 	close(rt.stopBG)
 	rt.stopLocal()
 	rt.mu.Lock()
@@ -516,6 +549,10 @@ func (rt *Router) Appended(rec *engine.Record) { rt.fanOut(rec, nil) }
 // fanOut queues rec for every matching plain subscription on this node;
 // with d, the writers are woken when d is flushed (deferral.go).
 func (rt *Router) fanOut(rec *engine.Record, d *session.Deferral) {
+	if rec.Topic == readyTopic {
+		rt.readyAppended(rec) // a readiness probe (ready.go), for no subscriber
+		return
+	}
 	var body []byte
 	lean := 0 // body[:lean] is the lean envelope's part
 	queued := 0

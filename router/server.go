@@ -1,6 +1,7 @@
 package router
 
 import (
+	"crypto/tls"
 	"errors"
 	"log"
 	"net"
@@ -110,7 +111,13 @@ type countingConn struct {
 // the upgrade anyway.
 func (c *countingConn) Unwrap() net.Conn { return c.Conn }
 
+// trackConnState records the server's state of a connection on its
+// countingConn, under a TLS connection when the listener serves TLS
+// (tls.NewListener over Listener).
 func trackConnState(c net.Conn, s http.ConnState) {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
 	if cc, ok := c.(*countingConn); ok {
 		cc.state.Store(int32(s))
 	}

@@ -15,6 +15,16 @@ package router
 // table at the moment of the request: a session that opens or closes
 // between two pages is listed or not according to its id, and none twice.
 //
+// DELETE /v1/sessions/{id} (admin) ends a session open on this node: a
+// WebSocket is closed with code 4001 (CloseAdministrator) and the reason
+// "closed by an administrator" after what it has queued is flushed; an
+// SSE stream ends with its close event carrying the same code and reason.
+// 204 once the close is under way; 404 unknown_session when no session of
+// that id is open on this node. On the JetStream engine with several
+// nodes, the call must reach the node holding the session (its listing
+// entry names the node); ending a session held by another node is not
+// done yet.
+//
 // GET /v1/info (any authenticated caller) answers
 // {"version","engine","epoch","node"}: which gateway this is.
 //
@@ -30,6 +40,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
 )
 
@@ -67,7 +78,9 @@ type sessionView struct {
 // sessionRoutes registers the handlers of this file.
 func (rt *Router) sessionRoutes(e *echo.Echo, admin echo.MiddlewareFunc) {
 	e.GET("/v1/sessions", rt.httpSessions, admin)
+	e.DELETE("/v1/sessions/:id", rt.httpEndSession, admin)
 	e.GET("/v1/info", rt.httpInfo)
+	rt.adminRoutes(e, admin) // admin.go
 }
 
 func (rt *Router) httpSessions(c echo.Context) error {
@@ -92,6 +105,30 @@ func (rt *Router) httpSessions(c echo.Context) error {
 		}
 	}
 	return pw.send(c)
+}
+
+// CloseAdministrator is the WebSocket close code of a session ended by
+// DELETE /v1/sessions/{id}, with the reason CloseAdministratorReason.
+const (
+	CloseAdministrator       websocket.StatusCode = 4001
+	CloseAdministratorReason                      = "closed by an administrator"
+)
+
+func (rt *Router) httpEndSession(c echo.Context) error {
+	id := param(c, "id")
+	var found *conn
+	for _, cn := range rt.connList() {
+		if cn.id == id && cn.sess != nil {
+			found = cn
+			break
+		}
+	}
+	if found == nil {
+		return perr(codeUnknownSession, "no session %s is open on this node (GET /v1/sessions lists them)", quoteInput(id))
+	}
+	rt.log.Info("session ended by an administrator", "session", id, "user", found.info.user, "remote", found.info.remote)
+	found.sess.Close(CloseAdministrator, CloseAdministratorReason)
+	return c.NoContent(http.StatusNoContent)
 }
 
 // view is the session's listing entry.

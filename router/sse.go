@@ -153,8 +153,8 @@ func (rt *Router) parseSSE(c echo.Context) (sseRequest, *protoError) {
 	switch {
 	case len(req.patterns) == 0:
 		return req, perr(codeBadRequest, `missing query parameter "pattern"`)
-	case len(req.patterns) > rt.opts.MaxSubscriptions:
-		return req, perr(codeTooManySubs, "a session may hold at most %d subscriptions", rt.opts.MaxSubscriptions)
+	case len(req.patterns) > rt.settings().maxSubscriptions:
+		return req, perr(codeTooManySubs, "a session may hold at most %d subscriptions", rt.settings().maxSubscriptions)
 	}
 	for _, p := range req.patterns {
 		if pe := validPattern(&rt.opts.Bounds, p); pe != nil {

@@ -175,9 +175,9 @@ func (cn *conn) register(sp *subscribeSpec) (*subscription, *protoError) {
 		cn.mu.Unlock()
 		return nil, perr(codeBadRequest, "already subscribed to %s", quoteInput(sp.pattern))
 	}
-	if len(cn.subs) >= cn.rt.opts.MaxSubscriptions {
+	if len(cn.subs) >= cn.set.maxSubscriptions {
 		cn.mu.Unlock()
-		return nil, perr(codeTooManySubs, "a session may hold at most %d subscriptions", cn.rt.opts.MaxSubscriptions)
+		return nil, perr(codeTooManySubs, "a session may hold at most %d subscriptions", cn.set.maxSubscriptions)
 	}
 	if max := cn.rt.opts.Bounds.MaxSessionFilterBytes; cn.filterBytes+sp.filterBytes > max {
 		held := cn.filterBytes

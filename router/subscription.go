@@ -271,8 +271,8 @@ func (rt *Router) checkLast(from fromSpec, group string) *protoError {
 		return nil
 	case group != "":
 		return perr(codeBadRequest, `from "last" applies to plain subscriptions; a group resumes from its committed offsets`)
-	case from.last > rt.opts.MaxLast:
-		return perr(codeBadRequest, "from.last must be 1 to %d", rt.opts.MaxLast)
+	case from.last > rt.settings().maxLast:
+		return perr(codeBadRequest, "from.last must be 1 to %d", rt.settings().maxLast)
 	}
 	return nil
 }

@@ -34,6 +34,7 @@ const (
 	codeNotInFlight        = wire.CodeNotInFlight
 	codeUnavailable        = wire.CodeUnavailable
 	codeNotFound           = wire.CodeNotFound
+	codeUnknownSession     = wire.CodeUnknownSession
 	codeMethodNotAllowed   = wire.CodeMethodNotAllowed
 	codeTooManyConnections = wire.CodeTooManyConnections
 	codeTooManyTopics      = wire.CodeTooManyTopics

@@ -51,6 +51,9 @@ type config struct {
 	HookNames string
 	// TLS names the listener's certificate files (tls.go).
 	TLS tlsSettings
+	// TopicList are the topics the config file declares (topics.go),
+	// made sure to exist at start and on reload.
+	TopicList []topicSpec
 
 	// sources says where each setting that is not at its default came from.
 	sources map[string]source
@@ -139,7 +142,7 @@ func (r *registry) loadEnv(getenv func(string) string, sources map[string]source
 }
 
 // loadFile sets the settings the YAML file at path gives: a mapping of
-// setting names to scalar values. Errors name the file, the line, the key
+// setting names to scalar values, and the topics list (topics.go). Errors name the file, the line, the key
 // and what it takes.
 func (r *registry) loadFile(path string, sources map[string]source) error {
 	data, err := os.ReadFile(path)
@@ -164,6 +167,19 @@ func (r *registry) loadFile(path string, sources map[string]source) error {
 	for i := 0; i+1 < len(top.Content); i += 2 {
 		k, v := top.Content[i], top.Content[i+1]
 		name := k.Value
+		if name == "topics" {
+			if _, dup := seen[name]; dup {
+				return fmt.Errorf("config %s: line %d: topics: given twice", path, k.Line)
+			}
+			seen[name] = k.Line
+			list, err := parseTopics(path, v)
+			if err != nil {
+				return err
+			}
+			*r.topics = list
+			sources[name] = fromFile
+			continue
+		}
 		s := r.byName[name]
 		if name == "config" || s == nil {
 			return fmt.Errorf("config %s: line %d: unknown setting %q", path, k.Line, name)

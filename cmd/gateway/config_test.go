@@ -414,6 +414,18 @@ func TestHelpGroups(t *testing.T) {
 	if flat := strings.Join(strings.Fields(help), " "); !strings.Contains(flat, `(default ":8080")`) || !strings.Contains(flat, "(default 1024)") {
 		t.Errorf("defaults not shown:\n%s", help)
 	}
+	// The settings a reload changes live say so, and only they.
+	for _, s := range r.settings {
+		i := strings.Index(help, "\n  --"+s.name)
+		next := strings.Index(help[i+1:], "\n  --")
+		if next < 0 {
+			next = len(help) - i - 1
+		}
+		entry := strings.Join(strings.Fields(help[i:i+1+next]), " ")
+		if got := strings.Contains(entry, "[reloads live]"); got != s.live {
+			t.Errorf("--%s: [reloads live] shown %v, live %v", s.name, got, s.live)
+		}
+	}
 }
 
 // lastHeading returns the last group heading in help.

@@ -15,8 +15,7 @@ const defaultLogLevel = "info"
 
 func (c *config) observabilityFlags(r *registry) {
 	r.in(groupObservability)
-	r.string(&c.LogLevel, "log-level", defaultLogLevel, "debug, info, warn or error (a reload on SIGHUP may change it)")
-	r.live()
+	r.string(&c.LogLevel, "log-level", defaultLogLevel, "debug, info, warn or error")
 	r.bool(&c.LogJSON, "log-json", false, "log JSON lines instead of text")
 	r.duration(&c.Router.StatsInterval, "stats-interval", router.DefaultStatsInterval, "$sys.stats period (negative: no system topics)")
 	r.string(&c.DebugAddr, "debug-addr", "", "if set, serve Go's pprof profiles on this address (keep it on loopback), e.g. 127.0.0.1:6060")

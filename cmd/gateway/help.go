@@ -45,6 +45,9 @@ the file, which beats the default.
 				// A NUL keeps "(default x)" on one line when wrapped.
 				text += " (default\x00" + def + ")"
 			}
+			if s.live {
+				text += " [reloads\x00live]"
+			}
 			for _, l := range wrap(text, helpWidth-8) {
 				fmt.Fprintln(out, "        "+strings.ReplaceAll(l, "\x00", " "))
 			}

@@ -151,16 +151,36 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		_ = eng.Close(context.Background())
 		return err
 	}
+	if created, err := ensureTopics(ctx, eng, cfg, log); err != nil {
+		_ = eng.Close(context.Background())
+		return err
+	} else if len(created) > 0 {
+		log.Info("topics of the config created", "topics", created)
+	}
+	rl, err := newReloader(cfg, args, getenv, level, log)
+	if err != nil {
+		_ = eng.Close(context.Background())
+		return err
+	}
+	opts.Reloader = rl.reloadHTTP
 	warnFrameLimit(log, cfg)
 	rt, err := router.New(opts)
 	if err != nil {
 		_ = eng.Close(context.Background())
 		return err
 	}
-	rl, err := newReloader(cfg, args, getenv, level, log)
-	if err != nil {
-		_ = rt.Shutdown(context.Background())
-		_ = eng.Close(context.Background())
+	rl.apply = func(next config) error {
+		o, err := routerOptions(next, eng, log)
+		if err != nil {
+			return err
+		}
+		return rt.Reload(o)
+	}
+	rl.applyTopics = func(next config) error {
+		created, err := ensureTopics(context.Background(), eng, next, log)
+		if len(created) > 0 {
+			log.Info("topics of the config created", "topics", created)
+		}
 		return err
 	}
 	defer rl.watchSignal(syscall.SIGHUP)()

@@ -235,3 +235,37 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("the dashboard does not show %v", unused)
 	}
 }
+
+// TestAlertJobLabel: the rule on up{} matches the job of every way the
+// deploy files scrape the gateway: the compose Prometheus's job_name and
+// the Helm chart's ServiceMonitor, whose job is its Service's name (the
+// chart's fullname: the release name when it holds "switchyard", else
+// "<release>-switchyard").
+func TestAlertJobLabel(t *testing.T) {
+	data, err := os.ReadFile("../../deploy/prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`up\{job(=~|=)"([^"]*)"\}`).FindStringSubmatch(string(data))
+	if m == nil {
+		t.Fatal("no rule on up{job…}")
+	}
+	match := func(job string) bool { return job == m[2] }
+	if m[1] == "=~" {
+		re := regexp.MustCompile("^(?:" + m[2] + ")$") // Prometheus anchors its regexes
+		match = re.MatchString
+	}
+	prom, err := os.ReadFile("../../deploy/prometheus/prometheus.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := []string{"switchyard-prod", "gw-switchyard", "my-release-switchyard"}
+	for _, jm := range regexp.MustCompile(`job_name: *(\S+)`).FindAllStringSubmatch(string(prom), -1) {
+		jobs = append(jobs, jm[1])
+	}
+	for _, job := range jobs {
+		if !match(job) {
+			t.Errorf("up{job%s%q} does not match the job %q", m[1], m[2], job)
+		}
+	}
+}

@@ -59,6 +59,9 @@ func printConfig(out io.Writer, cfg *config) error {
 			fmt.Fprintf(&b, "%s # %s\n", line, from)
 		}
 	}
+	if err := printTopics(&b, cfg); err != nil {
+		return err
+	}
 	_, err := io.WriteString(out, b.String())
 	return err
 }

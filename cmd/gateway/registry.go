@@ -95,7 +95,7 @@ type setting struct {
 	// (--version, --check-config), given on the command line only.
 	action bool
 	// live: a reload may change the setting in a running gateway
-	// (reload.go); other changes are refused.
+	// (liveNames, reload.go); other changes are refused.
 	live bool
 }
 
@@ -116,18 +116,22 @@ type kind struct {
 type registry struct {
 	settings []*setting
 	byName   map[string]*setting
-	group    group // of the settings being declared
+	group    group        // of the settings being declared
+	topics   *[]topicSpec // the config's topics list, set by the file only
 }
 
 // newRegistry declares every setting bound to c's fields. It does not
 // touch c: setDefaults stores the defaults.
 func newRegistry(c *config) *registry {
-	r := &registry{byName: map[string]*setting{}}
+	r := &registry{byName: map[string]*setting{}, topics: &c.TopicList}
 	for _, declare := range []func(*registry){
 		c.serverFlags, c.tlsFlags, c.engineFlags, c.authFlags, c.hookFlags,
 		c.limitFlags, c.groupFlags, c.retentionFlags, c.observabilityFlags,
 	} {
 		declare(r)
+	}
+	for _, name := range liveNames {
+		r.byName[name].live = true // a name not declared panics in every test
 	}
 	return r
 }
@@ -217,12 +221,6 @@ func (r *registry) secret(p *string, name string, usage string) {
 func (r *registry) action(p *bool, name string, usage string) {
 	r.bool(p, name, false, usage)
 	r.byName[name].action = true
-}
-
-// live marks the setting declared last as one a reload may change in a
-// running gateway.
-func (r *registry) live() {
-	r.settings[len(r.settings)-1].live = true
 }
 
 // list is a comma-separated list; blanks are dropped.

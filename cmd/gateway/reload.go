@@ -1,22 +1,26 @@
 package main
 
-// Reload: SIGHUP loads the settings again, from the config file, the
-// environment the gateway started with and its command line, and reads
-// the key files again; the registry compares the new settings with the
-// running ones, setting by setting.
+// Reload: SIGHUP and POST /v1/admin/reload load the settings again, from
+// the config file, the environment the gateway started with and its
+// command line, and read the key files again; the registry compares the
+// new settings with the running ones, setting by setting.
 //
 // A reload is all or nothing. When every changed setting can change while
-// the gateway runs, they are applied and the reload reports which were
-// reloaded and which were unchanged (the reply of POST /v1/admin/reload in
-// PROTOCOL.md). When one cannot, or the file does not load or check, the
-// whole reload is refused with a message naming why, and the running
-// settings stay.
+// the gateway runs (liveNames), they are applied and the reload reports
+// which were reloaded and which were unchanged (the reply of POST
+// /v1/admin/reload in PROTOCOL.md). When one cannot, or the file does not
+// load or check, or the new keys, hooks or JWKS do not load, the whole
+// reload is refused with a message naming why, and the running settings
+// stay.
 //
-// What can change live is what the gateway itself holds: the log level.
-// The certificate files are watched on their own (tls.go). Everything the
-// router or the engine was built with (keys, limits, hooks, origins,
-// topic defaults) needs the router to take new options while it runs, so
-// those changes are refused for now and named.
+// What changes live: the log level (here), and through router.Reload the
+// token keys and their files (contents included), the JWKS, the admin
+// key, anonymous access, the hooks, the allowed origins and the limits in
+// liveNames (see router/reload.go for when each takes effect: sessions
+// already open keep their principal and their per-session limits). The
+// certificate files are watched on their own (tls.go). Everything else
+// (the listener, the engine, the session and queue bounds, frame and
+// message sizes, group policy, topic defaults) needs a restart.
 //
 // Concurrency: a reloader is safe for concurrent use; reloads are
 // serialized. The goroutine watchSignal starts ends when its stop
@@ -34,13 +38,32 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/switchyard/switchyard/router"
 )
 
-// reloadResult says what a reload changed.
-type reloadResult struct {
-	Reloaded  []string `json:"reloaded"`
-	Unchanged []string `json:"unchanged"`
+// liveNames are the settings a reload may change in a running gateway;
+// a change to any other is refused, naming it. README.md's "In
+// production" section lists them too.
+var liveNames = []string{
+	"log-level",
+	// keys and access
+	"jwt-hmac-secret", "jwt-hmac-secret-file", "jwt-public-key", "jwt-audience", "jwt-issuer",
+	"jwt-jwks-url", "jwt-jwks-file", "jwt-jwks-refresh", "jwt-claims-prefix", "jwt-claims",
+	"jwt-refresh-lead", "admin-key", "admin-key-file", "allow-anonymous", "anonymous-subscribe",
+	"anonymous-publish",
+	// hooks
+	"hook-url", "hooks", "hook-timeout", "hook-fail-open", "hook-headers", "hook-cookies",
+	"hook-max-concurrent", "hook-max-concurrent-per-ip", "hook-cache-entries", "hook-cache-bytes",
+	// browsers
+	"allowed-origins",
+	// limits
+	"max-connections", "max-connections-per-ip", "connect-rate-per-ip", "max-subscriptions",
+	"publish-rate", "max-topics", "max-last",
 }
+
+// reloadResult says what a reload changed.
+type reloadResult = router.ReloadReport
 
 // reloader holds the running settings and loads new ones.
 type reloader struct {
@@ -48,6 +71,13 @@ type reloader struct {
 	getenv func(string) string
 	level  *slog.LevelVar
 	log    *slog.Logger
+	// apply hands the new settings to the running gateway (the router's
+	// Reload); nil applies only the log level. An error refuses the
+	// reload.
+	apply func(cfg config) error
+	// applyTopics makes sure the topics of the config file exist
+	// (topics.go); nil: they are not applied.
+	applyTopics func(cfg config) error
 
 	mu   sync.Mutex // guards following; held through a reload
 	cfg  config
@@ -96,17 +126,37 @@ func (r *reloader) reload() (reloadResult, error) {
 			refused = append(refused, s.name)
 		}
 	}
+	if len(refused) > 0 {
+		return reloadResult{}, fmt.Errorf("reload refused, keeping the running settings: %s cannot change while the gateway runs; restart it to apply them (the settings that reload live: %s)", strings.Join(refused, ", "), strings.Join(liveNames, ", "))
+	}
+	topicsChanged := !sameTopics(r.cfg.TopicList, next.TopicList)
+	if topicsChanged {
+		res.Reloaded = append(res.Reloaded, "topics")
+	} else {
+		res.Unchanged = append(res.Unchanged, "topics")
+	}
 	for _, name := range sortedKeys(keys, r.keys) {
-		if keys[name] != r.keys[name] {
-			refused = append(refused, name+" (the file's contents)")
+		if keys[name] != r.keys[name] && !slices.Contains(res.Reloaded, name) {
+			res.Reloaded = append(res.Reloaded, name+" (the file's contents)")
 		}
 	}
-	if len(refused) > 0 {
-		return reloadResult{}, fmt.Errorf("reload refused, keeping the running settings: %s cannot change while the gateway runs; restart it to apply them", strings.Join(refused, ", "))
+	if r.apply != nil && slices.ContainsFunc(res.Reloaded, func(name string) bool { return name != "log-level" && name != "topics" }) {
+		if err := r.apply(next); err != nil {
+			return reloadResult{}, fmt.Errorf("reload refused, keeping the running settings: %w", err)
+		}
 	}
 	level, _ := logLevel(next.LogLevel) // validated
 	r.level.Set(level)
 	r.cfg, r.keys = next, keys
+	if r.applyTopics != nil && topicsChanged {
+		// After the rest: a topic made cannot be taken back, so it comes
+		// last, and a failure here is reported with the rest applied; the
+		// next reload tries the topics again.
+		if err := r.applyTopics(next); err != nil {
+			r.cfg.TopicList = nil
+			return reloadResult{}, fmt.Errorf("reload applied the other settings, but the topics of the config were not all made: %w", err)
+		}
+	}
 	return res, nil
 }
 
@@ -129,7 +179,7 @@ func (r *reloader) watchSignal(sig os.Signal) (stop func()) {
 					r.log.Warn(err.Error())
 					continue
 				}
-				r.log.Info("settings reloaded", "reloaded", res.Reloaded, "unchanged", len(res.Unchanged))
+				r.logReloaded(res)
 			}
 		}
 	}()
@@ -140,13 +190,32 @@ func (r *reloader) watchSignal(sig os.Signal) (stop func()) {
 	}
 }
 
+// logReloaded logs what a reload changed.
+func (r *reloader) logReloaded(res reloadResult) {
+	r.log.Info("settings reloaded", "reloaded", res.Reloaded, "unchanged", len(res.Unchanged),
+		"note", "sessions already open keep their principal and per-session limits; settings other than the live ones need a restart")
+}
+
+// reloadHTTP is the reload of POST /v1/admin/reload: it logs as a SIGHUP's
+// does.
+func (r *reloader) reloadHTTP(context.Context) (router.ReloadReport, error) {
+	res, err := r.reload()
+	if err != nil {
+		r.log.Warn(err.Error())
+		return res, err
+	}
+	r.logReloaded(res)
+	return res, nil
+}
+
 // keyDigests returns a digest of each key file the settings name, by
 // setting, so that a reload notices new key material under an unchanged
-// name. A JWKS file is left out: the router reads it again by itself.
+// name (a JWKS file too, which the router also reads again by itself).
 func keyDigests(cfg config) (map[string][sha256.Size]byte, error) {
 	files := map[string][]string{
 		"jwt-hmac-secret-file": splitList(cfg.Keys.HMACSecretFile),
 		"admin-key-file":       splitList(cfg.Keys.AdminKeyFile),
+		"jwt-jwks-file":        splitList(cfg.Router.Auth.JWKSFile),
 	}
 	for _, f := range splitList(cfg.Keys.PublicKeys) {
 		if _, file, ok := strings.Cut(f, "="); ok {

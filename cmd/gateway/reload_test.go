@@ -2,16 +2,20 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/golang-jwt/jwt/v5"
 )
 
 // startLogged runs the gateway with args on a loopback port, its log in
@@ -104,8 +108,8 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	session()
 	at = waitLog(t, out, at, "level=DEBUG", "session ended")
 
-	hup("log-level: info\nmax-attempts: 5\nmax-topics: 9\n")
-	at = waitLog(t, out, at, "level=WARN", "reload refused, keeping the running settings", "max-topics, max-attempts cannot change while the gateway runs")
+	hup("log-level: info\nmax-attempts: 5\nmax-partitions: 9\nmax-topics: 9\n")
+	at = waitLog(t, out, at, "level=WARN", "reload refused, keeping the running settings", "max-partitions, max-attempts cannot change while the gateway runs", "the settings that reload live: log-level")
 	session()
 	at = waitLog(t, out, at, "level=DEBUG", "session ended") // still debug: nothing applied
 
@@ -114,8 +118,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 }
 
 // TestReloadKeyFiles: a key file whose contents changed under the same
-// name is noticed and, as keys cannot change live yet, refused by name; a
-// key file gone refuses the reload.
+// name is noticed and reloaded; a key file gone refuses the reload.
 func TestReloadKeyFiles(t *testing.T) {
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "admin.key")
@@ -138,8 +141,8 @@ func TestReloadKeyFiles(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte("second-admin-key-0123\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rl.reload(); err == nil || !strings.Contains(err.Error(), "admin-key-file (the file's contents) cannot change") {
-		t.Fatalf("changed key file: %v", err)
+	if res, err := rl.reload(); err != nil || !slices.Contains(res.Reloaded, "admin-key-file (the file's contents)") {
+		t.Fatalf("changed key file: %+v, %v", res, err)
 	}
 	if err := os.Remove(keyFile); err != nil {
 		t.Fatal(err)
@@ -147,4 +150,139 @@ func TestReloadKeyFiles(t *testing.T) {
 	if _, err := rl.reload(); err == nil || !strings.Contains(err.Error(), "admin-key-file") {
 		t.Fatalf("missing key file: %v", err)
 	}
+}
+
+// TestReloadOverHTTP: POST /v1/admin/reload with the admin key reads a
+// rotated secret file and a lowered limit; a token of the new secret is
+// admitted and one of the old refused, the session admitted before stays
+// open; a config that does not check is refused with a 400 naming why and
+// changes nothing.
+func TestReloadOverHTTP(t *testing.T) {
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "secrets")
+	oldSecret, newSecret := "old-secret-0123456789abcdef-012345", "new-secret-0123456789abcdef-012345"
+	if err := os.WriteFile(secretFile, []byte(oldSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const admin = "the-admin-key-0123456789"
+	file := writeConfig(t, "jwt-hmac-secret-file: "+secretFile+"\nadmin-key: "+admin+"\nmax-subscriptions: 10\n")
+	addr, out := startLogged(t, "--config", file)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	token := func(secret string) string {
+		now := time.Now()
+		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "op", "iat": now.Unix(), "exp": now.Add(time.Minute).Unix(),
+			"subscribe": []string{"#"}}).SignedString([]byte(secret))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	dial := func(tok string) (*websocket.Conn, map[string]any, int) {
+		c, resp, err := websocket.Dial(ctx, "ws://"+addr+"/v1/ws?token="+tok, nil)
+		if err != nil {
+			if resp == nil {
+				t.Fatal(err)
+			}
+			return nil, nil, resp.StatusCode
+		}
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var welcome map[string]any
+		if err := json.Unmarshal(data, &welcome); err != nil {
+			t.Fatal(err)
+		}
+		return c, welcome, http.StatusSwitchingProtocols
+	}
+	reload := func() (int, map[string]any) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/admin/reload", strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer "+admin)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		return resp.StatusCode, body
+	}
+
+	kept, _, st := dial(token(oldSecret))
+	if st != http.StatusSwitchingProtocols {
+		t.Fatalf("old token before the rotation: %d", st)
+	}
+	defer kept.CloseNow()
+
+	if err := os.WriteFile(secretFile, []byte(newSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte("jwt-hmac-secret-file: "+secretFile+"\nadmin-key: "+admin+"\nmax-subscriptions: 3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	at := len(out.String())
+	st, body := reload()
+	if st != http.StatusOK || !slices.Contains(toStrings(body["reloaded"]), "max-subscriptions") ||
+		!slices.Contains(toStrings(body["reloaded"]), "jwt-hmac-secret-file (the file's contents)") {
+		t.Fatalf("reload: %d %v", st, body)
+	}
+	waitLog(t, out, at, "settings reloaded", "max-subscriptions")
+	if _, _, st := dial(token(oldSecret)); st != http.StatusUnauthorized {
+		t.Fatalf("old token after the rotation: %d, want 401", st)
+	}
+	c, welcome, st := dial(token(newSecret))
+	if st != http.StatusSwitchingProtocols {
+		t.Fatalf("new token after the rotation: %d", st)
+	}
+	c.CloseNow()
+	if got := welcome["limits"].(map[string]any)["max_subscriptions"]; got != 3.0 {
+		t.Fatalf("max_subscriptions of a new session: %v, want 3", got)
+	}
+	// The session admitted with the old token is still open and keeps
+	// its grants.
+	if err := kept.Write(ctx, websocket.MessageText, []byte(`{"op":"subscribe","id":1,"pattern":"a.b"}`)); err != nil {
+		t.Fatalf("session admitted before the rotation: %v", err)
+	}
+	if _, data, err := kept.Read(ctx); err != nil || !strings.Contains(string(data), `"op":"subscribed"`) {
+		t.Fatalf("session admitted before the rotation: %s %v", data, err)
+	}
+
+	// A bad file: refused, named, nothing changed.
+	if err := os.WriteFile(file, []byte("jwt-hmac-secret-file: "+secretFile+"\nadmin-key: "+admin+"\nmax-subscriptions: 1\nmax-partitions: 5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, body = reload()
+	if msg, _ := body["message"].(string); st != http.StatusBadRequest || !strings.Contains(msg, "max-partitions cannot change while the gateway runs") {
+		t.Fatalf("reload of a restart-only change: %d %v", st, body)
+	}
+	if err := os.WriteFile(secretFile, []byte("short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte("jwt-hmac-secret-file: "+secretFile+"\nadmin-key: "+admin+"\nmax-subscriptions: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, body = reload()
+	if msg, _ := body["message"].(string); st != http.StatusBadRequest || !strings.Contains(msg, "reload refused, keeping the running settings") {
+		t.Fatalf("reload of a short secret: %d %v", st, body)
+	}
+	c, welcome, st = dial(token(newSecret))
+	if st != http.StatusSwitchingProtocols {
+		t.Fatalf("new token after the refused reloads: %d", st)
+	}
+	c.CloseNow()
+	if got := welcome["limits"].(map[string]any)["max_subscriptions"]; got != 3.0 {
+		t.Fatalf("max_subscriptions after the refused reloads: %v, want 3", got)
+	}
+}
+
+// toStrings returns a JSON array of strings as a slice.
+func toStrings(v any) []string {
+	var out []string
+	for _, x := range v.([]any) {
+		out = append(out, x.(string))
+	}
+	return out
 }

@@ -28,6 +28,7 @@ func validate(cfg config) error {
 	if err := cfg.Topics.WithDefaults(engine.Defaults).Validate(); err != nil {
 		check(fmt.Errorf("topic defaults: %w", err))
 	}
+	check(validateTopics(cfg))
 	if p := cfg.Router.MaxPartitions; p < 1 || p > engine.MaxPartitions {
 		check(fmt.Errorf("max-partitions must be 1 to %d", engine.MaxPartitions))
 	} else if cfg.Topics.Partitions > p {

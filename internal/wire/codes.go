@@ -80,6 +80,9 @@ const (
 	// CodeUnsupportedMedia is the code of a state-changing HTTP request
 	// whose body is not declared as JSON (HTTP 415).
 	CodeUnsupportedMedia = "unsupported_media_type"
+	// CodeUnknownSession answers DELETE /v1/sessions/{id} for a session
+	// not open on the node (HTTP 404).
+	CodeUnknownSession = "unknown_session"
 )
 
 // Codes lists every error code above, in the order they are declared.
@@ -88,7 +91,7 @@ var Codes = []string{
 	CodeForbidden, CodeRateLimited, CodeBackpressure, CodeTooLarge, CodeTooManySubs,
 	CodeNotSubscribed, CodeGroupConflict, CodeShuttingDown, CodeInternal, CodeTopicExists,
 	CodeUnknownGroup, CodeNotInFlight, CodeUnavailable, CodeNotFound, CodeMethodNotAllowed,
-	CodeTooManyConnections, CodeTooManyTopics, CodeUnsupportedMedia,
+	CodeTooManyConnections, CodeTooManyTopics, CodeUnsupportedMedia, CodeUnknownSession,
 }
 
 // Error is an error with a protocol code; the router's handlers return it

@@ -26,17 +26,24 @@ const (
 // Conns counts connection slots, in total and per client IP. Zero bounds
 // are unlimited.
 type Conns struct {
-	max, maxPerIP int
-
-	mu    sync.Mutex // guards the fields below; a leaf lock
-	n     int
-	perIP map[string]int
+	mu            sync.Mutex // guards the fields below; a leaf lock
+	max, maxPerIP int        // SetMax changes them
+	n             int
+	perIP         map[string]int
 }
 
 // NewConns bounds the connections to max in total and maxPerIP per
 // client IP; 0: no bound.
 func NewConns(max, maxPerIP int) *Conns {
 	return &Conns{max: max, maxPerIP: maxPerIP, perIP: make(map[string]int)}
+}
+
+// SetMax changes the bounds; the slots already taken stay taken and count
+// against the new bounds.
+func (c *Conns) SetMax(max, maxPerIP int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.max, c.maxPerIP = max, maxPerIP
 }
 
 // Acquire takes a connection slot for ip; release gives it back and may be

@@ -1,0 +1,166 @@
+package router
+
+// Live settings: the options a running Router takes again without a
+// restart (Reload), and the one value every request and new session reads
+// them from.
+//
+// The live options are held in one immutable value, liveSettings, behind
+// an atomic pointer (Router.set). A request or a new session loads the
+// pointer once and reads what it needs from that value: no lock on the
+// delivery, publish or subscribe paths, and one consistent set of keys,
+// limits and origins per decision. Reload builds the whole next value
+// first (keys parsed, hooks client made, JWKS fetched) and swaps the
+// pointer only when all of it succeeded, so a refused reload changes
+// nothing.
+//
+// What a swap changes:
+//
+//   - Keys (HMAC secrets, public and named keys, JWKS URL or file,
+//     audience, issuer, claim names, admin key, anonymous grants): every
+//     credential checked after the swap (a connect, an HTTP call, a
+//     refresh) is checked with the new keys. A session already open keeps
+//     the principal it was admitted with until it refreshes or ends; its
+//     token is not checked again.
+//   - Hooks (URL, which hooks, timeout, fail-open, headers, cookies, slots,
+//     cache): calls made after the swap use the new client and an empty
+//     cache; calls in flight finish on the old one.
+//   - Allowed origins: WebSocket upgrades and cross-site HTTP requests
+//     after the swap.
+//   - Limits: MaxConnections and MaxConnectionsPerIP apply to the next
+//     connect, counting the sessions already open (lowering them closes
+//     nothing); ConnectRatePerIP starts fresh buckets; MaxTopics applies to
+//     the next topic created. MaxSubscriptions, PublishRate and
+//     PublishBurst are per session: a session keeps those it was admitted
+//     with (its welcome announced them), new sessions get the new ones.
+//     MaxLast applies to the next subscribe.
+//
+// Every other option is fixed when the Router is made (New) and Reload
+// ignores it; the gateway refuses a reload that changes one, naming it.
+//
+// Concurrency: Reload is safe for concurrent use; reloads are serialized
+// by reloadMu, a leaf lock held while the next value is built and
+// swapped. Readers never lock.
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/switchyard/switchyard/router/internal/limit"
+)
+
+// liveSettings are the options Reload may change, as one immutable value:
+// never modified once stored in Router.set.
+type liveSettings struct {
+	auth             *authenticator
+	origins          []string
+	maxSubscriptions int
+	publishRate      float64
+	publishBurst     int
+	maxLast          int
+	maxTopics        int
+	maxConns         int
+	maxConnsPerIP    int
+	connectRate      float64
+	connect          *limit.PerIP // buckets of connectRate
+	// jwksStop stops the refresh goroutine of auth's JWKS, if any; closed
+	// when the next settings replace these or at Shutdown.
+	jwksStop chan struct{}
+}
+
+// newLiveSettings builds the live settings of opts (defaults applied);
+// reuse, when not nil, are the running ones whose per-address connect
+// buckets are kept when the rate is unchanged.
+func newLiveSettings(opts Options, reuse *liveSettings) (*liveSettings, error) {
+	a, err := newAuthenticator(opts.Auth)
+	if err != nil {
+		return nil, err
+	}
+	s := &liveSettings{
+		auth:             a,
+		origins:          slices.Clone(opts.OriginPatterns),
+		maxSubscriptions: opts.MaxSubscriptions,
+		publishRate:      opts.PublishRate,
+		publishBurst:     opts.PublishBurst,
+		maxLast:          opts.MaxLast,
+		maxTopics:        opts.MaxTopics,
+		maxConns:         opts.MaxConnections,
+		maxConnsPerIP:    opts.MaxConnectionsPerIP,
+		connectRate:      opts.ConnectRatePerIP,
+		jwksStop:         make(chan struct{}),
+	}
+	if reuse != nil && reuse.connectRate == s.connectRate {
+		s.connect = reuse.connect
+	} else {
+		s.connect = limit.NewPerIP(s.connectRate)
+	}
+	return s, nil
+}
+
+// settings returns the live settings now in force. Load it once per
+// decision.
+func (rt *Router) settings() *liveSettings { return rt.set.Load() }
+
+// Reload applies the live options of opts to the running Router (see the
+// list at the top of reload.go); every other field of opts is ignored.
+// Defaults are applied to opts as New does. Reload is all or nothing: when
+// the keys do not parse, the hooks are misconfigured or a JWKS URL cannot
+// be read, it returns why and the running settings stay.
+func (rt *Router) Reload(opts Options) error {
+	// withDefaults of opts alone: the fields it derives from fixed
+	// options (the read limit, the read budget) are not used here.
+	opts = opts.withDefaults()
+	rt.reloadMu.Lock()
+	defer rt.reloadMu.Unlock()
+	if rt.closing.Load() {
+		// Checked under reloadMu: Shutdown waits for a Reload under way
+		// before it waits for the goroutines (a JWKS refresh) it starts.
+		return errors.New("router: shutting down")
+	}
+	old := rt.settings()
+	next, err := newLiveSettings(opts, old)
+	if err != nil {
+		return err
+	}
+	if j := next.auth.JWKS(); j != nil && opts.Auth.JWKSURL != "" {
+		if ok, _, _ := j.Fetches(); ok == 0 {
+			return fmt.Errorf("router: the JWKS at %s could not be read: %s", opts.Auth.JWKSURL, j.LastError())
+		}
+	}
+	h, err := newHooks(opts.Hooks, rt.hookm)
+	if err != nil {
+		return err
+	}
+	rt.limits.conns.SetMax(next.maxConns, next.maxConnsPerIP)
+	rt.hooks.cur.Store(h)
+	rt.set.Store(next)
+	close(old.jwksStop)
+	rt.runJWKS(next)
+	return nil
+}
+
+// runJWKS starts the refresh goroutine of s's JWKS, if it has one; it
+// exits when s is replaced (s.jwksStop) or at Shutdown (stopBG).
+func (rt *Router) runJWKS(s *liveSettings) {
+	j := s.auth.JWKS()
+	if j == nil {
+		return
+	}
+	if ok, _, _ := j.Fetches(); ok == 0 && j.LastError() != "" {
+		rt.log.Warn("JWKS not loaded yet; tokens are refused until it is", "err", j.LastError())
+	}
+	stop := make(chan struct{})
+	rt.wg.Add(2)
+	go func() {
+		defer rt.wg.Done()
+		defer close(stop)
+		select {
+		case <-s.jwksStop:
+		case <-rt.stopBG:
+		}
+	}()
+	go func() {
+		defer rt.wg.Done()
+		j.Run(stop, rt.log.Warn)
+	}()
+}
