@@ -52,13 +52,15 @@ const (
 type PhaseReport struct {
 	Over string `json:"over"` // ws, http or http-batch
 	// Offered is --rate × the phase's seconds; 0 with --rate 0.
-	Offered       int64   `json:"offered"`
-	Served        int64   `json:"served"` // publishes the gateway confirmed
-	Errors        int64   `json:"errors"`
-	Requests      int64   `json:"requests,omitempty"` // HTTP requests made
-	Seconds       float64 `json:"seconds"`
-	PublishesPerS float64 `json:"publishes_per_s"`
-	Delivered     int64   `json:"delivered"` // over the phase and its drain
+	Offered  int64 `json:"offered"`
+	Served   int64 `json:"served"` // publishes the gateway confirmed
+	Errors   int64 `json:"errors"`
+	Requests int64 `json:"requests,omitempty"` // HTTP requests made
+	// RequestLatency is the HTTP requests' round trips (http, http-batch).
+	RequestLatency *Percentiles `json:"request_latency,omitempty"`
+	Seconds        float64      `json:"seconds"`
+	PublishesPerS  float64      `json:"publishes_per_s"`
+	Delivered      int64        `json:"delivered"` // over the phase and its drain
 	// ServerCPU (with --server-pid) is over the phase and its drain.
 	ServerCPU     *float64 `json:"server_cpu_s,omitempty"`
 	ServerCPUPerD *float64 `json:"server_cpu_us_per_delivery,omitempty"`
@@ -101,7 +103,10 @@ func (r *runner) publishPhases(ctx context.Context, topics []int, drained func()
 			}
 			pubs = append(pubs, p...)
 		default:
-			ph.Requests = r.publishHTTP(ctx, topics, mode == overHTTPBatch)
+			h := newHistogram()
+			ph.Requests = r.publishHTTP(ctx, topics, mode == overHTTPBatch, h)
+			pct := h.percentiles()
+			ph.RequestLatency = &pct
 		}
 		ph.Seconds = time.Since(start).Seconds()
 		if len(r.cfg.over) > 1 {
@@ -133,8 +138,9 @@ func (r *runner) publishPhases(ctx context.Context, topics []int, drained func()
 
 // publishHTTP publishes over --http-conns keep-alive connections for
 // --duration at --rate, one record per request or (batch) up to --batch
-// records per request. It returns the requests made.
-func (r *runner) publishHTTP(ctx context.Context, topics []int, batch bool) int64 {
+// records per request, recording each request's round trip in lat. It
+// returns the requests made.
+func (r *runner) publishHTTP(ctx context.Context, topics []int, batch bool, lat *histogram) int64 {
 	cfg := r.cfg
 	conns := cfg.httpConns
 	tr := &http.Transport{
@@ -162,7 +168,7 @@ func (r *runner) publishHTTP(ctx context.Context, topics []int, batch bool) int6
 		wg.Add(1)
 		go func() { // exits at the deadline, the quota or ctx's end
 			defer wg.Done()
-			hp := &httpPublisher{r: r, hc: hc, batch: batch, url: cfg.httpURL + "/v1/publish"}
+			hp := &httpPublisher{r: r, hc: hc, batch: batch, url: cfg.httpURL + "/v1/publish", lat: lat, idx: i}
 			n := hp.run(ctx, topics, i, rate, quota, per, deadline)
 			mu.Lock()
 			requests += n
@@ -180,6 +186,8 @@ type httpPublisher struct {
 	hc    *http.Client
 	url   string
 	batch bool
+	lat   *histogram
+	idx   int
 	body  []byte
 	reply []byte
 }
@@ -243,6 +251,7 @@ func (hp *httpPublisher) send(ctx context.Context, ti int, n int64, k int) {
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
+	began := time.Now()
 	resp, err := hp.hc.Do(req)
 	if err != nil {
 		fail("%v", err)
@@ -250,6 +259,7 @@ func (hp *httpPublisher) send(ctx context.Context, ti int, n int64, k int) {
 	}
 	hp.reply, err = readAllInto(hp.reply[:0], resp.Body, 1<<20)
 	resp.Body.Close()
+	hp.lat.record(hp.idx, time.Since(began))
 	if err != nil {
 		fail("reading the reply: %v", err)
 		return

@@ -318,6 +318,9 @@ func writeTable(w io.Writer, r *Report) {
 		if ph.ServerCPUPerD != nil {
 			v += fmt.Sprintf(", server cpu %.2fs, %.2fµs per delivery", *ph.ServerCPU, *ph.ServerCPUPerD)
 		}
+		if l := ph.RequestLatency; l != nil && l.Count > 0 {
+			v += fmt.Sprintf(", request p50 %.2f ms p99 %.2f ms", l.P50, l.P99)
+		}
 		p("publish over "+ph.Over, v)
 	}
 	for _, n := range r.Notes {

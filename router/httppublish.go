@@ -220,19 +220,34 @@ func (rt *Router) httpPublishOne(c echo.Context, req *request) error {
 	}
 	ctx := rt.beginHTTPAppend(c.Request().Context())
 	a, err := rt.append(ctx, msg, "http")
-	rt.endHTTPAppend()
 	if err != nil {
+		rt.endHTTPAppend()
 		return err
 	}
+	err = writePublished(c, msg.Topic, a)
+	flushReply(c)
+	rt.endHTTPAppend()
+	return err
+}
+
+// flushReply sends what the handler wrote so far, so that the publisher
+// has its reply before the subscribers' writers are woken (which makes
+// them runnable ahead of the connection's next request).
+func flushReply(c echo.Context) {
+	_ = http.NewResponseController(c.Response()).Flush() // not every writer flushes; then net/http does after the handler
+}
+
+// writePublished writes the reply of one stored record.
+func writePublished(c echo.Context, topic string, a engine.Appended) error {
 	if c.Request().URL.RawQuery != "" { // ?pretty and the like: echo's encoder
-		out := map[string]any{"topic": msg.Topic, "partition": a.Partition, "offset": a.Offset}
+		out := map[string]any{"topic": topic, "partition": a.Partition, "offset": a.Offset}
 		if a.Duplicate {
 			out["duplicate"] = true
 		}
 		return c.JSON(http.StatusOK, out)
 	}
 	// The bytes c.JSON writes for that map: keys sorted, a newline after.
-	b := make([]byte, 0, 64+len(msg.Topic))
+	b := make([]byte, 0, 64+len(topic))
 	if a.Duplicate {
 		b = append(b, `{"duplicate":true,"offset":`...)
 	} else {
@@ -242,7 +257,7 @@ func (rt *Router) httpPublishOne(c echo.Context, req *request) error {
 	b = append(b, `,"partition":`...)
 	b = strconv.AppendInt(b, int64(a.Partition), 10)
 	b = append(b, `,"topic":`...)
-	b = appendJSONString(b, msg.Topic)
+	b = appendJSONString(b, topic)
 	b = append(b, "}\n"...)
 	return c.JSONBlob(http.StatusOK, b)
 }
@@ -344,8 +359,10 @@ func (rt *Router) httpPublishBatch(c echo.Context, pb *publishBody) error {
 		})
 	}
 	wg.Wait()
+	err := rt.writeBatchResults(c, results)
+	flushReply(c)
 	rt.endHTTPAppend()
-	return rt.writeBatchResults(c, results)
+	return err
 }
 
 // writeBatchResults answers a batch: {"results":[…]} in request order.
