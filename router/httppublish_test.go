@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/switchyard/switchyard/router"
 )
@@ -62,6 +63,25 @@ func TestHTTPPublishReplyBytes(t *testing.T) {
 				t.Errorf("Content-Type %q", ct)
 			}
 		})
+	}
+}
+
+// TestHTTPPublishBatchDelivered: a batch's records, and a single
+// publish, are delivered without waiting for the deferral's bound.
+func TestHTTPPublishBatchDelivered(t *testing.T) {
+	g := newGateway(t, func(c *gwConfig) { c.router.Session.MaxDeferredWake = time.Hour })
+	sub := g.dial(t)
+	sub.subscribe(t, "wake")
+	if st, body, _ := g.postRaw(t, "/v1/publish", `{"records":[{"topic":"wake","data":1},{"topic":"wake","data":2}]}`); st != 200 {
+		t.Fatalf("batch: %d %s", st, body)
+	}
+	if st, body, _ := g.postRaw(t, "/v1/publish", `{"topic":"wake","data":3}`); st != 200 {
+		t.Fatalf("single: %d %s", st, body)
+	}
+	for want := 1; want <= 3; want++ {
+		if f := sub.nextOp(t, "message"); f["data"] != float64(want) {
+			t.Fatalf("delivered %v, want data %d", f, want)
+		}
 	}
 }
 
@@ -274,9 +294,12 @@ func TestHTTPPublishBatchRateLimit(t *testing.T) {
 
 // TestHTTPPublishesOverlapDelivered publishes from several connections
 // at once (their fan-out shares one deferral, flushed by the last
-// publish in flight): every record reaches every subscriber.
+// publish in flight): every record reaches every subscriber. The
+// deferral's bound is an hour, so only the flushes of the publishes
+// themselves can wake the subscribers' writers: a publish whose wake were
+// left to the bound would hang the test.
 func TestHTTPPublishesOverlapDelivered(t *testing.T) {
-	g := newGateway(t)
+	g := newGateway(t, func(c *gwConfig) { c.router.Session.MaxDeferredWake = time.Hour })
 	subs := []*client{g.dial(t), g.dial(t), g.dial(t)}
 	for _, s := range subs {
 		s.subscribe(t, "overlap.*")
