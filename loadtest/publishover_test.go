@@ -10,11 +10,12 @@ import (
 // TestPublishOverInProcess runs the fanout scenario in three phases, one
 // per --publish-over mode, against an embedded gateway: each phase is
 // served what it offered, every subscriber gets every record of every
-// phase, and the batch phase takes fewer requests than records.
+// phase (--messages of them, well within --duration), and the batch
+// phase sends full batches.
 func TestPublishOverInProcess(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), []string{"fanout", "--inprocess", "--duration", "1s", "--subscribers", "5",
-		"--rate", "200", "--publish-over", "ws,http,http-batch", "--http-conns", "4", "--batch", "20",
+	code := run(context.Background(), []string{"fanout", "--inprocess", "--duration", "20s", "--subscribers", "5",
+		"--rate", "0", "--messages", "300", "--publish-over", "ws,http,http-batch", "--http-conns", "4", "--batch", "20",
 		"--json", "--quiet"}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit code %d; stderr:\n%s", code, stderr.String())
@@ -34,8 +35,10 @@ func TestPublishOverInProcess(t *testing.T) {
 		}
 		served += ph.Served
 	}
-	if b := rep.PublishOver[2]; b.Requests == 0 || b.Requests >= b.Served {
-		t.Errorf("batch phase: %d requests for %d records", b.Requests, b.Served)
+	// At --rate 0 every batch request is full: 75 records per
+	// connection in batches of at most 20.
+	if b := rep.PublishOver[2]; b.Served != 300 || b.Requests != 16 {
+		t.Errorf("batch phase: %d requests for %d records, want 16 for 300", b.Requests, b.Served)
 	}
 	if h := rep.PublishOver[1]; h.Requests != h.Served || h.RequestLatency == nil || h.RequestLatency.Count != h.Requests {
 		t.Errorf("http phase: %+v, want one request per record, each timed", h)
