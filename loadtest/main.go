@@ -115,6 +115,12 @@ type config struct {
 	ackBatch    bool
 	coalesce    bool
 
+	// --publish-over (publishover.go)
+	overRaw   string
+	over      []string // publish modes, one phase each
+	httpConns int
+	batch     int
+
 	// soak
 	queueMessages   int
 	churners        int
@@ -218,6 +224,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&cfg.publishers, "publishers", 1, "publishing connections")
 	fs.IntVar(&cfg.size, "size", d.size, fmt.Sprintf("payload bytes (at least %d)", minPayload))
 	fs.IntVar(&cfg.window, "window", 64, "outstanding publishes per publisher")
+	fs.StringVar(&cfg.overRaw, "publish-over", overWS, "how the plain scenarios publish: ws, http (one record per POST /v1/publish), http-batch (--batch records per request), or a comma-separated list run as phases against the same subscribers (see publishover.go)")
+	fs.IntVar(&cfg.httpConns, "http-conns", 8, "keep-alive connections of the http and http-batch publishers")
+	fs.IntVar(&cfg.batch, "batch", 100, "records per request of the http-batch publishers (1 to 1000)")
 	fs.IntVar(&cfg.topics, "topics", d.topics, "topics (wildcard, idle; soak: plain topics besides the group topic)")
 	fs.IntVar(&cfg.patterns, "patterns", 4, "patterns (wildcard); the last one is a '#' over every topic")
 	fs.IntVar(&cfg.members, "members", 4, "group members (groups, soak)")
@@ -310,6 +319,17 @@ func (c *config) validate() error {
 	case c.nackShare < 0 || c.nackShare > 1 || c.stallShare < 0 || c.stallShare >= 1 || c.slowShare < 0 || c.slowShare > 1:
 		return errors.New("--nack-share and --slow-share must be in [0,1], --stall-share in [0,1)")
 	}
+	over, err := parsePublishOver(c.overRaw)
+	if err != nil {
+		return err
+	}
+	c.over = over
+	switch {
+	case c.httpConns < 1 || c.batch < 1 || c.batch > 1000:
+		return errors.New("--http-conns must be >= 1, --batch 1 to 1000")
+	case c.overRaw != overWS && (c.target != targetSwitchyard || !plainScenario(c.scenario)):
+		return errors.New("--publish-over other than ws needs --target switchyard and a plain scenario (fanout, wildcard, slow, idle, smoke)")
+	}
 	switch c.onFull {
 	case "", "drop_old", "drop_new", "disconnect":
 	default:
@@ -322,6 +342,16 @@ func (c *config) validate() error {
 		return fmt.Errorf("this run needs %d connections, over --max-conns %d", n, c.maxConns)
 	}
 	return nil
+}
+
+// plainScenario reports whether s publishes to plain subscribers
+// (runPlain).
+func plainScenario(s string) bool {
+	switch s {
+	case "fanout", "wildcard", "slow", "idle", "smoke":
+		return true
+	}
+	return false
 }
 
 // connections is how many connections the run opens.

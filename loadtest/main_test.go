@@ -118,6 +118,11 @@ func TestFlags(t *testing.T) {
 		{"bad target", []string{"fanout", "--target", "kafka"}, "--target"},
 		{"ok", []string{"fanout", "--subscribers", "3"}, ""},
 		{"ok nats", []string{"idle", "--target", "nats"}, ""},
+		{"bad publish-over", []string{"fanout", "--publish-over", "ws,carrier-pigeon"}, "--publish-over"},
+		{"http publish to nats", []string{"fanout", "--target", "nats", "--publish-over", "http"}, "--publish-over"},
+		{"http publish in groups", []string{"groups", "--publish-over", "http"}, "--publish-over"},
+		{"batch too large", []string{"fanout", "--publish-over", "http-batch", "--batch", "1001"}, "--batch"},
+		{"ok publish-over", []string{"fanout", "--publish-over", "ws, http,http-batch"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

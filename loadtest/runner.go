@@ -10,6 +10,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -141,6 +142,13 @@ func (r *runner) params() map[string]string {
 	}
 	if c.scenario != "connect" {
 		p["publishers"] = itoa(c.publishers)
+	}
+	if c.overRaw != overWS {
+		p["publish_over"] = strings.Join(c.over, ",")
+		p["http_conns"] = itoa(c.httpConns)
+		if slices.Contains(c.over, overHTTPBatch) {
+			p["batch"] = itoa(c.batch)
+		}
 	}
 	switch c.scenario {
 	case "wildcard":
@@ -483,21 +491,6 @@ func (r *runner) runPlain(ctx context.Context) (*Report, error) {
 	for i := range topics {
 		topics[i] = i
 	}
-	start := time.Now()
-	publish := r.publish
-	if nats {
-		publish = r.publishNATS
-	}
-	pubs, err := publish(ctx, topics)
-	if err != nil {
-		return nil, err
-	}
-	elapsed := time.Since(start)
-	// Slow readers now read at full speed, so that what the gateway
-	// dropped shows up as gaps rather than as a backlog.
-	for _, s := range subs {
-		s.hurry.Store(true)
-	}
 	expect := func(s *subscriber) int64 {
 		var e int64
 		for _, t := range s.topics {
@@ -505,7 +498,7 @@ func (r *runner) runPlain(ctx context.Context) (*Report, error) {
 		}
 		return e
 	}
-	r.drain(ctx, func() bool {
+	drained := func() bool {
 		for _, s := range subs {
 			if s.dropped.Load() {
 				continue
@@ -515,10 +508,36 @@ func (r *runner) runPlain(ctx context.Context) (*Report, error) {
 			}
 		}
 		return true
-	})
+	}
+	start := time.Now()
+	var (
+		pubs   []*subscriber
+		phases []PhaseReport
+		err    error
+	)
+	switch {
+	case nats:
+		pubs, err = r.publishNATS(ctx, topics)
+	case len(cfg.over) == 1 && cfg.over[0] == overWS:
+		pubs, err = r.publish(ctx, topics)
+	default:
+		pubs, phases, err = r.publishPhases(ctx, topics, drained)
+	}
+	if err != nil {
+		r.closeAll(pubs)
+		return nil, err
+	}
+	elapsed := time.Since(start)
+	// Slow readers now read at full speed, so that what the gateway
+	// dropped shows up as gaps rather than as a backlog.
+	for _, s := range subs {
+		s.hurry.Store(true)
+	}
+	r.drain(ctx, drained)
 	r.closeAll(subs)
 	r.closeAll(pubs)
-	rep := &Report{Seconds: elapsed.Seconds(), Connections: int64(len(subs) + len(pubs)), Sent: r.c.sent.Load()}
+	rep := &Report{Seconds: elapsed.Seconds(), Connections: int64(len(subs) + len(pubs)), Sent: r.c.sent.Load(),
+		PublishOver: phases}
 	classes := map[bool]*ClassReport{false: {Name: "fast"}, true: {Name: "slow"}}
 	for _, s := range subs {
 		e := expect(s)

@@ -139,6 +139,7 @@ type Report struct {
 	ServerPeakRSS  *int64            `json:"server_peak_rss_bytes,omitempty"`
 	Classes        []ClassReport     `json:"classes,omitempty"`
 	Soak           *SoakReport       `json:"soak,omitempty"`
+	PublishOver    []PhaseReport     `json:"publish_over,omitempty"` // one per --publish-over phase
 	Notes          []string          `json:"notes,omitempty"`
 }
 
@@ -310,6 +311,17 @@ func writeTable(w io.Writer, r *Report) {
 	}
 	if r.Soak != nil {
 		r.Soak.writeTable(p)
+	}
+	for _, ph := range r.PublishOver {
+		v := fmt.Sprintf("served %d of %d offered (%.0f/s, %d errors, %d requests), delivered %d", ph.Served, ph.Offered,
+			ph.PublishesPerS, ph.Errors, ph.Requests, ph.Delivered)
+		if ph.ServerCPUPerD != nil {
+			v += fmt.Sprintf(", server cpu %.2fs, %.2fµs per delivery", *ph.ServerCPU, *ph.ServerCPUPerD)
+		}
+		if l := ph.RequestLatency; l != nil && l.Count > 0 {
+			v += fmt.Sprintf(", request p50 %.2f ms p99 %.2f ms", l.P50, l.P99)
+		}
+		p("publish over "+ph.Over, v)
 	}
 	for _, n := range r.Notes {
 		p("note", n)

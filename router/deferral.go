@@ -10,6 +10,11 @@ package router
 // goroutine hand-off and one write per subscriber and read, rather than
 // per message (docs/BENCHMARKS.md, issue #16).
 //
+// HTTP publishes (POST /v1/publish, one record or a batch) share one
+// Deferral of the router's, flushed when the last HTTP publish being
+// appended is done, so that overlapping requests reach each subscriber
+// as one batch too (httppublish.go).
+//
 // Records an engine announces from a goroutine of its own (the JetStream
 // tail, which brings every record on a multi-node deployment) come in runs
 // of an engine.Batch instead: the router registers one Deferral of its own

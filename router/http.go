@@ -98,45 +98,6 @@ func (rt *Router) bind(c echo.Context, v any) error {
 	return nil
 }
 
-func (rt *Router) httpPublish(c echo.Context) error {
-	var req request
-	if err := rt.bind(c, &req); err != nil {
-		return err
-	}
-	msg, pe := parsePublish(&req, rt.opts.MaxMessageBytes, &rt.opts.Bounds)
-	if pe != nil {
-		rt.m.rejected.WithLabelValues(pe.Code).Inc()
-		return pe
-	}
-	// The token's grants, else the publish hook (after the rate limit, so
-	// that a flood does not reach the application).
-	who := rt.principalOf(c)
-	granted := who.CanPublish(msg.Topic)
-	if !granted && !rt.hooks.enabled(hookPublish) {
-		return rt.forbidden("publish", "not allowed to publish to %q", msg.Topic)
-	}
-	if !rt.limits.allowHTTPPublish(c.RealIP(), time.Now()) {
-		rt.lim.limited.WithLabelValues("http_publish_rate").Inc()
-		rt.m.publishes.WithLabelValues("http", codeRateLimited).Inc()
-		c.Response().Header().Set("Retry-After", "1")
-		return perr(codeRateLimited, "publish rate limit of %g/s per client exceeded", rt.opts.HTTPPublishRate)
-	}
-	if !granted {
-		if pe := rt.hookPublish(c.Request().Context(), "", who, req.Key, &msg.Data, &msg.Headers, msg.Topic); pe != nil {
-			return pe
-		}
-	}
-	a, err := rt.append(c.Request().Context(), msg, "http")
-	if err != nil {
-		return err
-	}
-	out := map[string]any{"topic": msg.Topic, "partition": a.Partition, "offset": a.Offset}
-	if a.Duplicate {
-		out["duplicate"] = true
-	}
-	return c.JSON(http.StatusOK, out)
-}
-
 // topicJSON is the HTTP shape of a topic.
 type topicJSON struct {
 	Name         string          `json:"name"`

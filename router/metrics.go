@@ -158,7 +158,8 @@ var (
 	metricForbiddenOps    = []string{"publish", "subscribe", "group", "admin", "refresh"}
 	metricRefreshOutcomes = []string{"required", "ok", "refused"}
 	metricPipelineBounds  = []string{"count", "bytes"}
-	metricLimits          = []string{"connections", "connections_per_ip", "topics", "partitions", "http_publish_rate", "redrive_ids"}
+	metricLimits          = []string{"connections", "connections_per_ip", "topics", "partitions", "http_publish_rate", "redrive_ids",
+		limitPublishBatchRecords, limitPublishBatchBytes}
 )
 
 // readyProbeTimeout bounds the engine check behind switchyard_engine_ready,

@@ -34,7 +34,7 @@ func newLimitMetrics(reg prometheus.Registerer) *limitMetrics {
 			Help: "Token refresh events on open sessions: required (refresh_required sent), ok (refreshed), refused."},
 			[]string{"outcome"}),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "limit_rejections_total",
-			Help: "Requests refused by a configured limit (connections, connections_per_ip, connect_rate_per_ip, connect_hook_per_ip, topics, partitions, http_publish_rate, redrive_ids)."},
+			Help: "Requests refused by a configured limit (connections, connections_per_ip, connect_rate_per_ip, connect_hook_per_ip, topics, partitions, http_publish_rate, redrive_ids, publish_batch_records, publish_batch_bytes)."},
 			[]string{"limit"}),
 	}
 	reg.MustRegister(m.authFailures, m.forbidden, m.sessionsExpired, m.refreshes, m.limited)

@@ -204,6 +204,12 @@ type Options struct {
 	PublishPipelineBytes int
 	// MaxBodyBytes bounds an HTTP request body; default 2 MiB.
 	MaxBodyBytes int64
+	// MaxPublishBatch bounds the records of one batch publish (POST
+	// /v1/publish {"records":[…]}); default DefaultMaxPublishBatch (1000).
+	// MaxPublishBatchBytes bounds its body instead of MaxBodyBytes;
+	// default DefaultMaxPublishBatchBytes (4 MiB). See httppublish.go.
+	MaxPublishBatch      int
+	MaxPublishBatchBytes int64
 	// StatsInterval is the period of $sys.stats; $sys.topics and $sys.groups
 	// follow every fifth tick. Default 1s; negative disables system topics.
 	StatsInterval time.Duration
@@ -324,6 +330,12 @@ func (o Options) withDefaults() Options {
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = 2 << 20
 	}
+	if o.MaxPublishBatch <= 0 {
+		o.MaxPublishBatch = DefaultMaxPublishBatch
+	}
+	if o.MaxPublishBatchBytes <= 0 {
+		o.MaxPublishBatchBytes = DefaultMaxPublishBatchBytes
+	}
 	if o.StatsInterval == 0 {
 		o.StatsInterval = time.Second
 	}
@@ -404,7 +416,8 @@ type Router struct {
 	sse          *sseResume
 	gm           *groupMetrics
 	seeks        seekLocks
-	ready        readiness // the readiness probe (ready.go)
+	ready        readiness        // the readiness probe (ready.go)
+	httppub      httpPublishState // HTTP publishes (httppublish.go)
 }
 
 // New creates a Router on opts.Engine and starts its background goroutines

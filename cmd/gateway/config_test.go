@@ -108,6 +108,8 @@ func TestFlagDefaults(t *testing.T) {
 		"max-connections-per-ip":    0,
 		"connect-rate-per-ip":       0,
 		"http-publish-rate":         0,
+		"max-publish-batch":         router.DefaultMaxPublishBatch,
+		"max-publish-batch-bytes":   router.DefaultMaxPublishBatchBytes,
 		"max-topics":                0,
 		"max-partitions":            engine.MaxPartitions,
 		"max-topic-bytes":           router.DefaultMaxTopicBytes,

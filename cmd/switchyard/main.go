@@ -91,7 +91,7 @@ type command struct {
 
 var commands = []command{
 	{"sub", "sub PATTERN [--from earliest|latest|last|TIME] [--group G [--ack]] [--filter k=v]... [--count N]", runSub},
-	{"pub", "pub TOPIC [DATA|-] [--key K] [--header k=v]... [--msg-id ID] [--priority 0-3]", runPub},
+	{"pub", "pub TOPIC [DATA|-] [--key K] [--header k=v]... [--msg-id ID] [--priority 0-3] [--batch N]", runPub},
 	{"topics", "topics", runTopics},
 	{"topic", "topic create NAME [--partitions N] [--max-messages N] [--max-age D] [--on-full P] [--partitioner P] | delete NAME [--yes] | show NAME", runTopic},
 	{"groups", "groups", runGroups},

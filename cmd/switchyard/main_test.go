@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -539,5 +540,40 @@ func eventually(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting until %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestPubBatch: `pub --batch N` sends the lines of stdin as HTTP batch
+// publishes: every record stored in order with its own msg_id, the
+// positions printed in order; a refused line is named and stops the run
+// after its batch.
+func TestPubBatch(t *testing.T) {
+	g := newGateway(t)
+	var in strings.Builder
+	for i := range 7 {
+		fmt.Fprintf(&in, "{\"n\":%d}\n\n", i)
+	}
+	r := g.cli(t, nil, in.String(), "pub", "batch.t", "--batch", "3", "--msg-id", "b", "--key", "k")
+	got := lines(t, r.stdout)
+	if r.code != 0 || len(got) != 7 {
+		t.Fatalf("pub --batch: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	for i, m := range got {
+		if m["topic"] != "batch.t" || m["offset"] != float64(i) || m["duplicate"] != nil {
+			t.Fatalf("line %d printed %v", i+1, m)
+		}
+	}
+	// The same msg_ids again: duplicates at the first offsets.
+	r = g.cli(t, nil, in.String(), "pub", "batch.t", "--batch", "5", "--msg-id", "b", "--key", "k")
+	if got := lines(t, r.stdout); r.code != 0 || len(got) != 7 || got[6]["duplicate"] != true || got[6]["offset"] != 6.0 {
+		t.Fatalf("repeat: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	// A line the gateway refuses: named, the run stops after its batch.
+	r = g.cli(t, nil, "1\n2\n\"x\"\n3\n4\n", "pub", "batch.u", "--batch", "2", "--header", "$encoding=x")
+	if r.code == 0 || !strings.Contains(r.stderr, "line 1") {
+		t.Fatalf("refused batch: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := g.cli(t, nil, "", "pub", "batch.t", "--batch", "1001"); r.code != 2 || !strings.Contains(r.stderr, "--batch") {
+		t.Fatalf("--batch 1001: exit %d, %q", r.code, r.stderr)
 	}
 }

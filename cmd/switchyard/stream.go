@@ -259,6 +259,7 @@ func runPub(ctx context.Context, g *globals, args []string) error {
 	fs.Var(headers, "header", "record header k=v (repeatable)")
 	msgID := fs.String("msg-id", "", "idempotency key; reading stdin, the n-th record gets ID-n")
 	priority := fs.Int("priority", -1, "priority 0 (lowest) to 3 (default: the gateway's, 1)")
+	batch := fs.Int("batch", 0, "reading stdin: send up to N lines per HTTP batch publish (POST /v1/publish {\"records\":[…]}, at most 1000); 0: one WebSocket publish per line")
 	pos, err := parse(fs, args, 2)
 	if err != nil {
 		return err
@@ -268,6 +269,9 @@ func runPub(ctx context.Context, g *globals, args []string) error {
 	}
 	if *priority > 3 {
 		return usagef("--priority must be 0 to 3")
+	}
+	if *batch < 0 || *batch > 1000 {
+		return usagef("--batch must be 0 to 1000")
 	}
 	opts := func(id string) []client.PublishOption {
 		var o []client.PublishOption
@@ -285,39 +289,32 @@ func runPub(ctx context.Context, g *globals, args []string) error {
 		}
 		return o
 	}
+	topic := pos[0]
+	stdin := len(pos) < 2 || pos[1] == "-"
+	if stdin && *batch > 0 {
+		rec := batchRecord{Topic: topic, Key: *key, Headers: headers}
+		if *priority >= 0 {
+			rec.Priority = priority
+		}
+		return g.pubBatches(ctx, rec, *msgID, *batch)
+	}
 	c, err := g.dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	topic := pos[0]
 	publish := func(data json.RawMessage, id string) error {
 		res, err := c.Publish(ctx, topic, data, opts(id)...)
 		if err != nil {
 			return err
 		}
-		if g.jsonOut() {
-			return g.emit(struct {
-				Topic     string `json:"topic"`
-				Partition int    `json:"partition"`
-				Offset    int64  `json:"offset"`
-				Duplicate bool   `json:"duplicate,omitempty"`
-			}{res.Topic, res.Partition, res.Offset, res.Duplicate})
-		}
-		dup := ""
-		if res.Duplicate {
-			dup = " (duplicate)"
-		}
-		g.printf("%s [%d] #%d%s\n", res.Topic, res.Partition, res.Offset, dup)
-		return nil
+		return g.printPublished(res)
 	}
-	if len(pos) == 2 && pos[1] != "-" {
+	if !stdin {
 		return publish(jsonData(pos[1]), *msgID)
 	}
 	// One record per line of stdin; blank lines are skipped.
-	if g.env.ttyIn {
-		fmt.Fprintln(g.env.stderr, "reading records from the terminal, one per line; end with Ctrl-D (or give DATA after the topic to publish one record)")
-	}
+	g.stdinHint()
 	sc := bufio.NewScanner(g.env.stdin)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	line := 0
@@ -336,6 +333,112 @@ func runPub(ctx context.Context, g *globals, args []string) error {
 		}
 	}
 	return sc.Err()
+}
+
+// printPublished prints one stored record's position.
+func (g *globals) printPublished(res client.PublishResult) error {
+	if g.jsonOut() {
+		return g.emit(struct {
+			Topic     string `json:"topic"`
+			Partition int    `json:"partition"`
+			Offset    int64  `json:"offset"`
+			Duplicate bool   `json:"duplicate,omitempty"`
+		}{res.Topic, res.Partition, res.Offset, res.Duplicate})
+	}
+	dup := ""
+	if res.Duplicate {
+		dup = " (duplicate)"
+	}
+	g.printf("%s [%d] #%d%s\n", res.Topic, res.Partition, res.Offset, dup)
+	return nil
+}
+
+// stdinHint tells a terminal user that records are read from it.
+func (g *globals) stdinHint() {
+	if g.env.ttyIn {
+		fmt.Fprintln(g.env.stderr, "reading records from the terminal, one per line; end with Ctrl-D (or give DATA after the topic to publish one record)")
+	}
+}
+
+// batchRecord is one record of a batch publish.
+type batchRecord struct {
+	Topic    string            `json:"topic"`
+	Data     json.RawMessage   `json:"data"`
+	Key      string            `json:"key,omitempty"`
+	Headers  map[string]string `json:"headers,omitempty"`
+	MsgID    string            `json:"msg_id,omitempty"`
+	Priority *int              `json:"priority,omitempty"`
+}
+
+// pubBatches publishes the lines of stdin (blank ones skipped) in batches
+// of up to n records with POST /v1/publish, printing each record's
+// position in order. It stops after the first batch with a refused
+// record and reports the first such record's line (the batch's other
+// records are stored and printed).
+func (g *globals) pubBatches(ctx context.Context, proto batchRecord, msgID string, n int) error {
+	g.stdinHint()
+	sc := bufio.NewScanner(g.env.stdin)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	line := 0
+	recs := make([]batchRecord, 0, n)
+	send := func() error {
+		if len(recs) == 0 {
+			return nil
+		}
+		var out struct {
+			Results []struct {
+				Topic     string `json:"topic"`
+				Partition int    `json:"partition"`
+				Offset    int64  `json:"offset"`
+				Duplicate bool   `json:"duplicate"`
+				Code      string `json:"code"`
+				Message   string `json:"message"`
+			} `json:"results"`
+		}
+		first := line - len(recs) + 1
+		if err := g.call(ctx, "POST", "/v1/publish", nil, map[string]any{"records": recs}, &out); err != nil {
+			return &lineError{first, err}
+		}
+		if len(out.Results) != len(recs) {
+			return fmt.Errorf("lines %d to %d: the gateway answered %d results for %d records", first, line, len(out.Results), len(recs))
+		}
+		var refused error
+		for i, r := range out.Results {
+			if r.Code != "" {
+				if refused == nil {
+					refused = &lineError{first + i, &apiError{Method: "POST", Path: "/v1/publish", Status: 200, Code: r.Code, Message: r.Message}}
+				}
+				continue
+			}
+			if err := g.printPublished(client.PublishResult{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Duplicate: r.Duplicate}); err != nil {
+				return err
+			}
+		}
+		recs = recs[:0]
+		return refused
+	}
+	for sc.Scan() {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		line++
+		rec := proto
+		rec.Data = jsonData(text)
+		if msgID != "" {
+			rec.MsgID = fmt.Sprintf("%s-%d", msgID, line)
+		}
+		recs = append(recs, rec)
+		if len(recs) == n {
+			if err := send(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return send()
 }
 
 // lineError is a failed publish of one line of stdin.
