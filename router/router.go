@@ -167,6 +167,10 @@ type Options struct {
 	// Engine is the log and group store. Required. The Router does not
 	// close it.
 	Engine engine.Engine
+	// EngineName names the engine in GET /v1/info (the gateway passes its
+	// --engine: memory, embedded or nats); default: the engine's Name
+	// method, else its package's name.
+	EngineName string
 	// Logger receives structured logs; default: discard.
 	Logger *slog.Logger
 	// Registry receives the gateway's metrics and serves /metrics; default:

@@ -153,10 +153,19 @@ func (cn *conn) view(node string) sessionView {
 func (rt *Router) httpInfo(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{
 		"version": rt.opts.Version,
-		"engine":  engineName(rt.eng),
+		"engine":  rt.engineName(),
 		"epoch":   rt.eng.Epoch(),
 		"node":    nodeName(),
 	})
+}
+
+// engineName is the engine's name in /v1/info: Options.EngineName, else
+// engineName of the engine.
+func (rt *Router) engineName() string {
+	if rt.opts.EngineName != "" {
+		return rt.opts.EngineName
+	}
+	return engineName(rt.eng)
 }
 
 // engineName names an engine: its Name method when it has one, else the

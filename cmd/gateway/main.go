@@ -202,7 +202,7 @@ func commandArgs(args []string) []string {
 // read, and what is not a setting.
 func routerOptions(cfg config, eng engine.Engine, log *slog.Logger) (router.Options, error) {
 	o := cfg.Router
-	o.Engine, o.Logger, o.Static, o.Version = eng, log, web.FS(), gatewayVersion()
+	o.Engine, o.EngineName, o.Logger, o.Static, o.Version = eng, cfg.Engine, log, web.FS(), gatewayVersion()
 	o.Session = cfg.Wire.Options
 	o.Bounds = cfg.Wire.bounds()
 	o.Groups.DefaultWindow = cfg.MaxInFlight

@@ -47,7 +47,8 @@ func (l *lockedBuffer) String() string {
 }
 
 // TestStartupLines: the gateway says where its dashboard, WebSocket
-// endpoint and metrics are, and /healthz reports its version.
+// endpoint and metrics are, /healthz reports its version and /v1/info
+// its engine.
 func TestStartupLines(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -84,6 +85,17 @@ func TestStartupLines(t *testing.T) {
 	resp.Body.Close()
 	if err != nil || health["version"] != gatewayVersion() {
 		t.Errorf("/healthz = %v (%v), want version %q", health, err, gatewayVersion())
+	}
+	// /v1/info names the engine as --engine does, as the log line above.
+	resp, err = http.Get("http://" + addr + "/v1/info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info map[string]string
+	err = json.NewDecoder(resp.Body).Decode(&info)
+	resp.Body.Close()
+	if err != nil || info["engine"] != "memory" || !strings.Contains(out.String(), "engine=memory") {
+		t.Errorf("/v1/info = %v (%v), want engine \"memory\", as the log says", info, err)
 	}
 	http.DefaultClient.CloseIdleConnections()
 	cancel()
