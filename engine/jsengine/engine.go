@@ -165,6 +165,13 @@ type letterQueue struct {
 	lmu        sync.Mutex    // guards following
 	letterQ    []letterJob   // max_attempts letters for letterWriter
 	letterKick chan struct{} // capacity 1: wakes letterWriter
+	// letterBusy is non-nil while the letter writer stores a letter, and
+	// closed once the outcome is applied: Close waits for it (bounded by
+	// closeLetterWait) before it hands the partitions back.
+	letterBusy chan struct{}
+	// beforeCloseWaitsLetter, when set (by tests), runs in Close when it
+	// waits for a letter being stored.
+	beforeCloseWaitsLetter atomic.Pointer[func()]
 
 	qfAdded   atomic.Int64 // queue_full letters this node stored
 	qfEvicted atomic.Int64 // queue_full letters its purges dropped at the cap
@@ -364,6 +371,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	}) {
 		return nil
 	}
+	e.waitLetter(ctx)
 
 	// Hand back: drop windows, then write the releases and unregister.
 	type release struct {
