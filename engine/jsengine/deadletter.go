@@ -287,10 +287,11 @@ func (e *Engine) purgeKeep(ctx context.Context, subject string, keep int) (int64
 	return int64(resp.Purged), nil
 }
 
+// storeDeadLetter publishes dl, encoded as letterenc.go says.
 func (e *Engine) storeDeadLetter(ctx context.Context, dl *engine.DeadLetter) error {
-	b, err := json.Marshal(dl)
+	msg, err := encodeLetter(e.dlSubject(dl), dl, e.nc.MaxPayload())
 	if err != nil {
-		return fmt.Errorf("jsengine: dead letter: %w", err)
+		return err
 	}
 	if err := e.reachable(); err != nil {
 		return err
@@ -298,7 +299,7 @@ func (e *Engine) storeDeadLetter(ctx context.Context, dl *engine.DeadLetter) err
 	if f := e.dlb.beforeStore.Load(); f != nil {
 		(*f)()
 	}
-	if _, err := e.js.Publish(ctx, e.dlSubject(dl), b); err != nil {
+	if _, err := e.js.PublishMsg(ctx, msg); err != nil {
 		return unavailable("dead letter", err)
 	}
 	return nil
@@ -351,8 +352,9 @@ func (e *Engine) AddDeadLetter(ctx context.Context, dl engine.DeadLetter) (err e
 }
 
 type storedLetter struct {
-	dl  engine.DeadLetter
-	seq uint64
+	dl    engine.DeadLetter
+	seq   uint64
+	inLog bool // stored without its data, which is read from the log (letterenc.go)
 }
 
 // letters lists every stored letter, oldest first (one direct get each).
@@ -370,9 +372,8 @@ func (e *Engine) letters(ctx context.Context) ([]storedLetter, error) {
 			return nil, unavailable("dead letters", err)
 		}
 		seq = m.Sequence + 1
-		var dl engine.DeadLetter
-		if json.Unmarshal(m.Data, &dl) == nil {
-			out = append(out, storedLetter{dl, m.Sequence})
+		if dl, inLog, err := decodeLetter(m); err == nil {
+			out = append(out, storedLetter{dl, m.Sequence, inLog})
 		}
 	}
 }
@@ -415,6 +416,11 @@ func (e *Engine) DeadLetters(ctx context.Context, f engine.DeadLetterFilter) (_ 
 			break
 		}
 		if (f.Group == "" || s.dl.Group == f.Group) && (f.Reason == "" || s.dl.Reason == f.Reason) {
+			if s.inLog {
+				if _, err := e.fillFromLog(ctx, &s.dl); err != nil {
+					return nil, err
+				}
+			}
 			out = append(out, s.dl)
 		}
 	}
