@@ -118,7 +118,7 @@ func (e *Engine) appendBatched(ctx context.Context, t *topic, p *partition, pi i
 	if p.lastMark || (t.cfg.MaxMessages > 0 && p.nextW-p.earliestW+maxPipelined >= t.cfg.MaxMessages+trimSlack(t.cfg)) || ageDue(p, e.clock.Now()) {
 		p.amu.Unlock()
 		e.freeRoom()
-		e.appendAfter(ctx, p, pi, m, done)
+		e.appendAfter(ctx, p, pi, m, "", done)
 		return
 	}
 	x := &pend{ctx: ctx, t: t, p: p, m: m, done: done}
