@@ -134,7 +134,7 @@ type pend struct {
 	// "" for a record without a MsgID.
 	claim string
 	fut   jetstream.PubAckFuture
-	done func(engine.Appended, error)
+	done  func(engine.Appended, error)
 	// A batch's commit (pipeline_batch.go): its records, and how many
 	// times it was refused and sent again.
 	batch   []*pend
