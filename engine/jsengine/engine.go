@@ -121,7 +121,8 @@ type Engine struct {
 	// live watcher sees dead nodes without listing the bucket.
 	liveMarkers bool
 
-	settleSub *nats.Subscription // serves acks and nacks forwarded to this node
+	settleSub   *nats.Subscription // serves acks and nacks forwarded to this node
+	replicasSub *nats.Subscription // other nodes' notices of a change of replicas (replicas_live.go)
 
 	closed  atomic.Bool
 	closeCh chan struct{} // closed by Close
@@ -462,6 +463,9 @@ func (e *Engine) shutdown() {
 	e.nc.RemoveStatusListener(e.statusCh)
 	if e.settleSub != nil {
 		_ = e.settleSub.Unsubscribe()
+	}
+	if e.replicasSub != nil {
+		_ = e.replicasSub.Unsubscribe()
 	}
 	if e.tailCC != nil {
 		e.tailCC.Stop()

@@ -49,9 +49,12 @@ package jsengine
 // record refused because another got in lets its successor through, as the
 // other record holds the very sequence the successor expects.
 //
+// Records with a MsgID are pipelined once their claim is made, under the
+// claim's Nats-Msg-Id (pipeline_msgid.go).
+//
 // Not pipelined, but appended as by Append (after the partition's records
-// in flight): records with a MsgID (their Nats-Msg-Id is the claim's),
-// topics with the Block policy (an append may wait), a MaxAge topic's
+// in flight): a repeat of a MsgID already claimed, topics with the Block
+// policy (an append may wait), a MaxAge topic's
 // partition whose oldest record has expired (the append trims it: see
 // ageDue),
 // a partition within the window of its MaxMessages plus its trim slack
@@ -101,7 +104,12 @@ type pipeline struct {
 	// batching: replicated streams take AppendAsync's records in atomic
 	// batches (pipeline_batch.go); set by New.
 	batching atomic.Bool
-	batches  atomic.Int64 // batches published (counting each sending again)
+	// recReplicas is the record stream's replicas as last read, and
+	// scaleUntil, when not 0, the time (Unix ns) until which a notice of a
+	// change keeps appends one at a time (replicas_live.go).
+	recReplicas atomic.Int32
+	scaleUntil  atomic.Int64
+	batches     atomic.Int64 // batches published (counting each sending again)
 	// pipelined counts records published without waiting for the one
 	// before (chained or batched), each time it is published.
 	pipelined atomic.Int64
@@ -152,7 +160,7 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 		e.appendAsyncOnce(ctx, m, done) // pipeline_msgid.go
 		return
 	}
-	if e.replicas > 1 && !e.batching.Load() {
+	if e.scalingNow() || (e.replicated() && !e.batching.Load()) {
 		e.appendSerial(ctx, m, done)
 		return
 	}
@@ -179,7 +187,7 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 			return
 		}
 	}
-	if t == nil || (t.cfg.OnFull == engine.Block && t.cfg.MaxMessages > 0) || (claim != "" && e.replicas > 1) {
+	if t == nil || (t.cfg.OnFull == engine.Block && t.cfg.MaxMessages > 0) || (claim != "" && e.replicated()) {
 		e.appendFallback(ctx, m, t, claim, done)
 		return
 	}
@@ -189,7 +197,7 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 		done(engine.Appended{}, e.ctxOrClosed(ctx))
 		return
 	}
-	if e.replicas > 1 {
+	if e.replicated() {
 		e.appendBatched(ctx, t, p, pi, m, done)
 		return
 	}

@@ -77,10 +77,11 @@ type batchQueue struct {
 // turns batching on when it does. A server without them (before 2.12)
 // leaves the replicated streams appending one at a time.
 func (e *Engine) enableBatches(ctx context.Context) {
+	cfg := e.rec.CachedInfo().Config
+	defer func() { e.setReplicas(max(cfg.Replicas, 1), cfg.AllowAtomicPublish) }()
 	if e.replicas == 1 {
 		return
 	}
-	cfg := e.rec.CachedInfo().Config
 	if !cfg.AllowAtomicPublish {
 		cfg.AllowAtomicPublish = true
 		s, err := e.js.UpdateStream(ctx, cfg)
@@ -90,8 +91,8 @@ func (e *Engine) enableBatches(ctx context.Context) {
 		}
 		e.rec = s
 		cfg = s.CachedInfo().Config
+		e.announceScale(ctx, "scaled") // other nodes take up the batches now
 	}
-	e.batching.Store(cfg.AllowAtomicPublish)
 }
 
 // appendBatched is AppendAsync into a replicated stream, once it holds a

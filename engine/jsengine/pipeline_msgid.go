@@ -44,7 +44,7 @@ func claimKey(t *topic, msgID string) string {
 
 // appendAsyncOnce is AppendAsync for a record with a MsgID.
 func (e *Engine) appendAsyncOnce(ctx context.Context, m engine.Message, done func(engine.Appended, error)) {
-	if e.replicas > 1 || e.closed.Load() || e.reachable() != nil {
+	if e.replicated() || e.scalingNow() || e.closed.Load() || e.reachable() != nil {
 		e.appendSerial(ctx, m, done) // reports the engine closed or NATS unreachable
 		return
 	}
