@@ -34,7 +34,9 @@
 //   - Dead letters: the <prefix>_dl stream (deadletter.go, redrive.go,
 //     their encoding letterenc.go; see Dead letters below).
 //   - Presence: the <prefix>_presence bucket (presence.go).
-//   - Replicas of every stream and bucket: replicas.go. Opening them and
+//   - Replicas of every stream and bucket: replicas.go; the record
+//     stream's count as it is now, which the pipeline follows:
+//     replicas_live.go. Opening them and
 //     the epoch: setup.go. Bucket watchers: watch.go.
 //
 // # Dead letters

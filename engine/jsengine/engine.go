@@ -157,7 +157,11 @@ type Engine struct {
 	// beforeClaimedPublish, when set (by tests), runs in an append with a
 	// MsgID once it holds its claim, before it publishes.
 	beforeClaimedPublish atomic.Pointer[func()]
-	dlb                  dlBounds // the dead-letter bounds (deadletter.go)
+	// beforeBatchResend, when set (by tests), runs in the ack reader before
+	// a refused batch is sent again, after the partition's state was
+	// reloaded, with the partition's amu held.
+	beforeBatchResend atomic.Pointer[func()]
+	dlb               dlBounds // the dead-letter bounds (deadletter.go)
 }
 
 // letterQueue hands max_attempts dead letters to the letter writer and

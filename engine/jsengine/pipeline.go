@@ -147,6 +147,7 @@ type pend struct {
 	// times it was refused and sent again.
 	batch   []*pend
 	attempt int
+	since   time.Time // when the batch was first sent
 }
 
 var _ engine.AsyncAppender = (*Engine)(nil)
