@@ -81,6 +81,9 @@ func (e *Engine) announceScale(ctx context.Context, what string) {
 // refreshReplicas reads the record stream's configuration and has the
 // pipeline follow its replicas and atomic batches.
 func (e *Engine) refreshReplicas(ctx context.Context) {
+	if e.reachable() != nil {
+		return // the heartbeat warns already
+	}
 	info, err := e.rec.Info(ctx)
 	if err != nil {
 		e.log.Warn("jsengine: record stream configuration", "err", err)
