@@ -118,7 +118,15 @@ func (e *Engine) appendFallback(ctx context.Context, m engine.Message, t *topic,
 // confirmClaim records a's position in the claim of revision rev, made at
 // time at, without waiting for the answer: a confirmation lost is made
 // good by the next repeat (see the file comment).
+//
+// Confirmations share the node's asynchronous publishes with the
+// pipelined records (at most maxPipelined of them, within the client's
+// 2*maxPipelined): past maxPipelined/2 publishes pending, a confirmation is
+// skipped rather than let the records' publishes stall.
 func (e *Engine) confirmClaim(key string, rev uint64, at time.Time, a engine.Appended) {
+	if e.js.PublishAsyncPending() > maxPipelined/2 {
+		return
+	}
 	v, _ := json.Marshal(dedupVal{At: at, Done: true, Partition: a.Partition, Offset: a.Offset, Time: a.Time})
 	msg := nats.NewMsg("$KV." + e.prefix + "_dedupe." + key)
 	msg.Data = v
