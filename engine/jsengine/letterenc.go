@@ -13,7 +13,8 @@ package jsengine
 //
 // When even that does not fit (a record within a few hundred bytes of the
 // max payload, or a long nack reason), the letter is stored without the
-// data and marked so (Sy-Letter-Data: log): the listing and a redrive read
+// data and marked so (Sy-Letter-Data: log), and with the nack's reason cut
+// to maxLetterError bytes if that is still needed: the listing and a redrive read
 // the record from the log at the letter's position, and a letter whose
 // record retention has trimmed since lists no data. Letters stored by
 // earlier versions (a JSON body, no Sy-Letter header) are still read.
@@ -23,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -56,9 +58,22 @@ func encodeLetter(subject string, dl *engine.DeadLetter, maxPayload int64) (*nat
 	if maxPayload > 0 && int64(len(hLetter)+len(b)+len(dl.Record.Data)+letterSlack) > maxPayload {
 		msg.Data = nil
 		msg.Header.Set(hLetterData, "log")
+		if int64(len(hLetter)+len(b)+len(hLetterData)+letterSlack) > maxPayload && len(meta.Error) > maxLetterError {
+			// Still too large: the nack's reason is cut (the record's own
+			// headers fitted the log beside its data).
+			meta.Error = strings.ToValidUTF8(meta.Error[:maxLetterError], "")
+			if b, err = json.Marshal(&meta); err != nil {
+				return nil, fmt.Errorf("jsengine: dead letter: %w", err)
+			}
+			msg.Header.Set(hLetter, string(b))
+		}
 	}
 	return msg, nil
 }
+
+// maxLetterError is how much of a nack's reason a letter keeps when the
+// letter would not fit NATS's max payload otherwise.
+const maxLetterError = 1024
 
 // decodeLetter reads a stored letter; inLog reports that its data is to be
 // read from the log (see fillFromLog).

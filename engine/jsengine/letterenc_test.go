@@ -99,4 +99,15 @@ func TestLetterOfLargestRecord(t *testing.T) {
 		t.Fatalf("redriven: offset %d attempt %d with %d bytes, want offset %d attempt 1 with the record",
 			d2.Record.Offset, d2.Attempt, len(d2.Record.Data), d.Record.Offset)
 	}
+	// A reason as large as the max payload: the letter keeps its start.
+	if err := e.Nack(ctx, "g", "m", posOf(d2.Record), strings.Repeat("r", int(nc.MaxPayload()))); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the letter with a long reason", func() bool {
+		dls, err = e.DeadLetters(ctx, engine.DeadLetterFilter{Group: "g"})
+		return err == nil && len(dls) == 1
+	})
+	if dl := dls[0]; len(dl.Error) != 1024 || !bytes.Equal(dl.Record.Data, data) {
+		t.Fatalf("letter with a reason of %d bytes and %d bytes of data, want 1024 and the record's %d", len(dl.Error), len(dl.Record.Data), len(data))
+	}
 }
