@@ -153,6 +153,7 @@ func Run(t *testing.T, f Features, newEngine Factory) {
 		{"DeadLetters/QueueFull", testQueueFullLetters},
 		{"DeadLetters/BoundedPerGroup", testDeadLettersBoundedPerGroup},
 		{"DeadLetters/BoundedInAll", testDeadLettersBoundedInAll},
+		{"DeadLetters/LargeRecord", testLargeRecordLetter},
 		{"Close", testClose},
 	}
 	for _, tt := range tests {

@@ -290,7 +290,7 @@ func (e *Engine) newMachine() groupstate.Machine[*gpart] {
 		Group:      func(gp *gpart) string { return gp.g.name },
 		Mu:         &e.gmu,
 		AfterFunc:  e.afterFunc,
-		Active:     func(gp *gpart) bool { return !gp.removed && !e.closed.Load() },
+		Active:     func(gp *gpart) bool { return !gp.removed && (!e.closed.Load() || e.lateLetter) },
 		Pump:       e.pump,
 		DeadLetter: e.deadLetter,
 	}

@@ -138,9 +138,12 @@ type letterJob struct {
 // Engine.deadLetter), each publish bounded by 5 s, with no lock held
 // across it; then it settles each letter's flight under gmu, and only then
 // trims the letters to their bounds (trimAfterStore), so a trim's round
-// trips never hold a settled record's group back. It exits when
-// the engine closes: letters still queued then are not stored, and their
-// records stay owed (the next holder dead-letters them again).
+// trips never hold a settled record's group back. It exits when the engine
+// closes: letters still queued then are not stored, and their records stay
+// owed (the next holder dead-letters them again). A publish under way when
+// Close begins completes, and its outcome is applied before Close hands
+// the partition back (waitLetter): a letter stored is then in the
+// release as settled, so the next holder does not store it again.
 func (e *Engine) letterWriter() {
 	defer e.wg.Done()
 	for {
@@ -154,26 +157,77 @@ func (e *Engine) letterWriter() {
 		e.letterQ = nil
 		e.lmu.Unlock()
 		for _, j := range jobs {
-			if e.closed.Load() {
+			if !e.storeJob(j) {
 				return
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			sctx, done := e.onConn(ctx)
-			err := done(e.storeDeadLetter(sctx, j.dl))
-			if err != nil {
-				e.log.Warn("jsengine: dead letter not stored; retrying", "group", j.dl.Group,
-					"topic", j.dl.Record.Topic, "offset", j.dl.Record.Offset, "err", err)
-			}
-			e.gmu.Lock()
-			j.settle(err)
-			e.gmu.Unlock()
-			if err == nil {
-				tctx, tdone := e.onConn(ctx)
-				e.trimAfterStore(tctx, j.dl)
-				tdone(nil)
-			}
-			cancel()
 		}
+	}
+}
+
+// storeJob stores one queued letter and settles its flight; false when the
+// engine was closed before it began.
+func (e *Engine) storeJob(j letterJob) bool {
+	e.lmu.Lock()
+	if e.closed.Load() { // read under lmu: Close sees letterBusy or we see closed
+		e.lmu.Unlock()
+		return false
+	}
+	busy := make(chan struct{})
+	e.letterBusy = busy
+	e.lmu.Unlock()
+	defer func() {
+		e.lmu.Lock()
+		e.letterBusy = nil
+		e.lmu.Unlock()
+		close(busy)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sctx, done := e.onConn(ctx)
+	err := done(e.storeDeadLetter(sctx, j.dl))
+	if err != nil {
+		e.log.Warn("jsengine: dead letter not stored; retrying", "group", j.dl.Group,
+			"topic", j.dl.Record.Topic, "offset", j.dl.Record.Offset, "err", err)
+	}
+	e.gmu.Lock()
+	e.lateLetter = true // applied even when Close began meanwhile: it waits for us
+	j.settle(err)
+	e.lateLetter = false
+	e.gmu.Unlock()
+	if err == nil && !e.closed.Load() {
+		tctx, tdone := e.onConn(ctx)
+		e.trimAfterStore(tctx, j.dl)
+		tdone(nil)
+	}
+	return true
+}
+
+// closeLetterWait bounds how long Close waits for a letter being stored.
+const closeLetterWait = 5 * time.Second
+
+// waitLetter waits, at most closeLetterWait or until ctx ends, for the
+// letter writer's publish under way, and for its outcome to be applied to
+// its flight. Called by Close after the engine is marked closed, so no
+// other publish starts. Past the bound the partition is handed back with
+// the record owed, and a letter stored later is stored again by the next
+// holder.
+func (e *Engine) waitLetter(ctx context.Context) {
+	e.lmu.Lock()
+	busy := e.letterBusy
+	e.lmu.Unlock()
+	if busy == nil {
+		return
+	}
+	if f := e.beforeCloseWaitsLetter.Load(); f != nil {
+		(*f)()
+	}
+	t := time.NewTimer(closeLetterWait)
+	defer t.Stop()
+	select {
+	case <-busy:
+	case <-t.C:
+		e.log.Warn("jsengine: close: a dead letter still being stored; its record stays owed")
+	case <-ctx.Done():
 	}
 }
 
@@ -233,10 +287,11 @@ func (e *Engine) purgeKeep(ctx context.Context, subject string, keep int) (int64
 	return int64(resp.Purged), nil
 }
 
+// storeDeadLetter publishes dl, encoded as letterenc.go says.
 func (e *Engine) storeDeadLetter(ctx context.Context, dl *engine.DeadLetter) error {
-	b, err := json.Marshal(dl)
+	msg, err := encodeLetter(e.dlSubject(dl), dl, e.nc.MaxPayload())
 	if err != nil {
-		return fmt.Errorf("jsengine: dead letter: %w", err)
+		return err
 	}
 	if err := e.reachable(); err != nil {
 		return err
@@ -244,7 +299,7 @@ func (e *Engine) storeDeadLetter(ctx context.Context, dl *engine.DeadLetter) err
 	if f := e.dlb.beforeStore.Load(); f != nil {
 		(*f)()
 	}
-	if _, err := e.js.Publish(ctx, e.dlSubject(dl), b); err != nil {
+	if _, err := e.js.PublishMsg(ctx, msg); err != nil {
 		return unavailable("dead letter", err)
 	}
 	return nil
@@ -297,8 +352,9 @@ func (e *Engine) AddDeadLetter(ctx context.Context, dl engine.DeadLetter) (err e
 }
 
 type storedLetter struct {
-	dl  engine.DeadLetter
-	seq uint64
+	dl    engine.DeadLetter
+	seq   uint64
+	inLog bool // stored without its data, which is read from the log (letterenc.go)
 }
 
 // letters lists every stored letter, oldest first (one direct get each).
@@ -316,9 +372,8 @@ func (e *Engine) letters(ctx context.Context) ([]storedLetter, error) {
 			return nil, unavailable("dead letters", err)
 		}
 		seq = m.Sequence + 1
-		var dl engine.DeadLetter
-		if json.Unmarshal(m.Data, &dl) == nil {
-			out = append(out, storedLetter{dl, m.Sequence})
+		if dl, inLog, err := decodeLetter(m); err == nil {
+			out = append(out, storedLetter{dl, m.Sequence, inLog})
 		}
 	}
 }
@@ -361,6 +416,11 @@ func (e *Engine) DeadLetters(ctx context.Context, f engine.DeadLetterFilter) (_ 
 			break
 		}
 		if (f.Group == "" || s.dl.Group == f.Group) && (f.Reason == "" || s.dl.Reason == f.Reason) {
+			if s.inLog {
+				if _, err := e.fillFromLog(ctx, &s.dl); err != nil {
+					return nil, err
+				}
+			}
 			out = append(out, s.dl)
 		}
 	}

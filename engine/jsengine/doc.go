@@ -31,10 +31,12 @@
 //     lifecycle.go; the acks above a record not yet settled: settled.go),
 //     members and nodes in the <prefix>_live bucket
 //     (membership.go), settles forwarded to the holding node (remote.go).
-//   - Dead letters: the <prefix>_dl stream (deadletter.go, redrive.go; see
-//     Dead letters below).
+//   - Dead letters: the <prefix>_dl stream (deadletter.go, redrive.go,
+//     their encoding letterenc.go; see Dead letters below).
 //   - Presence: the <prefix>_presence bucket (presence.go).
-//   - Replicas of every stream and bucket: replicas.go. Opening them and
+//   - Replicas of every stream and bucket: replicas.go; the record
+//     stream's count as it is now, which the pipeline follows:
+//     replicas_live.go. Opening them and
 //     the epoch: setup.go. Bucket watchers: watch.go.
 //
 // # Dead letters
@@ -48,6 +50,11 @@
 // purges the subject down to the limit once per DeadLetterLimit/16 of its
 // adds, counting exactly what each purge dropped (EvictedDeadLetters), and
 // listings show only the newest DeadLetterLimit queue_full letters.
+// A letter is the record's data with the rest in a header, so every record
+// the log accepted has a letter that fits; one that still would not is
+// stored without the data, read from the log when listed or redriven
+// (letterenc.go). Close waits, at most 5 s, for a letter being stored, and
+// settles its record before handing the partition back.
 // Listing reads the stream; Redrive with ids looks each letter up in a set
 // of the ids (O(letters + ids), no lock held), and deletes a letter before
 // handing it back (restoring it if that fails), so two nodes redriving at

@@ -121,7 +121,8 @@ type Engine struct {
 	// live watcher sees dead nodes without listing the bucket.
 	liveMarkers bool
 
-	settleSub *nats.Subscription // serves acks and nacks forwarded to this node
+	settleSub   *nats.Subscription // serves acks and nacks forwarded to this node
+	replicasSub *nats.Subscription // other nodes' notices of a change of replicas (replicas_live.go)
 
 	closed  atomic.Bool
 	closeCh chan struct{} // closed by Close
@@ -156,7 +157,11 @@ type Engine struct {
 	// beforeClaimedPublish, when set (by tests), runs in an append with a
 	// MsgID once it holds its claim, before it publishes.
 	beforeClaimedPublish atomic.Pointer[func()]
-	dlb                  dlBounds // the dead-letter bounds (deadletter.go)
+	// beforeBatchResend, when set (by tests), runs in the ack reader before
+	// a refused batch is sent again, after the partition's state was
+	// reloaded, with the partition's amu held.
+	beforeBatchResend atomic.Pointer[func()]
+	dlb               dlBounds // the dead-letter bounds (deadletter.go)
 }
 
 // letterQueue hands max_attempts dead letters to the letter writer and
@@ -165,6 +170,13 @@ type letterQueue struct {
 	lmu        sync.Mutex    // guards following
 	letterQ    []letterJob   // max_attempts letters for letterWriter
 	letterKick chan struct{} // capacity 1: wakes letterWriter
+	// letterBusy is non-nil while the letter writer stores a letter, and
+	// closed once the outcome is applied: Close waits for it (bounded by
+	// closeLetterWait) before it hands the partitions back.
+	letterBusy chan struct{}
+	// beforeCloseWaitsLetter, when set (by tests), runs in Close when it
+	// waits for a letter being stored.
+	beforeCloseWaitsLetter atomic.Pointer[func()]
 
 	qfAdded   atomic.Int64 // queue_full letters this node stored
 	qfEvicted atomic.Int64 // queue_full letters its purges dropped at the cap
@@ -364,6 +376,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	}) {
 		return nil
 	}
+	e.waitLetter(ctx)
 
 	// Hand back: drop windows, then write the releases and unregister.
 	type release struct {
@@ -454,6 +467,9 @@ func (e *Engine) shutdown() {
 	e.nc.RemoveStatusListener(e.statusCh)
 	if e.settleSub != nil {
 		_ = e.settleSub.Unsubscribe()
+	}
+	if e.replicasSub != nil {
+		_ = e.replicasSub.Unsubscribe()
 	}
 	if e.tailCC != nil {
 		e.tailCC.Stop()

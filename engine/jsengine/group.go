@@ -46,6 +46,10 @@ type groupTable struct {
 	nodes   map[string]bool              // live nodes
 	dirty   map[*gpart]struct{}          // commits to write
 	kick    chan struct{}                // capacity 1: wakes the committer
+	// lateLetter is set while the letter writer applies the outcome of a
+	// letter whose publish was under way when Close began: its flight
+	// settles although the engine is closed (see Engine.waitLetter).
+	lateLetter bool
 
 	groupFetches atomic.Int64 // group fetches from NATS started (fetchAhead)
 	// beforeFetch, when set (by tests), runs in a group fetch's goroutine

@@ -49,9 +49,12 @@ package jsengine
 // record refused because another got in lets its successor through, as the
 // other record holds the very sequence the successor expects.
 //
+// Records with a MsgID are pipelined once their claim is made, under the
+// claim's Nats-Msg-Id (pipeline_msgid.go).
+//
 // Not pipelined, but appended as by Append (after the partition's records
-// in flight): records with a MsgID (their Nats-Msg-Id is the claim's),
-// topics with the Block policy (an append may wait), a MaxAge topic's
+// in flight): a repeat of a MsgID already claimed, topics with the Block
+// policy (an append may wait), a MaxAge topic's
 // partition whose oldest record has expired (the append trims it: see
 // ageDue),
 // a partition within the window of its MaxMessages plus its trim slack
@@ -101,7 +104,12 @@ type pipeline struct {
 	// batching: replicated streams take AppendAsync's records in atomic
 	// batches (pipeline_batch.go); set by New.
 	batching atomic.Bool
-	batches  atomic.Int64 // batches published (counting each sending again)
+	// recReplicas is the record stream's replicas as last read, and
+	// scaleUntil, when not 0, the time (Unix ns) until which a notice of a
+	// change keeps appends one at a time (replicas_live.go).
+	recReplicas atomic.Int32
+	scaleUntil  atomic.Int64
+	batches     atomic.Int64 // batches published (counting each sending again)
 	// pipelined counts records published without waiting for the one
 	// before (chained or batched), each time it is published.
 	pipelined atomic.Int64
@@ -130,12 +138,16 @@ type pend struct {
 	size int64
 	now  time.Time
 	id   string
-	fut  jetstream.PubAckFuture
-	done func(engine.Appended, error)
+	// claim is the Nats-Msg-Id of the record's MsgID claim (dedupe.go),
+	// "" for a record without a MsgID.
+	claim string
+	fut   jetstream.PubAckFuture
+	done  func(engine.Appended, error)
 	// A batch's commit (pipeline_batch.go): its records, and how many
 	// times it was refused and sent again.
 	batch   []*pend
 	attempt int
+	since   time.Time // when the batch was first sent
 }
 
 var _ engine.AsyncAppender = (*Engine)(nil)
@@ -145,10 +157,22 @@ var _ engine.AsyncAppender = (*Engine)(nil)
 // publish path, and its checks under amu and its chain bookkeeping under
 // wmu are read together.
 func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(engine.Appended, error)) {
-	if m.MsgID != "" || (e.replicas > 1 && !e.batching.Load()) {
+	if m.MsgID != "" {
+		e.appendAsyncOnce(ctx, m, done) // pipeline_msgid.go
+		return
+	}
+	if e.scalingNow() || (e.replicated() && !e.batching.Load()) {
 		e.appendSerial(ctx, m, done)
 		return
 	}
+	e.appendPipelined(ctx, m, nil, "", done)
+}
+
+// appendPipelined is AppendAsync into topic t (nil: m's topic, looked
+// up) under claim, the Nats-Msg-Id of a MsgID's claim ("" for none: the
+// record gets the node's own). A record under a claim falls back to
+// appendUnderClaim where others fall back to Append.
+func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic, claim string, done func(engine.Appended, error)) {
 	if e.closed.Load() {
 		done(engine.Appended{}, closedErr())
 		return
@@ -157,13 +181,15 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 		done(engine.Appended{}, err)
 		return
 	}
-	t, err := e.topicFor(ctx, m.Topic)
-	if err != nil {
-		done(engine.Appended{}, err)
-		return
+	if t == nil {
+		var err error
+		if t, err = e.topicFor(ctx, m.Topic); err != nil {
+			done(engine.Appended{}, err)
+			return
+		}
 	}
-	if t == nil || (t.cfg.OnFull == engine.Block && t.cfg.MaxMessages > 0) {
-		e.appendSerial(ctx, m, done)
+	if t == nil || (t.cfg.OnFull == engine.Block && t.cfg.MaxMessages > 0) || (claim != "" && e.replicated()) {
+		e.appendFallback(ctx, m, t, claim, done)
 		return
 	}
 	pi := t.partitioner.Partition(m.Key, len(t.parts))
@@ -172,7 +198,7 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 		done(engine.Appended{}, e.ctxOrClosed(ctx))
 		return
 	}
-	if e.replicas > 1 {
+	if e.replicated() {
 		e.appendBatched(ctx, t, p, pi, m, done)
 		return
 	}
@@ -185,7 +211,7 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 	if t.deleted.Load() || e.closed.Load() {
 		p.amu.Unlock()
 		e.freeRoom()
-		e.appendSerial(ctx, m, done) // reports the topic gone or the engine closed
+		e.appendFallback(ctx, m, t, claim, done) // reports the topic gone or the engine closed
 		return
 	}
 	if !p.known {
@@ -199,10 +225,10 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 	if p.lastMark || (t.cfg.MaxMessages > 0 && p.nextW-p.earliestW+maxPipelined >= t.cfg.MaxMessages+trimSlack(t.cfg)) || ageDue(p, e.clock.Now()) {
 		p.amu.Unlock()
 		e.freeRoom()
-		e.appendAfter(ctx, p, pi, m, done)
+		e.appendAfter(ctx, p, pi, m, claim, done)
 		return
 	}
-	x := &pend{ctx: ctx, t: t, p: p, m: m, off: p.nextW}
+	x := &pend{ctx: ctx, t: t, p: p, m: m, off: p.nextW, claim: claim}
 	x.size = recordBytes(&engine.Record{Key: m.Key, Headers: m.Headers, Data: m.Data})
 	x.now = e.clock.Now()
 	if x.now.Before(p.lastTime) {
@@ -217,11 +243,14 @@ func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(en
 		e.wmu.Unlock()
 		p.amu.Unlock()
 		e.freeRoom()
-		e.AppendAsync(ctx, m, done)
+		e.appendPipelined(ctx, m, t, claim, done)
 		return
 	}
-	e.w.n++
-	x.id = e.node + "." + strconv.FormatUint(e.w.n, 10)
+	x.id = claim
+	if claim == "" {
+		e.w.n++
+		x.id = e.node + "." + strconv.FormatUint(e.w.n, 10)
+	}
 	msg.Header.Set(jetstream.MsgIDHeader, x.id)
 	if p.inflight == 0 {
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(p.lastSeq, 10))
@@ -276,13 +305,18 @@ func (e *Engine) appendSerial(ctx context.Context, m engine.Message, done func(e
 	done(e.Append(ctx, m))
 }
 
-// appendAfter appends m to partition pi of p's topic as Append does.
-func (e *Engine) appendAfter(ctx context.Context, p *partition, pi int, m engine.Message, done func(engine.Appended, error)) {
+// appendAfter appends m to partition pi of p's topic as Append does
+// (under claim, when set: see appendPipelined).
+func (e *Engine) appendAfter(ctx context.Context, p *partition, pi int, m engine.Message, claim string, done func(engine.Appended, error)) {
 	e.oneAtATime.Add(1)
 	ctx, fin := e.onConn(ctx)
-	a, seq, err := e.appendToPart(ctx, p.t, &m, "", pi)
+	a, seq, err := e.appendToPart(ctx, p.t, &m, claim, pi)
 	if err == errTopicGone {
 		fin(nil)
+		if claim != "" {
+			done(engine.Appended{}, errTopicGone) // the claim's owner appends again
+			return
+		}
 		done(e.Append(ctx, m))
 		return
 	}
@@ -395,6 +429,18 @@ func (e *Engine) settlePend(x *pend, ack *jetstream.PubAck, err error) {
 	}
 	p := x.p
 	switch {
+	case err == nil && ack.Duplicate && x.claim != "":
+		// Stored before under the claim (a retry of the MsgID on another
+		// node got in first): that record is the MsgID's. This one is not
+		// stored, so the chain after it breaks and is appended again.
+		p.amu.Lock()
+		p.broken, p.known = true, false
+		p.amu.Unlock()
+		a, serr := e.storedAt(x.ctx, x.t, ack.Sequence)
+		if serr == nil {
+			e.waitTail(x.ctx, ack.Sequence)
+		}
+		e.finish(x, a, serr, false)
 	case err == nil && !ack.Duplicate:
 		p.amu.Lock()
 		p.lastSeq = max(p.lastSeq, ack.Sequence)
@@ -479,8 +525,11 @@ func (e *Engine) reappend(x *pend) (engine.Appended, uint64, error) {
 		}
 		x.now = now
 		msg := e.pendMsg(x, p.cum+x.size)
-		e.w.n++
-		id := e.node + "." + strconv.FormatUint(e.w.n, 10)
+		id := x.claim
+		if id == "" {
+			e.w.n++
+			id = e.node + "." + strconv.FormatUint(e.w.n, 10)
+		}
 		msg.Header.Set(jetstream.MsgIDHeader, id)
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(p.lastSeq, 10))
 		ack, err := e.js.PublishMsg(x.ctx, msg)
@@ -489,6 +538,12 @@ func (e *Engine) reappend(x *pend) (engine.Appended, uint64, error) {
 		}
 		if err != nil {
 			return engine.Appended{}, 0, unavailable("append", err)
+		}
+		if ack.Duplicate && x.claim != "" {
+			// Stored before under the claim: that record is the MsgID's.
+			p.known = false
+			a, err := e.storedAt(x.ctx, t, ack.Sequence)
+			return a, ack.Sequence, err
 		}
 		e.w.lastID = id
 		e.w.epoch++ // a new chain: records in flight are not on it

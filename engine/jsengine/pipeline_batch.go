@@ -18,12 +18,17 @@ package jsengine
 // contiguous and unique (the first record's check covers the batch: it is
 // stored whole or not at all), and records keep their AppendAsync order
 // (a partition's batches go one after another, and a refused batch is
-// sent again, after reloading the partition, before any later one).
+// sent again, after reloading the partition, before any later one). Two
+// nodes appending to one partition refuse each other's batches: a batch
+// refused more than twice waits a random pause first (batchBackoff), and
+// its records fail with engine.ErrUnavailable only when it has been
+// refused for batchContentionMax.
 //
 // A batch of one record is published as Append does (no staging). The
 // acknowledgements are read in publish order by the ack reader of
 // pipeline.go, as are the chained records'. Everything else is as for the
-// chain: records with a MsgID, Block topics, a partition near its cap or
+// chain (except records with a MsgID, which go one at a time into a
+// replicated stream): Block topics, a partition near its cap or
 // with expired records, append one at a time.
 //
 // Lock order: as pipeline.go (partition.amu, then Engine.wmu, which also
@@ -35,7 +40,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -62,6 +69,22 @@ const (
 	jsErrBatchTooMany    jetstream.ErrorCode = 10210
 )
 
+// batchContentionMax bounds how long a batch refused again and again
+// (another node appending to its partition each time before it) is sent
+// again before its records fail with engine.ErrUnavailable.
+const batchContentionMax = 10 * time.Second
+
+// batchBackoff is the pause before a refused batch is sent again: none
+// after its first two refusals, then a random pause of up to 1 ms doubling
+// to 16 ms, so two nodes that keep refusing each other's batches fall out
+// of step. It holds the node's ack reader, never a lock.
+func batchBackoff(attempt int) time.Duration {
+	if attempt < 2 {
+		return 0
+	}
+	return rand.N(time.Millisecond << min(attempt-2, 4))
+}
+
 func isBatchRetry(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jsErrBatchIncomplete || apiErr.ErrorCode == jsErrBatchTooMany)
@@ -77,10 +100,11 @@ type batchQueue struct {
 // turns batching on when it does. A server without them (before 2.12)
 // leaves the replicated streams appending one at a time.
 func (e *Engine) enableBatches(ctx context.Context) {
+	cfg := e.rec.CachedInfo().Config
+	defer func() { e.setReplicas(max(cfg.Replicas, 1), cfg.AllowAtomicPublish) }()
 	if e.replicas == 1 {
 		return
 	}
-	cfg := e.rec.CachedInfo().Config
 	if !cfg.AllowAtomicPublish {
 		cfg.AllowAtomicPublish = true
 		s, err := e.js.UpdateStream(ctx, cfg)
@@ -90,8 +114,8 @@ func (e *Engine) enableBatches(ctx context.Context) {
 		}
 		e.rec = s
 		cfg = s.CachedInfo().Config
+		e.announceScale(ctx, "scaled") // other nodes take up the batches now
 	}
-	e.batching.Store(cfg.AllowAtomicPublish)
 }
 
 // appendBatched is AppendAsync into a replicated stream, once it holds a
@@ -118,7 +142,7 @@ func (e *Engine) appendBatched(ctx context.Context, t *topic, p *partition, pi i
 	if p.lastMark || (t.cfg.MaxMessages > 0 && p.nextW-p.earliestW+maxPipelined >= t.cfg.MaxMessages+trimSlack(t.cfg)) || ageDue(p, e.clock.Now()) {
 		p.amu.Unlock()
 		e.freeRoom()
-		e.appendAfter(ctx, p, pi, m, done)
+		e.appendAfter(ctx, p, pi, m, "", done)
 		return
 	}
 	x := &pend{ctx: ctx, t: t, p: p, m: m, done: done}
@@ -166,7 +190,7 @@ func (e *Engine) sendQueued(p *partition) (start bool) {
 		err = e.loadState(xs[0].ctx, p)
 	}
 	if err == nil {
-		start, err = e.sendBatch(p, xs, 0)
+		start, err = e.sendBatch(p, xs, 0, time.Now())
 	}
 	if err != nil {
 		return e.failBatch(p, xs, err)
@@ -198,7 +222,7 @@ func (e *Engine) failBatch(p *partition, xs []*pend, err error) (start bool) {
 // the ack reader (see sendQueued for start). Caller holds p.amu, with p
 // known and p's batch marked flying; on an error nothing of xs is in
 // flight.
-func (e *Engine) sendBatch(p *partition, xs []*pend, attempt int) (start bool, err error) {
+func (e *Engine) sendBatch(p *partition, xs []*pend, attempt int, since time.Time) (start bool, err error) {
 	if p.lastMark {
 		// Only Append's trims leave markers, and they are not pipelined.
 		return false, fmt.Errorf("jsengine: topic %q partition %d trimmed meanwhile: %w", p.t.name, p.index, engine.ErrUnavailable)
@@ -240,7 +264,7 @@ func (e *Engine) sendBatch(p *partition, xs []*pend, attempt int) (start bool, e
 	}
 	e.batches.Add(1)
 	e.pipelined.Add(int64(n))
-	b := &pend{ctx: xs[n-1].ctx, t: p.t, p: p, fut: fut, batch: xs, attempt: attempt}
+	b := &pend{ctx: xs[n-1].ctx, t: p.t, p: p, fut: fut, batch: xs, attempt: attempt, since: since}
 	e.w.open += n
 	e.w.q = append(e.w.q, b)
 	start = !e.w.reading
@@ -271,7 +295,7 @@ func (e *Engine) settleBatch(b *pend, ack *jetstream.PubAck, err error) {
 		for _, x := range xs {
 			e.finish(x, engine.Appended{Partition: p.index, Offset: x.off, Time: x.now}, nil, false)
 		}
-	case (err == nil || isWrongLast(err) || isBatchRetry(err)) && b.attempt < 100:
+	case (err == nil || isWrongLast(err) || isBatchRetry(err)) && time.Since(b.since) < batchContentionMax:
 		// Refused whole (another node appended to the partition, or the
 		// server had too many batches at once): send it again after
 		// reloading, before anything queued after it.
@@ -279,11 +303,17 @@ func (e *Engine) settleBatch(b *pend, ack *jetstream.PubAck, err error) {
 		e.wmu.Lock()
 		e.w.open -= n
 		e.wmu.Unlock()
+		rerr := e.sleep(context.Background(), batchBackoff(b.attempt))
 		p.amu.Lock()
 		p.known = false
-		rerr := e.loadState(b.ctx, p)
 		if rerr == nil {
-			_, rerr = e.sendBatch(p, xs, b.attempt+1) // on the ack reader: it runs
+			rerr = e.loadState(b.ctx, p)
+		}
+		if f := e.beforeBatchResend.Load(); f != nil && rerr == nil {
+			(*f)()
+		}
+		if rerr == nil {
+			_, rerr = e.sendBatch(p, xs, b.attempt+1, b.since) // on the ack reader: it runs
 		}
 		if rerr != nil {
 			e.failBatch(p, xs, rerr)

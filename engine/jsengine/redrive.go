@@ -276,6 +276,15 @@ func (e *Engine) Redrive(ctx context.Context, r engine.RedriveRequest) (_ int, e
 		if !r.AppendToTopics {
 			continue
 		}
+		if s.inLog {
+			// Its data is in the log only: once trimmed, nothing to append.
+			if ok, err := e.fillFromLog(ctx, &d); err != nil || !ok {
+				if err != nil {
+					errs = append(errs, err)
+				}
+				continue
+			}
+		}
 		// Remove first: two nodes redriving at once append a letter once.
 		if err := e.dl.DeleteMsg(ctx, s.seq); err != nil {
 			continue
@@ -330,8 +339,11 @@ func (e *Engine) redeliver(ctx context.Context, s storedLetter) (redeliverOutcom
 		return notInPlace, nil
 	case err != nil:
 		return notInPlace, err
-	case len(recs) == 0 || recs[0].Offset != off || !sameRecord(recs[0], &d.Record):
+	case len(recs) == 0 || recs[0].Offset != off || !sameRecord(recs[0], &d.Record, s.inLog):
 		return notInPlace, nil
+	}
+	if s.inLog {
+		d.Record.Data = recs[0].Data // for a put back below
 	}
 	if err := e.dl.DeleteMsg(ctx, s.seq); err != nil {
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -349,9 +361,9 @@ func (e *Engine) redeliver(ctx context.Context, s storedLetter) (redeliverOutcom
 }
 
 // sameRecord reports whether the log's record r is the one a letter holds
-// a copy of.
-func sameRecord(r, kept *engine.Record) bool {
-	return r.Time.Equal(kept.Time) && r.Key == kept.Key && bytes.Equal(r.Data, kept.Data)
+// a copy of (without its data when inLog: see letterenc.go).
+func sameRecord(r, kept *engine.Record, inLog bool) bool {
+	return r.Time.Equal(kept.Time) && r.Key == kept.Key && (inLog || bytes.Equal(r.Data, kept.Data))
 }
 
 // askRedo asks for the redelivery: on this node when it holds the

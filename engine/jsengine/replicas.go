@@ -12,9 +12,11 @@ package jsengine
 // so: wrapping engine.ErrInvalidConfig when no retry can help, and
 // engine.ErrUnavailable when the servers may yet come (insufficient
 // resources). Nodes that share a Prefix should use the same Replicas: the
-// last one to start wins. They must, while they publish: a node started
-// with 1 chains its pipelined records by message ID (pipeline.go), and a
-// stream another node scaled up since stops at the first refused link.
+// last one to start wins. A node started with 1 chains its pipelined
+// records by message ID (pipeline.go), which a stream another node scaled
+// up since would not survive (it stops at the first refused link): so the
+// pipeline follows the stream's actual count, told by the scaling node and
+// read at every heartbeat (replicas_live.go).
 // A replicated record stream is also allowed atomic batches
 // (pipeline_batch.go), which its nodes' pipelined appends use.
 //
@@ -65,6 +67,10 @@ func (e *Engine) conform(ctx context.Context, s jetstream.Stream) (bool, error) 
 	}
 	cfg.Replicas = e.replicas
 	cfg.AllowDirect = direct && e.replicas == 1
+	if have != e.replicas {
+		e.announceScale(ctx, "scaling") // other nodes append one at a time meanwhile
+		defer e.announceScale(ctx, "scaled")
+	}
 	if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
 		return false, createError(fmt.Sprintf("stream %s: from %d replicas to %d", cfg.Name, have, e.replicas), err)
 	}

@@ -44,6 +44,9 @@ func (e *Engine) setup(ctx context.Context) error {
 	if err := e.subscribeSettle(); err != nil {
 		return err
 	}
+	if err := e.subscribeReplicas(); err != nil {
+		return err
+	}
 	e.wg.Add(3)
 	go e.committer()    // exits when closeCh is closed
 	go e.heartbeat()    // exits when closeCh is closed

@@ -1,0 +1,137 @@
+package jsengine
+
+// Pipelined appends of records with a MsgID (AppendAsync).
+//
+// A record with a MsgID first claims it in the dedupe bucket (dedupe.go):
+// one round trip, the create of the claim, taken by the caller without
+// any lock. When the claim is new (the common case: a MsgID seen for the
+// first time), the record is published like any pipelined record
+// (pipeline.go), in the partition's chain, with the claim's Nats-Msg-Id
+// (<claim key>.<revision>) in place of the node's own id, so the chain's
+// Nats-Expected-Last-Msg-Id names it and the server's duplicate detection
+// still stores the MsgID at most once. The caller does not wait for the
+// record's acknowledgement, nor for the claim's confirmation, which is
+// published without waiting once the record is stored (a repeat that finds
+// the claim unconfirmed publishes under it again and gets the first
+// record's position as a duplicate, as after a lost acknowledgement).
+//
+// Everything else goes as by Append (appendClaimed): a claim that exists
+// (a repeat, or a retry after an unknown outcome), a repeat of a MsgID
+// whose first append is still in process on this node (it waits for it),
+// and replicated streams (their atomic batches do not carry per-record
+// Nats-Msg-Ids here). A pipelined record under a claim that is refused in
+// its chain is appended again under the same claim; one the server answers
+// as a duplicate (another node's retry of the MsgID stored it first)
+// reports that record's position with Duplicate set.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// claimKey is the dedupe bucket key of msgID's claim in topic t.
+func claimKey(t *topic, msgID string) string {
+	return fmt.Sprintf("%d.%s.%s", t.inc, enc(t.name), enc(msgID))
+}
+
+// appendAsyncOnce is AppendAsync for a record with a MsgID.
+func (e *Engine) appendAsyncOnce(ctx context.Context, m engine.Message, done func(engine.Appended, error)) {
+	if e.replicated() || e.scalingNow() || e.closed.Load() || e.reachable() != nil {
+		e.appendSerial(ctx, m, done) // reports the engine closed or NATS unreachable
+		return
+	}
+	t, err := e.topicFor(ctx, m.Topic)
+	if err != nil || t == nil {
+		e.appendSerial(ctx, m, done)
+		return
+	}
+	key := claimKey(t, m.MsgID)
+	e.dmu.Lock()
+	if e.dedup[key] != nil { // a repeat of an append in process here: it waits
+		e.dmu.Unlock()
+		e.appendSerial(ctx, m, done)
+		return
+	}
+	c := &dedupCall{done: make(chan struct{})}
+	e.dedup[key] = c
+	e.dmu.Unlock()
+	end := func(a engine.Appended, err error) {
+		c.res, c.err = a, err
+		e.dmu.Lock()
+		delete(e.dedup, key)
+		e.dmu.Unlock()
+		close(c.done)
+		if err == errTopicGone { // t was deleted: to the topic's next incarnation, under its own claim
+			done(e.Append(ctx, m))
+			return
+		}
+		done(a, err)
+	}
+	now := e.clock.Now()
+	claim, _ := json.Marshal(dedupVal{At: now})
+	cctx, fin := e.onConn(ctx)
+	rev, err := e.dedupKV.Create(cctx, key, claim)
+	if fin(err) != nil {
+		// Claimed before (or the create failed): the claim says what to do.
+		cctx, fin := e.onConn(ctx)
+		a, err := e.appendClaimed(cctx, t, &m, key)
+		end(a, fin(err))
+		return
+	}
+	e.appendPipelined(ctx, m, t, key+"."+strconv.FormatUint(rev, 10), func(a engine.Appended, err error) {
+		if err == nil {
+			e.confirmClaim(key, rev, now, a)
+		}
+		end(a, err)
+	})
+}
+
+// appendFallback appends m as Append does, under claim when set (see
+// appendPipelined).
+func (e *Engine) appendFallback(ctx context.Context, m engine.Message, t *topic, claim string, done func(engine.Appended, error)) {
+	if claim == "" {
+		e.appendSerial(ctx, m, done)
+		return
+	}
+	e.oneAtATime.Add(1)
+	ctx, fin := e.onConn(ctx)
+	a, seq, err := e.appendTo(ctx, t, &m, claim)
+	if err == errTopicGone {
+		fin(nil)
+		done(engine.Appended{}, errTopicGone)
+		return
+	}
+	if err = fin(err); err == nil {
+		e.waitTail(ctx, seq)
+	}
+	done(a, err)
+}
+
+// confirmClaim records a's position in the claim of revision rev, made at
+// time at, without waiting for the answer: a confirmation lost is made
+// good by the next repeat (see the file comment).
+//
+// Confirmations share the node's asynchronous publishes with the
+// pipelined records (at most maxPipelined of them, within the client's
+// 2*maxPipelined): past maxPipelined/2 publishes pending, a confirmation is
+// skipped rather than let the records' publishes stall.
+func (e *Engine) confirmClaim(key string, rev uint64, at time.Time, a engine.Appended) {
+	if e.js.PublishAsyncPending() > maxPipelined/2 {
+		return
+	}
+	v, _ := json.Marshal(dedupVal{At: at, Done: true, Partition: a.Partition, Offset: a.Offset, Time: a.Time})
+	msg := nats.NewMsg("$KV." + e.prefix + "_dedupe." + key)
+	msg.Data = v
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	if _, err := e.js.PublishMsgAsync(msg); err != nil {
+		e.log.Debug("jsengine: dedupe record", "err", err)
+	}
+}
