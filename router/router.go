@@ -269,6 +269,8 @@ type Options struct {
 	// the client IP (for the per-IP limits); default none: the TCP peer's
 	// address is the client IP.
 	TrustedProxies []*net.IPNet
+	// MQTT configures the MQTT transport (see MQTTOptions).
+	MQTT MQTTOptions
 	// Version is the gateway's version, reported by /healthz and the
 	// switchyard_build_info metric. Default: the main module's version
 	// from the build information, or "(devel)".
@@ -387,6 +389,7 @@ type Router struct {
 	sse          *sseResume
 	gm           *groupMetrics
 	seeks        seekLocks
+	mq           *mqttState
 }
 
 // New creates a Router on opts.Engine and starts its background goroutines
@@ -428,6 +431,9 @@ func New(opts Options) (*Router, error) {
 	}
 	rt.ctx, rt.cancel = context.WithCancel(context.Background())
 	rt.echo = rt.routes()
+	if err := rt.startMQTT(); err != nil {
+		return nil, err
+	}
 	rt.stopTap = rt.eng.Watch(rt)
 	rt.startBackground()
 	rt.startJWKS()
@@ -461,6 +467,7 @@ func (rt *Router) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	close(rt.stopBG)
+	rt.stopMQTT()
 	rt.stopLocal()
 	rt.mu.Lock()
 	conns := make([]*conn, 0, len(rt.conns))
@@ -502,6 +509,7 @@ func (rt *Router) Shutdown(ctx context.Context) error {
 	rt.stopPulls()
 	rt.stopTap()
 	rt.pres.close()
+	rt.waitMQTT()
 	return err
 }
 
@@ -519,6 +527,7 @@ func (rt *Router) fanOut(rec *engine.Record, d *session.Deferral) {
 	var body []byte
 	lean := 0 // body[:lean] is the lean envelope's part
 	queued := 0
+	var mq mqttFrames // the record's MQTT packets (mqtt_write.go)
 	rt.subs.Match(rec.Topic, func(pattern string, subs []*subscription) {
 		var full, short []byte // the frames of the full and lean envelopes
 		for _, s := range subs {
@@ -534,6 +543,10 @@ func (rt *Router) fanOut(rec *engine.Record, d *session.Deferral) {
 			}
 			var frame []byte
 			switch {
+			case s.c.kind == transportMQTT:
+				if frame = mq.frame(rec, s); frame == nil {
+					continue
+				}
 			case s.c.lean:
 				if short == nil {
 					short = encodeLeanMessage(pattern, rec.Topic, body[:lean])

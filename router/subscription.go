@@ -38,6 +38,8 @@ type subscription struct {
 	presence bool
 	// maxInFlight is a group subscribe's max_in_flight (0: the group's).
 	maxInFlight int
+	// mqttQoS is an MQTT subscription's granted QoS (mqtt_subscribe.go).
+	mqttQoS byte
 	// leases and leaseBytes are the member window a group membership
 	// reserved of its session's lease bounds; guarded by conn.mu.
 	leases     int

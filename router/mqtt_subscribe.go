@@ -1,0 +1,151 @@
+package router
+
+// SUBSCRIBE and UNSUBSCRIBE of an MQTT session (docs/mqtt.md, "Topics").
+//
+// A filter maps to one or two native patterns (mqtt.ParseFilter: "a/#" is
+// "a" and "a.#"), each a plain subscription of the session registered by
+// the session core (conn.register: the subscription bound, the grants),
+// with the filter's granted QoS on it for fan-out (mqttFrames). Each filter
+// gets its own reason code in the SUBACK; the subscriptions go into the
+// trie once the SUBACK is queued, so that it comes before their first
+// delivery. A filter subscribed again replaces the earlier one (its QoS),
+// as MQTT requires.
+
+import (
+	"bytes"
+	"strings"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/switchyard/switchyard/mqtt"
+	"github.com/switchyard/switchyard/session"
+)
+
+// mqttKeyProperty is the user property whose value is a publish's key
+// (which picks the partition), both ways.
+const mqttKeyProperty = "key"
+
+// subscribe answers a SUBSCRIBE, reporting whether to read on.
+func (s *mqttSession) subscribe(pk *packets.Packet) bool {
+	if len(pk.Filters) == 0 {
+		s.end(rcProtocolError, "SUBSCRIBE without filters") // [MQTT-3.8.3-2]
+		return false
+	}
+	if s.version == mqtt.Version5 && len(pk.Properties.SubscriptionIdentifier) > 0 {
+		s.end(rcSubIDUnsupported, "subscription identifiers are not supported")
+		return false
+	}
+	codes := make([]byte, len(pk.Filters))
+	var started []*subscription
+	for i := range pk.Filters {
+		rc := s.subscribeOne(&pk.Filters[i], &started)
+		if rc > 2 {
+			s.rt.mq.m.refused.WithLabelValues(reasonName(rc)).Inc()
+			if s.version != mqtt.Version5 {
+				rc = 0x80
+			}
+		}
+		codes[i] = rc
+	}
+	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Suback}, ProtocolVersion: s.version,
+		PacketID: pk.PacketID, ReasonCodes: codes}
+	var b bytes.Buffer
+	_ = ack.SubackEncode(&b)
+	s.cn.sess.Send(session.Item{Frame: b.Bytes()})
+	for _, sub := range started {
+		if !s.cn.holds(sub) {
+			continue // replaced by a later filter of the same packet
+		}
+		sub.isLive.Store(true)
+		if err := s.rt.subs.Add(sub.pattern, sub); err != nil {
+			s.rt.log.Warn("mqtt subscription not added", "pattern", sub.pattern, "err", err)
+			s.cn.forget(sub)
+			continue
+		}
+		s.rt.m.subscriptions.WithLabelValues("plain").Inc()
+	}
+	return true
+}
+
+// subscribeOne registers one filter's subscriptions and returns its SUBACK
+// reason code: the granted QoS, or a failure.
+func (s *mqttSession) subscribeOne(f *packets.Subscription, started *[]*subscription) byte {
+	pf, err := mqtt.ParseFilter(f.Filter)
+	if err != nil {
+		return rcBadFilter
+	}
+	if pf.Share != "" {
+		return rcSharedUnsupported
+	}
+	qos := min(f.Qos, 1)
+	cn := s.cn
+	for _, p := range pf.Patterns {
+		if pe := validPattern(&s.rt.opts.Bounds, p); pe != nil {
+			return rcBadFilter
+		}
+		if _, pe := cn.authorizeSubscribe(p, ""); pe != nil {
+			return rcNotAuthorized
+		}
+	}
+	if old := s.filters[f.Filter]; old != nil {
+		delete(s.filters, f.Filter)
+		s.drop(old)
+	}
+	mf := &mqttFilter{qos: qos}
+	for _, p := range pf.Patterns {
+		sub, pe := cn.register(&subscribeSpec{pattern: p, policy: session.DropOld})
+		if pe != nil {
+			for _, sub := range mf.subs {
+				cn.forget(sub) // never in the trie, never counted
+			}
+			if pe.Code == codeTooManySubs {
+				return rcQuotaExceeded
+			}
+			return rcUnspecified
+		}
+		sub.mqttQoS = qos
+		mf.subs = append(mf.subs, sub)
+	}
+	s.filters[strings.Clone(f.Filter)] = mf
+	*started = append(*started, mf.subs...)
+	return qos
+}
+
+// holds reports whether sub is still one of the session's subscriptions.
+func (cn *conn) holds(sub *subscription) bool {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return cn.byID[sub.id] == sub
+}
+
+// drop ends a filter's subscriptions.
+func (s *mqttSession) drop(mf *mqttFilter) {
+	for _, sub := range mf.subs {
+		s.cn.forget(sub)
+		s.rt.dropSub(sub)
+	}
+}
+
+// unsubscribe answers an UNSUBSCRIBE.
+func (s *mqttSession) unsubscribe(pk *packets.Packet) bool {
+	if len(pk.Filters) == 0 {
+		s.end(rcProtocolError, "UNSUBSCRIBE without filters") // [MQTT-3.10.3-2]
+		return false
+	}
+	codes := make([]byte, len(pk.Filters))
+	for i := range pk.Filters {
+		mf := s.filters[pk.Filters[i].Filter]
+		if mf == nil {
+			codes[i] = rcNoSubscription
+			continue
+		}
+		delete(s.filters, pk.Filters[i].Filter)
+		s.drop(mf)
+	}
+	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Unsuback}, ProtocolVersion: s.version,
+		PacketID: pk.PacketID, ReasonCodes: codes}
+	var b bytes.Buffer
+	_ = ack.UnsubackEncode(&b)
+	s.cn.sess.Send(session.Item{Frame: b.Bytes()})
+	return true
+}
