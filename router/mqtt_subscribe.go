@@ -9,7 +9,9 @@ package router
 // gets its own reason code in the SUBACK; the subscriptions go into the
 // trie once the SUBACK is queued, so that it comes before their first
 // delivery. A filter subscribed again replaces the earlier one (its QoS),
-// as MQTT requires.
+// as MQTT requires. The grants apply to each pattern, but for one case: a
+// token granting "a.#" and not "a" gets "a/#" without its parent level
+// rather than a refusal.
 
 import (
 	"bytes"
@@ -79,20 +81,27 @@ func (s *mqttSession) subscribeOne(f *packets.Subscription, started *[]*subscrip
 	}
 	qos := min(f.Qos, 1)
 	cn := s.cn
+	patterns := make([]string, 0, len(pf.Patterns))
 	for _, p := range pf.Patterns {
 		if pe := validPattern(&s.rt.opts.Bounds, p); pe != nil {
 			return rcBadFilter
 		}
 		if _, pe := cn.authorizeSubscribe(p, ""); pe != nil {
+			if len(pf.Patterns) == 2 && !strings.HasSuffix(p, "#") {
+				// The parent level of "a/#" ("a"), which a grant of
+				// "a.#" does not cover: the filter goes on without it.
+				continue
+			}
 			return rcNotAuthorized
 		}
+		patterns = append(patterns, p)
 	}
 	if old := s.filters[f.Filter]; old != nil {
 		delete(s.filters, f.Filter)
 		s.drop(old)
 	}
 	mf := &mqttFilter{qos: qos}
-	for _, p := range pf.Patterns {
+	for _, p := range patterns {
 		sub, pe := cn.register(&subscribeSpec{pattern: p, policy: session.DropOld})
 		if pe != nil {
 			for _, sub := range mf.subs {

@@ -581,3 +581,46 @@ func TestMQTTInFlightWindow(t *testing.T) {
 		t.Fatalf("%d deliveries, want 5", next)
 	}
 }
+
+// TestMQTTGrants: the password's token grants apply as they do to a native
+// session: a filter outside the subscribe grants gets SUBACK 0x87 (0x80
+// for 3.1.1), a QoS 1 publish outside the publish grants PUBACK 0x87 and
+// is not appended, while what the grants allow goes through.
+func TestMQTTGrants(t *testing.T) {
+	g := newGateway(t, withMQTT, withAuth(t))
+	tok := hs256(t, claims([]string{"ok.#"}, []string{"ok.#"}, nil))
+	native := g.dialToken(t, hs256(t, claims(nil, []string{"#"}, nil)))
+	native.subscribe(t, "#")
+	for _, v := range []byte{4, 5} {
+		c, err := dialMQTT(t, g, v, "tcp", fmt.Sprintf("grants-%d", v), tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := byte(0x87)
+		if v == 4 {
+			want = 0x80
+		}
+		if got := c.subscribe(t, "secret/#", 1); got != want {
+			t.Errorf("v%d: SUBACK %#x for a filter outside the grants, want %#x", v, got, want)
+		}
+		if got := c.subscribe(t, "ok/#", 1); got != 1 {
+			t.Errorf("v%d: SUBACK %#x, want 1", v, got)
+		}
+	}
+	r := dialRaw(t, g, "tcp", 5)
+	pk := connectPacket("grants-raw", 30)
+	pk.Connect.PasswordFlag, pk.Connect.Password = true, []byte(tok)
+	r.send(t, pk)
+	r.expect(t, packets.Connack)
+	r.send(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "secret/x", PacketID: 7, Payload: []byte("1")})
+	if ack := r.expect(t, packets.Puback); ack.PacketID != 7 || ack.ReasonCode != 0x87 {
+		t.Fatalf("PUBACK %d %#x, want 7 0x87", ack.PacketID, ack.ReasonCode)
+	}
+	r.send(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "ok/x", PacketID: 8, Payload: []byte("2")})
+	if ack := r.expect(t, packets.Puback); ack.PacketID != 8 || ack.ReasonCode != 0 {
+		t.Fatalf("PUBACK %d %#x, want 8 0", ack.PacketID, ack.ReasonCode)
+	}
+	if m := native.nextOp(t, "message"); m["topic"] != "ok.x" {
+		t.Fatalf("native got %v, want only ok.x", m)
+	}
+}
