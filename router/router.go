@@ -1,5 +1,5 @@
 // Package router is the Switchyard gateway: it admits client sessions over
-// WebSocket and Server-Sent Events, answers the ops of the wire protocol,
+// WebSocket, Server-Sent Events and MQTT (mqtt*.go), answers the ops of the wire protocol,
 // appends publishes to the engine's log, fans the log's live tail out
 // through the topic trie to matching sessions, drives consumer groups, and
 // serves the HTTP API, metrics and the dashboard.
@@ -52,8 +52,13 @@
 //     pipeline and rate.
 //
 // A third transport, MQTT 3.1.1 and 5 over WebSocket binary frames and
-// TCP, plugs in at the same points. What it needs of them, beyond what
-// WebSocket and SSE use:
+// TCP (mqtt.go, mqtt_conn.go, mqtt_subscribe.go, mqtt_publish.go,
+// mqtt_write.go), plugs in at the same points: its own packet reader and
+// an admission from CONNECT, a session.NewOneWay whose Transport turns the
+// queue's batches back into packets, and a case of its own in fanOut
+// (mqttFrames). What it needs of them, beyond what WebSocket and SSE use,
+// and how far it has come (persistent sessions and QoS 2 are not there
+// yet; docs/mqtt.md):
 //
 //   - Reading: its own packet reader instead of a session.Handler (the
 //     WebSocket reader closes a session that sends a binary frame), and an
@@ -120,6 +125,9 @@
 //     stream's pattern.
 //
 // Leaves, under which nothing is taken: conn.mu, presenceHub.mu,
+// mqttState.mu (the MQTT client-id index; a taken-over session is closed
+// after it is let go), mqttSession.imu (an MQTT session's packet
+// identifiers in flight; the writer is woken after it is let go),
 // sessionExpiry.mu (refresh.go; its timers send with it released), the
 // locks of the connection slots and per-address buckets
 // (router/internal/limit), the hook client's ipMu and its cache's mu
