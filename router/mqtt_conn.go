@@ -149,7 +149,8 @@ type mqttSession struct {
 	// the session closes (0: derived from the close status).
 	disc atomic.Uint32
 
-	filters map[string]*mqttFilter // reader goroutine only
+	filters  map[string]*mqttFilter  // reader goroutine only
+	patterns map[string]*mqttPattern // reader goroutine only
 
 	closed    chan struct{} // closed with the connection
 	closeOnce sync.Once
@@ -165,10 +166,10 @@ type mqttSession struct {
 }
 
 // mqttFilter is one SUBSCRIBE filter of a session: its granted QoS and its
-// subscriptions, one per native pattern.
+// native patterns (mqttPattern).
 type mqttFilter struct {
-	qos  byte
-	subs []*subscription
+	qos      byte
+	patterns []string
 }
 
 // errMQTTClosed is a write or wait on a session whose connection closed.
@@ -275,7 +276,7 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet) (*m
 		return refuse(rc)
 	}
 	s := &mqttSession{rt: rt, nc: nc, version: v, clientID: id,
-		window: mq.opts.MaxInFlight, filters: make(map[string]*mqttFilter),
+		window: mq.opts.MaxInFlight, filters: make(map[string]*mqttFilter), patterns: make(map[string]*mqttPattern),
 		closed: make(chan struct{}), inflight: make(map[uint16]struct{})}
 	if ka := pk.Connect.Keepalive; ka > 0 {
 		s.keepAlive = time.Duration(ka) * 1500 * time.Millisecond

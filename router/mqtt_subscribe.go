@@ -69,8 +69,8 @@ func (s *mqttSession) subscribe(pk *packets.Packet) bool {
 	return true
 }
 
-// subscribeOne registers one filter's subscriptions and returns its SUBACK
-// reason code: the granted QoS, or a failure.
+// subscribeOne registers one filter and returns its SUBACK reason code:
+// the granted QoS, or a failure.
 func (s *mqttSession) subscribeOne(f *packets.Subscription, started *[]*subscription) byte {
 	pf, err := mqtt.ParseFilter(f.Filter)
 	if err != nil {
@@ -98,26 +98,52 @@ func (s *mqttSession) subscribeOne(f *packets.Subscription, started *[]*subscrip
 	}
 	if old := s.filters[f.Filter]; old != nil {
 		delete(s.filters, f.Filter)
-		s.drop(old)
+		s.release(old)
 	}
-	mf := &mqttFilter{qos: qos}
+	// The patterns the session holds already are shared (a/# and a share
+	// "a"); the others are registered, all or none.
+	var made []*subscription
 	for _, p := range patterns {
+		if s.patterns[p] != nil {
+			continue
+		}
 		sub, pe := cn.register(&subscribeSpec{pattern: p, policy: session.DropOld})
 		if pe != nil {
-			for _, sub := range mf.subs {
-				cn.forget(sub) // never in the trie, never counted
+			for _, m := range made {
+				cn.forget(m) // never in the trie, never counted
+				delete(s.patterns, m.pattern)
 			}
 			if pe.Code == codeTooManySubs {
 				return rcQuotaExceeded
 			}
 			return rcUnspecified
 		}
-		sub.mqttQoS = qos
-		mf.subs = append(mf.subs, sub)
+		made = append(made, sub)
+		s.patterns[p] = &mqttPattern{sub: sub}
+	}
+	mf := &mqttFilter{qos: qos, patterns: patterns}
+	for _, p := range patterns {
+		mp := s.patterns[p]
+		mp.users[qos]++
+		mp.sub.mqttQoS.Store(uint32(mp.qos()))
 	}
 	s.filters[strings.Clone(f.Filter)] = mf
-	*started = append(*started, mf.subs...)
+	*started = append(*started, made...)
 	return qos
+}
+
+// mqttPattern is a native pattern an MQTT session subscribes to, shared by
+// the filters that map to it: it delivers at the highest of their QoS.
+type mqttPattern struct {
+	sub   *subscription
+	users [2]int // the filters using it, by granted QoS
+}
+
+func (mp *mqttPattern) qos() byte {
+	if mp.users[1] > 0 {
+		return 1
+	}
+	return 0
 }
 
 // holds reports whether sub is still one of the session's subscriptions.
@@ -127,11 +153,21 @@ func (cn *conn) holds(sub *subscription) bool {
 	return cn.byID[sub.id] == sub
 }
 
-// drop ends a filter's subscriptions.
-func (s *mqttSession) drop(mf *mqttFilter) {
-	for _, sub := range mf.subs {
-		s.cn.forget(sub)
-		s.rt.dropSub(sub)
+// release gives up a filter's patterns, ending those no other filter uses.
+func (s *mqttSession) release(mf *mqttFilter) {
+	for _, p := range mf.patterns {
+		mp := s.patterns[p]
+		if mp == nil {
+			continue
+		}
+		mp.users[mf.qos]--
+		if mp.users[0]+mp.users[1] > 0 {
+			mp.sub.mqttQoS.Store(uint32(mp.qos()))
+			continue
+		}
+		delete(s.patterns, p)
+		s.cn.forget(mp.sub)
+		s.rt.dropSub(mp.sub)
 	}
 }
 
@@ -149,7 +185,7 @@ func (s *mqttSession) unsubscribe(pk *packets.Packet) bool {
 			continue
 		}
 		delete(s.filters, pk.Filters[i].Filter)
-		s.drop(mf)
+		s.release(mf)
 	}
 	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Unsuback}, ProtocolVersion: s.version,
 		PacketID: pk.PacketID, ReasonCodes: codes}

@@ -624,3 +624,47 @@ func TestMQTTGrants(t *testing.T) {
 		t.Fatalf("native got %v, want only ok.x", m)
 	}
 }
+
+// TestMQTTFiltersSharePatterns: "t/a" and "t/a/#" both need the native
+// pattern "t.a"; a session holds both filters, gets one copy of a message
+// on t/a at the higher QoS, and keeps "t/a" when "t/a/#" goes.
+func TestMQTTFiltersSharePatterns(t *testing.T) {
+	g := newGateway(t, withMQTT)
+	for _, v := range []byte{4, 5} {
+		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
+			prefix := fmt.Sprintf("share%d", v)
+			c, err := dialMQTT(t, g, v, "tcp", prefix, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.subscribe(t, prefix+"/a", 0); got != 0 {
+				t.Fatalf("SUBACK %#x", got)
+			}
+			if got := c.subscribe(t, prefix+"/a/#", 1); got != 1 {
+				t.Fatalf("SUBACK %#x", got)
+			}
+			c.publish(t, prefix+"/a", 1, "one")
+			c.publish(t, prefix+"/a/b", 1, "two")
+			if m := c.next(t); m.payload != "one" || m.qos != 1 {
+				t.Fatalf("got %+v, want one at QoS 1", m)
+			}
+			if m := c.next(t); m.payload != "two" {
+				t.Fatalf("got %+v, want two (one copy of one)", m)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			defer cancel()
+			if c.v5 != nil {
+				if _, err := c.v5.Unsubscribe(ctx, &paho.Unsubscribe{Topics: []string{prefix + "/a/#"}}); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := wait311(c.v3.Unsubscribe(prefix + "/a/#")); err != nil {
+				t.Fatal(err)
+			}
+			c.publish(t, prefix+"/a/b", 1, "three")
+			c.publish(t, prefix+"/a", 1, "four")
+			if m := c.next(t); m.payload != "four" || m.qos != 0 {
+				t.Fatalf("got %+v, want four at QoS 0", m)
+			}
+		})
+	}
+}

@@ -48,7 +48,7 @@ const maxKeptWriteBuf = 64 << 10
 // write implements session.Transport.Write: one batch of the queue, after
 // the held QoS 1 deliveries the window now lets go.
 func (s *mqttSession) write(_ context.Context, p []byte) error {
-	out := s.release(s.wbuf[:0])
+	out := s.releaseHeld(s.wbuf[:0])
 	for i := 0; i < len(p); {
 		switch p[i] {
 		case '\n':
@@ -117,8 +117,8 @@ func (s *mqttSession) hold(pkt []byte, idAt int) {
 	s.heldN.Store(int32(len(s.held)))
 }
 
-// release appends to out the held deliveries the window has room for.
-func (s *mqttSession) release(out []byte) []byte {
+// releaseHeld appends to out the held deliveries the window has room for.
+func (s *mqttSession) releaseHeld(out []byte) []byte {
 	n := 0
 	for n < len(s.held) {
 		id, ok := s.takeID()
@@ -269,7 +269,7 @@ func (f *mqttFrames) frame(rec *engine.Record, s *subscription) []byte {
 		}
 		f.topic = t
 	}
-	v, q := 0, int(s.mqttQoS)
+	v, q := 0, int(s.mqttQoS.Load())
 	if s.c.mqtt.version == mqtt.Version5 {
 		v = 1
 	}

@@ -38,8 +38,9 @@ type subscription struct {
 	presence bool
 	// maxInFlight is a group subscribe's max_in_flight (0: the group's).
 	maxInFlight int
-	// mqttQoS is an MQTT subscription's granted QoS (mqtt_subscribe.go).
-	mqttQoS byte
+	// mqttQoS is an MQTT subscription's QoS (mqtt_subscribe.go): the
+	// highest granted to the session's filters that share its pattern.
+	mqttQoS atomic.Uint32
 	// leases and leaseBytes are the member window a group membership
 	// reserved of its session's lease bounds; guarded by conn.mu.
 	leases     int
