@@ -14,7 +14,7 @@ package router
 // newConn → addConn → runStart (the CONNACK is its welcome) → packets →
 // runEnd. The session writes through session.NewOneWay and an
 // mqttTransport (mqtt_write.go), which turns the queue's batches back into
-// packets back to back and gives each QoS 1 delivery its packet
+// packets back to back and gives each QoS 1 and 2 delivery its packet
 // identifier, within the in-flight window.
 //
 // Concurrency: mqttState.mu guards the client-id index and the
@@ -51,7 +51,7 @@ type MQTTOptions struct {
 	// session (DISCONNECT 0x95 for MQTT 5). Default: MaxMessageBytes plus
 	// 64 KiB for the topic and properties.
 	MaxPacketBytes int
-	// MaxInFlight bounds the QoS 1 deliveries a session has sent and not
+	// MaxInFlight bounds the QoS 1 and 2 deliveries a session has sent and not
 	// had acknowledged; an MQTT 5 client's smaller Receive Maximum wins.
 	// Default DefaultMQTTMaxInFlight.
 	MaxInFlight int

@@ -32,6 +32,8 @@ import (
 const (
 	rcSuccess            byte = 0x00
 	rcNoSubscription     byte = 0x11
+	rcPacketIDNotFound   byte = 0x92
+	rcReceiveMaxExceeded byte = 0x93
 	rcUnspecified        byte = 0x80
 	rcMalformed          byte = 0x81
 	rcProtocolError      byte = 0x82
@@ -52,7 +54,6 @@ const (
 	rcQuotaExceeded      byte = 0x97
 	rcAdministrative     byte = 0x98
 	rcRetainUnsupported  byte = 0x9A
-	rcQoSUnsupported     byte = 0x9B
 	rcSharedUnsupported  byte = 0x9E
 	rcConnectRate        byte = 0x9F
 	rcSubIDUnsupported   byte = 0xA1
@@ -65,6 +66,10 @@ func reasonName(rc byte) string {
 		return "success"
 	case rcNoSubscription:
 		return "no_subscription_existed"
+	case rcPacketIDNotFound:
+		return "packet_identifier_not_found"
+	case rcReceiveMaxExceeded:
+		return "receive_maximum_exceeded"
 	case rcMalformed:
 		return "malformed_packet"
 	case rcProtocolError:
@@ -103,8 +108,6 @@ func reasonName(rc byte) string {
 		return "administrative_action"
 	case rcRetainUnsupported:
 		return "retain_not_supported"
-	case rcQoSUnsupported:
-		return "qos_not_supported"
 	case rcSharedUnsupported:
 		return "shared_subscriptions_not_supported"
 	case rcConnectRate:
@@ -143,7 +146,7 @@ type mqttSession struct {
 	assigned  string        // the client id the gateway chose, for the CONNACK
 	keepAlive time.Duration // 1.5 × the client's keep alive; 0: none
 	maxOut    int           // the client's Maximum Packet Size; 0: MQTT's
-	window    int           // the in-flight bound of QoS 1 deliveries
+	window    int           // the in-flight bound of QoS 1 and 2 deliveries
 
 	// disc is the reason code of the DISCONNECT the transport sends when
 	// the session closes (0: derived from the close status).
@@ -157,12 +160,15 @@ type mqttSession struct {
 
 	// The writer goroutine's (mqtt_write.go).
 	wbuf  []byte
-	held  []heldPacket // QoS 1 deliveries waiting for room in the window
+	held  []heldPacket // QoS 1 and 2 deliveries waiting for room in the window
 	heldN atomic.Int32 // len(held), for the reader
 
 	imu      sync.Mutex // leaf; guards the fields below
 	inflight map[uint16]struct{}
 	nextID   uint16
+	// rx are the QoS 2 publishes of the client appended (or being
+	// appended) and not yet released by PUBREL, by packet identifier.
+	rx map[uint16]struct{}
 }
 
 // mqttFilter is one SUBSCRIBE filter of a session: its granted QoS and its
@@ -171,9 +177,6 @@ type mqttFilter struct {
 	qos      byte
 	patterns []string
 }
-
-// errMQTTClosed is a write or wait on a session whose connection closed.
-var errMQTTClosed = errors.New("mqtt: connection closed")
 
 // serveMQTT runs one MQTT connection: CONNECT, admission, then the session
 // until it ends. It returns once the connection
@@ -277,7 +280,7 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet) (*m
 	}
 	s := &mqttSession{rt: rt, nc: nc, version: v, clientID: id,
 		window: mq.opts.MaxInFlight, filters: make(map[string]*mqttFilter), patterns: make(map[string]*mqttPattern),
-		closed: make(chan struct{}), inflight: make(map[uint16]struct{})}
+		closed: make(chan struct{}), inflight: make(map[uint16]struct{}), rx: make(map[uint16]struct{})}
 	if ka := pk.Connect.Keepalive; ka > 0 {
 		s.keepAlive = time.Duration(ka) * 1500 * time.Millisecond
 	}
@@ -334,7 +337,6 @@ func (s *mqttSession) connack() []byte {
 		p.AssignedClientID = s.assigned
 		p.ReceiveMaximum = uint16(min(s.rt.opts.PublishPipeline, 65535))
 		p.MaximumPacketSize = uint32(s.rt.mq.opts.MaxPacketBytes)
-		p.MaximumQos, p.MaximumQosFlag = 1, true
 		p.RetainAvailable, p.RetainAvailableFlag = 0, true
 		p.SubIDAvailable, p.SubIDAvailableFlag = 0, true
 		p.SharedSubAvailable, p.SharedSubAvailableFlag = 0, true
@@ -435,8 +437,12 @@ func (s *mqttSession) handle(pk *packets.Packet) bool {
 	switch pk.FixedHeader.Type {
 	case packets.Publish:
 		return s.publish(pk)
-	case packets.Puback:
+	case packets.Puback, packets.Pubcomp:
 		s.acked(pk.PacketID)
+	case packets.Pubrec:
+		s.received(pk)
+	case packets.Pubrel:
+		s.released(pk.PacketID)
 	case packets.Subscribe:
 		return s.subscribe(pk)
 	case packets.Unsubscribe:
@@ -452,8 +458,7 @@ func (s *mqttSession) handle(pk *packets.Packet) bool {
 		s.end(rcProtocolError, "second CONNECT") // [MQTT-3.1.0-2]
 		return false
 	default:
-		// PUBREC, PUBREL, PUBCOMP (no QoS 2 yet), AUTH, and packets only a
-		// server sends.
+		// AUTH, and packets only a server sends.
 		s.end(rcProtocolError, fmt.Sprintf("unexpected %s", packets.PacketNames[pk.FixedHeader.Type]))
 		return false
 	}

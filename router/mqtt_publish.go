@@ -3,8 +3,11 @@ package router
 // PUBLISH from an MQTT client (docs/mqtt.md): an append to the log, as a
 // native publish is, through the session's publish pipeline (publish.go),
 // whose replies go out in request order, so PUBACKs follow their PUBLISHes
-// in order (MQTT 5, 4.6). A QoS 1 PUBLISH is acknowledged once the engine
-// has acknowledged the append, with the MQTT 5 reason code of a failure;
+// in order (MQTT 5, 4.6). A QoS 1 PUBLISH is acknowledged (PUBACK) once the
+// engine has acknowledged the append, with the MQTT 5 reason code of a
+// failure; a QoS 2 PUBLISH likewise with PUBREC, and its packet identifier
+// is remembered until PUBREL (answered PUBCOMP), so that a resend before
+// then is not appended again;
 // MQTT 3.1.1 has no negative PUBACK, so a refused QoS 1 publish of a 3.1.1
 // client is acknowledged and dropped, counted, as Mosquitto does with a
 // publish its ACL refuses.
@@ -15,7 +18,6 @@ package router
 // are the record's headers, but for "key", which is its key.
 
 import (
-	"bytes"
 	"errors"
 	"unicode/utf8"
 
@@ -30,9 +32,22 @@ import (
 // publish handles a PUBLISH, reporting whether to read on.
 func (s *mqttSession) publish(pk *packets.Packet) bool {
 	q := pk.FixedHeader.Qos
-	if q > 1 {
-		s.end(rcQoSUnsupported, "QoS 2 is not supported") // the CONNACK said Maximum QoS 1
-		return false
+	if q == 2 {
+		s.imu.Lock()
+		_, again := s.rx[pk.PacketID]
+		full := !again && len(s.rx) >= s.rt.opts.PublishPipeline
+		if !again && !full {
+			s.rx[pk.PacketID] = struct{}{}
+		}
+		s.imu.Unlock()
+		switch {
+		case again: // a resend before PUBREL: appended once already [MQTT-4.3.3-10]
+			s.cn.pipe.reply(s.cn.sess, s.ackPacket(packets.Pubrec, pk.PacketID, rcSuccess))
+			return true
+		case full:
+			s.end(rcReceiveMaxExceeded, "receive maximum exceeded")
+			return false
+		}
 	}
 	if s.version == mqtt.Version5 {
 		if pk.FixedHeader.Retain {
@@ -50,10 +65,12 @@ func (s *mqttSession) publish(pk *packets.Packet) bool {
 		return false
 	}
 	if err != nil {
+		s.forgetRx(pk)
 		return s.refusePublish(pk, rcBadTopic)
 	}
 	msg, rc := s.message(native, pk)
 	if rc != rcSuccess {
+		s.forgetRx(pk)
 		return s.refusePublish(pk, rc)
 	}
 	s.appendPublish(msg, q, pk.PacketID)
@@ -101,17 +118,47 @@ func (s *mqttSession) message(native string, pk *packets.Packet) (engine.Message
 	return msg, rcSuccess
 }
 
-// refusePublish answers a refused PUBLISH: a PUBACK with the reason for
-// QoS 1 (a plain PUBACK for 3.1.1), nothing for QoS 0; counted.
+// refusePublish answers a refused PUBLISH: a PUBACK (QoS 1) or PUBREC
+// (QoS 2) with the reason (a plain one for 3.1.1), nothing for QoS 0;
+// counted.
 func (s *mqttSession) refusePublish(pk *packets.Packet, rc byte) bool {
 	s.rt.mq.m.refused.WithLabelValues(reasonName(rc)).Inc()
-	if pk.FixedHeader.Qos == 1 {
+	if pk.FixedHeader.Qos > 0 {
 		if s.version != mqtt.Version5 {
 			rc = rcSuccess
 		}
-		s.cn.pipe.reply(s.cn.sess, s.puback(pk.PacketID, rc))
+		s.cn.pipe.reply(s.cn.sess, s.ackPacket(qosAck[pk.FixedHeader.Qos], pk.PacketID, rc))
 	}
 	return true
+}
+
+// qosAck is the packet that acknowledges a PUBLISH of each QoS.
+var qosAck = [3]byte{0, packets.Puback, packets.Pubrec}
+
+// forgetRx takes a refused QoS 2 publish off the ones awaiting PUBREL
+// when its refusal is not a success (MQTT 5); a 3.1.1 client gets a plain
+// PUBREC, and PUBREL then finds it.
+func (s *mqttSession) forgetRx(pk *packets.Packet) {
+	if pk.FixedHeader.Qos != 2 || s.version != mqtt.Version5 {
+		return
+	}
+	s.imu.Lock()
+	delete(s.rx, pk.PacketID)
+	s.imu.Unlock()
+}
+
+// released answers a PUBREL: the QoS 2 publish is done (PUBCOMP; MQTT 5:
+// 0x92 for an identifier it does not know).
+func (s *mqttSession) released(id uint16) {
+	s.imu.Lock()
+	_, ok := s.rx[id]
+	delete(s.rx, id)
+	s.imu.Unlock()
+	rc := rcSuccess
+	if !ok && s.version == mqtt.Version5 {
+		rc = rcPacketIDNotFound
+	}
+	s.cn.pipe.reply(s.cn.sess, s.ackPacket(packets.Pubcomp, id, rc))
 }
 
 // appendPublish hands the message to the engine through the session's
@@ -129,16 +176,20 @@ func (s *mqttSession) appendPublish(msg engine.Message, qos byte, id uint16) {
 	rt.appendAsync(cn.publishCtx(), msg, "mqtt", func(_ engine.Appended, err error) {
 		rt.m.publishesInFlight.Dec()
 		var frame []byte
-		if qos == 1 {
+		if qos > 0 {
 			rc := rcSuccess
 			if err != nil {
 				rc = appendReason(err)
 				rt.mq.m.refused.WithLabelValues(reasonName(rc)).Inc()
 				if s.version != mqtt.Version5 {
 					rc = rcSuccess
+				} else if qos == 2 {
+					s.imu.Lock()
+					delete(s.rx, id)
+					s.imu.Unlock()
 				}
 			}
-			frame = s.puback(id, rc)
+			frame = s.ackPacket(qosAck[qos], id, rc)
 		}
 		cn.pipe.complete(cn.sess, slot, frame)
 	})
@@ -157,14 +208,15 @@ func appendReason(err error) byte {
 	return rcUnspecified
 }
 
-// puback encodes a PUBACK.
-func (s *mqttSession) puback(id uint16, rc byte) []byte {
-	if s.version != mqtt.Version5 || rc == rcSuccess {
-		return []byte{packets.Puback << 4, 2, byte(id >> 8), byte(id)}
+// ackPacket encodes a PUBACK, PUBREC, PUBREL or PUBCOMP (typ) with reason
+// code rc (MQTT 5).
+func (s *mqttSession) ackPacket(typ byte, id uint16, rc byte) []byte {
+	first := typ << 4
+	if typ == packets.Pubrel {
+		first |= 2 // [MQTT-3.6.1-1]
 	}
-	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, ProtocolVersion: s.version,
-		PacketID: id, ReasonCode: rc}
-	var b bytes.Buffer
-	_ = pk.PubackEncode(&b)
-	return b.Bytes()
+	if s.version != mqtt.Version5 || rc == rcSuccess {
+		return []byte{first, 2, byte(id >> 8), byte(id)}
+	}
+	return []byte{first, 3, byte(id >> 8), byte(id), rc}
 }

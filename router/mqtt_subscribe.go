@@ -7,8 +7,11 @@ package router
 // the session core (conn.register: the subscription bound, the grants),
 // with the filter's granted QoS on it for fan-out (mqttFrames). Each filter
 // gets its own reason code in the SUBACK; the subscriptions go into the
-// trie once the SUBACK is queued, so that it comes before their first
-// delivery. A filter subscribed again replaces the earlier one (its QoS),
+// trie just before it is queued, so that a publish made once the client
+// has it reaches them (a delivery may come before the SUBACK, as MQTT
+// allows). Filters of a session share the patterns they map to
+// (mqttPattern: "t/a" and "t/a/#" both need "t.a"), delivered once at the
+// highest QoS of those filters. A filter subscribed again replaces the earlier one (its QoS),
 // as MQTT requires. The grants apply to each pattern, but for one case: a
 // token granting "a.#" and not "a" gets "a/#" without its parent level
 // rather than a refusal.
@@ -49,11 +52,10 @@ func (s *mqttSession) subscribe(pk *packets.Packet) bool {
 		}
 		codes[i] = rc
 	}
-	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Suback}, ProtocolVersion: s.version,
-		PacketID: pk.PacketID, ReasonCodes: codes}
-	var b bytes.Buffer
-	_ = ack.SubackEncode(&b)
-	s.cn.sess.Send(session.Item{Frame: b.Bytes()})
+	// Into the trie before the SUBACK, as a native subscribe goes live
+	// before its reply: a client that publishes once it has the SUBACK
+	// must find the subscription there. A delivery may then come before
+	// the SUBACK, which MQTT allows [MQTT-3.8.4].
 	for _, sub := range started {
 		if !s.cn.holds(sub) {
 			continue // replaced by a later filter of the same packet
@@ -66,6 +68,11 @@ func (s *mqttSession) subscribe(pk *packets.Packet) bool {
 		}
 		s.rt.m.subscriptions.WithLabelValues("plain").Inc()
 	}
+	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Suback}, ProtocolVersion: s.version,
+		PacketID: pk.PacketID, ReasonCodes: codes}
+	var b bytes.Buffer
+	_ = ack.SubackEncode(&b)
+	s.cn.sess.Send(session.Item{Frame: b.Bytes()})
 	return true
 }
 
@@ -79,7 +86,7 @@ func (s *mqttSession) subscribeOne(f *packets.Subscription, started *[]*subscrip
 	if pf.Share != "" {
 		return rcSharedUnsupported
 	}
-	qos := min(f.Qos, 1)
+	qos := min(f.Qos, 2)
 	cn := s.cn
 	patterns := make([]string, 0, len(pf.Patterns))
 	for _, p := range pf.Patterns {
@@ -136,12 +143,14 @@ func (s *mqttSession) subscribeOne(f *packets.Subscription, started *[]*subscrip
 // the filters that map to it: it delivers at the highest of their QoS.
 type mqttPattern struct {
 	sub   *subscription
-	users [2]int // the filters using it, by granted QoS
+	users [3]int // the filters using it, by granted QoS
 }
 
 func (mp *mqttPattern) qos() byte {
-	if mp.users[1] > 0 {
-		return 1
+	for q := 2; q > 0; q-- {
+		if mp.users[q] > 0 {
+			return byte(q)
+		}
 	}
 	return 0
 }
@@ -161,7 +170,7 @@ func (s *mqttSession) release(mf *mqttFilter) {
 			continue
 		}
 		mp.users[mf.qos]--
-		if mp.users[0]+mp.users[1] > 0 {
+		if mp.users[0]+mp.users[1]+mp.users[2] > 0 {
 			mp.sub.mqttQoS.Store(uint32(mp.qos()))
 			continue
 		}

@@ -199,19 +199,25 @@ func TestMQTTClientsRoundTrip(t *testing.T) {
 				if got := sub.subscribe(t, prefix+"/tree/#", 0); got != 0 {
 					t.Fatalf("SUBACK %d, want 0", got)
 				}
+				if got := sub.subscribe(t, prefix+"/two", 2); got != 2 {
+					t.Fatalf("SUBACK %d, want 2", got)
+				}
 				pub.publish(t, prefix+"/room1/temp", 1, `{"c":21.5}`)
 				pub.publish(t, prefix+"/living room/temp", 0, "raw bytes \x00\xff")
 				pub.publish(t, prefix+"/tree", 1, "parent")
 				pub.publish(t, prefix+"/tree/a/b", 1, "child")
+				pub.publish(t, prefix+"/two", 2, "exactly once")
 				want := []mqttMsg{
 					{topic: prefix + "/room1/temp", payload: `{"c":21.5}`, qos: 1},
 					{topic: prefix + "/living room/temp", payload: "raw bytes \x00\xff", qos: 1},
 					{topic: prefix + "/tree", payload: "parent", qos: 0},
 					{topic: prefix + "/tree/a/b", payload: "child", qos: 0},
+					{topic: prefix + "/two", payload: "exactly once", qos: 2},
 				}
 				got := map[string]mqttMsg{}
 				for range want {
 					m := sub.next(t)
+					t.Logf("got %+v", m)
 					got[m.topic] = m
 				}
 				for _, w := range want {
@@ -506,7 +512,7 @@ func TestMQTTSessionBasics(t *testing.T) {
 		if !strings.HasPrefix(ack.Properties.AssignedClientID, "switchyard-") {
 			t.Fatalf("assigned client id %q", ack.Properties.AssignedClientID)
 		}
-		if ack.Properties.MaximumQos != 1 || !ack.Properties.MaximumQosFlag || ack.Properties.RetainAvailable != 0 || !ack.Properties.RetainAvailableFlag {
+		if ack.Properties.MaximumQosFlag || ack.Properties.RetainAvailable != 0 || !ack.Properties.RetainAvailableFlag {
 			t.Fatalf("CONNACK properties %+v", ack.Properties)
 		}
 	})
@@ -666,5 +672,44 @@ func TestMQTTFiltersSharePatterns(t *testing.T) {
 				t.Fatalf("got %+v, want four at QoS 0", m)
 			}
 		})
+	}
+}
+
+// TestMQTTQoS2Inbound: a QoS 2 PUBLISH is appended once, even when the
+// client sends it again before PUBREL; each gets PUBREC, PUBREL gets
+// PUBCOMP, and a PUBREL for an unknown identifier gets 0x92 (MQTT 5).
+func TestMQTTQoS2Inbound(t *testing.T) {
+	g := newGateway(t, withMQTT)
+	native := g.dial(t)
+	native.subscribe(t, "q2.#")
+	r := dialRaw(t, g, "tcp", 5)
+	r.connect(t, "q2", 30)
+	pub := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 2}, TopicName: "q2/x", PacketID: 9, Payload: []byte(`"once"`)}
+	r.send(t, pub)
+	if ack := r.expect(t, packets.Pubrec); ack.PacketID != 9 || ack.ReasonCode != 0 {
+		t.Fatalf("PUBREC %d %#x", ack.PacketID, ack.ReasonCode)
+	}
+	pub.FixedHeader.Dup = true
+	r.send(t, pub)
+	if ack := r.expect(t, packets.Pubrec); ack.PacketID != 9 {
+		t.Fatalf("PUBREC %d", ack.PacketID)
+	}
+	r.write(t, []byte{0x62, 2, 0, 9})
+	if ack := r.expect(t, packets.Pubcomp); ack.PacketID != 9 || ack.ReasonCode != 0 {
+		t.Fatalf("PUBCOMP %d %#x", ack.PacketID, ack.ReasonCode)
+	}
+	r.write(t, []byte{0x62, 2, 0, 9})
+	if ack := r.expect(t, packets.Pubcomp); ack.ReasonCode != 0x92 {
+		t.Fatalf("PUBCOMP %#x for an identifier released already, want 0x92", ack.ReasonCode)
+	}
+	// The same identifier again after PUBREL is a new publish.
+	pub.FixedHeader.Dup, pub.Payload = false, []byte(`"twice"`)
+	r.send(t, pub)
+	r.expect(t, packets.Pubrec)
+	if m := native.nextOp(t, "message"); m["data"] != "once" {
+		t.Fatalf("native got %v, want once", m)
+	}
+	if m := native.nextOp(t, "message"); m["data"] != "twice" {
+		t.Fatalf("native got %v, want twice (the resend was not appended)", m)
 	}
 }

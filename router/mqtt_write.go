@@ -1,7 +1,7 @@
 package router
 
 // The writing side of an MQTT session: the session.Transport its queue
-// writes to, the in-flight window of QoS 1 deliveries, and the PUBLISH
+// writes to, the in-flight window of QoS 1 and 2 deliveries, and the PUBLISH
 // packets fan-out shares between sessions.
 //
 // Fan-out (Router.fanOut) encodes a record's PUBLISH once per protocol
@@ -10,12 +10,12 @@ package router
 // frame: the same bounded queue, drop policy and counts. The queue joins a
 // batch's frames with '\n'; the transport's write walks the batch by the
 // packets' own lengths (mqtt.Span), drops the separators, and copies each
-// packet into the session's write buffer, where a QoS 1 PUBLISH gets the
-// session's packet identifier (mqtt.PatchPublish). A packet identifier is
+// packet into the session's write buffer, where a QoS 1 or 2 PUBLISH gets
+// the session's packet identifier (mqtt.PatchPublish). A packet identifier is
 // taken only within the window (MQTTOptions.MaxInFlight, or the client's
 // smaller Receive Maximum): with the window full the writer sends what it
-// has and holds the QoS 1 deliveries that do not fit, in order, until
-// PUBACKs make room, while every other packet (PINGRESP, PUBACK, SUBACK,
+// has and holds the QoS 1 and 2 deliveries that do not fit, in order, until
+// PUBACKs (PUBCOMPs for QoS 2) make room, while every other packet (PINGRESP, PUBACK, SUBACK,
 // QoS 0 deliveries) still goes out; the held deliveries are bounded by the
 // queue's bound and past it the oldest is dropped, counted as a queue drop.
 //
@@ -46,7 +46,7 @@ const closeStatusMQTT = websocket.StatusNormalClosure
 const maxKeptWriteBuf = 64 << 10
 
 // write implements session.Transport.Write: one batch of the queue, after
-// the held QoS 1 deliveries the window now lets go.
+// the held QoS 1 and 2 deliveries the window now lets go.
 func (s *mqttSession) write(_ context.Context, p []byte) error {
 	out := s.releaseHeld(s.wbuf[:0])
 	for i := 0; i < len(p); {
@@ -96,14 +96,14 @@ func (s *mqttSession) write(_ context.Context, p []byte) error {
 	return err
 }
 
-// heldPacket is a QoS 1 delivery waiting for room in the window: a copy of
+// heldPacket is a QoS 1 or 2 delivery waiting for room in the window: a copy of
 // its packet and the offset of its identifier.
 type heldPacket struct {
 	b    []byte
 	idAt int
 }
 
-// hold keeps a QoS 1 delivery until the window has room, in order. The
+// hold keeps a QoS 1 or 2 delivery until the window has room, in order. The
 // held deliveries are bounded by the session's queue bound: past it the
 // oldest is dropped, counted as the queue's drops are.
 func (s *mqttSession) hold(pkt []byte, idAt int) {
@@ -182,6 +182,24 @@ func (s *mqttSession) acked(id uint16) {
 	}
 }
 
+// received answers a PUBREC of a QoS 2 delivery with PUBREL; the
+// identifier stays in flight until PUBCOMP. An MQTT 5 PUBREC with a
+// failure reason ends the delivery there.
+func (s *mqttSession) received(pk *packets.Packet) {
+	s.imu.Lock()
+	_, ok := s.inflight[pk.PacketID]
+	s.imu.Unlock()
+	if pk.ReasonCode >= 0x80 {
+		s.acked(pk.PacketID)
+		return
+	}
+	rc := rcSuccess
+	if !ok && s.version == mqtt.Version5 {
+		rc = rcPacketIDNotFound
+	}
+	s.cn.sess.Send(session.Item{Frame: s.ackPacket(packets.Pubrel, pk.PacketID, rc)})
+}
+
 // inFlight returns the QoS 1 deliveries not acknowledged yet.
 func (s *mqttSession) inFlight() int {
 	s.imu.Lock()
@@ -246,12 +264,11 @@ func (s *mqttSession) encodeGap(dst []byte, _ session.Stream, _, _ int64) []byte
 }
 
 // mqttFrames are one record's PUBLISH packets for MQTT sessions, made on
-// first use during its fan-out: per protocol level (3.1.1, 5) and QoS
-// layout (0, 1).
+// first use during its fan-out: per protocol level (3.1.1, 5) and QoS.
 type mqttFrames struct {
 	topic  string // the MQTT name; "" before the first use
 	noName bool   // the native topic has no MQTT name
-	frames [2][2][]byte
+	frames [2][3][]byte
 }
 
 // frame returns the packet for a subscription of an MQTT session, nil

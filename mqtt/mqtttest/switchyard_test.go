@@ -13,7 +13,7 @@ import (
 
 // switchyardFeatures is what Switchyard's MQTT transport offers today
 // (docs/mqtt.md, "Left out").
-var switchyardFeatures = Features{}
+var switchyardFeatures = Features{QoS2: true}
 
 // startSwitchyard runs a gateway on the memory engine with its MQTT TCP
 // listener on a free loopback port and returns that port's address.
