@@ -302,8 +302,16 @@ func (rt *Router) serveMQTTWS(c echo.Context) error {
 		_ = ws.Close(websocket.StatusGoingAway, "server shutting down")
 		return nil
 	}
-	defer rt.mq.wg.Done()
-	rt.serveMQTT(nc, c)
+	// The session runs on a goroutine of its own and the handler returns,
+	// so that net/http and echo drop what they hold for the request (as
+	// serveWS does); admission needs only the client's address and
+	// headers.
+	ac := rt.mqttContext(net.JoinHostPort(c.RealIP(), "0"))
+	ac.Request().Header = r.Header
+	go func() {
+		defer rt.mq.wg.Done()
+		rt.serveMQTT(nc, ac)
+	}()
 	return nil
 }
 

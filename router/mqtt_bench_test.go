@@ -3,6 +3,8 @@ package router_test
 import (
 	"bytes"
 	"context"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -139,6 +141,78 @@ func BenchmarkMQTTvsNativeFanOut(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N*streams), "cpu-ns/delivery")
 			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// BenchmarkMQTTIdleMemory measures the memory of idle subscribed
+// sessions: native WebSocket against MQTT 5 over WebSocket (GET /mqtt),
+// the same client library on both, so the figures differ by the
+// gateway's side. Heap and stacks in use, per connection, both sides in
+// this process.
+func BenchmarkMQTTIdleMemory(b *testing.B) {
+	for _, transport := range []string{"native", "mqtt"} {
+		b.Run(transport, func(b *testing.B) {
+			_, _, url := benchGateway(b, false)
+			ctx := context.Background()
+			var m0, m1 runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&m0)
+			conns := make([]*websocket.Conn, 0, b.N)
+			defer func() {
+				for _, c := range conns {
+					c.CloseNow()
+				}
+			}()
+			for i := range b.N {
+				if transport == "native" {
+					c, _, err := websocket.Dial(ctx, url, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					conns = append(conns, c)
+					if err := c.Write(ctx, websocket.MessageText, []byte(`{"op":"subscribe","id":1,"pattern":"idle.xxxxxxxx"}`)); err != nil {
+						b.Fatal(err)
+					}
+					for range 2 { // welcome, subscribed (perhaps in one message)
+						_, data, err := c.Read(ctx)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if bytes.Contains(data, []byte(`"subscribed"`)) {
+							break
+						}
+					}
+					continue
+				}
+				c, _, err := websocket.Dial(ctx, strings.TrimSuffix(url, "/v1/ws")+"/mqtt", &websocket.DialOptions{Subprotocols: []string{"mqtt"}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				conns = append(conns, c)
+				var hello bytes.Buffer
+				con := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 5,
+					Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), ClientIdentifier: "idle-" + strconv.Itoa(i), Clean: true}}
+				_ = con.ConnectEncode(&hello)
+				sub := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, ProtocolVersion: 5,
+					PacketID: 1, Filters: packets.Subscriptions{{Filter: "idle/xxxxxxxx"}}}
+				_ = sub.SubscribeEncode(&hello)
+				if err := c.Write(ctx, websocket.MessageBinary, hello.Bytes()); err != nil {
+					b.Fatal(err)
+				}
+				var got []byte
+				for !bytes.Contains(got, []byte{packets.Suback << 4}) {
+					_, data, err := c.Read(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					got = append(got, data...)
+				}
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&m1)
+			used := func(m *runtime.MemStats) int64 { return int64(m.HeapInuse + m.StackInuse) }
+			b.ReportMetric(float64(used(&m1)-used(&m0))/float64(b.N), "B/conn")
 		})
 	}
 }

@@ -184,7 +184,7 @@ type mqttFilter struct {
 func (rt *Router) serveMQTT(nc net.Conn, c echo.Context) {
 	mq := rt.mq
 	defer mq.untrack(nc)
-	br := bufio.NewReaderSize(nc, 4096)
+	br := bufio.NewReaderSize(nc, mqttReadBuffer)
 	_ = nc.SetReadDeadline(time.Now().Add(mq.opts.ConnectTimeout))
 	pk, err := mqtt.ReadPacket(br, 0, mq.opts.MaxPacketBytes)
 	if err != nil || pk.FixedHeader.Type != packets.Connect {
@@ -464,6 +464,11 @@ func (s *mqttSession) handle(pk *packets.Packet) bool {
 	}
 	return true
 }
+
+// mqttReadBuffer is the size of a connection's read buffer: small, since
+// an idle session keeps it and ReadPacket reads a packet's body straight
+// into a buffer of its own.
+const mqttReadBuffer = 512
 
 // pingresp is the PINGRESP packet.
 var pingresp = []byte{packets.Pingresp << 4, 0}
