@@ -133,6 +133,27 @@ func newMQTTMetrics(reg prometheus.Registerer) *mqttMetrics {
 			Help: "MQTT sessions ended by a new connection with the same client identifier."}),
 	}
 	reg.MustRegister(m.connects, m.disconnects, m.refused, m.skipped, m.windowWaits, m.takeovers)
+	// Every series whose label values are known exists from the start
+	// (docs/metrics.md, "From start-up").
+	for _, r := range []string{"accepted", "not_connect", "malformed_packet", "packet_too_large", "connect_timeout", "closed"} {
+		m.connects.WithLabelValues(r)
+	}
+	for _, rc := range []byte{rcProtocolError, rcUnsupportedVersion, rcBadClientID, rcBadCredentials, rcNotAuthorized,
+		rcServerBusy, rcShuttingDown, rcQuotaExceeded, rcConnectRate} {
+		m.connects.WithLabelValues(reasonName(rc))
+	}
+	for _, rc := range []byte{rcUnspecified, rcMalformed, rcProtocolError, rcNotAuthorized, rcShuttingDown, rcKeepAliveTimeout,
+		rcTakenOver, rcBadTopic, rcReceiveMaxExceeded, rcTopicAliasInvalid, rcTooLarge, rcQuotaExceeded, rcAdministrative,
+		rcRetainUnsupported, rcSubIDUnsupported} {
+		m.disconnects.WithLabelValues(reasonName(rc))
+	}
+	for _, rc := range []byte{rcUnspecified, rcNotAuthorized, rcServerUnavailable, rcBadFilter, rcBadTopic, rcRateTooHigh,
+		rcQuotaExceeded, rcSharedUnsupported} {
+		m.refused.WithLabelValues(reasonName(rc))
+	}
+	for _, w := range []string{"no_mqtt_name", "too_large", "native_frame", "window_full"} {
+		m.skipped.WithLabelValues(w)
+	}
 	return m
 }
 

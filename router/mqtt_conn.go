@@ -12,7 +12,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strings"
@@ -423,12 +422,13 @@ func (s *mqttSession) readFailed(err error) {
 		s.end(rcTooLarge, "packet too large")
 	case errors.Is(err, mqtt.ErrMalformed):
 		s.end(rcMalformed, "malformed packet")
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
-		s.closeNow() // the client went away, or the session closed the connection
-		s.cn.sess.Close(closeStatusMQTT, "client closed")
 	default:
+		// The client went away (EOF), or the session closed the
+		// connection: no DISCONNECT to send, and none counted unless the
+		// gateway chose a reason before.
+		s.disc.CompareAndSwap(0, discNone)
 		s.closeNow()
-		s.cn.sess.Close(closeStatusMQTT, "read failed")
+		s.cn.sess.Close(closeStatusMQTT, "connection closed")
 	}
 }
 
