@@ -56,9 +56,9 @@
 // mqtt_write.go), plugs in at the same points: its own packet reader and
 // an admission from CONNECT, a session.NewOneWay whose Transport turns the
 // queue's batches back into packets, and a case of its own in fanOut
-// (mqttFrames). What it needs of them, beyond what WebSocket and SSE use,
-// and how far it has come (persistent sessions and QoS 2 are not there
-// yet; docs/mqtt.md):
+// (mqttFrames). What it needs of them, beyond what WebSocket and SSE use
+// (built so far: all but the persistent sessions and the group deliveries
+// of shared subscriptions; docs/mqtt.md):
 //
 //   - Reading: its own packet reader instead of a session.Handler (the
 //     WebSocket reader closes a session that sends a binary frame), and an
