@@ -126,7 +126,7 @@ func newMQTTMetrics(reg prometheus.Registerer) *mqttMetrics {
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_refused_total",
 			Help: "MQTT requests answered with a failure reason code (PUBACK, SUBACK, UNSUBACK), by reason."}, []string{"reason"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_skipped_total",
-			Help: "Deliveries not written to MQTT sessions, by why: no_mqtt_name (a native topic MQTT cannot name), too_large (over the client's maximum packet size), native_frame (a frame of the native protocol)."}, []string{"why"}),
+			Help: "Deliveries not written to MQTT sessions, by why: no_mqtt_name (a native topic MQTT cannot name), too_large (over the client's maximum packet size), native_frame (a frame of the native protocol), window_full (the oldest held delivery, past the queue bound), ack_backlog (a QoS 0 group delivery left to the ack timeout)."}, []string{"why"}),
 		windowWaits: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_mqtt_inflight_waits_total",
 			Help: "Times an MQTT session's writer waited for a PUBACK because its in-flight window was full."}),
 		takeovers: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_mqtt_takeovers_total",
@@ -148,10 +148,10 @@ func newMQTTMetrics(reg prometheus.Registerer) *mqttMetrics {
 		m.disconnects.WithLabelValues(reasonName(rc))
 	}
 	for _, rc := range []byte{rcUnspecified, rcNotAuthorized, rcServerUnavailable, rcBadFilter, rcBadTopic, rcRateTooHigh,
-		rcQuotaExceeded, rcSharedUnsupported} {
+		rcQuotaExceeded} {
 		m.refused.WithLabelValues(reasonName(rc))
 	}
-	for _, w := range []string{"no_mqtt_name", "too_large", "native_frame", "window_full"} {
+	for _, w := range []string{"no_mqtt_name", "too_large", "native_frame", "window_full", "ack_backlog"} {
 		m.skipped.WithLabelValues(w)
 	}
 	return m

@@ -53,7 +53,6 @@ const (
 	rcQuotaExceeded      byte = 0x97
 	rcAdministrative     byte = 0x98
 	rcRetainUnsupported  byte = 0x9A
-	rcSharedUnsupported  byte = 0x9E
 	rcConnectRate        byte = 0x9F
 	rcSubIDUnsupported   byte = 0xA1
 )
@@ -107,8 +106,6 @@ func reasonName(rc byte) string {
 		return "administrative_action"
 	case rcRetainUnsupported:
 		return "retain_not_supported"
-	case rcSharedUnsupported:
-		return "shared_subscriptions_not_supported"
 	case rcConnectRate:
 		return "connection_rate_exceeded"
 	case rcSubIDUnsupported:
@@ -168,6 +165,11 @@ type mqttSession struct {
 	// rx are the QoS 2 publishes of the client appended (or being
 	// appended) and not yet released by PUBREL, by packet identifier.
 	rx map[uint16]struct{}
+	// groupAcks are the shared-subscription deliveries in flight, by
+	// packet identifier (mqtt_group.go).
+	groupAcks map[uint16]groupAck
+
+	acks chan groupAck // to the acker goroutine; nil until a QoS 0 shared subscription (reader goroutine)
 }
 
 // mqttFilter is one SUBSCRIBE filter of a session: its granted QoS and its
@@ -279,7 +281,7 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet) (*m
 	}
 	s := &mqttSession{rt: rt, nc: nc, version: v, clientID: id,
 		window: mq.opts.MaxInFlight, filters: make(map[string]*mqttFilter), patterns: make(map[string]*mqttPattern),
-		closed: make(chan struct{}), inflight: make(map[uint16]struct{}), rx: make(map[uint16]struct{})}
+		closed: make(chan struct{}), inflight: make(map[uint16]struct{}), rx: make(map[uint16]struct{}), groupAcks: make(map[uint16]groupAck)}
 	if ka := pk.Connect.Keepalive; ka > 0 {
 		s.keepAlive = time.Duration(ka) * 1500 * time.Millisecond
 	}
@@ -338,7 +340,6 @@ func (s *mqttSession) connack() []byte {
 		p.MaximumPacketSize = uint32(s.rt.mq.opts.MaxPacketBytes)
 		p.RetainAvailable, p.RetainAvailableFlag = 0, true
 		p.SubIDAvailable, p.SubIDAvailableFlag = 0, true
-		p.SharedSubAvailable, p.SharedSubAvailableFlag = 0, true
 		p.WildcardSubAvailable, p.WildcardSubAvailableFlag = 1, true
 	}
 	var b bytes.Buffer

@@ -41,9 +41,9 @@ func (s *mqttSession) subscribe(pk *packets.Packet) bool {
 		return false
 	}
 	codes := make([]byte, len(pk.Filters))
-	var started []*subscription
+	var started, joined []*subscription
 	for i := range pk.Filters {
-		rc := s.subscribeOne(&pk.Filters[i], &started)
+		rc := s.subscribeOne(&pk.Filters[i], &started, &joined)
 		if rc > 2 {
 			s.rt.mq.m.refused.WithLabelValues(reasonName(rc)).Inc()
 			if s.version != mqtt.Version5 {
@@ -73,20 +73,27 @@ func (s *mqttSession) subscribe(pk *packets.Packet) bool {
 	var b bytes.Buffer
 	_ = ack.SubackEncode(&b)
 	s.cn.sess.Send(session.Item{Frame: b.Bytes()})
+	for _, sub := range joined {
+		sub.release() // the group's deliveries waited for the SUBACK
+	}
 	return true
 }
 
 // subscribeOne registers one filter and returns its SUBACK reason code:
 // the granted QoS, or a failure.
-func (s *mqttSession) subscribeOne(f *packets.Subscription, started *[]*subscription) byte {
+func (s *mqttSession) subscribeOne(f *packets.Subscription, started, joined *[]*subscription) byte {
 	pf, err := mqtt.ParseFilter(f.Filter)
 	if err != nil {
 		return rcBadFilter
 	}
-	if pf.Share != "" {
-		return rcSharedUnsupported
-	}
 	qos := min(f.Qos, 2)
+	if pf.Share != "" {
+		rc, sub := s.subscribeShared(f, pf, qos)
+		if sub != nil {
+			*joined = append(*joined, sub)
+		}
+		return rc
+	}
 	cn := s.cn
 	patterns := make([]string, 0, len(pf.Patterns))
 	for _, p := range pf.Patterns {

@@ -73,7 +73,8 @@ func (s *mqttSession) write(_ context.Context, p []byte) error {
 			s.rt.mq.m.skipped.WithLabelValues("too_large").Inc() // [MQTT-3.1.2-25]
 			continue
 		}
-		if idAt == 0 {
+		if idAt == 0 || pkt[idAt] != 0 || pkt[idAt+1] != 0 {
+			// QoS 0, or a group delivery with its identifier (mqtt_group.go).
 			out = append(out, pkt...)
 			continue
 		}
@@ -176,7 +177,12 @@ func (s *mqttSession) acked(id uint16) {
 	s.imu.Lock()
 	_, ok := s.inflight[id]
 	delete(s.inflight, id)
+	ga, group := s.groupAcks[id]
+	delete(s.groupAcks, id)
 	s.imu.Unlock()
+	if group {
+		s.ackGroup(ga)
+	}
 	if ok && s.heldN.Load() > 0 {
 		s.cn.sess.Send(session.Item{})
 	}

@@ -174,8 +174,14 @@ func (s *subscription) live(rec *engine.Record, frame []byte, d *session.Deferra
 
 // Deliver implements engine.Consumer for group members.
 func (s *subscription) Deliver(d engine.Delivery) {
+	var frame []byte
+	if s.c != nil && s.c.kind == transportMQTT {
+		frame = s.c.mqtt.groupFrame(s, d) // mqtt_group.go
+	} else {
+		frame = encodeGroupMessage(s.pattern, d)
+	}
 	it := session.Item{
-		Frame:    encodeGroupMessage(s.pattern, d),
+		Frame:    frame,
 		Stream:   session.Stream{Sub: s.id, Topic: d.Record.Topic, Partition: d.Record.Partition},
 		Offset:   d.Record.Offset,
 		Priority: d.Record.Priority,
