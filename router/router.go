@@ -56,9 +56,10 @@
 // mqtt_write.go), plugs in at the same points: its own packet reader and
 // an admission from CONNECT, a session.NewOneWay whose Transport turns the
 // queue's batches back into packets, and a case of its own in fanOut
-// (mqttFrames). What it needs of them, beyond what WebSocket and SSE use
-// (built so far: all but the persistent sessions and the group deliveries
-// of shared subscriptions; docs/mqtt.md):
+// (mqttFrames), and in subscription.Deliver for the group deliveries of
+// shared subscriptions (mqtt_group.go). What it needs of them, beyond
+// what WebSocket and SSE use (built so far: all but the persistent
+// sessions; docs/mqtt.md):
 //
 //   - Reading: its own packet reader instead of a session.Handler (the
 //     WebSocket reader closes a session that sends a binary frame), and an
@@ -94,7 +95,10 @@
 // returns after the upgrade; the reader runs the client's ops in order. An
 // SSE stream runs on its HTTP handler's goroutine until it ends. A
 // session's writer goroutine runs only while it has something to write. A
-// replaying subscription runs one catch-up goroutine until it is live.
+// replaying subscription runs one catch-up goroutine until it is live. An
+// MQTT connection runs its reader goroutine (mqtt_conn.go) until the
+// connection closes, and, once it has a QoS 0 shared subscription, an
+// acker goroutine until the session ends (mqtt_group.go).
 // Shutdown waits for all of them.
 //
 // Lock order. A lock is taken only while holding locks of earlier entries,
@@ -127,7 +131,9 @@
 // Leaves, under which nothing is taken: conn.mu, presenceHub.mu,
 // mqttState.mu (the MQTT client-id index; a taken-over session is closed
 // after it is let go), mqttSession.imu (an MQTT session's packet
-// identifiers in flight; the writer is woken after it is let go),
+// identifiers in flight and group deliveries awaiting acknowledgement;
+// taken under the engine's locks by a group delivery, and the writer is
+// woken and the group acked after it is let go),
 // sessionExpiry.mu (refresh.go; its timers send with it released), the
 // locks of the connection slots and per-address buckets
 // (router/internal/limit), the hook client's ipMu and its cache's mu
