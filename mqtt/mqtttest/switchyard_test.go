@@ -2,6 +2,7 @@ package mqtttest
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,5 +76,46 @@ func TestSwitchyardAgreesWithMosquitto(t *testing.T) {
 		if n == 0 {
 			t.Fatalf("seed %d: no client received anything; the comparison proves nothing", seed)
 		}
+	}
+}
+
+// TestRestrict: a restricted script keeps only what the features allow.
+func TestRestrict(t *testing.T) {
+	isShared := func(st Step) bool { return strings.HasPrefix(st.Filter, "$share/") }
+	var shared, dropped int
+	for seed := uint64(1); seed <= 10; seed++ {
+		full := Generate(seed, 200)
+		s := Restrict(full, Features{})
+		if s.Seed != full.Seed || len(s.Clients) != len(full.Clients) {
+			t.Fatalf("seed %d: seed or clients changed", seed)
+		}
+		for _, st := range full.Steps {
+			if st.Op == OpSubscribe && isShared(st) {
+				shared++
+			}
+		}
+		dropped += len(full.Steps) - len(s.Steps)
+		for _, st := range s.Steps {
+			switch {
+			case (st.Op == OpSubscribe || st.Op == OpUnsubscribe) && isShared(st):
+				t.Errorf("seed %d: a shared filter kept: %v", seed, st)
+			case st.QoS > 1:
+				t.Errorf("seed %d: QoS 2 kept: %v", seed, st)
+			case st.Retain:
+				t.Errorf("seed %d: a retained publish kept: %v", seed, st)
+			case st.Op == OpConnect && !st.Clean:
+				t.Errorf("seed %d: a persistent session kept: %v", seed, st)
+			case st.Op == OpPublish && st.QoS != 1:
+				t.Errorf("seed %d: a publish not at the highest QoS: %v", seed, st)
+			}
+		}
+		for _, c := range s.Clients {
+			if c.Group != "" {
+				t.Errorf("seed %d: client %s keeps group %s", seed, c.Name, c.Group)
+			}
+		}
+	}
+	if shared == 0 || dropped < shared {
+		t.Errorf("seeds 1 to 10 have %d shared subscriptions and %d steps were dropped; the test proves nothing", shared, dropped)
 	}
 }
