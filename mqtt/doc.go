@@ -2,13 +2,12 @@
 // transport that do not depend on the session core: the mapping between
 // MQTT topic names and filters and Switchyard's topics and patterns, and
 // the packet codec layer (reading a packet with a size bound, encoding a
-// PUBLISH once for every session it is written to).
+// PUBLISH once for every session it is written to, and finding and
+// patching a queued packet's identifier).
 //
-// Still to come, on top of the transport-neutral session core: the TCP and
-// WebSocket listeners, CONNECT and session state (keepalive, takeover,
-// session expiry, wills), the QoS 1 and 2 flows, retained messages,
-// persistent sessions as log positions and shared subscriptions as
-// consumer groups. docs/mqtt.md is the reference for that work.
+// The transport itself (listeners, CONNECT and session state, the QoS
+// flows) is in package router (mqtt*.go), on the transport-neutral session
+// core; docs/mqtt.md is its reference, with what is still to come.
 // Subpackage mqtttest holds the differential harness that runs one
 // randomised script of MQTT clients against two brokers (Mosquitto being
 // the reference) and compares what the clients received.
@@ -29,7 +28,9 @@
 // codec chokes on into ErrMalformed. The PUBLISH, the one packet on the
 // delivery path, has an encoder of its own: EncodePublish encodes it once
 // into a Publish whose bytes any number of sessions write, each with its
-// own packet identifier and flags. docs/mqtt.md gives the measurements
+// own packet identifier and flags; EncodePublishFrame gives those bytes
+// for a queue of frames, and Span and PatchPublish let a session's writer
+// find a queued packet's end and write its own identifier. docs/mqtt.md gives the measurements
 // behind both choices.
 //
 // # Concurrency

@@ -54,6 +54,9 @@ func FuzzDecodePacket(f *testing.F) {
 		if rp.FixedHeader != pk.FixedHeader || rp.TopicName != pk.TopicName || !bytes.Equal(rp.Payload, pk.Payload) {
 			t.Fatalf("fixed headers differ: %+v and %+v", rp.FixedHeader, pk.FixedHeader)
 		}
+		if size, _, ok := Span(data); !ok || size != n {
+			t.Fatalf("Span = %d, %v; DecodePacket took %d", size, ok, n)
+		}
 		if pk.FixedHeader.Type != packets.Publish {
 			return
 		}
@@ -63,6 +66,26 @@ func FuzzDecodePacket(f *testing.F) {
 		}
 		fh := pk.FixedHeader
 		out := p.AppendTo(nil, Delivery{QoS: fh.Qos, Dup: fh.Dup, Retain: fh.Retain, PacketID: pk.PacketID})
+		if fh.Qos > 0 {
+			// The queued form: EncodePublishFrame, then a session's
+			// identifier and DUP patched at the offset Span finds.
+			frame, err := EncodePublishFrame(pk, pk.ProtocolVersion)
+			if err != nil {
+				t.Fatal(err)
+			}
+			own := bytes.Clone(frame)
+			size, idAt, ok := Span(own)
+			if !ok || size != len(own) || idAt == 0 {
+				t.Fatalf("Span of a QoS %d frame = %d, %d, %v", fh.Qos, size, idAt, ok)
+			}
+			PatchPublish(own, idAt, fh.Dup, pk.PacketID)
+			if fh.Retain {
+				own[0] |= 1
+			}
+			if !bytes.Equal(own, out) {
+				t.Fatalf("patched frame differs from AppendTo:\n%x\n%x", own, out)
+			}
+		}
 		again, m, err := DecodePacket(out, version, MaxPacketBytes)
 		if err != nil || m != len(out) {
 			t.Fatalf("re-encoded PUBLISH does not decode: %v (%d of %d bytes)\n%x", err, m, len(out), out)

@@ -394,3 +394,66 @@ func (p *Publish) AppendTo(dst []byte, d Delivery) []byte {
 	}
 	return dst
 }
+
+// EncodePublishFrame is EncodePublish for a transport that writes packets
+// from a queue of byte slices: it returns the packet with the QoS of
+// pk.FixedHeader.Qos in its first byte and packet identifier 0, shared by
+// every session it is queued to. A session's writer copies it and writes
+// its own packet identifier at the offset Span reports (PatchPublish).
+func EncodePublishFrame(pk packets.Packet, version byte) ([]byte, error) {
+	p, err := EncodePublish(pk, version)
+	if err != nil {
+		return nil, err
+	}
+	p.b[0] = packets.Publish<<4 | pk.FixedHeader.Qos<<1
+	return p.b, nil
+}
+
+// Span returns the length of the packet at the start of b, whose fixed
+// header has been checked before (a packet this process encoded), and for
+// a PUBLISH of QoS 1 or 2 the offset of its packet identifier (0
+// otherwise). ok is false when b does not start with a whole packet.
+func Span(b []byte) (n, idAt int, ok bool) {
+	if len(b) < 2 {
+		return 0, 0, false
+	}
+	rem, mult, i := 0, 1, 1
+	for ; ; i++ {
+		if i > 4 || i >= len(b) {
+			return 0, 0, false
+		}
+		rem += int(b[i]&0x7f) * mult
+		mult <<= 7
+		if b[i]&0x80 == 0 {
+			break
+		}
+	}
+	n = i + 1 + rem
+	if n > len(b) {
+		return 0, 0, false
+	}
+	if b[0]>>4 == packets.Publish && b[0]&0x06 != 0 {
+		at := i + 1
+		if at+2 > n {
+			return 0, 0, false
+		}
+		idAt = at + 2 + (int(b[at])<<8 | int(b[at+1]))
+		if idAt+2 > n {
+			return 0, 0, false
+		}
+	}
+	return n, idAt, true
+}
+
+// PatchPublish sets the DUP flag and packet identifier of the PUBLISH pkt
+// of QoS 1 or 2 (a copy of EncodePublishFrame's bytes) whose identifier
+// is at idAt (Span).
+func PatchPublish(pkt []byte, idAt int, dup bool, id uint16) {
+	if dup {
+		pkt[0] |= 1 << 3
+	} else {
+		pkt[0] &^= 1 << 3
+	}
+	pkt[idAt] = byte(id >> 8)
+	pkt[idAt+1] = byte(id)
+}

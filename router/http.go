@@ -31,6 +31,7 @@ func (rt *Router) routes() *echo.Echo {
 	admin, group := rt.requireAdmin, rt.requireGroup
 	e.GET("/v1/ws", rt.serveWS)
 	e.GET("/v1/sse", rt.serveSSE)
+	e.GET("/mqtt", rt.serveMQTTWS)
 	e.POST("/v1/publish", rt.httpPublish)
 	e.POST("/v1/topics", rt.httpCreateTopic, admin)
 	e.GET("/v1/topics", rt.httpTopics)

@@ -56,6 +56,8 @@ type conn struct {
 	lean bool
 	// kind is the session's transport.
 	kind transportKind
+	// mqtt is an MQTT session's own state (mqtt_conn.go); nil otherwise.
+	mqtt *mqttSession
 	// info is what GET /v1/sessions shows of it (sessions_api.go).
 	info sessionInfo
 
@@ -92,16 +94,22 @@ const (
 	// transportSSE is a Server-Sent Events stream (sse.go): one-way; it
 	// subscribes from its request and only receives.
 	transportSSE
+	// transportMQTT is an MQTT connection over TCP or WebSocket
+	// (mqtt*.go): the client sends packets, which become ops.
+	transportMQTT
 )
 
 // ops reports whether the client sends ops on the session (subscribe,
 // publish, ack, refresh, …).
-func (k transportKind) ops() bool { return k == transportWS }
+func (k transportKind) ops() bool { return k != transportSSE }
 
 // String names the transport as metrics and GET /v1/sessions do.
 func (k transportKind) String() string {
-	if k == transportSSE {
+	switch k {
+	case transportSSE:
 		return "sse"
+	case transportMQTT:
+		return "mqtt"
 	}
 	return "ws"
 }

@@ -140,7 +140,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 // at zero, so a scrape of a fresh gateway shows each documented family and
 // alerts can be written (and tested) before the first incident.
 var (
-	metricTransports      = []string{"ws", "http", "local"}
+	metricTransports      = []string{"ws", "http", "local", "mqtt"}
 	metricPublishResult   = []string{"ok", "duplicate"}
 	metricSubKinds        = []string{"plain", "group", "local"}
 	metricDropPolicies    = []string{"drop_old", "drop_new", "disconnect"}

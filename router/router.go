@@ -1,5 +1,5 @@
 // Package router is the Switchyard gateway: it admits client sessions over
-// WebSocket and Server-Sent Events, answers the ops of the wire protocol,
+// WebSocket, Server-Sent Events and MQTT (mqtt*.go), answers the ops of the wire protocol,
 // appends publishes to the engine's log, fans the log's live tail out
 // through the topic trie to matching sessions, drives consumer groups, and
 // serves the HTTP API, metrics and the dashboard.
@@ -52,8 +52,14 @@
 //     pipeline and rate.
 //
 // A third transport, MQTT 3.1.1 and 5 over WebSocket binary frames and
-// TCP, plugs in at the same points. What it needs of them, beyond what
-// WebSocket and SSE use:
+// TCP (mqtt.go, mqtt_conn.go, mqtt_subscribe.go, mqtt_publish.go,
+// mqtt_write.go), plugs in at the same points: its own packet reader and
+// an admission from CONNECT, a session.NewOneWay whose Transport turns the
+// queue's batches back into packets, and a case of its own in fanOut
+// (mqttFrames), and in subscription.Deliver for the group deliveries of
+// shared subscriptions (mqtt_group.go). What it needs of them, beyond
+// what WebSocket and SSE use (built so far: all but the persistent
+// sessions; docs/mqtt.md):
 //
 //   - Reading: its own packet reader instead of a session.Handler (the
 //     WebSocket reader closes a session that sends a binary frame), and an
@@ -89,7 +95,10 @@
 // returns after the upgrade; the reader runs the client's ops in order. An
 // SSE stream runs on its HTTP handler's goroutine until it ends. A
 // session's writer goroutine runs only while it has something to write. A
-// replaying subscription runs one catch-up goroutine until it is live.
+// replaying subscription runs one catch-up goroutine until it is live. An
+// MQTT connection runs its reader goroutine (mqtt_conn.go) until the
+// connection closes, and, once it has a QoS 0 shared subscription, an
+// acker goroutine until the session ends (mqtt_group.go).
 // Shutdown waits for all of them.
 //
 // Lock order. A lock is taken only while holding locks of earlier entries,
@@ -126,6 +135,11 @@
 //
 // Leaves, under which nothing is taken: conn.mu, presenceHub.mu,
 // readiness.mu (ready.go; never held across an engine call),
+// mqttState.mu (the MQTT client-id index; a taken-over session is closed
+// after it is let go), mqttSession.imu (an MQTT session's packet
+// identifiers in flight and group deliveries awaiting acknowledgement;
+// taken under the engine's locks by a group delivery, and the writer is
+// woken and the group acked after it is let go),
 // sessionExpiry.mu (refresh.go; its timers send with it released), the
 // locks of the connection slots and per-address buckets
 // (router/internal/limit), the hook client's ipMu and its cache's mu
@@ -292,6 +306,8 @@ type Options struct {
 	// loads the settings again and applies them with Reload. Default nil:
 	// the call answers 404.
 	Reloader Reloader
+	// MQTT configures the MQTT transport (see MQTTOptions).
+	MQTT MQTTOptions
 	// Version is the gateway's version, reported by /healthz and the
 	// switchyard_build_info metric. Default: the main module's version
 	// from the build information, or "(devel)".
@@ -422,6 +438,7 @@ type Router struct {
 	seeks        seekLocks
 	ready        readiness        // the readiness probe (ready.go)
 	httppub      httpPublishState // HTTP publishes (httppublish.go)
+	mq           *mqttState
 }
 
 // New creates a Router on opts.Engine and starts its background goroutines
@@ -466,6 +483,9 @@ func New(opts Options) (*Router, error) {
 	rt.hooks.cur.Store(h)
 	rt.ctx, rt.cancel = context.WithCancel(context.Background())
 	rt.echo = rt.routes()
+	if err := rt.startMQTT(); err != nil {
+		return nil, err
+	}
 	rt.stopTap = rt.eng.Watch(rt)
 	rt.startBackground()
 	rt.startJWKS()
@@ -511,6 +531,7 @@ func (rt *Router) Shutdown(ctx context.Context) error {
 	rt.reloadMu.Lock() // a Reload under way ends first (reload.go)
 	rt.reloadMu.Unlock()
 	close(rt.stopBG)
+	rt.stopMQTT()
 	rt.stopLocal()
 	rt.mu.Lock()
 	conns := make([]*conn, 0, len(rt.conns))
@@ -552,6 +573,7 @@ func (rt *Router) Shutdown(ctx context.Context) error {
 	rt.stopPulls()
 	rt.stopTap()
 	rt.pres.close()
+	rt.waitMQTT()
 	return err
 }
 
@@ -573,6 +595,7 @@ func (rt *Router) fanOut(rec *engine.Record, d *session.Deferral) {
 	var body []byte
 	lean := 0 // body[:lean] is the lean envelope's part
 	queued := 0
+	var mq mqttFrames // the record's MQTT packets (mqtt_write.go)
 	rt.subs.Match(rec.Topic, func(pattern string, subs []*subscription) {
 		var full, short []byte // the frames of the full and lean envelopes
 		for _, s := range subs {
@@ -588,6 +611,10 @@ func (rt *Router) fanOut(rec *engine.Record, d *session.Deferral) {
 			}
 			var frame []byte
 			switch {
+			case s.c.kind == transportMQTT:
+				if frame = mq.frame(rec, s); frame == nil {
+					continue
+				}
 			case s.c.lean:
 				if short == nil {
 					short = encodeLeanMessage(pattern, rec.Topic, body[:lean])

@@ -38,6 +38,9 @@ type subscription struct {
 	presence bool
 	// maxInFlight is a group subscribe's max_in_flight (0: the group's).
 	maxInFlight int
+	// mqttQoS is an MQTT subscription's QoS (mqtt_subscribe.go): the
+	// highest granted to the session's filters that share its pattern.
+	mqttQoS atomic.Uint32
 	// leases and leaseBytes are the member window a group membership
 	// reserved of its session's lease bounds; guarded by conn.mu.
 	leases     int
@@ -171,8 +174,14 @@ func (s *subscription) live(rec *engine.Record, frame []byte, d *session.Deferra
 
 // Deliver implements engine.Consumer for group members.
 func (s *subscription) Deliver(d engine.Delivery) {
+	var frame []byte
+	if s.c != nil && s.c.kind == transportMQTT {
+		frame = s.c.mqtt.groupFrame(s, d) // mqtt_group.go
+	} else {
+		frame = encodeGroupMessage(s.pattern, d)
+	}
 	it := session.Item{
-		Frame:    encodeGroupMessage(s.pattern, d),
+		Frame:    frame,
 		Stream:   session.Stream{Sub: s.id, Topic: d.Record.Topic, Partition: d.Record.Partition},
 		Offset:   d.Record.Offset,
 		Priority: d.Record.Priority,

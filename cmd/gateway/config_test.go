@@ -143,6 +143,11 @@ func TestFlagDefaults(t *testing.T) {
 		"max-session-leases":          0, // the router's rule: 4 × queue-messages
 		"max-session-lease-bytes":     router.DefaultMaxSessionLeaseBytes,
 		"max-groups":                  router.DefaultMaxGroups,
+		"mqtt-addr":                   "",
+		"mqtt-max-packet-bytes":       0,
+		"mqtt-max-in-flight":          router.DefaultMQTTMaxInFlight,
+		"mqtt-max-client-id-bytes":    router.DefaultMQTTMaxClientIDBytes,
+		"mqtt-connect-timeout":        router.DefaultMQTTConnectTimeout,
 		"max-group-bytes":             router.DefaultMaxGroupBytes,
 		"max-groups-per-client":       router.DefaultMaxGroupsPerClient,
 		"max-group-bytes-per-client":  router.DefaultMaxGroupBytesPerClient,

@@ -245,6 +245,9 @@ func serve(ctx context.Context, cfg config, rt *router.Router, eng engine.Engine
 		ln = serveTLS(srv, ln, tlsConfig)
 	}
 	log.Info("switchyard gateway listening", "addr", ln.Addr().String(), "version", gatewayVersion(), "engine", cfg.Engine, "epoch", eng.Epoch(), "tls", tlsConfig != nil)
+	if a := rt.MQTTAddr(); a != nil {
+		log.Info("mqtt listening", "addr", a.String())
+	}
 	logEndpoints(log, ln.Addr(), tlsConfig != nil)
 	warnOpen(log, ln.Addr(), auth)
 	if cfg.DebugAddr != "" {

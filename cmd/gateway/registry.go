@@ -42,6 +42,7 @@ const (
 	groupGroups
 	groupRetention
 	groupObservability
+	groupMQTT
 	numGroups
 )
 
@@ -66,6 +67,8 @@ func (g group) title() string {
 		return "Retention: defaults of auto-created topics"
 	case groupObservability:
 		return "Observability: logs, system topics and profiles"
+	case groupMQTT:
+		return "MQTT: the MQTT 3.1.1 and 5.0 transport"
 	}
 	return "Other"
 }
@@ -127,6 +130,7 @@ func newRegistry(c *config) *registry {
 	for _, declare := range []func(*registry){
 		c.serverFlags, c.tlsFlags, c.engineFlags, c.authFlags, c.hookFlags,
 		c.limitFlags, c.groupFlags, c.retentionFlags, c.observabilityFlags,
+		c.mqttFlags,
 	} {
 		declare(r)
 	}

@@ -173,3 +173,62 @@ func (g *generator) step(groupQoS map[string]byte) {
 }
 
 func pick[T any](rng *rand.Rand, xs []T) T { return xs[rng.IntN(len(xs))] }
+
+// Features are the parts of MQTT a broker under test offers, for Restrict.
+type Features struct {
+	QoS2       bool // QoS 2 publishes and subscriptions
+	Retained   bool // retained messages
+	Shared     bool // shared subscriptions
+	Persistent bool // sessions that outlive their connection
+	// PublishQoS: deliveries carry the lower of the publish's and the
+	// subscription's QoS. Without it, a broker delivers at the
+	// subscription's QoS, so every publish is made at the highest QoS
+	// the broker offers, where both rules agree.
+	PublishQoS bool
+}
+
+// Restrict returns s with what f lacks taken out, so that a broker
+// offering only f can be compared with one offering everything: QoS 2
+// becomes QoS 1, retained publishes plain ones (those clearing a retained
+// message go), shared subscriptions go (and their unsubscribes), every
+// connect starts a clean session, and without PublishQoS every publish is
+// at the highest QoS. The seed and clients stay, so the same seed names
+// the same script.
+func Restrict(s Script, f Features) Script {
+	out := Script{Seed: s.Seed, Clients: append([]Client(nil), s.Clients...)}
+	top := byte(1)
+	if f.QoS2 {
+		top = 2
+	}
+	for _, st := range s.Steps {
+		switch st.Op {
+		case OpConnect:
+			if !f.Persistent {
+				st.Clean = true
+			}
+		case OpSubscribe, OpUnsubscribe:
+			if !f.Shared && strings.HasPrefix(st.Filter, "$share/") {
+				continue
+			}
+			st.QoS = min(st.QoS, top)
+		case OpPublish:
+			if !f.Retained && st.Retain {
+				if st.Payload == "" {
+					continue
+				}
+				st.Retain = false
+			}
+			st.QoS = min(st.QoS, top)
+			if !f.PublishQoS {
+				st.QoS = top
+			}
+		}
+		out.Steps = append(out.Steps, st)
+	}
+	if !f.Shared {
+		for i := range out.Clients {
+			out.Clients[i].Group = ""
+		}
+	}
+	return out
+}

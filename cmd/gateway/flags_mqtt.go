@@ -1,0 +1,17 @@
+package main
+
+// Settings of the MQTT transport (docs/mqtt.md): the TCP listener and the
+// bounds of an MQTT session. MQTT over WebSocket (GET /mqtt) is always on,
+// on the gateway's own listener.
+
+import "github.com/switchyard/switchyard/router"
+
+func (c *config) mqttFlags(r *registry) {
+	r.in(groupMQTT)
+	m := &c.Router.MQTT
+	r.string(&m.Addr, "mqtt-addr", "", "TCP address of the MQTT 3.1.1 and 5.0 listener (host:port); empty: none (MQTT over WebSocket is served at GET /mqtt either way)")
+	r.int(&m.MaxPacketBytes, "mqtt-max-packet-bytes", 0, "largest packet an MQTT client may send, announced as MQTT 5's Maximum Packet Size; a larger one ends the session (reason 0x95) (0: --max-message-bytes plus 64 KiB)")
+	r.int(&m.MaxInFlight, "mqtt-max-in-flight", router.DefaultMQTTMaxInFlight, "QoS 1 and 2 deliveries an MQTT session may have unacknowledged (a client's smaller Receive Maximum wins); further ones wait, within --queue-messages")
+	r.int(&m.MaxClientIDBytes, "mqtt-max-client-id-bytes", router.DefaultMQTTMaxClientIDBytes, "longest MQTT client identifier; a longer one is refused (CONNACK 0x85, or 2 for 3.1.1)")
+	r.duration(&m.ConnectTimeout, "mqtt-connect-timeout", router.DefaultMQTTConnectTimeout, "how long a new MQTT connection may take to send CONNECT")
+}

@@ -1,0 +1,349 @@
+package router
+
+// MQTT 3.1.1 and 5.0, the third transport (docs/mqtt.md): its listeners,
+// options, metrics and the index of client ids.
+//
+// Two listeners take MQTT connections: GET /mqtt on the gateway's own
+// address (a WebSocket with subprotocol "mqtt" whose binary messages carry
+// the packets, with the origin rules, limits and TLS of /v1/ws), and, when
+// MQTTOptions.Addr is set, a TCP listener of its own. Both hand a byte
+// stream (for the WebSocket, websocket.NetConn) to serveMQTT
+// (mqtt_conn.go), which reads CONNECT, admits the client through the
+// session core's steps (the connect rate and connection limits, then the
+// password as the credential), and runs the session like any other:
+// newConn → addConn → runStart (the CONNACK is its welcome) → packets →
+// runEnd. The session writes through session.NewOneWay and an
+// mqttTransport (mqtt_write.go), which turns the queue's batches back into
+// packets back to back and gives each QoS 1 and 2 delivery its packet
+// identifier, within the in-flight window.
+//
+// Concurrency: mqttState.mu guards the client-id index and the
+// connections still before their CONNECT; it is a leaf (nothing is taken
+// under it, a taken-over session is closed after it is let go).
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard/switchyard/session"
+)
+
+// MQTTOptions configure the MQTT transport. The zero value of each field is
+// its documented default.
+type MQTTOptions struct {
+	// Addr is the TCP address of the MQTT listener ("host:port"); ""
+	// (the default) opens none. GET /mqtt is always served.
+	Addr string
+	// Listener, when set, is used instead of listening on Addr (tests,
+	// embedding); the Router closes it at Shutdown.
+	Listener net.Listener
+	// MaxPacketBytes bounds a packet a client sends (and is the Maximum
+	// Packet Size an MQTT 5 CONNACK announces): a larger one ends the
+	// session (DISCONNECT 0x95 for MQTT 5). Default: MaxMessageBytes plus
+	// 64 KiB for the topic and properties.
+	MaxPacketBytes int
+	// MaxInFlight bounds the QoS 1 and 2 deliveries a session has sent and not
+	// had acknowledged; an MQTT 5 client's smaller Receive Maximum wins.
+	// Default DefaultMQTTMaxInFlight.
+	MaxInFlight int
+	// MaxClientIDBytes bounds a client identifier (CONNACK 0x85, or 2 for
+	// 3.1.1, past it). Default DefaultMQTTMaxClientIDBytes.
+	MaxClientIDBytes int
+	// ConnectTimeout bounds the wait for CONNECT after a connection opens;
+	// default DefaultMQTTConnectTimeout.
+	ConnectTimeout time.Duration
+}
+
+// Defaults of MQTTOptions.
+const (
+	DefaultMQTTMaxInFlight      = 64
+	DefaultMQTTMaxClientIDBytes = 256
+	DefaultMQTTConnectTimeout   = 10 * time.Second
+	mqttPacketOverhead          = 64 << 10
+)
+
+func (o MQTTOptions) withDefaults(maxMessage int) MQTTOptions {
+	if o.MaxPacketBytes <= 0 {
+		o.MaxPacketBytes = max(maxMessage, 0) + mqttPacketOverhead
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = DefaultMQTTMaxInFlight
+	}
+	o.MaxInFlight = min(o.MaxInFlight, 65535)
+	if o.MaxClientIDBytes <= 0 {
+		o.MaxClientIDBytes = DefaultMQTTMaxClientIDBytes
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultMQTTConnectTimeout
+	}
+	return o
+}
+
+// mqttState is the Router's MQTT transport: its listener, the client-id
+// index and its metrics.
+type mqttState struct {
+	opts MQTTOptions
+	ln   net.Listener
+	wg   sync.WaitGroup // the accept loop and every connection's reader
+	m    *mqttMetrics
+	// writeTimeout bounds one write to a connection (the sessions' write
+	// timeout).
+	writeTimeout time.Duration
+
+	mu      sync.Mutex // leaf; guards the fields below
+	clients map[string]*mqttSession
+	opening map[net.Conn]struct{} // connections before their CONNECT was taken
+	stopped bool
+}
+
+// mqttMetrics are the MQTT transport's own metrics; sessions, deliveries
+// and publishes are also counted by the core's metrics with transport
+// "mqtt".
+type mqttMetrics struct {
+	connects    *prometheus.CounterVec // by result: "accepted" or the refusal
+	disconnects *prometheus.CounterVec // server-sent DISCONNECT or close, by reason
+	refused     *prometheus.CounterVec // a negative reason code in a PUBACK, SUBACK or UNSUBACK, by reason
+	skipped     *prometheus.CounterVec // deliveries not written, by why
+	windowWaits prometheus.Counter
+	takeovers   prometheus.Counter
+}
+
+func newMQTTMetrics(reg prometheus.Registerer) *mqttMetrics {
+	m := &mqttMetrics{
+		connects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_connects_total",
+			Help: "MQTT CONNECTs answered, by result (accepted or the CONNACK's refusal)."}, []string{"result"}),
+		disconnects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_disconnects_total",
+			Help: "MQTT sessions the gateway ended, by reason (the MQTT 5 reason name; 3.1.1 sessions are closed)."}, []string{"reason"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_refused_total",
+			Help: "MQTT requests answered with a failure reason code (PUBACK, SUBACK, UNSUBACK), by reason."}, []string{"reason"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_skipped_total",
+			Help: "Deliveries not written to MQTT sessions, by why: no_mqtt_name (a native topic MQTT cannot name), too_large (over the client's maximum packet size), native_frame (a frame of the native protocol), window_full (the oldest held delivery, past the queue bound), ack_backlog (a QoS 0 group delivery left to the ack timeout)."}, []string{"why"}),
+		windowWaits: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_mqtt_inflight_waits_total",
+			Help: "Times an MQTT session's writer waited for a PUBACK because its in-flight window was full."}),
+		takeovers: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_mqtt_takeovers_total",
+			Help: "MQTT sessions ended by a new connection with the same client identifier."}),
+	}
+	reg.MustRegister(m.connects, m.disconnects, m.refused, m.skipped, m.windowWaits, m.takeovers)
+	// Every series whose label values are known exists from the start
+	// (docs/metrics.md, "From start-up").
+	for _, r := range []string{"accepted", "not_connect", "malformed_packet", "packet_too_large", "connect_timeout", "closed"} {
+		m.connects.WithLabelValues(r)
+	}
+	for _, rc := range []byte{rcProtocolError, rcUnsupportedVersion, rcBadClientID, rcBadCredentials, rcNotAuthorized,
+		rcServerBusy, rcShuttingDown, rcQuotaExceeded, rcConnectRate} {
+		m.connects.WithLabelValues(reasonName(rc))
+	}
+	for _, rc := range []byte{rcUnspecified, rcMalformed, rcProtocolError, rcNotAuthorized, rcShuttingDown, rcKeepAliveTimeout,
+		rcTakenOver, rcBadTopic, rcReceiveMaxExceeded, rcTopicAliasInvalid, rcTooLarge, rcQuotaExceeded, rcAdministrative,
+		rcRetainUnsupported, rcSubIDUnsupported} {
+		m.disconnects.WithLabelValues(reasonName(rc))
+	}
+	for _, rc := range []byte{rcUnspecified, rcNotAuthorized, rcServerUnavailable, rcBadFilter, rcBadTopic, rcRateTooHigh,
+		rcQuotaExceeded} {
+		m.refused.WithLabelValues(reasonName(rc))
+	}
+	for _, w := range []string{"no_mqtt_name", "too_large", "native_frame", "window_full", "ack_backlog"} {
+		m.skipped.WithLabelValues(w)
+	}
+	return m
+}
+
+// startMQTT makes the MQTT transport's state and opens its TCP listener
+// when one is configured.
+func (rt *Router) startMQTT() error {
+	o := rt.opts.MQTT.withDefaults(rt.opts.MaxMessageBytes)
+	rt.mq = &mqttState{opts: o, m: newMQTTMetrics(rt.opts.Registry),
+		clients: make(map[string]*mqttSession), opening: make(map[net.Conn]struct{}),
+		writeTimeout: rt.opts.Session.WriteTimeout}
+	if rt.mq.writeTimeout <= 0 {
+		rt.mq.writeTimeout = session.DefaultWriteTimeout
+	}
+	ln := o.Listener
+	if ln == nil && o.Addr != "" {
+		var err error
+		if ln, err = net.Listen("tcp", o.Addr); err != nil {
+			return err
+		}
+	}
+	if ln == nil {
+		return nil
+	}
+	rt.mq.ln = ln
+	rt.mq.wg.Add(1)
+	go rt.acceptMQTT(ln)
+	return nil
+}
+
+// MQTTAddr returns the address of the MQTT TCP listener, nil without one.
+func (rt *Router) MQTTAddr() net.Addr {
+	if rt.mq.ln == nil {
+		return nil
+	}
+	return rt.mq.ln.Addr()
+}
+
+// stopMQTT closes the TCP listener and the connections that have not sent
+// their CONNECT yet: Shutdown's first step for MQTT (sessions close with
+// the others).
+func (rt *Router) stopMQTT() {
+	mq := rt.mq
+	mq.mu.Lock()
+	mq.stopped = true
+	for nc := range mq.opening {
+		_ = nc.Close()
+	}
+	mq.mu.Unlock()
+	if mq.ln != nil {
+		_ = mq.ln.Close()
+	}
+}
+
+// waitMQTT waits for the accept loop and the readers: Shutdown's last step.
+func (rt *Router) waitMQTT() { rt.mq.wg.Wait() }
+
+// acceptMQTT accepts TCP connections until the listener is closed.
+func (rt *Router) acceptMQTT(ln net.Listener) {
+	defer rt.mq.wg.Done()
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			if !errors.Is(err, net.ErrClosed) {
+				rt.log.Warn("mqtt listener failed", "err", err)
+			}
+			return
+		}
+		delay = 0
+		if !rt.mq.track(nc) {
+			_ = nc.Close()
+			continue
+		}
+		go func() {
+			defer rt.mq.wg.Done()
+			rt.serveMQTT(nc, rt.mqttContext(nc.RemoteAddr().String()))
+		}()
+	}
+}
+
+// track lists a connection before its CONNECT (closed by stopMQTT) and
+// counts its reader; false once Shutdown began.
+func (mq *mqttState) track(nc net.Conn) bool {
+	mq.mu.Lock()
+	defer mq.mu.Unlock()
+	if mq.stopped {
+		return false
+	}
+	mq.opening[nc] = struct{}{}
+	mq.wg.Add(1)
+	return true
+}
+
+// untrack takes a connection off the list of those before their CONNECT.
+func (mq *mqttState) untrack(nc net.Conn) {
+	mq.mu.Lock()
+	delete(mq.opening, nc)
+	mq.mu.Unlock()
+}
+
+// claim lists s under its client id and returns the session it takes
+// over, if any, which the caller ends.
+func (mq *mqttState) claim(s *mqttSession) *mqttSession {
+	mq.mu.Lock()
+	defer mq.mu.Unlock()
+	old := mq.clients[s.clientID]
+	mq.clients[s.clientID] = s
+	return old
+}
+
+// release takes s off the client-id index unless a newer session took
+// its id.
+func (mq *mqttState) release(s *mqttSession) {
+	mq.mu.Lock()
+	if mq.clients[s.clientID] == s {
+		delete(mq.clients, s.clientID)
+	}
+	mq.mu.Unlock()
+}
+
+// mqttContext is the echo.Context a TCP connection is admitted with: the
+// peer's address as its request's, no headers, and a response nobody
+// reads (the session core reads the client's address and headers from
+// it).
+func (rt *Router) mqttContext(remote string) echo.Context {
+	r := &http.Request{Method: http.MethodGet, RemoteAddr: remote, Header: http.Header{}}
+	r = r.WithContext(context.Background())
+	return rt.echo.NewContext(r, discardResponse{h: http.Header{}})
+}
+
+// discardResponse is the http.ResponseWriter of mqttContext.
+type discardResponse struct{ h http.Header }
+
+func (d discardResponse) Header() http.Header         { return d.h }
+func (d discardResponse) Write(p []byte) (int, error) { return len(p), nil }
+func (d discardResponse) WriteHeader(int)             {}
+
+// serveMQTTWS is GET /mqtt: MQTT over a WebSocket whose binary messages
+// carry the packets (subprotocol "mqtt"), with /v1/ws's origin rules.
+func (rt *Router) serveMQTTWS(c echo.Context) error {
+	if rt.closing.Load() {
+		return perr(codeShuttingDown, "server is shutting down")
+	}
+	r := c.Request()
+	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(r, o) && !originAllowed(rt.opts.OriginPatterns, o) {
+		return perr(codeForbidden, "a page of origin %s may not open a WebSocket to this gateway: add its host to --allowed-origins", quoteInput(o))
+	}
+	if !offersMQTT(r.Header.Values("Sec-WebSocket-Protocol")) {
+		return perr(codeBadRequest, `GET /mqtt is MQTT over WebSocket: offer the subprotocol "mqtt"`)
+	}
+	o := rt.acceptOptions()
+	o.Subprotocols = []string{"mqtt"}
+	ws, err := websocket.Accept(c.Response(), r, o)
+	if err != nil {
+		rt.log.Debug("mqtt websocket accept failed", "err", err)
+		return nil // Accept wrote the response
+	}
+	ws.SetReadLimit(int64(rt.mq.opts.MaxPacketBytes) + 16)
+	nc := websocket.NetConn(context.Background(), ws, websocket.MessageBinary)
+	if !rt.mq.track(nc) {
+		_ = ws.Close(websocket.StatusGoingAway, "server shutting down")
+		return nil
+	}
+	// The session runs on a goroutine of its own and the handler returns,
+	// so that net/http and echo drop what they hold for the request (as
+	// serveWS does); admission needs only the client's address and
+	// headers.
+	ac := rt.mqttContext(net.JoinHostPort(c.RealIP(), "0"))
+	ac.Request().Header = r.Header
+	go func() {
+		defer rt.mq.wg.Done()
+		rt.serveMQTT(nc, ac)
+	}()
+	return nil
+}
+
+// offersMQTT reports whether the client offered the subprotocol "mqtt".
+func offersMQTT(values []string) bool {
+	for _, v := range values {
+		for _, p := range strings.Split(v, ",") {
+			if strings.TrimSpace(p) == "mqtt" {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,479 @@
+package router
+
+// An MQTT session (docs/mqtt.md): CONNECT and its admission, the packet
+// reader, keepalive, client-id takeover, PINGREQ and DISCONNECT. The
+// reader runs on the goroutine that serves the connection (serveMQTT) and
+// handles packets in order; SUBSCRIBE and UNSUBSCRIBE are in
+// mqtt_subscribe.go, PUBLISH and PUBACK in mqtt_publish.go, the writing
+// side in mqtt_write.go.
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/switchyard/switchyard/mqtt"
+	"github.com/switchyard/switchyard/session"
+)
+
+// MQTT 5 reason codes the transport sends; 3.1.1 CONNACK return codes are
+// mapped from them by connackCode.
+const (
+	rcSuccess            byte = 0x00
+	rcNoSubscription     byte = 0x11
+	rcPacketIDNotFound   byte = 0x92
+	rcReceiveMaxExceeded byte = 0x93
+	rcUnspecified        byte = 0x80
+	rcMalformed          byte = 0x81
+	rcProtocolError      byte = 0x82
+	rcUnsupportedVersion byte = 0x84
+	rcBadClientID        byte = 0x85
+	rcBadCredentials     byte = 0x86
+	rcNotAuthorized      byte = 0x87
+	rcServerUnavailable  byte = 0x88
+	rcServerBusy         byte = 0x89
+	rcShuttingDown       byte = 0x8B
+	rcKeepAliveTimeout   byte = 0x8D
+	rcTakenOver          byte = 0x8E
+	rcBadFilter          byte = 0x8F
+	rcBadTopic           byte = 0x90
+	rcTopicAliasInvalid  byte = 0x94
+	rcTooLarge           byte = 0x95
+	rcRateTooHigh        byte = 0x96
+	rcQuotaExceeded      byte = 0x97
+	rcAdministrative     byte = 0x98
+	rcRetainUnsupported  byte = 0x9A
+	rcConnectRate        byte = 0x9F
+	rcSubIDUnsupported   byte = 0xA1
+)
+
+// reasonName names a reason code in metrics.
+func reasonName(rc byte) string {
+	switch rc {
+	case rcSuccess:
+		return "success"
+	case rcNoSubscription:
+		return "no_subscription_existed"
+	case rcPacketIDNotFound:
+		return "packet_identifier_not_found"
+	case rcReceiveMaxExceeded:
+		return "receive_maximum_exceeded"
+	case rcMalformed:
+		return "malformed_packet"
+	case rcProtocolError:
+		return "protocol_error"
+	case rcUnsupportedVersion:
+		return "unsupported_protocol_version"
+	case rcBadClientID:
+		return "client_identifier_not_valid"
+	case rcBadCredentials:
+		return "bad_user_name_or_password"
+	case rcNotAuthorized:
+		return "not_authorized"
+	case rcServerUnavailable:
+		return "server_unavailable"
+	case rcServerBusy:
+		return "server_busy"
+	case rcShuttingDown:
+		return "server_shutting_down"
+	case rcKeepAliveTimeout:
+		return "keep_alive_timeout"
+	case rcTakenOver:
+		return "session_taken_over"
+	case rcBadFilter:
+		return "topic_filter_invalid"
+	case rcBadTopic:
+		return "topic_name_invalid"
+	case rcTopicAliasInvalid:
+		return "topic_alias_invalid"
+	case rcTooLarge:
+		return "packet_too_large"
+	case rcRateTooHigh:
+		return "message_rate_too_high"
+	case rcQuotaExceeded:
+		return "quota_exceeded"
+	case rcAdministrative:
+		return "administrative_action"
+	case rcRetainUnsupported:
+		return "retain_not_supported"
+	case rcConnectRate:
+		return "connection_rate_exceeded"
+	case rcSubIDUnsupported:
+		return "subscription_identifiers_not_supported"
+	}
+	return "unspecified_error"
+}
+
+// connackCode maps a CONNACK reason code to the 3.1.1 return code.
+func connackCode(rc byte) byte {
+	switch rc {
+	case rcSuccess:
+		return 0
+	case rcUnsupportedVersion:
+		return 1
+	case rcBadClientID:
+		return 2
+	case rcBadCredentials:
+		return 4
+	case rcNotAuthorized:
+		return 5
+	}
+	return 3 // server unavailable
+}
+
+// mqttSession is one MQTT connection's protocol state beside its conn.
+type mqttSession struct {
+	rt        *Router
+	cn        *conn
+	nc        net.Conn
+	br        *bufio.Reader
+	version   byte
+	clientID  string
+	assigned  string        // the client id the gateway chose, for the CONNACK
+	keepAlive time.Duration // 1.5 × the client's keep alive; 0: none
+	maxOut    int           // the client's Maximum Packet Size; 0: MQTT's
+	window    int           // the in-flight bound of QoS 1 and 2 deliveries
+
+	// disc is the reason code of the DISCONNECT the transport sends when
+	// the session closes (0: derived from the close status).
+	disc atomic.Uint32
+
+	filters  map[string]*mqttFilter  // reader goroutine only
+	patterns map[string]*mqttPattern // reader goroutine only
+
+	closed    chan struct{} // closed with the connection
+	closeOnce sync.Once
+
+	// The writer goroutine's (mqtt_write.go).
+	wbuf  []byte
+	held  []heldPacket // QoS 1 and 2 deliveries waiting for room in the window
+	heldN atomic.Int32 // len(held), for the reader
+
+	imu      sync.Mutex // leaf; guards the fields below
+	inflight map[uint16]struct{}
+	nextID   uint16
+	// rx are the QoS 2 publishes of the client appended (or being
+	// appended) and not yet released by PUBREL, by packet identifier.
+	rx map[uint16]struct{}
+	// groupAcks are the shared-subscription deliveries in flight, by
+	// packet identifier (mqtt_group.go).
+	groupAcks map[uint16]groupAck
+
+	acks chan groupAck // to the acker goroutine; nil until a QoS 0 shared subscription (reader goroutine)
+}
+
+// mqttFilter is one SUBSCRIBE filter of a session: its granted QoS and its
+// native patterns (mqttPattern).
+type mqttFilter struct {
+	qos      byte
+	patterns []string
+}
+
+// serveMQTT runs one MQTT connection: CONNECT, admission, then the session
+// until it ends. It returns once the connection
+// is closed and its session torn down.
+func (rt *Router) serveMQTT(nc net.Conn, c echo.Context) {
+	mq := rt.mq
+	defer mq.untrack(nc)
+	br := bufio.NewReaderSize(nc, mqttReadBuffer)
+	_ = nc.SetReadDeadline(time.Now().Add(mq.opts.ConnectTimeout))
+	pk, err := mqtt.ReadPacket(br, 0, mq.opts.MaxPacketBytes)
+	if err != nil || pk.FixedHeader.Type != packets.Connect {
+		// Not an MQTT client (or a silent one): closed without a word,
+		// as MQTT prescribes for a first packet that is not CONNECT.
+		mq.m.connects.WithLabelValues(connectErrName(err)).Inc()
+		_ = nc.Close()
+		return
+	}
+	s, release := rt.admitMQTT(nc, c, &pk)
+	if s == nil {
+		_ = nc.Close()
+		return
+	}
+	s.br = br
+	mq.untrack(nc)
+	s.run(release)
+}
+
+// connectErrName names what came instead of a CONNECT.
+func connectErrName(err error) string {
+	switch {
+	case err == nil:
+		return "not_connect"
+	case errors.Is(err, mqtt.ErrTooLarge):
+		return "packet_too_large"
+	case errors.Is(err, mqtt.ErrMalformed):
+		return "malformed_packet"
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return "connect_timeout"
+	}
+	return "closed"
+}
+
+// admitMQTT checks a CONNECT, applies the connect rate and connection
+// limits, then the credential (the password), and returns the session's
+// state with its connection slot's release, or nil once it has answered
+// the refusal.
+func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet) (*mqttSession, func()) {
+	mq := rt.mq
+	v := pk.ProtocolVersion
+	refuse := func(rc byte) (*mqttSession, func()) {
+		mq.m.connects.WithLabelValues(reasonName(rc)).Inc()
+		ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connack}, ProtocolVersion: v, ReasonCode: rc}
+		if v != mqtt.Version5 {
+			ack.ProtocolVersion, ack.ReasonCode = mqtt.Version311, connackCode(rc)
+		}
+		var b bytes.Buffer
+		_ = ack.ConnackEncode(&b)
+		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = nc.Write(b.Bytes())
+		return nil, nil
+	}
+	if v != mqtt.Version311 && v != mqtt.Version5 {
+		return refuse(rcUnsupportedVersion)
+	}
+	if code := pk.ConnectValidate(); code != packets.CodeSuccess {
+		if code == packets.ErrClientIdentifierNotValid {
+			return refuse(rcBadClientID)
+		}
+		return refuse(rcProtocolError)
+	}
+	if rt.closing.Load() {
+		return refuse(rcShuttingDown)
+	}
+	id := pk.Connect.ClientIdentifier
+	if len(id) > mq.opts.MaxClientIDBytes {
+		return refuse(rcBadClientID)
+	}
+	assigned := false
+	if id == "" {
+		if v == mqtt.Version311 && !pk.Connect.Clean {
+			return refuse(rcBadClientID) // [MQTT-3.1.3-8]
+		}
+		id, assigned = "switchyard-"+newID(), true
+	} else {
+		id = strings.Clone(id)
+	}
+	ip := c.RealIP()
+	if !rt.settings().connect.Allow(ip, time.Now()) {
+		rt.lim.limited.WithLabelValues(limitConnectRate).Inc()
+		return refuse(rcConnectRate)
+	}
+	release, refused := rt.limits.acquireConn(ip)
+	if release == nil {
+		rt.lim.limited.WithLabelValues(refused).Inc()
+		return refuse(rcQuotaExceeded)
+	}
+	who, rc := rt.authMQTT(c, pk)
+	if rc != rcSuccess {
+		release()
+		return refuse(rc)
+	}
+	s := &mqttSession{rt: rt, nc: nc, version: v, clientID: id,
+		window: mq.opts.MaxInFlight, filters: make(map[string]*mqttFilter), patterns: make(map[string]*mqttPattern),
+		closed: make(chan struct{}), inflight: make(map[uint16]struct{}), rx: make(map[uint16]struct{}), groupAcks: make(map[uint16]groupAck)}
+	if ka := pk.Connect.Keepalive; ka > 0 {
+		s.keepAlive = time.Duration(ka) * 1500 * time.Millisecond
+	}
+	if v == mqtt.Version5 {
+		if rm := int(pk.Properties.ReceiveMaximum); rm > 0 {
+			s.window = min(s.window, rm)
+		}
+		s.maxOut = int(pk.Properties.MaximumPacketSize)
+	}
+	if assigned {
+		s.assigned = id
+	}
+	s.cn = rt.newConn(c, transportMQTT, who, false)
+	s.cn.mqtt = s
+	return s, release
+}
+
+// authMQTT authenticates a CONNECT: its password is the credential, as a
+// WebSocket's bearer token is; without one the anonymous rules (or the
+// connect hook) apply.
+func (rt *Router) authMQTT(c echo.Context, pk *packets.Packet) (*principal, byte) {
+	hook := rt.hooks.enabled(hookConnect)
+	cred := string(pk.Connect.Password)
+	a := rt.settings().auth
+	if !a.enabled || cred == "" && hook {
+		if !hook {
+			return openPrincipal, rcSuccess
+		}
+		p, err := rt.hookConnect(c)
+		if err != nil {
+			if pe := toProto(err); pe.Code == codeRateLimited {
+				return nil, rcServerBusy
+			}
+			return nil, rcNotAuthorized
+		}
+		return p, rcSuccess
+	}
+	p, ae := a.authenticate(cred)
+	if ae != nil {
+		rt.lim.authFailures.WithLabelValues(ae.Reason).Inc()
+		if cred == "" {
+			return nil, rcNotAuthorized
+		}
+		return nil, rcBadCredentials
+	}
+	return p, rcSuccess
+}
+
+// connack encodes the accepting CONNACK: for MQTT 5 with what the gateway
+// supports and its bounds.
+func (s *mqttSession) connack() []byte {
+	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connack}, ProtocolVersion: s.version}
+	if s.version == mqtt.Version5 {
+		p := &ack.Properties
+		p.AssignedClientID = s.assigned
+		p.ReceiveMaximum = uint16(min(s.rt.opts.PublishPipeline, 65535))
+		p.MaximumPacketSize = uint32(s.rt.mq.opts.MaxPacketBytes)
+		p.RetainAvailable, p.RetainAvailableFlag = 0, true
+		p.SubIDAvailable, p.SubIDAvailableFlag = 0, true
+		p.WildcardSubAvailable, p.WildcardSubAvailableFlag = 1, true
+	}
+	var b bytes.Buffer
+	_ = ack.ConnackEncode(&b)
+	return b.Bytes()
+}
+
+// run runs an admitted session through the session core until it ends.
+func (s *mqttSession) run(release func()) {
+	rt, cn := s.rt, s.cn
+	sopts := cn.sessionOptions()
+	sopts.EncodeGap = s.encodeGap
+	cn.sess = session.NewOneWay(cn.id, sopts, session.Transport{
+		Write:    s.write,
+		Close:    s.close,
+		CloseNow: s.closeNow,
+	})
+	if !rt.addConn(cn) {
+		release()
+		s.disc.Store(uint32(rcShuttingDown))
+		_ = s.close(0, "")
+		rt.mq.m.connects.WithLabelValues(reasonName(rcShuttingDown)).Inc()
+		return
+	}
+	if old := rt.mq.claim(s); old != nil {
+		rt.mq.m.takeovers.Inc()
+		old.end(rcTakenOver, "session taken over")
+	}
+	rt.mq.m.connects.WithLabelValues("accepted").Inc()
+	cn.runStart(s.connack())
+	ended := make(chan struct{})
+	if err := cn.sess.Start(cn.ctx, nil, func(err error) {
+		cn.runEnd(err, release)
+		rt.mq.release(s)
+		close(ended)
+	}); err != nil {
+		cn.runEnd(err, release) // not started before: cannot happen
+		rt.mq.release(s)
+		return
+	}
+	s.readLoop()
+	<-ended
+}
+
+// end closes the session with an MQTT 5 reason code (3.1.1: a close).
+func (s *mqttSession) end(rc byte, why string) {
+	s.disc.CompareAndSwap(0, uint32(rc))
+	s.cn.sess.Close(closeStatusMQTT, why)
+}
+
+// readLoop reads and handles packets until the connection fails or the
+// session ends it.
+func (s *mqttSession) readLoop() {
+	max := s.rt.mq.opts.MaxPacketBytes
+	for {
+		if s.br.Buffered() == 0 {
+			s.cn.flushDeferred() // before waiting for the socket (deferral.go)
+		}
+		if s.keepAlive > 0 {
+			_ = s.nc.SetReadDeadline(time.Now().Add(s.keepAlive))
+		} else {
+			_ = s.nc.SetReadDeadline(time.Time{})
+		}
+		pk, err := mqtt.ReadPacket(s.br, s.version, max)
+		if err != nil {
+			s.readFailed(err)
+			return
+		}
+		if !s.handle(&pk) {
+			return
+		}
+	}
+}
+
+// readFailed ends the session after a read error.
+func (s *mqttSession) readFailed(err error) {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		s.end(rcKeepAliveTimeout, "keep alive timeout")
+	case errors.Is(err, mqtt.ErrTooLarge):
+		s.end(rcTooLarge, "packet too large")
+	case errors.Is(err, mqtt.ErrMalformed):
+		s.end(rcMalformed, "malformed packet")
+	default:
+		// The client went away (EOF), or the session closed the
+		// connection: no DISCONNECT to send, and none counted unless the
+		// gateway chose a reason before.
+		s.disc.CompareAndSwap(0, discNone)
+		s.closeNow()
+		s.cn.sess.Close(closeStatusMQTT, "connection closed")
+	}
+}
+
+// handle handles one packet, reporting whether to read on.
+func (s *mqttSession) handle(pk *packets.Packet) bool {
+	switch pk.FixedHeader.Type {
+	case packets.Publish:
+		return s.publish(pk)
+	case packets.Puback, packets.Pubcomp:
+		s.acked(pk.PacketID)
+	case packets.Pubrec:
+		s.received(pk)
+	case packets.Pubrel:
+		s.released(pk.PacketID)
+	case packets.Subscribe:
+		return s.subscribe(pk)
+	case packets.Unsubscribe:
+		return s.unsubscribe(pk)
+	case packets.Pingreq:
+		s.cn.sess.Send(session.Item{Frame: pingresp})
+	case packets.Disconnect:
+		// A normal end: no DISCONNECT goes back.
+		s.disc.Store(uint32(rcSuccess) | discNone)
+		s.cn.sess.Close(closeStatusMQTT, "client disconnected")
+		return false
+	case packets.Connect:
+		s.end(rcProtocolError, "second CONNECT") // [MQTT-3.1.0-2]
+		return false
+	default:
+		// AUTH, and packets only a server sends.
+		s.end(rcProtocolError, fmt.Sprintf("unexpected %s", packets.PacketNames[pk.FixedHeader.Type]))
+		return false
+	}
+	return true
+}
+
+// mqttReadBuffer is the size of a connection's read buffer: small, since
+// an idle session keeps it and ReadPacket reads a packet's body straight
+// into a buffer of its own.
+const mqttReadBuffer = 512
+
+// pingresp is the PINGRESP packet.
+var pingresp = []byte{packets.Pingresp << 4, 0}
+
+// discNone marks disc as "send no DISCONNECT" (a client's DISCONNECT).
+const discNone = 1 << 8

@@ -1,0 +1,176 @@
+package router
+
+// Shared subscriptions (docs/mqtt.md): "$share/<name>/<filter>" joins the
+// consumer group the share name maps to (mqtt.ParseFilter), the group
+// native WebSocket and HTTP pull members use, as a member of its own.
+// The group delivers to it through the session core like to any member
+// (subscription.Deliver, held to the group's window); each delivery is
+// encoded per delivery (mqttSession.groupFrame) with a packet identifier
+// taken when it is delivered and remembered with the record's position:
+// the client's PUBACK (PUBCOMP for QoS 2) acks the record in the group; a
+// redelivery carries DUP; a session that ends hands what it has not
+// acknowledged back to the group (dropSub leaves), and max attempts and
+// dead letters apply as for any member. A QoS 0 shared subscription has no
+// acknowledgement: its deliveries are acked once queued, by the session's
+// acker goroutine, so at most once.
+//
+// A shared filter maps to one pattern: a filter ending in "/#" uses its
+// descendant pattern only (a group has one pattern), so "$share/g/a/#"
+// does not match "a" itself.
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/mqtt"
+	"github.com/switchyard/switchyard/session"
+)
+
+// groupAck is a shared-subscription delivery awaiting the client's
+// acknowledgement.
+type groupAck struct {
+	sub *subscription
+	pos engine.Position
+}
+
+// subscribeShared registers and joins a shared filter; it returns the
+// SUBACK reason code and the subscription to release once the SUBACK is
+// queued.
+func (s *mqttSession) subscribeShared(f *packets.Subscription, pf mqtt.Filter, qos byte) (byte, *subscription) {
+	cn := s.cn
+	p := pf.Patterns[len(pf.Patterns)-1]
+	if pe := validPattern(&s.rt.opts.Bounds, p); pe != nil {
+		return rcBadFilter, nil
+	}
+	if pe := validGroup(pf.Group); pe != nil {
+		return rcBadFilter, nil
+	}
+	if _, pe := cn.authorizeSubscribe(p, pf.Group); pe != nil {
+		return rcNotAuthorized, nil
+	}
+	if old := s.filters[f.Filter]; old != nil {
+		delete(s.filters, f.Filter)
+		s.release(old)
+	}
+	sub, pe := cn.register(&subscribeSpec{pattern: p, group: pf.Group, policy: session.DropOld,
+		maxInFlight: min(s.window, engine.MaxGroupInFlight)})
+	if pe != nil {
+		if pe.Code == codeTooManySubs {
+			return rcQuotaExceeded, nil
+		}
+		return rcUnspecified, nil
+	}
+	sub.mqttQoS.Store(uint32(qos))
+	if qos == 0 {
+		s.startAcker()
+	}
+	if pe := cn.joinGroup(sub, fromSpec{}); pe != nil {
+		cn.forget(sub)
+		if pe.Code == codeTooManySubs {
+			return rcQuotaExceeded, nil
+		}
+		return rcUnspecified, nil
+	}
+	s.rt.m.subscriptions.WithLabelValues("group").Inc()
+	key := pf.Group + "\x00" + p
+	s.patterns[key] = &mqttPattern{sub: sub}
+	s.patterns[key].users[qos]++
+	s.filters[f.Filter] = &mqttFilter{qos: qos, patterns: []string{key}}
+	return qos, sub
+}
+
+// groupFrame encodes a group delivery to an MQTT member: its PUBLISH with
+// a packet identifier of its own (QoS 1 and 2) remembered with the
+// record's position, DUP on a redelivery. A record MQTT cannot name is
+// acked at once and delivered as nothing.
+func (s *mqttSession) groupFrame(sub *subscription, d engine.Delivery) []byte {
+	rec := d.Record
+	pos := engine.Position{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
+	topic, err := mqtt.TopicFromNative(rec.Topic)
+	qos := byte(sub.mqttQoS.Load())
+	var b []byte
+	if err == nil {
+		pk := packets.Packet{TopicName: topic, Payload: rec.Data, FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos}}
+		b, err = mqtt.EncodePublishFrame(pk, s.version)
+	}
+	if err != nil {
+		s.rt.mq.m.skipped.WithLabelValues("no_mqtt_name").Inc()
+		s.autoAck(groupAck{sub, pos})
+		return []byte{}
+	}
+	if qos == 0 {
+		s.autoAck(groupAck{sub, pos})
+		return b
+	}
+	s.imu.Lock()
+	for {
+		s.nextID++
+		if _, used := s.inflight[s.nextID]; s.nextID != 0 && !used {
+			break
+		}
+	}
+	id := s.nextID
+	s.inflight[id] = struct{}{}
+	s.groupAcks[id] = groupAck{sub, pos}
+	s.imu.Unlock()
+	_, idAt, _ := mqtt.Span(b)
+	mqtt.PatchPublish(b, idAt, d.Attempt > 1, id)
+	return b
+}
+
+// ackGroup acks in its group the delivery a PUBACK or PUBCOMP settled,
+// if it was one; on the reader goroutine.
+func (s *mqttSession) ackGroup(ga groupAck) {
+	member := ga.sub.member
+	if member == "" {
+		return
+	}
+	err := s.rt.eng.Ack(s.cn.ctx, ga.sub.group, member, ga.pos)
+	if err != nil && !errors.Is(err, engine.ErrNotInFlight) && !errors.Is(err, context.Canceled) {
+		s.rt.log.Debug("mqtt group ack failed", "group", ga.sub.group, "err", err)
+	}
+}
+
+// autoAck hands a QoS 0 (or unnameable) group delivery to the acker; past
+// its bound the record is left to the group's ack timeout.
+func (s *mqttSession) autoAck(ga groupAck) {
+	select {
+	case s.acks <- ga:
+	default:
+		s.rt.mq.m.skipped.WithLabelValues("ack_backlog").Inc()
+	}
+}
+
+// startAcker starts the session's acker goroutine, once: it acks what
+// autoAck hands it until the session's context ends (teardown waits for
+// it in cn.wg).
+func (s *mqttSession) startAcker() {
+	if s.acks != nil {
+		return
+	}
+	s.acks = make(chan groupAck, mqttAckBacklog)
+	cn := s.cn
+	cn.wg.Add(1)
+	go func() {
+		defer cn.wg.Done()
+		for {
+			select {
+			case ga := <-s.acks:
+				ctx, cancel := context.WithTimeout(cn.ctx, 5*time.Second)
+				if err := s.rt.eng.Ack(ctx, ga.sub.group, ga.sub.member, ga.pos); err != nil && !errors.Is(err, engine.ErrNotInFlight) {
+					s.rt.log.Debug("mqtt group ack failed", "group", ga.sub.group, "err", err)
+				}
+				cancel()
+			case <-cn.ctx.Done():
+				return
+			}
+		}
+	}()
+}
+
+// mqttAckBacklog bounds the QoS 0 group deliveries awaiting their ack.
+const mqttAckBacklog = 1024

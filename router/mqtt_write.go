@@ -1,0 +1,319 @@
+package router
+
+// The writing side of an MQTT session: the session.Transport its queue
+// writes to, the in-flight window of QoS 1 and 2 deliveries, and the PUBLISH
+// packets fan-out shares between sessions.
+//
+// Fan-out (Router.fanOut) encodes a record's PUBLISH once per protocol
+// level and QoS layout (mqttFrames), whatever the number of MQTT sessions
+// and patterns it reaches, and queues those bytes like a native message
+// frame: the same bounded queue, drop policy and counts. The queue joins a
+// batch's frames with '\n'; the transport's write walks the batch by the
+// packets' own lengths (mqtt.Span), drops the separators, and copies each
+// packet into the session's write buffer, where a QoS 1 or 2 PUBLISH gets
+// the session's packet identifier (mqtt.PatchPublish). A packet identifier is
+// taken only within the window (MQTTOptions.MaxInFlight, or the client's
+// smaller Receive Maximum): with the window full the writer sends what it
+// has and holds the QoS 1 and 2 deliveries that do not fit, in order, until
+// PUBACKs (PUBCOMPs for QoS 2) make room, while every other packet (PINGRESP, PUBACK, SUBACK,
+// QoS 0 deliveries) still goes out; the held deliveries are bounded by the
+// queue's bound and past it the oldest is dropped, counted as a queue drop.
+//
+// A frame of the native protocol (a JSON object, such as topic_deleted or
+// refresh_required, which the session core sends to every session) has no
+// MQTT form and is skipped, counted.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/wire"
+	"github.com/switchyard/switchyard/mqtt"
+	"github.com/switchyard/switchyard/session"
+)
+
+// closeStatusMQTT is the close status of an MQTT session's ends that are
+// MQTT's own (the reason code goes in disc).
+const closeStatusMQTT = websocket.StatusNormalClosure
+
+// maxKeptWriteBuf bounds the write buffer a session keeps between batches.
+const maxKeptWriteBuf = 64 << 10
+
+// write implements session.Transport.Write: one batch of the queue, after
+// the held QoS 1 and 2 deliveries the window now lets go.
+func (s *mqttSession) write(_ context.Context, p []byte) error {
+	out := s.releaseHeld(s.wbuf[:0])
+	for i := 0; i < len(p); {
+		switch p[i] {
+		case '\n':
+			i++
+			continue
+		case '{':
+			j := bytes.IndexByte(p[i:], '\n')
+			if j < 0 {
+				j = len(p) - i
+			}
+			i += j
+			s.rt.mq.m.skipped.WithLabelValues("native_frame").Inc()
+			continue
+		}
+		n, idAt, ok := mqtt.Span(p[i:])
+		if !ok {
+			return errors.New("mqtt: a queued frame is not a whole packet")
+		}
+		pkt := p[i : i+n]
+		i += n
+		if s.maxOut > 0 && n > s.maxOut {
+			s.rt.mq.m.skipped.WithLabelValues("too_large").Inc() // [MQTT-3.1.2-25]
+			continue
+		}
+		if idAt == 0 || pkt[idAt] != 0 || pkt[idAt+1] != 0 {
+			// QoS 0, or a group delivery with its identifier (mqtt_group.go).
+			out = append(out, pkt...)
+			continue
+		}
+		if len(s.held) == 0 {
+			if id, ok := s.takeID(); ok {
+				at := len(out)
+				out = append(out, pkt...)
+				mqtt.PatchPublish(out[at:], idAt, false, id)
+				continue
+			}
+		}
+		s.hold(pkt, idAt)
+	}
+	err := s.flush(out)
+	if cap(out) <= maxKeptWriteBuf {
+		s.wbuf = out[:0]
+	} else {
+		s.wbuf = nil
+	}
+	return err
+}
+
+// heldPacket is a QoS 1 or 2 delivery waiting for room in the window: a copy of
+// its packet and the offset of its identifier.
+type heldPacket struct {
+	b    []byte
+	idAt int
+}
+
+// hold keeps a QoS 1 or 2 delivery until the window has room, in order. The
+// held deliveries are bounded by the session's queue bound: past it the
+// oldest is dropped, counted as the queue's drops are.
+func (s *mqttSession) hold(pkt []byte, idAt int) {
+	if len(s.held) >= s.rt.opts.Session.QueueMessages {
+		s.held[0] = heldPacket{}
+		s.held = s.held[1:]
+		s.rt.bm.drops[session.DropOld].Inc()
+		s.rt.mq.m.skipped.WithLabelValues("window_full").Inc()
+	}
+	s.held = append(s.held, heldPacket{b: bytes.Clone(pkt), idAt: idAt})
+	s.heldN.Store(int32(len(s.held)))
+}
+
+// releaseHeld appends to out the held deliveries the window has room for.
+func (s *mqttSession) releaseHeld(out []byte) []byte {
+	n := 0
+	for n < len(s.held) {
+		id, ok := s.takeID()
+		if !ok {
+			break
+		}
+		h := s.held[n]
+		at := len(out)
+		out = append(out, h.b...)
+		mqtt.PatchPublish(out[at:], h.idAt, false, id)
+		s.held[n] = heldPacket{}
+		n++
+	}
+	if n > 0 {
+		s.held = s.held[n:]
+		if len(s.held) == 0 {
+			s.held = nil
+		}
+		s.heldN.Store(int32(len(s.held)))
+	}
+	return out
+}
+
+// flush writes b to the connection within the write timeout.
+func (s *mqttSession) flush(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	_ = s.nc.SetWriteDeadline(time.Now().Add(s.rt.mq.writeTimeout))
+	_, err := s.nc.Write(b)
+	return err
+}
+
+// takeID takes a free packet identifier if the window has room.
+func (s *mqttSession) takeID() (uint16, bool) {
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	if len(s.inflight) >= s.window {
+		s.rt.mq.m.windowWaits.Inc()
+		return 0, false
+	}
+	for {
+		s.nextID++
+		if _, used := s.inflight[s.nextID]; s.nextID != 0 && !used {
+			break
+		}
+	}
+	s.inflight[s.nextID] = struct{}{}
+	return s.nextID, true
+}
+
+// acked settles a PUBACK: its packet identifier is free again, and the
+// writer is woken (by an empty control item) when deliveries wait for it.
+func (s *mqttSession) acked(id uint16) {
+	s.imu.Lock()
+	_, ok := s.inflight[id]
+	delete(s.inflight, id)
+	ga, group := s.groupAcks[id]
+	delete(s.groupAcks, id)
+	s.imu.Unlock()
+	if group {
+		s.ackGroup(ga)
+	}
+	if ok && s.heldN.Load() > 0 {
+		s.cn.sess.Send(session.Item{})
+	}
+}
+
+// received answers a PUBREC of a QoS 2 delivery with PUBREL; the
+// identifier stays in flight until PUBCOMP. An MQTT 5 PUBREC with a
+// failure reason ends the delivery there.
+func (s *mqttSession) received(pk *packets.Packet) {
+	s.imu.Lock()
+	_, ok := s.inflight[pk.PacketID]
+	s.imu.Unlock()
+	if pk.ReasonCode >= 0x80 {
+		s.acked(pk.PacketID)
+		return
+	}
+	rc := rcSuccess
+	if !ok && s.version == mqtt.Version5 {
+		rc = rcPacketIDNotFound
+	}
+	s.cn.sess.Send(session.Item{Frame: s.ackPacket(packets.Pubrel, pk.PacketID, rc)})
+}
+
+// inFlight returns the QoS 1 deliveries not acknowledged yet.
+func (s *mqttSession) inFlight() int {
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	return len(s.inflight)
+}
+
+// close implements session.Transport.Close: an MQTT 5 client is told why
+// with a DISCONNECT (a 3.1.1 client's connection just closes).
+func (s *mqttSession) close(code websocket.StatusCode, reason string) error {
+	d := s.disc.Load()
+	if d&discNone == 0 {
+		rc := byte(d)
+		if rc == 0 {
+			rc = closeReason(code, reason)
+		}
+		s.rt.mq.m.disconnects.WithLabelValues(reasonName(rc)).Inc()
+		if s.version == mqtt.Version5 {
+			pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}, ProtocolVersion: mqtt.Version5, ReasonCode: rc}
+			var b bytes.Buffer
+			_ = pk.DisconnectEncode(&b)
+			_ = s.nc.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = s.nc.Write(b.Bytes())
+		}
+	}
+	return s.closeNow()
+}
+
+// closeReason is the reason code of a close the session core made.
+func closeReason(code websocket.StatusCode, reason string) byte {
+	switch code {
+	case websocket.StatusGoingAway:
+		return rcShuttingDown
+	case websocket.StatusTryAgainLater: // a slow consumer
+		return rcQuotaExceeded
+	case websocket.StatusPolicyViolation:
+		if reason == "token expired" {
+			return rcNotAuthorized
+		}
+		return rcQuotaExceeded
+	case 4001:
+		return rcAdministrative
+	}
+	return rcUnspecified
+}
+
+// closeNow implements session.Transport.CloseNow.
+func (s *mqttSession) closeNow() error {
+	var err error
+	s.closeOnce.Do(func() {
+		close(s.closed)
+		err = s.nc.Close()
+	})
+	return err
+}
+
+// encodeGap implements session.Options.EncodeGap: MQTT has no gap packet;
+// what the queue dropped is counted by onDrop.
+func (s *mqttSession) encodeGap(dst []byte, _ session.Stream, _, _ int64) []byte {
+	s.rt.m.gaps.WithLabelValues("queue_full").Inc()
+	return dst
+}
+
+// mqttFrames are one record's PUBLISH packets for MQTT sessions, made on
+// first use during its fan-out: per protocol level (3.1.1, 5) and QoS.
+type mqttFrames struct {
+	topic  string // the MQTT name; "" before the first use
+	noName bool   // the native topic has no MQTT name
+	frames [2][3][]byte
+}
+
+// frame returns the packet for a subscription of an MQTT session, nil
+// when the record has no MQTT form (counted).
+func (f *mqttFrames) frame(rec *engine.Record, s *subscription) []byte {
+	if f.noName {
+		return nil
+	}
+	if f.topic == "" {
+		t, err := mqtt.TopicFromNative(rec.Topic)
+		if err != nil {
+			f.noName = true
+			s.c.rt.mq.m.skipped.WithLabelValues("no_mqtt_name").Inc()
+			return nil
+		}
+		f.topic = t
+	}
+	v, q := 0, int(s.mqttQoS.Load())
+	if s.c.mqtt.version == mqtt.Version5 {
+		v = 1
+	}
+	if b := f.frames[v][q]; b != nil {
+		return b
+	}
+	pk := packets.Packet{TopicName: f.topic, Payload: rec.Data, FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: byte(q)}}
+	if v == 1 {
+		for k, val := range wire.UserHeaders(rec.Headers) {
+			pk.Properties.User = append(pk.Properties.User, packets.UserProperty{Key: k, Val: val})
+		}
+		if rec.Key != "" {
+			pk.Properties.User = append(pk.Properties.User, packets.UserProperty{Key: mqttKeyProperty, Val: rec.Key})
+		}
+	}
+	b, err := mqtt.EncodePublishFrame(pk, s.c.mqtt.version)
+	if err != nil {
+		s.c.rt.mq.m.skipped.WithLabelValues("too_large").Inc()
+		f.noName = true
+		return nil
+	}
+	f.frames[v][q] = b
+	return b
+}
