@@ -157,6 +157,7 @@ function pager(path, key, limit, render, ids) {
       $(ids.next).disabled = !p.next;
       setText(ids.page, p.i || p.next ? `page ${p.i + 1}` : "");
     } catch (err) {
+      if (err.code === "stale") return; // signed out meanwhile: nothing to show
       if (err.status === 403) p.forbidden = true;
       setText(ids.page, "could not load: " + apiError(err));
     } finally {

@@ -65,11 +65,22 @@ export function authHeaders() {
 
 /** Calls the gateway's HTTP API; rejects with an Error carrying .code and .status. */
 export async function api(path, { method = "GET", body } = {}) {
+  // A call made under one credential answers only that credential: one
+  // still in flight at a sign-out (or a sign-in as someone else) rejects
+  // with code "stale" instead of handing what the old credential could
+  // read to a page that has forgotten it.
+  const cred = memoryCred;
   const headers = { Accept: "application/json", ...authHeaders() };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   let data = null;
   const text = await res.text();
+  if (memoryCred !== cred) {
+    const err = new Error("the credential changed during the call");
+    err.code = "stale";
+    err.status = 0;
+    throw err;
+  }
   if (text) {
     try {
       data = JSON.parse(text);
@@ -88,6 +99,7 @@ export async function api(path, { method = "GET", body } = {}) {
 }
 
 export function apiError(err) {
+  if (err.code === "stale") return "";
   if (err.status === 401) return `${err.message} (${err.code}): sign in.`;
   if (err.status === 403) return `${err.message} (${err.code}): sign in with the admin key to see this.`;
   return `${err.message}${err.code ? ` (${err.code})` : ""}`;
