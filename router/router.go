@@ -387,6 +387,8 @@ type Router struct {
 	sse          *sseResume
 	gm           *groupMetrics
 	seeks        seekLocks
+	deltas       *deltaBases // delta subscriptions' bases (delta.go)
+	dm           deltaMetrics
 }
 
 // New creates a Router on opts.Engine and starts its background goroutines
@@ -519,8 +521,10 @@ func (rt *Router) fanOut(rec *engine.Record, d *session.Deferral) {
 	var body []byte
 	lean := 0 // body[:lean] is the lean envelope's part
 	queued := 0
+	var dc deltaCtx // delta subscriptions' frames (delta.go)
 	rt.subs.Match(rec.Topic, func(pattern string, subs []*subscription) {
 		var full, short []byte // the frames of the full and lean envelopes
+		dc.pattern()
 		for _, s := range subs {
 			if !s.accepts(rec) {
 				continue
@@ -545,11 +549,18 @@ func (rt *Router) fanOut(rec *engine.Record, d *session.Deferral) {
 				}
 				frame = full
 			}
+			if s.delta != nil {
+				if rt.liveDelta(&dc, s, pattern, rec, frame, d) {
+					queued++
+				}
+				continue
+			}
 			if s.live(rec, frame, d) {
 				queued++
 			}
 		}
 	})
+	dc.done(rt, rec)
 	rt.countPlainDeliveries(queued)
 }
 
@@ -566,6 +577,7 @@ func (rt *Router) countPlainDeliveries(n int) {
 // arrive from offset 0.
 func (rt *Router) TopicDeleted(topic string) {
 	rt.limits.forgetTopic(topic)
+	rt.deltas.forgetTopic(topic)
 	rt.subs.Match(topic, func(pattern string, subs []*subscription) {
 		for _, s := range subs {
 			if s.local == nil {
