@@ -248,3 +248,24 @@ func TestDeltaRequestErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestDeltaSSE: delta=fossil on a Server-Sent Events stream; a bad value
+// is refused before the stream starts.
+func TestDeltaSSE(t *testing.T) {
+	g := newGateway(t)
+	if s, status := openSSE(t, g.srv.URL, "/v1/sse?pattern=dash.s&delta=xdelta", nil); s != nil || status != 400 {
+		t.Fatalf("delta=xdelta: status %d, want 400", status)
+	}
+	s, _ := openSSE(t, g.srv.URL, "/v1/sse?pattern=dash.s&delta=fossil", nil)
+	s.nextEvent(t, "welcome")
+	s.nextEvent(t, "subscribed")
+	pub := g.dial(t)
+	var r deltaReader
+	for v := range 4 {
+		pub.publish(t, "dash.s", dashboardState(v))
+		sameJSON(t, r.take(t, s.nextEvent(t, "message").frame), dashboardState(v))
+	}
+	if r.deltas != 3 {
+		t.Fatalf("%d deltas, want 3", r.deltas)
+	}
+}
