@@ -77,6 +77,17 @@ func (ds *deltaSub) lastOffset(k partKey) (int64, bool) {
 	return off, ok
 }
 
+// forgetTopic forgets the partitions of a deleted topic.
+func (ds *deltaSub) forgetTopic(topic string) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	for k := range ds.last {
+		if k.topic == topic {
+			delete(ds.last, k)
+		}
+	}
+}
+
 // queued records the outcome of offering rec: base says the client will
 // hold its payload as a base (queued, JSON). It reports false when the
 // partition is past the bound.

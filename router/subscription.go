@@ -257,6 +257,9 @@ func (s *subscription) topicDeleted(topic string) {
 		s.deletedWhileCatchingUp(topic)
 	}
 	s.dropFloors(topic)
+	if s.delta != nil {
+		s.delta.forgetTopic(topic) // a topic made again starts full
+	}
 	s.c.sess.Send(session.Item{Frame: encodeReply("topic_deleted", nil, map[string]any{
 		"pattern": s.pattern,
 		"topic":   topic,

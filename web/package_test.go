@@ -202,7 +202,7 @@ func TestPackageInViteApp(t *testing.T) {
 		files = append(files, f.Path)
 	}
 	slices.Sort(files)
-	want := []string{"LICENSE", "README.md", "package.json", "static/switchyard.js", "switchyard.d.ts"}
+	want := []string{"LICENSE", "README.md", "package.json", "static/fossil.js", "static/switchyard.js", "switchyard.d.ts"}
 	if !slices.Equal(files, want) {
 		t.Errorf("tarball holds %v, want %v", files, want)
 	}

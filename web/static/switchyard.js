@@ -44,6 +44,8 @@
 // callback. Handlers run synchronously from the socket's message event, in
 // the order the server sent the frames.
 
+import { keepText, takeMessage, forgetPart } from "./fossil.js";
+
 /** Default options; every option of {@link connect} falls back to these. */
 export const DEFAULTS = Object.freeze({
   /** First reconnect delay, before jitter. */
@@ -113,7 +115,7 @@ export function splitFrame(text) {
     const s = line.trim();
     if (s === "") continue;
     try {
-      out.push(JSON.parse(s));
+      out.push(keepText(JSON.parse(s), s));
     } catch (err) {
       out.push(new SwitchyardError("bad_frame", "server sent invalid JSON: " + err.message, { line: s }));
     }
@@ -566,6 +568,7 @@ export class Subscription {
     if (o.on_full !== undefined) f.on_full = o.on_full;
     if (o.filter !== undefined) f.filter = o.filter;
     if (o.presence) f.presence = true;
+    if (o.delta !== undefined && !this.group) (f.delta = o.delta), (this._fossil = new Map()); // fossil.js
     if (!this.group && this._last.size > 0) {
       f.from = { epoch: this._epoch, positions: this.positions() };
     } else if (!this.group && this._stale) {
@@ -1105,6 +1108,13 @@ export class Client {
   _onMessage(m) {
     const sub = this._subs.get(subKey(m.pattern, m.group));
     if (!sub || sub.state === "closed") return; // unsubscribed meanwhile
+    if (sub._fossil) {
+      try {
+        m = takeMessage(sub._fossil, m);
+      } catch (err) {
+        return this._deltaFailed(sub, m, err);
+      }
+    }
     if (sub.group) {
       const k = tpKey(m.topic, m.partition) + "\u0000" + m.offset;
       const seen = sub._recent.get(k);
@@ -1157,9 +1167,23 @@ export class Client {
     if (sub.group && sub._opts.autoAck) this.nack(m, err).catch((e) => this._emit("error", e));
   }
 
+  /** A delta that does not apply: reported, then a reconnect resumes with full messages. @private */
+  _deltaFailed(sub, m, err) {
+    this._emit("error", new SwitchyardError("bad_delta", err.message, { subscription: sub, frame: m }));
+    const ws = this._ws;
+    if (!ws) return;
+    try {
+      ws.close(4000, "bad delta");
+    } catch {
+      /* already closing */
+    }
+    this._onSocketGone(ws, { code: 4000, reason: "bad delta" });
+  }
+
   /** @private */
   _onGap(g) {
     const sub = this._subs.get(subKey(g.pattern, g.group));
+    if (sub && sub._fossil) forgetPart(sub._fossil, g);
     this.stats.gaps++;
     this._emit("gap", g, sub);
   }
