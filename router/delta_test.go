@@ -269,3 +269,58 @@ func TestDeltaSSE(t *testing.T) {
 		t.Fatalf("%d deltas, want 3", r.deltas)
 	}
 }
+
+// TestDeltaLeanEnvelope: a lean session gets its deltas in the lean
+// envelope, beside a full-envelope session of the same pattern, and the
+// headers and key of each record as in a full message.
+func TestDeltaLeanEnvelope(t *testing.T) {
+	g := newGateway(t)
+	lean, full := g.dialLean(t), g.dial(t)
+	lean.subscribe(t, "dash.l", "delta", "fossil")
+	full.subscribe(t, "dash.l", "delta", "fossil")
+	pub := g.dial(t)
+	var rl, rf deltaReader
+	for v := range 3 {
+		pub.publish(t, "dash.l", dashboardState(v), "key", "k", "headers", map[string]any{"region": "eu"})
+		ml, mf := lean.nextOp(t, "message"), full.nextOp(t, "message")
+		sameJSON(t, rl.take(t, ml), dashboardState(v))
+		sameJSON(t, rf.take(t, mf), dashboardState(v))
+		if _, ok := ml["time"]; ok || ml["pattern"] != nil {
+			t.Fatalf("lean message %v has time or pattern", ml)
+		}
+		if _, ok := mf["time"]; !ok || mf["pattern"] != "dash.l" {
+			t.Fatalf("full message %v lacks time or pattern", mf)
+		}
+		for _, m := range []map[string]any{ml, mf} {
+			if h, _ := m["headers"].(map[string]any); m["key"] != "k" || h["region"] != "eu" {
+				t.Fatalf("message %v lost its key or headers", m)
+			}
+		}
+	}
+	if rl.deltas != 2 || rf.deltas != 2 {
+		t.Fatalf("deltas %d and %d, want 2 each", rl.deltas, rf.deltas)
+	}
+}
+
+// TestDeltaBinaryIsFull: a payload that is not JSON is sent full and is no
+// base: the JSON record after it is full too, and deltas resume after that.
+func TestDeltaBinaryIsFull(t *testing.T) {
+	g := newGateway(t)
+	c := g.dial(t)
+	c.subscribe(t, "dash.b", "delta", "fossil")
+	pub := g.dial(t)
+	pub.publish(t, "dash.b", dashboardState(0))
+	pub.publish(t, "dash.b", base64.StdEncoding.EncodeToString([]byte{0xff, 0, 1}), "encoding", "base64")
+	pub.publish(t, "dash.b", dashboardState(2))
+	pub.publish(t, "dash.b", dashboardState(3))
+	want := []any{nil, nil, nil, true}
+	for i, w := range want {
+		m := c.nextOp(t, "message")
+		if m["delta"] != w {
+			t.Fatalf("message %d: delta %v, want %v: %v", i, m["delta"], w, m)
+		}
+		if i == 1 && m["encoding"] != "base64" {
+			t.Fatalf("binary message %v", m)
+		}
+	}
+}
