@@ -26,9 +26,16 @@ package router
 // switchyard_delta_untracked_total, switchyard_delta_bases,
 // switchyard_delta_base_bytes, switchyard_delta_bases_refused_total.
 //
-// Lock order: deltaSub.mu is taken alone, never while calling the session
-// (a Send may drop, and OnDrop only bumps deltaSub.gen); deltaBases.mu is
-// taken alone.
+// Lock order (router.go): deltaSub.mu and deltaBases.mu are leaves.
+// deltaSub.mu is never held while calling the session (a Send may drop,
+// and OnDrop only bumps deltaSub.gen).
+//
+// A narrow window is left: when, between a subscription's choice of a
+// delta and its push, another push to the session drops the delta's base
+// and the writer sends that gap at once (the stream had nothing else
+// queued), the delta follows the gap without its base. The clients then
+// report the delta and resume from their positions, which starts the
+// partition again with a full message.
 
 import (
 	"sync"

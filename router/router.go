@@ -125,8 +125,10 @@
 // (router/internal/limit), the hook client's ipMu and its cache's mu
 // (router/internal/hooks), seekLocks.mu (groupseek.go; a seek waits
 // holding no lock), groupLedger.mu (groupcount.go; settled after conn.mu
-// is let go) and the JWKS source's fetchMu (router/internal/auth; held
-// across a key fetch, nothing else taken under it).
+// is let go), the JWKS source's fetchMu (router/internal/auth; held
+// across a key fetch, nothing else taken under it), and deltaSub.mu and
+// deltaBases.mu (delta.go; deltaSub.mu is let go before a Send, and taken
+// under subscription.mu when a topic is deleted).
 package router
 
 import (
