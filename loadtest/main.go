@@ -79,7 +79,7 @@ import (
 
 // config holds the flags of a run.
 type config struct {
-	rounds int // dashboard: rounds of each kind (dashboard.go)
+	rounds      int // dashboard: rounds of each kind (dashboard.go)
 	scenario    string
 	target      string // targetSwitchyard or targetNATS
 	lean        bool   // subscribers connect with ?envelope=lean
