@@ -372,6 +372,7 @@ func (c *Client) resume(conn *websocket.Conn, w Welcome) {
 			continue
 		}
 		id := c.nextID.Add(1)
+		s.forgetBases() // the gateway starts again with full messages
 		req := s.request(id, true, w.Epoch)
 		c.pending[id] = &call{conn: conn, fn: func(f *inFrame, err error) { c.resubscribed(s, f, err) }}
 		list = append(list, resub{s, req})
@@ -538,6 +539,14 @@ func (c *Client) onMessage(f *inFrame) {
 	if s == nil {
 		return // unsubscribed meanwhile
 	}
+	if s.opts.Delta && s.group == "" {
+		// Before anything may drop it: the gateway's next delta is
+		// against this payload.
+		if err := s.applyDelta(f); err != nil {
+			c.deltaFailed(err)
+			return
+		}
+	}
 	m := f.message()
 	m.sub = s
 	room := s.pending.Load() < int64(s.opts.MaxPending)
@@ -582,6 +591,7 @@ func (c *Client) onGap(f *inFrame) {
 	if s == nil {
 		return
 	}
+	s.forgetBase(f.Topic, f.Partition) // the next message is full
 	c.disp.push(event{kind: evGap, sub: s, gap: f.gap()})
 }
 

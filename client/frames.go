@@ -23,6 +23,7 @@ type inFrame struct {
 	Headers   map[string]string `json:"headers"`
 	Data      json.RawMessage   `json:"data"`
 	Encoding  string            `json:"encoding"`
+	Delta     bool              `json:"delta"` // data is a delta (delta.go)
 	Time      time.Time         `json:"time"`
 	Attempt   int               `json:"attempt"`
 	Duplicate bool              `json:"duplicate"`
@@ -94,6 +95,7 @@ type subscribeReq struct {
 	OnFull   OnFull      `json:"on_full,omitempty"`
 	Filter   *filterSpec `json:"filter,omitempty"`
 	Presence bool        `json:"presence,omitempty"`
+	Delta    string      `json:"delta,omitempty"`
 }
 
 type filterSpec struct {

@@ -201,6 +201,16 @@ type SubscribeOptions struct {
 	// sessions' joins and leaves on it go to Options.OnPresence.
 	// Default: false.
 	Presence bool
+	// Delta asks the gateway for delta-compressed messages ("delta":
+	// "fossil"; plain subscriptions only): after a full message of a
+	// (topic, partition), messages carry the Fossil delta against the
+	// previous one, which the client applies before delivery, so Data is
+	// always the whole payload. The client keeps the last payload of
+	// every partition of the subscription. A delta it cannot apply is
+	// reported to OnError (wrapping ErrProtocol) and the client
+	// reconnects, resuming from its positions with full messages.
+	// Default: false.
+	Delta bool
 	// Buffer is the capacity of C for SubscribeChan. Default: 256.
 	Buffer int
 	// MaxPending bounds the deliveries received but not yet handled for

@@ -52,6 +52,8 @@ type Subscription struct {
 	recent         map[recentKey]bool // group: recently acked positions
 	recentRing     []recentKey        // insertion order of recent, bounded by DedupeSize
 	recentNext     int
+	// bases: a delta subscription's last payload per partition (delta.go).
+	bases map[partKey][]byte
 }
 
 type partKey struct {
@@ -188,6 +190,9 @@ func (s *Subscription) isEnded() bool {
 // positions.
 func (s *Subscription) request(id uint64, resume bool, epoch string) subscribeReq {
 	req := subscribeReq{Op: wire.OpSubscribe, ID: id, Pattern: s.pattern, Group: s.group, OnFull: s.opts.OnFull, Presence: s.opts.Presence}
+	if s.opts.Delta && s.group == "" {
+		req.Delta = wire.DeltaFossil
+	}
 	if len(s.opts.Filter) > 0 {
 		req.Filter = &filterSpec{Headers: s.opts.Filter}
 	}
@@ -283,6 +288,11 @@ func (s *Subscription) advance(topic string, partition int, offset int64) bool {
 func (s *Subscription) forgetTopic(topic string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for k := range s.bases {
+		if k.topic == topic {
+			delete(s.bases, k)
+		}
+	}
 	for k := range s.positions {
 		if k.topic == topic {
 			delete(s.positions, k)

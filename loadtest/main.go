@@ -79,6 +79,7 @@ import (
 
 // config holds the flags of a run.
 type config struct {
+	rounds      int // dashboard: rounds of each kind (dashboard.go)
 	scenario    string
 	target      string // targetSwitchyard or targetNATS
 	lean        bool   // subscribers connect with ?envelope=lean
@@ -132,7 +133,7 @@ type config struct {
 	hostileLimits   bool
 }
 
-var scenarios = []string{"fanout", "wildcard", "groups", "slow", "connect", "idle", "smoke", "soak"}
+var scenarios = []string{"fanout", "wildcard", "groups", "slow", "connect", "idle", "smoke", "soak", "dashboard"}
 
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
@@ -162,6 +163,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
+	if cfg.scenario == "dashboard" {
+		if err := dashboardCommand(ctx, cfg, stdout); err != nil {
+			fmt.Fprintln(stderr, "loadtest:", err)
+			return 1
+		}
+		return 0
+	}
 	rep, err := execute(ctx, cfg, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "loadtest:", err)
@@ -252,6 +260,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&cfg.sampleInterval, "sample-interval", 5*time.Second, "how often the gateway's goroutines and memory are sampled (soak)")
 	fs.IntVar(&cfg.goroutineSlack, "goroutine-slack", 10, "goroutines the gateway may keep above its baseline once the load has stopped (soak)")
 	fs.IntVar(&cfg.maxHeapGrowthMB, "max-heap-growth-mib", 64, "heap growth in MiB allowed from the first sample after warm-up to the last (soak)")
+	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds of plain and of delta subscriptions, alternating (dashboard)")
 	fs.BoolVar(&cfg.hostile, "hostile", false, "run hostile clients beside the load (soak; see hostile.go)")
 	fs.BoolVar(&cfg.hostileLimits, "hostile-require-limits", true, "with --hostile: fail unless every targeted limit was met; a run of a few seconds under the race detector may end before the slowest one is (soak)")
 	fs.IntVar(&cfg.hostileHeapMB, "hostile-heap-mib", 128, "with --hostile: peak live heap in MiB allowed above the baseline during the load (soak)")
@@ -293,6 +302,8 @@ func defaultsFor(s string) scenarioDefaults {
 		d.subscribers = 1000
 	case "idle":
 		d.subscribers, d.rate = 1000, 10
+	case "dashboard":
+		d.duration, d.rate, d.subscribers, d.drain = 5*time.Second, 200, 200, 10*time.Second
 	case "soak":
 		// See soak.go for why these values.
 		d.duration, d.rate, d.subscribers, d.size, d.topics = 60*time.Second, 500, 12, 256, 4

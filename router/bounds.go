@@ -58,6 +58,16 @@ type Bounds struct {
 	DeadLetterRate float64
 	// DeadLetterBurst is the dead-letter bucket's size; default 10.
 	DeadLetterBurst int
+	// MaxDeltaPartitions bounds the partitions one delta subscription
+	// tracks (delta.go); past it a partition's messages are sent full.
+	// Default DefaultMaxDeltaPartitions (1024).
+	MaxDeltaPartitions int
+	// MaxDeltaBases bounds the partitions holding a base record for
+	// delta subscriptions; default DefaultMaxDeltaBases (65536).
+	MaxDeltaBases int
+	// MaxDeltaBaseBytes bounds the payload bytes of those base records;
+	// default DefaultMaxDeltaBaseBytes (64 MiB).
+	MaxDeltaBaseBytes int
 	// MaxInboundPartialBytes bounds, across every WebSocket session of the
 	// gateway together, the read buffers held by inbound messages still
 	// arriving (session.ReadBudget): past it a session needing more waits,
@@ -102,6 +112,9 @@ func (b Bounds) withDefaults() Bounds {
 	def(&b.MaxSessionFilterBytes, DefaultMaxSessionFilterBytes)
 	def(&b.MaxIDBytes, DefaultMaxIDBytes)
 	def(&b.DeadLetterBurst, DefaultDeadLetterBurst)
+	def(&b.MaxDeltaPartitions, DefaultMaxDeltaPartitions)
+	def(&b.MaxDeltaBases, DefaultMaxDeltaBases)
+	def(&b.MaxDeltaBaseBytes, DefaultMaxDeltaBaseBytes)
 	if b.DeadLetterRate == 0 {
 		b.DeadLetterRate = DefaultDeadLetterRate
 	}
@@ -120,7 +133,7 @@ func (b Bounds) validate() error {
 		return fmt.Errorf("router: Bounds.MaxTopicDepth must be 1 to %d", trie.MaxSegments)
 	case b.MaxKeyBytes < 0, b.MaxMsgIDBytes < 0, b.MaxHeaders < 0, b.MaxHeaderBytes < 0,
 		b.MaxFilterHeaders < 0, b.MaxFilterBytes < 0, b.MaxSessionFilterBytes < 0, b.MaxIDBytes < 0,
-		b.DeadLetterBurst < 0:
+		b.DeadLetterBurst < 0, b.MaxDeltaPartitions < 0, b.MaxDeltaBases < 0, b.MaxDeltaBaseBytes < 0:
 		return errors.New("router: Bounds must not be negative (except DeadLetterRate)")
 	case b.MaxIDBytes > 0 && b.MaxIDBytes < 3:
 		return errors.New("router: Bounds.MaxIDBytes must be at least 3")

@@ -273,7 +273,7 @@ func (cn *conn) onDrop(it *session.Item) {
 		policy = session.DropOld
 	}
 	cn.rt.bm.drops[policy].Inc()
-	rec, ok := it.Ref.(*engine.Record)
+	rec, ok := refRecord(it.Ref)
 	if !ok {
 		return
 	}
@@ -281,6 +281,9 @@ func (cn *conn) onDrop(it *session.Item) {
 	now := time.Now()
 	cn.mu.Lock()
 	if s := cn.byID[it.Stream.Sub]; s != nil {
+		if s.delta != nil {
+			s.delta.gen.Add(1) // its partitions start again with full messages
+		}
 		pattern = s.pattern
 		record = s.dl.take(&cn.rt.opts.Bounds, now)
 	}

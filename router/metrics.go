@@ -29,6 +29,7 @@ func (rt *Router) registerMetrics() *hookc.Metrics {
 	rt.initMetrics()
 	rt.bm = newBoundMetrics(rt)
 	rt.gm = newGroupMetrics(rt, reg)
+	rt.initDeltas(reg)
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "switchyard", Name: "bytes_in_total",
 		Help: "WebSocket payload bytes received from clients."}, func() float64 {
 		in, _ := rt.sessionBytes()

@@ -145,8 +145,10 @@
 // (router/internal/limit), the hook client's ipMu and its cache's mu
 // (router/internal/hooks), seekLocks.mu (groupseek.go; a seek waits
 // holding no lock), groupLedger.mu (groupcount.go; settled after conn.mu
-// is let go) and the JWKS source's fetchMu (router/internal/auth; held
-// across a key fetch, nothing else taken under it).
+// is let go), the JWKS source's fetchMu (router/internal/auth; held
+// across a key fetch, nothing else taken under it), and deltaSub.mu and
+// deltaBases.mu (delta.go; deltaSub.mu is let go before a Send, and taken
+// under subscription.mu when a topic is deleted).
 package router
 
 import (
@@ -439,6 +441,8 @@ type Router struct {
 	ready        readiness        // the readiness probe (ready.go)
 	httppub      httpPublishState // HTTP publishes (httppublish.go)
 	mq           *mqttState
+	deltas       *deltaBases // delta subscriptions' bases (delta.go)
+	dm           deltaMetrics
 }
 
 // New creates a Router on opts.Engine and starts its background goroutines
@@ -596,8 +600,10 @@ func (rt *Router) fanOut(rec *engine.Record, d *session.Deferral) {
 	lean := 0 // body[:lean] is the lean envelope's part
 	queued := 0
 	var mq mqttFrames // the record's MQTT packets (mqtt_write.go)
+	var dc deltaCtx   // delta subscriptions' frames (delta.go)
 	rt.subs.Match(rec.Topic, func(pattern string, subs []*subscription) {
 		var full, short []byte // the frames of the full and lean envelopes
+		dc.pattern()
 		for _, s := range subs {
 			if !s.accepts(rec) {
 				continue
@@ -626,11 +632,18 @@ func (rt *Router) fanOut(rec *engine.Record, d *session.Deferral) {
 				}
 				frame = full
 			}
+			if s.delta != nil {
+				if rt.liveDelta(&dc, s, pattern, rec, frame, d) {
+					queued++
+				}
+				continue
+			}
 			if s.live(rec, frame, d) {
 				queued++
 			}
 		}
 	})
+	dc.done(rt, rec)
 	rt.countPlainDeliveries(queued)
 }
 
@@ -647,6 +660,7 @@ func (rt *Router) countPlainDeliveries(n int) {
 // arrive from offset 0.
 func (rt *Router) TopicDeleted(topic string) {
 	rt.limits.forgetTopic(topic)
+	rt.deltas.forgetTopic(topic)
 	rt.subs.Match(topic, func(pattern string, subs []*subscription) {
 		for _, s := range subs {
 			if s.local == nil {

@@ -125,7 +125,7 @@ func (rt *Router) serveSSE(c echo.Context) error {
 		if f, ok := req.resume.from(p); ok {
 			from = f
 		}
-		if pe := cn.sseSubscribe(id, p, from, req.onFull); pe != nil {
+		if pe := cn.sseSubscribe(id, p, from, req.onFull, req.delta); pe != nil {
 			cn.replyError(id, pe)
 		}
 	}
@@ -141,6 +141,7 @@ type sseRequest struct {
 	patterns []string
 	from     fromSpec // the query's from, for every pattern not resumed
 	onFull   *string  // the query's on_full, checked per subscription
+	delta    bool     // the query's delta=fossil (delta.go)
 	epoch    string   // the log's epoch when the stream was asked for
 	resume   *sseResumeAt
 }
@@ -186,14 +187,21 @@ func (rt *Router) parseSSE(c echo.Context) (sseRequest, *protoError) {
 	if v := q.Get("on_full"); v != "" {
 		req.onFull = &v
 	}
+	if q.Has("delta") {
+		v := q.Get("delta")
+		var pe *protoError
+		if req.delta, pe = parseDelta(&v, ""); pe != nil {
+			return req, pe
+		}
+	}
 	return req, nil
 }
 
 // sseSubscribe subscribes a stream to one of its patterns from from, as a
 // subscribe op with the query's on_full would: the same checks after the
 // pattern's (checked with the query), in the same order.
-func (cn *conn) sseSubscribe(id json.RawMessage, pattern string, from fromSpec, onFull *string) *protoError {
-	sp := subscribeSpec{id: id, pattern: pattern, from: from}
+func (cn *conn) sseSubscribe(id json.RawMessage, pattern string, from fromSpec, onFull *string, delta bool) *protoError {
+	sp := subscribeSpec{id: id, pattern: pattern, from: from, delta: delta}
 	var pe *protoError
 	if sp.hookAllowed, pe = cn.authorizeSubscribe(pattern, ""); pe != nil {
 		return pe

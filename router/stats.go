@@ -38,6 +38,10 @@ func (rt *Router) onSent(ref any, at time.Time) {
 		}
 	case *groupRef:
 		r.sent()
+	case *deltaRef:
+		if r.rec.Offset%latencySample == 0 {
+			rt.m.deliveryLatency.Observe(at.Sub(r.rec.Time).Seconds())
+		}
 	}
 }
 

@@ -50,6 +50,7 @@ type subscribeSpec struct {
 	maxInFlight int               // a group subscribe's max_in_flight (0: the group's)
 	hookAllowed bool              // the subscribe hook allowed it, not the grants
 	presence    bool              // join the topic's presence set
+	delta       bool              // "delta":"fossil" (delta.go)
 }
 
 // live reports whether a plain subscription starts at the live tail, with
@@ -112,6 +113,9 @@ func (cn *conn) parseSubscribe(req *request) (subscribeSpec, *protoError) {
 		return sp, perr(codeBadRequest, "a group resumes from its committed offsets; from.positions applies to plain subscriptions")
 	}
 	if sp.maxInFlight, pe = groupWindow(req, sp.group); pe != nil {
+		return sp, pe
+	}
+	if sp.delta, pe = parseDelta(req.Delta, sp.group); pe != nil {
 		return sp, pe
 	}
 	return sp, nil
@@ -189,6 +193,9 @@ func (cn *conn) register(sp *subscribeSpec) (*subscription, *protoError) {
 	cn.nextID++
 	s := &subscription{c: cn, id: cn.nextID, pattern: sp.pattern, group: sp.group, policy: sp.policy, filter: sp.filter,
 		maxInFlight: sp.maxInFlight, hookAllowed: sp.hookAllowed, presence: sp.presence}
+	if sp.delta {
+		s.delta = &deltaSub{last: map[partKey]int64{}}
+	}
 	cn.subs[key] = s
 	cn.byID[s.id] = s
 	cn.mu.Unlock()

@@ -52,6 +52,8 @@ type subscription struct {
 	// local is set for in-process subscribers (see Router.Subscribe); c
 	// is nil then.
 	local *LocalSubscription
+	// delta is set for a "delta":"fossil" subscription (delta.go).
+	delta *deltaSub
 
 	// isLive is set once a plain subscription delivers straight from the
 	// live tail, so the hot path takes no lock.
@@ -128,13 +130,18 @@ func (s *subscription) accepts(rec *engine.Record) bool {
 }
 
 func (s *subscription) item(rec *engine.Record, frame []byte) session.Item {
+	return s.itemRef(rec, frame, rec)
+}
+
+// itemRef is item with the Ref given (a delta message's is a *deltaRef).
+func (s *subscription) itemRef(rec *engine.Record, frame []byte, ref any) session.Item {
 	return session.Item{
 		Frame:    frame,
 		Stream:   session.Stream{Sub: s.id, Topic: rec.Topic, Partition: rec.Partition},
 		Offset:   rec.Offset,
 		Priority: rec.Priority,
 		Policy:   s.policy,
-		Ref:      rec,
+		Ref:      ref,
 	}
 }
 
@@ -150,11 +157,16 @@ func (s *subscription) send(rec *engine.Record, frame []byte) {
 // (countPlainDeliveries). Calls for one partition never overlap (the engine
 // serializes them), so order is kept.
 func (s *subscription) live(rec *engine.Record, frame []byte, d *session.Deferral) bool {
+	return s.liveRef(rec, frame, rec, d)
+}
+
+// liveRef is live with the item's Ref given (delta.go).
+func (s *subscription) liveRef(rec *engine.Record, frame []byte, ref any, d *session.Deferral) bool {
 	if s.isLive.Load() {
 		if s.belowFloor(rec) {
 			return false // the catch-up gave it already
 		}
-		return s.c.sess.SendDeferred(s.item(rec, frame), d)
+		return s.c.sess.SendDeferred(s.itemRef(rec, frame, ref), d)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -167,7 +179,7 @@ func (s *subscription) live(rec *engine.Record, frame []byte, d *session.Deferra
 			s.overflow = true
 		}
 	default:
-		return s.c.sess.Send(s.item(rec, frame))
+		return s.c.sess.Send(s.itemRef(rec, frame, ref))
 	}
 	return false
 }
@@ -254,6 +266,9 @@ func (s *subscription) topicDeleted(topic string) {
 		s.deletedWhileCatchingUp(topic)
 	}
 	s.dropFloors(topic)
+	if s.delta != nil {
+		s.delta.forgetTopic(topic) // a topic made again starts full
+	}
 	s.c.sess.Send(session.Item{Frame: encodeReply("topic_deleted", nil, map[string]any{
 		"pattern": s.pattern,
 		"topic":   topic,

@@ -30,6 +30,9 @@
 // nothing queued. Contiguous drops merge into one range. For each stream the
 // delivered offsets and the gap ranges together cover exactly the offsets
 // that were sent, without overlap.
+// A message whose frame depends on the one before it in its stream (a delta)
+// carries a Ref implementing Fallback: when gap frames of its stream go out
+// just before it, its FallbackFrame, which stands alone, is written instead.
 //
 // The writer joins the frames it takes from the queue with '\n' into one
 // text frame of at most Options.MaxBatchBytes (a single larger frame is

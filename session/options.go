@@ -68,6 +68,14 @@ type Item struct {
 	Ref any
 }
 
+// Fallback is implemented by the Ref of an item whose Frame depends on the
+// item of its stream before it (a delta message): when the queue dropped
+// messages of the stream before the item, it writes FallbackFrame, a
+// frame that stands alone, instead of Frame.
+type Fallback interface {
+	FallbackFrame() []byte
+}
+
 // isMessage reports whether it counts toward the queue bound.
 func (it *Item) isMessage() bool { return it.Stream.Sub != 0 && it.Policy != Reliable }
 

@@ -449,10 +449,18 @@ func (q *Queue) take(b *batch) {
 		for r.n > 0 {
 			sl := r.at(0)
 			it, st := &sl.it, sl.st
-			// A stream's pending gaps before this offset go first.
+			// A stream's pending gaps before this offset go first, and
+			// a frame that depended on what they stand for is replaced.
+			gapped := false
 			for len(st.gaps) > 0 && st.gaps[0].from < it.Offset {
 				if !q.addGapFrame(b, it.Stream, st) {
 					return
+				}
+				gapped = true
+			}
+			if gapped {
+				if f, ok := it.Ref.(Fallback); ok {
+					it.Frame = f.FallbackFrame()
 				}
 			}
 			if !q.addItem(b, it) {

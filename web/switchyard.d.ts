@@ -63,6 +63,7 @@ export type ErrorCode =
   | "not_a_group_message"
   | "handler_failed"
   | "bad_frame"
+  | "bad_delta"
   | (string & {});
 
 /** An error reported by the server or by the client library. */
@@ -197,6 +198,13 @@ export interface SubscribeOptions {
   signal?: AbortSignal;
   /** Plain only: announce this session on the matched topics and receive `join` / `leave` events. */
   presence?: boolean;
+  /**
+   * Plain only, WebSocket only: `"fossil"` asks for delta-compressed
+   * messages; the client applies each delta before the handler sees it.
+   * A delta that does not apply emits an `error` (`bad_delta`) and the
+   * client reconnects, resuming with full messages.
+   */
+  delta?: "fossil";
 }
 
 /** The server asks for a new token before the current one expires. */

@@ -58,5 +58,8 @@ func (c *config) nameFlags(r *registry) {
 	r.int(&b.MaxFilterHeaders, "max-filter-headers", router.DefaultMaxFilterHeaders, "most header pairs of one subscription filter (bad_request)")
 	r.int(&b.MaxFilterBytes, "max-filter-bytes", router.DefaultMaxFilterBytes, "bytes of one subscription filter (bad_request)")
 	r.int(&b.MaxSessionFilterBytes, "max-session-filter-bytes", router.DefaultMaxSessionFilterBytes, "bytes of all of a session's subscription filters (bad_request)")
+	r.int(&b.MaxDeltaPartitions, "delta-max-partitions", router.DefaultMaxDeltaPartitions, `partitions one "delta":"fossil" subscription gets deltas on; messages of further partitions are sent full`)
+	r.int(&b.MaxDeltaBases, "delta-max-bases", router.DefaultMaxDeltaBases, "partitions holding a base record (the last record sent) for delta subscriptions; past it a partition's messages are sent full")
+	r.int(&b.MaxDeltaBaseBytes, "delta-max-base-bytes", router.DefaultMaxDeltaBaseBytes, "payload bytes of those base records; past it the next message is sent full")
 	r.int(&b.MaxIDBytes, "max-id-bytes", router.DefaultMaxIDBytes, `longest request "id" in bytes; longer ids get bad_request without the id`)
 }

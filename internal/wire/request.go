@@ -36,6 +36,8 @@ type Request struct {
 	Token *string `json:"token"`
 	// Presence of a plain subscribe.
 	Presence *bool `json:"presence"`
+	// Delta of a plain subscribe: "fossil" (delta.go).
+	Delta *string `json:"delta"`
 }
 
 // Filter is a subscribe's "filter".

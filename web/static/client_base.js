@@ -4,6 +4,8 @@
 // the @switchyard/client package; switchyard.js re-exports what is public
 // (SwitchyardError, MessageStream) and what its tests use.
 
+import { keepText } from "./fossil.js";
+
 /**
  * An error reported by the server or by the client library. `code` is one of
  * the protocol's error codes (`bad_request`, `invalid_pattern`, `forbidden`,
@@ -49,7 +51,7 @@ export function splitFrame(text) {
     const s = line.trim();
     if (s === "") continue;
     try {
-      out.push(JSON.parse(s));
+      out.push(keepText(JSON.parse(s), s));
     } catch (err) {
       out.push(new SwitchyardError("bad_frame", "server sent invalid JSON: " + err.message, { line: s }));
     }

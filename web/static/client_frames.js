@@ -6,6 +6,7 @@
 // use; nothing here is public API.
 
 import { SwitchyardError, abortError, onAbort, backoffDelay, subKey, tpKey, fromBase64 } from "./client_base.js";
+import { takeMessage, forgetPart } from "./fossil.js";
 
 /** WebSocket readyState values, spelled out so injected implementations need not define them. */
 const OPEN = 1;
@@ -80,6 +81,13 @@ export class ClientFrames {
   _onMessage(m) {
     const sub = this._subs.get(subKey(m.pattern, m.group));
     if (!sub || sub.state === "closed") return; // unsubscribed meanwhile
+    if (sub._fossil) {
+      try {
+        m = takeMessage(sub._fossil, m);
+      } catch (err) {
+        return this._deltaFailed(sub, m, err);
+      }
+    }
     if (m.encoding === "base64" && typeof m.data === "string") {
       // A record whose bytes are not JSON: the handler gets the bytes.
       try {
@@ -141,9 +149,23 @@ export class ClientFrames {
     if (sub.group && sub._opts.autoAck) this.nack(m, err).catch((e) => this._emit("error", e));
   }
 
+  /** A delta that does not apply: reported, then a reconnect resumes with full messages. @private */
+  _deltaFailed(sub, m, err) {
+    this._emit("error", new SwitchyardError("bad_delta", err.message, { subscription: sub, frame: m }));
+    const ws = this._ws;
+    if (!ws) return;
+    try {
+      ws.close(4000, "bad delta");
+    } catch {
+      /* already closing */
+    }
+    this._onSocketGone(ws, { code: 4000, reason: "bad delta" });
+  }
+
   /** @private */
   _onGap(g) {
     const sub = this._subs.get(subKey(g.pattern, g.group));
+    if (sub && sub._fossil) forgetPart(sub._fossil, g);
     this.stats.gaps++;
     this._emit("gap", g, sub);
   }

@@ -245,6 +245,10 @@ export class Subscription {
     if (o.on_full !== undefined) f.on_full = o.on_full;
     if (o.filter !== undefined) f.filter = o.filter;
     if (o.presence) f.presence = true;
+    if (o.delta !== undefined && !this.group) {
+      f.delta = o.delta;
+      this._fossil = new Map(); // last payload per partition (fossil.js); the server starts full
+    }
     if (!this.group && this._last.size > 0) {
       f.from = { epoch: this._epoch, positions: this.positions() };
     } else if (!this.group && this._stale) {
