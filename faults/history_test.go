@@ -1,0 +1,116 @@
+package faults
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/anishathalye/porcupine"
+	"time"
+)
+
+// at builds operations with chosen times.
+func (h *History) op(client int, in, out any, call, ret int64) {
+	h.add(opOf(client, in, out, call, ret))
+}
+
+func checkHistory(t *testing.T, h *History) error {
+	t.Helper()
+	return h.Check(t.TempDir(), t.Name(), 10*time.Second)
+}
+
+func TestHistoryGood(t *testing.T) {
+	h := NewHistory()
+	h.op(0, appendIn{Log: "a", Data: "x"}, appendOut{Offset: 0}, 0, 10)
+	h.op(1, appendIn{Log: "a", Data: "y"}, appendOut{Offset: 1}, 5, 20)    // concurrent
+	h.op(2, appendIn{Log: "a", Data: "z"}, appendOut{Unknown: true}, 6, inf) // maybe
+	h.op(3, readIn{Log: "a", Offset: 1}, readOut{Data: []string{"y"}}, 21, 21)
+	h.op(0, appendIn{Log: "b", Data: "q", MsgID: "m"}, appendOut{Offset: 0}, 0, 10)
+	h.op(0, appendIn{Log: "b", Data: "q", MsgID: "m"}, appendOut{Offset: 0}, 11, 12) // retry
+	h.op(1, appendIn{Log: "b", Data: "r"}, appendOut{Unknown: true}, 13, inf)
+	h.op(3, readIn{Log: "a", All: true}, readOut{Data: []string{"x", "y", "z"}}, 30, 31)
+	h.op(3, readIn{Log: "b", All: true}, readOut{Data: []string{"q"}}, 30, 31)
+	if err := checkHistory(t, h); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const inf = int64(^uint64(0) >> 1)
+
+// Each kind of violation the model must catch; the failure names a saved
+// visualization.
+func TestHistoryViolations(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		ops  func(h *History)
+	}{
+		{"offset reused", func(h *History) {
+			h.op(0, appendIn{Log: "a", Data: "x"}, appendOut{Offset: 0}, 0, 10)
+			h.op(1, appendIn{Log: "a", Data: "y"}, appendOut{Offset: 0}, 5, 20)
+		}},
+		{"reordered", func(h *History) {
+			h.op(0, appendIn{Log: "a", Data: "x"}, appendOut{Offset: 1}, 0, 10)
+			h.op(1, appendIn{Log: "a", Data: "y"}, appendOut{Offset: 0}, 11, 20)
+		}},
+		{"acknowledged record lost", func(h *History) {
+			h.op(0, appendIn{Log: "a", Data: "x"}, appendOut{Offset: 0}, 0, 10)
+			h.op(1, readIn{Log: "a", All: true}, readOut{Data: []string{}}, 11, 20)
+		}},
+		{"record never appended read", func(h *History) {
+			h.op(0, appendIn{Log: "a", Data: "x"}, appendOut{Offset: 0}, 0, 10)
+			h.op(1, readIn{Log: "a", Offset: 1}, readOut{Data: []string{"ghost"}}, 11, 11)
+		}},
+		{"unacknowledged record read before its publish", func(h *History) {
+			h.op(1, readIn{Log: "a", Offset: 0}, readOut{Data: []string{"x"}}, 1, 1)
+			h.op(0, appendIn{Log: "a", Data: "x"}, appendOut{Unknown: true}, 5, inf)
+		}},
+		{"msg_id stored twice", func(h *History) {
+			h.op(0, appendIn{Log: "a", Data: "x", MsgID: "m"}, appendOut{Offset: 0}, 0, 10)
+			h.op(0, appendIn{Log: "a", Data: "x", MsgID: "m"}, appendOut{Offset: 1}, 11, 20)
+		}},
+		{"msg_id retry read twice", func(h *History) {
+			h.op(0, appendIn{Log: "a", Data: "x", MsgID: "m"}, appendOut{Unknown: true}, 0, inf)
+			h.op(0, appendIn{Log: "a", Data: "x", MsgID: "m"}, appendOut{Offset: 0}, 11, 20)
+			h.op(1, readIn{Log: "a", All: true}, readOut{Data: []string{"x", "x"}}, 30, 40)
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := NewHistory()
+			tt.ops(h)
+			err := checkHistory(t, h)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			i := strings.Index(err.Error(), "visualization in ")
+			if i < 0 {
+				t.Fatalf("error names no file: %v", err)
+			}
+			path := err.Error()[i+len("visualization in "):]
+			if st, serr := os.Stat(path); serr != nil || st.Size() == 0 {
+				t.Fatalf("visualization %s: %v", path, serr)
+			}
+		})
+	}
+}
+
+// The recording methods make the operations the model expects.
+func TestHistoryRecording(t *testing.T) {
+	h := NewHistory()
+	h.Publish(0, "a", "x", "").Acked(0)
+	p := h.Publish(1, "a", "y", "m")
+	h.Delivered(2, "a", 0, "x")
+	p.Failed()
+	call := time.Now()
+	h.ReadAll(2, "a", call, []string{"x", "y"})
+	if err := checkHistory(t, h); err != nil {
+		t.Fatal(err)
+	}
+	h.ReadAll(2, "a", time.Now(), []string{"x"}) // y seen, then lost
+	if err := checkHistory(t, h); err == nil {
+		t.Fatal("a lost record accepted")
+	}
+}
+
+func opOf(client int, in, out any, call, ret int64) porcupine.Operation {
+	return porcupine.Operation{ClientId: client, Input: in, Output: out, Call: call, Return: ret}
+}
