@@ -22,7 +22,7 @@ func checkHistory(t *testing.T, h *History) error {
 func TestHistoryGood(t *testing.T) {
 	h := NewHistory()
 	h.op(0, appendIn{Log: "a", Data: "x"}, appendOut{Offset: 0}, 0, 10)
-	h.op(1, appendIn{Log: "a", Data: "y"}, appendOut{Offset: 1}, 5, 20)    // concurrent
+	h.op(1, appendIn{Log: "a", Data: "y"}, appendOut{Offset: 1}, 5, 20)      // concurrent
 	h.op(2, appendIn{Log: "a", Data: "z"}, appendOut{Unknown: true}, 6, inf) // maybe
 	h.op(3, readIn{Log: "a", Offset: 1}, readOut{Data: []string{"y"}}, 21, 21)
 	h.op(0, appendIn{Log: "b", Data: "q", MsgID: "m"}, appendOut{Offset: 0}, 0, 10)

@@ -1,0 +1,298 @@
+package faults
+
+// The load a scenario runs under: WebSocket publishers that retry with
+// their msg_id, and plain subscribers, one of each per gateway or more,
+// every operation recorded in a History.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// PublishBound is the longest a publish may wait for its answer
+// (published or an error), even while NATS is unreachable: past it the
+// publish counts as hung, a violation.
+const PublishBound = 10 * time.Second
+
+// retryPause is a publisher's pause before retrying a failed publish.
+const retryPause = 100 * time.Millisecond
+
+// loadStats is what the load saw; guarded by load.mu.
+type loadStats struct {
+	Acked, Duplicates int
+	Failed            map[string]int // by error code ("closed": no answer)
+	// SlowestFailure is the longest a failed publish took to be answered.
+	SlowestFailure time.Duration
+	// SlowestAck is the longest a successful publish took.
+	SlowestAck time.Duration
+	Delivered  int
+	Gaps       int
+}
+
+// load is the clients of a run.
+type load struct {
+	h     *History
+	topic string
+
+	mu         sync.Mutex // guards the fields below
+	stats      loadStats
+	violations []string
+	acks       chan struct{} // one send (when room) per ack, for waiters
+	ackedBy    []int         // acks per publisher
+
+	wg sync.WaitGroup
+}
+
+func newLoad(h *History, topic string, publishers int) *load {
+	return &load{h: h, topic: topic, acks: make(chan struct{}, 1),
+		stats: loadStats{Failed: map[string]int{}}, ackedBy: make([]int, publishers)}
+}
+
+func (l *load) violate(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.violations) < 50 {
+		l.violations = append(l.violations, fmt.Sprintf(format, args...))
+	}
+}
+
+// logName names the topic's only partition in the history.
+func (l *load) logName() string { return l.topic + "/0" }
+
+// wsClient is one WebSocket session.
+type wsClient struct {
+	c *websocket.Conn
+}
+
+func dialWS(ctx context.Context, url string) (*wsClient, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	c.SetReadLimit(1 << 20)
+	w := &wsClient{c: c}
+	// The session opens with a welcome frame.
+	if f, err := w.read(ctx); err != nil || f.Op != "welcome" {
+		w.close()
+		return nil, fmt.Errorf("faults: no welcome from %s: %+v %v", url, f, err)
+	}
+	return w, nil
+}
+
+func (w *wsClient) send(ctx context.Context, v any) error {
+	data, _ := json.Marshal(v)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return w.c.Write(ctx, websocket.MessageText, data)
+}
+
+// frame is the fields of the frames the load reads.
+type frame struct {
+	Op        string `json:"op"`
+	ID        int64  `json:"id"`
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	Partition int    `json:"partition"`
+	Offset    int64  `json:"offset"`
+	Duplicate bool   `json:"duplicate"`
+	Data      string `json:"data"`
+	From, To  int64
+}
+
+func (w *wsClient) read(ctx context.Context) (frame, error) {
+	var f frame
+	_, data, err := w.c.Read(ctx)
+	if err != nil {
+		return f, err
+	}
+	err = json.Unmarshal(data, &f)
+	return f, err
+}
+
+func (w *wsClient) close() { _ = w.c.CloseNow() }
+
+// publisher publishes to gateway url until ctx ends; every publish has a
+// msg_id and is retried with it until it is published.
+func (l *load) publisher(ctx context.Context, i int, url string) {
+	defer l.wg.Done()
+	var w *wsClient
+	defer func() {
+		if w != nil {
+			w.close()
+		}
+	}()
+	var id int64
+	for seq := 0; ctx.Err() == nil; seq++ {
+		data := fmt.Sprintf("p%d-%d", i, seq)
+		for attempt := 0; ctx.Err() == nil; attempt++ {
+			if attempt > 0 && !pause(ctx, retryPause) {
+				break
+			}
+			if w == nil {
+				var err error
+				if w, err = dialWS(ctx, url); err != nil {
+					w = nil
+					continue
+				}
+			}
+			id++
+			pend := l.h.Publish(i, l.logName(), data, data)
+			start := time.Now()
+			if err := w.send(ctx, map[string]any{"op": "publish", "id": id, "topic": l.topic, "data": data, "msg_id": data}); err != nil {
+				pend.Failed()
+				w.close()
+				w = nil
+				continue
+			}
+			rctx, cancel := context.WithTimeout(ctx, PublishBound)
+			f, err := w.read(rctx)
+			cancel()
+			took := time.Since(start)
+			if err != nil {
+				pend.Failed()
+				if ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
+					l.violate("publisher %d: publish %s unanswered after %v", i, data, took)
+				}
+				w.close()
+				w = nil
+				continue
+			}
+			if f.ID != id {
+				pend.Failed()
+				l.violate("publisher %d: answer %+v to request %d", i, f, id)
+				w.close()
+				w = nil
+				continue
+			}
+			if f.Op == "published" {
+				pend.Acked(f.Offset)
+				l.mu.Lock()
+				l.stats.Acked++
+				l.ackedBy[i]++
+				if f.Duplicate {
+					l.stats.Duplicates++
+				}
+				l.stats.SlowestAck = max(l.stats.SlowestAck, took)
+				l.mu.Unlock()
+				select {
+				case l.acks <- struct{}{}:
+				default:
+				}
+				break
+			}
+			pend.Failed()
+			l.mu.Lock()
+			l.stats.Failed[f.Code]++
+			l.stats.SlowestFailure = max(l.stats.SlowestFailure, took)
+			l.mu.Unlock()
+			if f.Op != "error" || f.Code != "unavailable" {
+				l.violate("publisher %d: publish %s answered %+v", i, data, f)
+			}
+		}
+	}
+}
+
+// acked returns each publisher's count of acks so far.
+func (l *load) acked() []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]int(nil), l.ackedBy...)
+}
+
+// waitProgress waits until every publisher has had n more publishes
+// acknowledged than in base, or ctx ends.
+func (l *load) waitProgress(ctx context.Context, base []int, n int) error {
+	for {
+		now := l.acked()
+		done := true
+		for i := range now {
+			if now[i] < base[i]+n {
+				done = false
+			}
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-l.acks:
+		case <-ctx.Done():
+			return fmt.Errorf("publishers acked %v, want %d more than %v: %w", now, n, base, ctx.Err())
+		}
+	}
+}
+
+// subscriber subscribes to the topic on gateway url from its earliest
+// record and records what it is delivered until ctx ends; it checks order
+// and that every offset was delivered or reported in a gap. After a
+// reconnection it subscribes from the earliest again and skips (still
+// recording them) the records it had.
+func (l *load) subscriber(ctx context.Context, client int, url string) {
+	defer l.wg.Done()
+	next := int64(0) // the offset expected next
+	for ctx.Err() == nil {
+		w, err := dialWS(ctx, url)
+		if err != nil {
+			pause(ctx, retryPause)
+			continue
+		}
+		sub := map[string]any{"op": "subscribe", "id": 1, "pattern": l.topic, "from": "earliest"}
+		seen := next // below it: records this subscriber already had
+		next = 0
+		if err := w.send(ctx, sub); err != nil {
+			w.close()
+			continue
+		}
+		for {
+			f, err := w.read(ctx)
+			if err != nil {
+				break
+			}
+			switch f.Op {
+			case "message":
+				l.h.Delivered(client, l.logName(), f.Offset, f.Data)
+				if f.Offset != next {
+					l.violate("subscriber %d: offset %d delivered, %d expected", client, f.Offset, next)
+				}
+				next = f.Offset + 1
+				if f.Offset < seen {
+					continue
+				}
+				l.mu.Lock()
+				l.stats.Delivered++
+				l.mu.Unlock()
+			case "gap":
+				if f.From != next {
+					l.violate("subscriber %d: gap from %d, %d expected", client, f.From, next)
+				}
+				next = f.To
+				l.mu.Lock()
+				l.stats.Gaps++
+				l.mu.Unlock()
+			case "subscribed":
+			case "error":
+				l.violate("subscriber %d: error %s %s", client, f.Code, f.Message)
+			}
+		}
+		w.close()
+	}
+}
+
+// pause waits d or until ctx ends; false if ctx ended.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,189 @@
+package faults
+
+// Scenarios: a fault injected into a running cluster under load, healed,
+// and the whole history checked.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// Scenario is a fault and how long it lasts.
+type Scenario struct {
+	Name string
+	// Inject injects the fault into c and returns what heals it; Run
+	// holds the fault for Hold, then heals it.
+	Inject func(ctx context.Context, c *Cluster) (heal func(context.Context) error, err error)
+	Hold   time.Duration
+}
+
+// RunOptions shape a run.
+type RunOptions struct {
+	// Warmup is how many publishes every publisher has acknowledged
+	// before the fault (5 when zero); Recover how many more after the
+	// heal (5 when zero).
+	Warmup, Recover int
+	// PublishersPerGateway (2 when zero) and one subscriber per gateway.
+	PublishersPerGateway int
+	// HistoryDir receives a failing history's visualization (the system's
+	// temporary directory when empty).
+	HistoryDir string
+	// Logger receives the gateways' logs (discarded when nil).
+	Logger *slog.Logger
+}
+
+// Report is what a run saw.
+type Report struct {
+	Scenario   string
+	Operations int
+	loadStats
+	Violations []string
+	// History is nil when the history is linearizable, else why not
+	// (naming the saved visualization).
+	History error
+	Took    time.Duration
+}
+
+// OK reports whether the run found nothing wrong.
+func (r *Report) OK() bool { return len(r.Violations) == 0 && r.History == nil }
+
+// String summarises the report on a few lines.
+func (r *Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d operations in %v: %d acked (%d duplicates), failed %v, slowest failure %v, slowest ack %v, %d delivered, %d gaps",
+		r.Scenario, r.Operations, r.Took.Round(time.Millisecond), r.Acked, r.Duplicates, r.Failed,
+		r.SlowestFailure.Round(time.Millisecond), r.SlowestAck.Round(time.Millisecond), r.Delivered, r.Gaps)
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "\n  violation: %s", v)
+	}
+	if r.History != nil {
+		fmt.Fprintf(&b, "\n  history: %v", r.History)
+	}
+	return b.String()
+}
+
+// Run starts a cluster of three NATS servers (R3) and three gateways, runs
+// the load on it, injects the scenario's fault once every publisher has
+// Warmup publishes acknowledged, heals it after Hold, waits until every
+// publisher has Recover more acknowledged, stops the load, reads the log
+// whole and checks the history. The error is for a run that could not be
+// made (the cluster did not start, the load made no progress); what the
+// run found is in the report.
+func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
+	if o.Warmup == 0 {
+		o.Warmup = 5
+	}
+	if o.Recover == 0 {
+		o.Recover = 5
+	}
+	if o.PublishersPerGateway == 0 {
+		o.PublishersPerGateway = 2
+	}
+	if o.HistoryDir == "" {
+		o.HistoryDir = os.TempDir()
+	}
+	start := time.Now()
+	c, err := NewCluster(ctx, Options{Logger: o.Logger})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	const topic = "faults.feed"
+	gws := c.Gateways()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err = gws[0].Eng.CreateTopic(cctx, engine.TopicConfig{Name: topic, Partitions: 1})
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("faults: create %s: %w", topic, err)
+	}
+
+	h := NewHistory()
+	pubs := len(gws) * o.PublishersPerGateway
+	l := newLoad(h, topic, pubs)
+	lctx, stopLoad := context.WithCancel(ctx)
+	defer func() {
+		stopLoad()
+		l.wg.Wait()
+	}()
+	for i := range pubs {
+		l.wg.Add(1)
+		go l.publisher(lctx, i, gws[i%len(gws)].WSURL()) // exits when the load stops
+	}
+	for g, gw := range gws {
+		l.wg.Add(1)
+		go l.subscriber(lctx, pubs+g, gw.WSURL()) // exits when the load stops
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	err = l.waitProgress(wctx, make([]int, pubs), o.Warmup)
+	cancel()
+	if err != nil {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return nil, fmt.Errorf("faults: %s: warm-up: %w (failed %v, violations %q)", sc.Name, err, l.stats.Failed, l.violations)
+	}
+	heal, err := sc.Inject(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("faults: %s: inject: %w", sc.Name, err)
+	}
+	if !pause(ctx, sc.Hold) {
+		return nil, ctx.Err()
+	}
+	if heal != nil {
+		if err := heal(ctx); err != nil {
+			return nil, fmt.Errorf("faults: %s: heal: %w", sc.Name, err)
+		}
+	}
+	wctx, cancel = context.WithTimeout(ctx, 90*time.Second)
+	err = l.waitProgress(wctx, l.acked(), o.Recover)
+	cancel()
+	if err != nil {
+		l.violate("no recovery after the heal: %v", err)
+	}
+	stopLoad()
+	l.wg.Wait()
+
+	// The whole log, read through a gateway once the cluster is whole.
+	readStart := time.Now()
+	var all []string
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for from := int64(0); ; {
+		recs, next, err := gws[0].Eng.Read(rctx, topic, 0, from, 1000)
+		if err != nil {
+			return nil, fmt.Errorf("faults: %s: final read: %w", sc.Name, err)
+		}
+		for _, r := range recs {
+			if r.Offset != int64(len(all)) {
+				l.violate("final read: offset %d after %d records", r.Offset, len(all))
+			}
+			var s string
+			if n := len(r.Data); n >= 2 && r.Data[0] == '"' {
+				s = string(r.Data[1 : n-1])
+			} else {
+				s = string(r.Data)
+			}
+			all = append(all, s)
+		}
+		if len(recs) == 0 {
+			break
+		}
+		from = next
+	}
+	h.ReadAll(pubs+len(gws), l.logName(), readStart, all)
+
+	r := &Report{Scenario: sc.Name, Operations: h.Len()}
+	l.mu.Lock()
+	r.loadStats = l.stats
+	r.Violations = l.violations
+	l.mu.Unlock()
+	r.History = h.Check(o.HistoryDir, sc.Name, 60*time.Second)
+	r.Took = time.Since(start)
+	return r, nil
+}
