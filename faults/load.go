@@ -5,6 +5,7 @@ package faults
 // every operation recorded in a History.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,23 +44,39 @@ type load struct {
 	mu         sync.Mutex // guards the fields below
 	stats      loadStats
 	violations []string
-	acks       chan struct{} // one send (when room) per ack, for waiters
-	ackedBy    []int         // acks per publisher
+	seen       map[string]int // violations by text, counted
+	acks       chan struct{}  // one send (when room) per ack, for waiters
+	ackedBy    []int          // acks per publisher
 
 	wg sync.WaitGroup
 }
 
 func newLoad(h *History, topic string, publishers int) *load {
 	return &load{h: h, topic: topic, acks: make(chan struct{}, 1),
-		stats: loadStats{Failed: map[string]int{}}, ackedBy: make([]int, publishers)}
+		stats: loadStats{Failed: map[string]int{}}, seen: map[string]int{}, ackedBy: make([]int, publishers)}
 }
 
 func (l *load) violate(format string, args ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.violations) < 50 {
-		l.violations = append(l.violations, fmt.Sprintf(format, args...))
+	v := fmt.Sprintf(format, args...)
+	if l.seen[v]++; l.seen[v] == 1 && len(l.violations) < 50 {
+		l.violations = append(l.violations, v)
 	}
+}
+
+// violationList is the violations, each with how often it was seen.
+func (l *load) violationList() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]string, len(l.violations))
+	for i, v := range l.violations {
+		out[i] = v
+		if n := l.seen[v]; n > 1 {
+			out[i] = fmt.Sprintf("%s (%d times)", v, n)
+		}
+	}
+	return out
 }
 
 // logName names the topic's only partition in the history.
@@ -67,7 +84,8 @@ func (l *load) logName() string { return l.topic + "/0" }
 
 // wsClient is one WebSocket session.
 type wsClient struct {
-	c *websocket.Conn
+	c       *websocket.Conn
+	pending []frame // frames read, not yet returned
 }
 
 func dialWS(ctx context.Context, url string) (*wsClient, error) {
@@ -107,14 +125,26 @@ type frame struct {
 	From, To  int64
 }
 
+// read returns the next frame; a WebSocket message may hold several
+// (one JSON object a line).
 func (w *wsClient) read(ctx context.Context) (frame, error) {
-	var f frame
-	_, data, err := w.c.Read(ctx)
-	if err != nil {
-		return f, err
+	for len(w.pending) == 0 {
+		_, data, err := w.c.Read(ctx)
+		if err != nil {
+			return frame{}, err
+		}
+		dec := json.NewDecoder(bytes.NewReader(data))
+		for dec.More() {
+			var f frame
+			if err := dec.Decode(&f); err != nil {
+				return frame{}, err
+			}
+			w.pending = append(w.pending, f)
+		}
 	}
-	err = json.Unmarshal(data, &f)
-	return f, err
+	f := w.pending[0]
+	w.pending = w.pending[1:]
+	return f, nil
 }
 
 func (w *wsClient) close() { _ = w.c.CloseNow() }
@@ -167,7 +197,7 @@ func (l *load) publisher(ctx context.Context, i int, url string) {
 			}
 			if f.ID != id {
 				pend.Failed()
-				l.violate("publisher %d: answer %+v to request %d", i, f, id)
+				l.violate("publisher %d: answer %s %s to another request", i, f.Op, f.Code)
 				w.close()
 				w = nil
 				continue
@@ -194,7 +224,7 @@ func (l *load) publisher(ctx context.Context, i int, url string) {
 			l.stats.SlowestFailure = max(l.stats.SlowestFailure, took)
 			l.mu.Unlock()
 			if f.Op != "error" || f.Code != "unavailable" {
-				l.violate("publisher %d: publish %s answered %+v", i, data, f)
+				l.violate("publisher %d: publish answered %s %s (%s)", i, f.Op, f.Code, f.Message)
 			}
 		}
 	}
@@ -278,7 +308,12 @@ func (l *load) subscriber(ctx context.Context, client int, url string) {
 				l.mu.Unlock()
 			case "subscribed":
 			case "error":
-				l.violate("subscriber %d: error %s %s", client, f.Code, f.Message)
+				if f.Code != "unavailable" {
+					l.violate("subscriber %d: error %s %s", client, f.Code, f.Message)
+				}
+				// Refused while NATS is unreachable: subscribe again.
+				pause(ctx, retryPause)
+				w.close()
 			}
 		}
 		w.close()

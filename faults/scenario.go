@@ -181,8 +181,8 @@ func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
 	r := &Report{Scenario: sc.Name, Operations: h.Len()}
 	l.mu.Lock()
 	r.loadStats = l.stats
-	r.Violations = l.violations
 	l.mu.Unlock()
+	r.Violations = l.violationList()
 	r.History = h.Check(o.HistoryDir, sc.Name, 60*time.Second)
 	r.Took = time.Since(start)
 	return r, nil
