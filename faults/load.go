@@ -47,13 +47,15 @@ type load struct {
 	seen       map[string]int // violations by text, counted
 	acks       chan struct{}  // one send (when room) per ack, for waiters
 	ackedBy    []int          // acks per publisher
+	subNext    map[int]int64  // per subscriber: the offset it expects next
+	subMoved   chan struct{}  // one send (when room) per delivery
 
 	wg sync.WaitGroup
 }
 
 func newLoad(h *History, topic string, publishers int) *load {
 	return &load{h: h, topic: topic, acks: make(chan struct{}, 1),
-		stats: loadStats{Failed: map[string]int{}}, seen: map[string]int{}, ackedBy: make([]int, publishers)}
+		stats: loadStats{Failed: map[string]int{}}, seen: map[string]int{}, subNext: map[int]int64{}, subMoved: make(chan struct{}, 1), ackedBy: make([]int, publishers)}
 }
 
 func (l *load) violate(format string, args ...any) {
@@ -297,7 +299,12 @@ func (l *load) subscriber(ctx context.Context, client int, url string) {
 				}
 				l.mu.Lock()
 				l.stats.Delivered++
+				l.subNext[client] = next
 				l.mu.Unlock()
+				select {
+				case l.subMoved <- struct{}{}:
+				default:
+				}
 			case "gap":
 				if f.From != next {
 					l.violate("subscriber %d: gap from %d, %d expected", client, f.From, next)
@@ -305,6 +312,7 @@ func (l *load) subscriber(ctx context.Context, client int, url string) {
 				next = f.To
 				l.mu.Lock()
 				l.stats.Gaps++
+				l.subNext[client] = max(l.subNext[client], next)
 				l.mu.Unlock()
 			case "subscribed":
 			case "error":
@@ -317,6 +325,29 @@ func (l *load) subscriber(ctx context.Context, client int, url string) {
 			}
 		}
 		w.close()
+	}
+}
+
+// waitSubscribers waits until every subscriber in clients has been
+// delivered (or told of a gap for) every offset below n, or ctx ends.
+func (l *load) waitSubscribers(ctx context.Context, clients []int, n int64) error {
+	for {
+		l.mu.Lock()
+		behind := map[int]int64{}
+		for _, c := range clients {
+			if l.subNext[c] < n {
+				behind[c] = l.subNext[c]
+			}
+		}
+		l.mu.Unlock()
+		if len(behind) == 0 {
+			return nil
+		}
+		select {
+		case <-l.subMoved:
+		case <-ctx.Done():
+			return fmt.Errorf("subscribers at %v of %d records: %w", behind, n, ctx.Err())
+		}
 	}
 }
 

@@ -106,18 +106,22 @@ func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
 	h := NewHistory()
 	pubs := len(gws) * o.PublishersPerGateway
 	l := newLoad(h, topic, pubs)
-	lctx, stopLoad := context.WithCancel(ctx)
+	pctx, stopPubs := context.WithCancel(ctx)
+	sctx, stopSubs := context.WithCancel(ctx)
 	defer func() {
-		stopLoad()
+		stopPubs()
+		stopSubs()
 		l.wg.Wait()
 	}()
 	for i := range pubs {
 		l.wg.Add(1)
-		go l.publisher(lctx, i, gws[i%len(gws)].WSURL()) // exits when the load stops
+		go l.publisher(pctx, i, gws[i%len(gws)].WSURL()) // exits when the publishers stop
 	}
+	var subs []int
 	for g, gw := range gws {
+		subs = append(subs, pubs+g)
 		l.wg.Add(1)
-		go l.subscriber(lctx, pubs+g, gw.WSURL()) // exits when the load stops
+		go l.subscriber(sctx, pubs+g, gw.WSURL()) // exits when the subscribers stop
 	}
 
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -146,8 +150,7 @@ func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
 	if err != nil {
 		l.violate("no recovery after the heal: %v", err)
 	}
-	stopLoad()
-	l.wg.Wait()
+	stopPubs()
 
 	// The whole log, read through a gateway once the cluster is whole.
 	readStart := time.Now()
@@ -177,6 +180,14 @@ func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
 		from = next
 	}
 	h.ReadAll(pubs+len(gws), l.logName(), readStart, all)
+	// Every subscriber gets every record (or a gap for it).
+	wctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+	if err := l.waitSubscribers(wctx, subs, int64(len(all))); err != nil {
+		l.violate("fan-out: %v", err)
+	}
+	cancel()
+	stopSubs()
+	l.wg.Wait()
 
 	r := &Report{Scenario: sc.Name, Operations: h.Len()}
 	l.mu.Lock()

