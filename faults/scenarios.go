@@ -21,6 +21,7 @@ func Scenarios() []Scenario {
 		{Name: "partition-2-1", Hold: electionHold, Inject: partition21},
 		{Name: "kill-restart-each", Inject: killRestartEach},
 		{Name: "slow-links-200ms", Hold: 5 * time.Second, Inject: slowLinks},
+		{Name: "lossy-gateway-links", Hold: 5 * time.Second, Inject: lossyGatewayLinks},
 	}
 }
 
@@ -76,4 +77,23 @@ func killRestartEach(ctx context.Context, c *Cluster) (func(context.Context) err
 func slowLinks(_ context.Context, c *Cluster) (func(context.Context) error, error) {
 	c.SetLatency(200 * time.Millisecond)
 	return func(context.Context) error { c.SetLatency(0); return nil }, nil
+}
+
+// lossyGatewayLinks makes every gateway's NATS links reset one chunk in a
+// hundred, both ways: connections drop at random mid-publish.
+func lossyGatewayLinks(_ context.Context, c *Cluster) (func(context.Context) error, error) {
+	for _, g := range c.gateways {
+		for _, p := range g.Links {
+			p.Set(Up, Faults{Drop: 0.01})
+			p.Set(Down, Faults{Drop: 0.01})
+		}
+	}
+	return func(context.Context) error {
+		for _, g := range c.gateways {
+			for _, p := range g.Links {
+				p.Heal()
+			}
+		}
+		return nil
+	}, nil
 }
