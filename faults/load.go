@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,7 +40,9 @@ type loadStats struct {
 // load is the clients of a run.
 type load struct {
 	h     *History
-	topic string
+	topic string // the plain subscribers' topic
+	jobs  string // the group's topic
+	group groupState
 
 	mu         sync.Mutex // guards the fields below
 	stats      loadStats
@@ -49,12 +52,14 @@ type load struct {
 	ackedBy    []int          // acks per publisher
 	subNext    map[int]int64  // per subscriber: the offset it expects next
 	subMoved   chan struct{}  // one send (when room) per delivery
+	marks      []mark         // moments of the run
 
 	wg sync.WaitGroup
 }
 
-func newLoad(h *History, topic string, publishers int) *load {
-	return &load{h: h, topic: topic, acks: make(chan struct{}, 1),
+func newLoad(h *History, topic, jobs string, publishers int) *load {
+	return &load{h: h, topic: topic, jobs: jobs,
+		group: groupState{acked: map[int64]ackSeen{}, moved: make(chan struct{}, 1)}, acks: make(chan struct{}, 1),
 		stats: loadStats{Failed: map[string]int{}}, seen: map[string]int{}, subNext: map[int]int64{}, subMoved: make(chan struct{}, 1), ackedBy: make([]int, publishers)}
 }
 
@@ -81,8 +86,40 @@ func (l *load) violationList() []string {
 	return out
 }
 
+// mark notes a moment of the run, for the violations that say when.
+func (l *load) mark(what string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.marks = append(l.marks, mark{what: what, at: time.Now()})
+}
+
+// mark is a moment of the run.
+type mark struct {
+	what string
+	at   time.Time
+}
+
+// sinceMarks says how long after each mark t is.
+func (l *load) sinceMarks(t time.Time) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var parts []string
+	for _, m := range l.marks {
+		parts = append(parts, fmt.Sprintf("%v after %s", t.Sub(m.at).Round(time.Millisecond), m.what))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // logName names the topic's only partition in the history.
 func (l *load) logName() string { return l.topic + "/0" }
+
+// topicOf is publisher i's topic: odd publishers feed the group.
+func (l *load) topicOf(i int) string {
+	if i%2 == 1 {
+		return l.jobs
+	}
+	return l.topic
+}
 
 // wsClient is one WebSocket session.
 type wsClient struct {
@@ -176,9 +213,10 @@ func (l *load) publisher(ctx context.Context, i int, url string) {
 				}
 			}
 			id++
-			pend := l.h.Publish(i, l.logName(), data, data)
+			topic := l.topicOf(i)
+			pend := l.h.Publish(i, topic+"/0", data, data)
 			start := time.Now()
-			if err := w.send(ctx, map[string]any{"op": "publish", "id": id, "topic": l.topic, "data": data, "msg_id": data}); err != nil {
+			if err := w.send(ctx, map[string]any{"op": "publish", "id": id, "topic": topic, "data": data, "msg_id": data}); err != nil {
 				pend.Failed()
 				w.close()
 				w = nil

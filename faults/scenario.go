@@ -48,6 +48,8 @@ type Report struct {
 	// (naming the saved visualization).
 	History error
 	Took    time.Duration
+	// The group: deliveries, acks refused, records dead-lettered.
+	GroupDeliveries, GroupAckErrors, DeadLetters int
 }
 
 // OK reports whether the run found nothing wrong.
@@ -56,9 +58,9 @@ func (r *Report) OK() bool { return len(r.Violations) == 0 && r.History == nil }
 // String summarises the report on a few lines.
 func (r *Report) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %d operations in %v: %d acked (%d duplicates), failed %v, slowest failure %v, slowest ack %v, %d delivered, %d gaps",
+	fmt.Fprintf(&b, "%s: %d operations in %v: %d acked (%d duplicates), failed %v, slowest failure %v, slowest ack %v, %d delivered, %d gaps; group: %d deliveries, %d acks refused, %d dead letters",
 		r.Scenario, r.Operations, r.Took.Round(time.Millisecond), r.Acked, r.Duplicates, r.Failed,
-		r.SlowestFailure.Round(time.Millisecond), r.SlowestAck.Round(time.Millisecond), r.Delivered, r.Gaps)
+		r.SlowestFailure.Round(time.Millisecond), r.SlowestAck.Round(time.Millisecond), r.Delivered, r.Gaps, r.GroupDeliveries, r.GroupAckErrors, r.DeadLetters)
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "\n  violation: %s", v)
 	}
@@ -94,18 +96,20 @@ func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
 		return nil, err
 	}
 	defer c.Close()
-	const topic = "faults.feed"
+	const topic, jobs = "faults.feed", "faults.jobs"
 	gws := c.Gateways()
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	_, err = gws[0].Eng.CreateTopic(cctx, engine.TopicConfig{Name: topic, Partitions: 1})
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("faults: create %s: %w", topic, err)
+	for _, name := range []string{topic, jobs} {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err = gws[0].Eng.CreateTopic(cctx, engine.TopicConfig{Name: name, Partitions: 1})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("faults: create %s: %w", name, err)
+		}
 	}
 
 	h := NewHistory()
 	pubs := len(gws) * o.PublishersPerGateway
-	l := newLoad(h, topic, pubs)
+	l := newLoad(h, topic, jobs, pubs)
 	pctx, stopPubs := context.WithCancel(ctx)
 	sctx, stopSubs := context.WithCancel(ctx)
 	defer func() {
@@ -122,6 +126,8 @@ func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
 		subs = append(subs, pubs+g)
 		l.wg.Add(1)
 		go l.subscriber(sctx, pubs+g, gw.WSURL()) // exits when the subscribers stop
+		l.wg.Add(1)
+		go l.member(sctx, pubs+len(gws)+g, gw.WSURL()) // exits when the subscribers stop
 	}
 
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -132,6 +138,7 @@ func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
 		defer l.mu.Unlock()
 		return nil, fmt.Errorf("faults: %s: warm-up: %w (failed %v, violations %q)", sc.Name, err, l.stats.Failed, l.violations)
 	}
+	l.mark("fault injected")
 	heal, err := sc.Inject(ctx, c)
 	if err != nil {
 		return nil, fmt.Errorf("faults: %s: inject: %w", sc.Name, err)
@@ -139,6 +146,7 @@ func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
 	if !pause(ctx, sc.Hold) {
 		return nil, ctx.Err()
 	}
+	l.mark("fault healing")
 	if heal != nil {
 		if err := heal(ctx); err != nil {
 			return nil, fmt.Errorf("faults: %s: heal: %w", sc.Name, err)
@@ -153,37 +161,33 @@ func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
 	stopPubs()
 
 	// The whole log, read through a gateway once the cluster is whole.
-	readStart := time.Now()
-	var all []string
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for from := int64(0); ; {
-		recs, next, err := gws[0].Eng.Read(rctx, topic, 0, from, 1000)
-		if err != nil {
-			return nil, fmt.Errorf("faults: %s: final read: %w", sc.Name, err)
-		}
-		for _, r := range recs {
-			if r.Offset != int64(len(all)) {
-				l.violate("final read: offset %d after %d records", r.Offset, len(all))
-			}
-			var s string
-			if n := len(r.Data); n >= 2 && r.Data[0] == '"' {
-				s = string(r.Data[1 : n-1])
-			} else {
-				s = string(r.Data)
-			}
-			all = append(all, s)
-		}
-		if len(recs) == 0 {
-			break
-		}
-		from = next
+	reader := pubs + 2*len(gws)
+	all, err := readAll(ctx, gws[0], topic)
+	if err != nil {
+		return nil, fmt.Errorf("faults: %s: final read: %w", sc.Name, err)
 	}
-	h.ReadAll(pubs+len(gws), l.logName(), readStart, all)
-	// Every subscriber gets every record (or a gap for it).
-	wctx, cancel = context.WithTimeout(ctx, 30*time.Second)
-	if err := l.waitSubscribers(wctx, subs, int64(len(all))); err != nil {
+	h.ReadAll(reader, topic+"/0", all.start, all.data)
+	jobsLog, err := readAll(ctx, gws[0], jobs)
+	if err != nil {
+		return nil, fmt.Errorf("faults: %s: final read: %w", sc.Name, err)
+	}
+	h.ReadAll(reader, jobs+"/0", jobsLog.start, jobsLog.data)
+	// Every subscriber gets every record (or a gap for it), and the group
+	// acks every record or dead-letters it.
+	wctx, cancel = context.WithTimeout(ctx, 60*time.Second)
+	if err := l.waitSubscribers(wctx, subs, int64(len(all.data))); err != nil {
 		l.violate("fan-out: %v", err)
+	}
+	dead := map[int64]bool{}
+	if dls, err := gws[0].Eng.DeadLetters(wctx, engine.DeadLetterFilter{Group: groupName}); err == nil {
+		for _, dl := range dls {
+			dead[dl.Record.Offset] = true
+		}
+	} else {
+		l.violate("dead letters: %v", err)
+	}
+	if err := l.waitGroup(wctx, int64(len(jobsLog.data)), dead); err != nil {
+		l.violate("%v", err)
 	}
 	cancel()
 	stopSubs()
@@ -192,9 +196,43 @@ func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
 	r := &Report{Scenario: sc.Name, Operations: h.Len()}
 	l.mu.Lock()
 	r.loadStats = l.stats
+	r.GroupDeliveries, r.GroupAckErrors, r.DeadLetters = l.group.deliveries, l.group.ackErrors, len(dead)
 	l.mu.Unlock()
 	r.Violations = l.violationList()
 	r.History = h.Check(o.HistoryDir, sc.Name, 60*time.Second)
 	r.Took = time.Since(start)
 	return r, nil
+}
+
+// logRead is a whole partition read at the end of a run.
+type logRead struct {
+	start time.Time
+	data  []string
+}
+
+// readAll reads partition 0 of topic whole through gateway gw's engine.
+func readAll(ctx context.Context, gw *Gateway, topic string) (logRead, error) {
+	lr := logRead{start: time.Now()}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for from := int64(0); ; {
+		recs, next, err := gw.Eng.Read(ctx, topic, 0, from, 1000)
+		if err != nil {
+			return lr, err
+		}
+		for _, r := range recs {
+			if r.Offset != int64(len(lr.data)) {
+				return lr, fmt.Errorf("%s: offset %d after %d records", topic, r.Offset, len(lr.data))
+			}
+			s := string(r.Data)
+			if n := len(r.Data); n >= 2 && r.Data[0] == '"' {
+				s = string(r.Data[1 : n-1])
+			}
+			lr.data = append(lr.data, s)
+		}
+		if len(recs) == 0 {
+			return lr, nil
+		}
+		from = next
+	}
 }
