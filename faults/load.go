@@ -105,7 +105,11 @@ func (l *load) sinceMarks(t time.Time) string {
 	defer l.mu.Unlock()
 	var parts []string
 	for _, m := range l.marks {
-		parts = append(parts, fmt.Sprintf("%v after %s", t.Sub(m.at).Round(time.Millisecond), m.what))
+		if d := t.Sub(m.at); d >= 0 {
+			parts = append(parts, fmt.Sprintf("%v after %s", d.Round(time.Millisecond), m.what))
+		} else {
+			parts = append(parts, fmt.Sprintf("%v before %s", (-d).Round(time.Millisecond), m.what))
+		}
 	}
 	return strings.Join(parts, ", ")
 }
