@@ -288,7 +288,7 @@ func (h *History) Len() int {
 // porcupine's visualization of it (open it in a browser).
 func (h *History) Check(dir, name string, timeout time.Duration) error {
 	h.mu.Lock()
-	ops := append([]porcupine.Operation(nil), h.ops...)
+	ops := prune(h.ops)
 	h.mu.Unlock()
 	model := logModel.ToModel()
 	res, info := porcupine.CheckOperationsVerbose(model, ops, timeout)
@@ -306,7 +306,78 @@ func (h *History) Check(dir, name string, timeout time.Duration) error {
 	if err := porcupine.VisualizePath(model, info, path); err != nil {
 		return fmt.Errorf("faults: history %s %s (%d operations); saving it: %w", name, verdict, len(ops), err)
 	}
-	return fmt.Errorf("faults: history %s %s (%d operations): visualization in %s", name, verdict, len(ops), path)
+	return fmt.Errorf("faults: history %s %s (%d operations checked): visualization in %s", name, verdict, len(ops), path)
+}
+
+// prune returns the operations the checker needs, with the same verdict
+// and a far smaller search:
+//
+//   - The attempts of one msg_id on one log of which one was acknowledged
+//     become one append, called at the first attempt's call and returning
+//     at the first acknowledgement. The record can only have been stored
+//     between those two times, and only once: an earlier attempt that
+//     stored it stored the same record (the retry is answered with its
+//     offset), and a second copy shows in the reads as a record no
+//     append produced.
+//   - An append of unknown outcome that no read saw is left out: the model
+//     lets it be a no-op, and no verdict depends on it.
+//
+// Open-ended appends (unknown outcome) are what makes the search
+// expensive; after this only those of the last moments of a run remain.
+func prune(ops []porcupine.Operation) []porcupine.Operation {
+	seen := map[string]bool{} // log + "\x00" + data
+	for _, op := range ops {
+		if in, ok := op.Input.(readIn); ok {
+			for _, d := range op.Output.(readOut).Data {
+				seen[in.Log+"\x00"+d] = true
+			}
+		}
+	}
+	// Per log and msg_id: the first call, and the first acknowledged
+	// attempt's index.
+	type attempts struct {
+		first int64
+		acked int // -1: none
+	}
+	byID := map[string]*attempts{}
+	for i, op := range ops {
+		in, ok := op.Input.(appendIn)
+		if !ok || in.MsgID == "" {
+			continue
+		}
+		k := in.Log + "\x00" + in.MsgID
+		a := byID[k]
+		if a == nil {
+			a = &attempts{first: op.Call, acked: -1}
+			byID[k] = a
+		}
+		a.first = min(a.first, op.Call)
+		if !op.Output.(appendOut).Unknown && (a.acked < 0 || op.Return < ops[a.acked].Return) {
+			a.acked = i
+		}
+	}
+	out := make([]porcupine.Operation, 0, len(ops))
+	for i, op := range ops {
+		in, ok := op.Input.(appendIn)
+		if !ok {
+			out = append(out, op)
+			continue
+		}
+		unknown := op.Output.(appendOut).Unknown
+		if in.MsgID != "" {
+			a := byID[in.Log+"\x00"+in.MsgID]
+			if a.acked == i {
+				op.Call = a.first
+			} else if unknown && a.acked >= 0 {
+				continue // covered by the acknowledged attempt
+			}
+		}
+		if unknown && !seen[in.Log+"\x00"+in.Data] {
+			continue
+		}
+		out = append(out, op)
+	}
+	return out
 }
 
 func sanitize(s string) string {

@@ -114,3 +114,49 @@ func TestHistoryRecording(t *testing.T) {
 func opOf(client int, in, out any, call, ret int64) porcupine.Operation {
 	return porcupine.Operation{ClientId: client, Input: in, Output: out, Call: call, Return: ret}
 }
+
+// An append of unknown outcome that no read saw is left out of the check;
+// one that a read saw stays in, and a read of data nobody published still
+// fails.
+func TestHistoryPrune(t *testing.T) {
+	h := NewHistory()
+	h.op(0, appendIn{Log: "a", Data: "x"}, appendOut{Unknown: true}, 0, inf)
+	h.op(1, appendIn{Log: "a", Data: "y"}, appendOut{Unknown: true}, 0, inf)
+	h.op(2, readIn{Log: "a", All: true}, readOut{Data: []string{"y"}}, 10, 11)
+	if n := len(prune(h.ops)); n != 2 {
+		t.Fatalf("%d operations after pruning, want 2", n)
+	}
+	if err := checkHistory(t, h); err != nil {
+		t.Fatal(err)
+	}
+	h.op(2, readIn{Log: "a", Offset: 0}, readOut{Data: []string{"x"}}, 12, 12) // x is kept now
+	if n := len(prune(h.ops)); n != 4 {
+		t.Fatalf("%d operations after pruning, want 4", n)
+	}
+	if err := checkHistory(t, h); err == nil {
+		t.Fatal("x at offset 0, where y was read, accepted")
+	}
+}
+
+// Attempts of one msg_id whose last was acknowledged become one append
+// from the first attempt's call to the ack; a second copy of its record is
+// still caught.
+func TestHistoryMergeRetries(t *testing.T) {
+	h := NewHistory()
+	h.op(0, appendIn{Log: "a", Data: "x", MsgID: "m"}, appendOut{Unknown: true}, 0, inf)
+	h.op(0, appendIn{Log: "a", Data: "x", MsgID: "m"}, appendOut{Unknown: true}, 2, inf)
+	h.op(0, appendIn{Log: "a", Data: "x", MsgID: "m"}, appendOut{Offset: 0}, 4, 5)
+	h.op(1, appendIn{Log: "a", Data: "y"}, appendOut{Offset: 1}, 6, 7)
+	h.op(2, readIn{Log: "a", All: true}, readOut{Data: []string{"x", "y"}}, 10, 11)
+	ops := prune(h.ops)
+	if len(ops) != 3 || ops[0].Call != 0 || ops[0].Return != 5 {
+		t.Fatalf("merged: %+v", ops)
+	}
+	if err := checkHistory(t, h); err != nil {
+		t.Fatal(err)
+	}
+	h.op(2, readIn{Log: "a", All: true}, readOut{Data: []string{"x", "y", "x"}}, 12, 13)
+	if err := checkHistory(t, h); err == nil {
+		t.Fatal("a msg_id stored twice accepted")
+	}
+}

@@ -192,84 +192,138 @@ func (w *wsClient) read(ctx context.Context) (frame, error) {
 
 func (w *wsClient) close() { _ = w.c.CloseNow() }
 
-// publisher publishes to gateway url until ctx ends; every publish has a
-// msg_id and is retried with it until it is published.
-func (l *load) publisher(ctx context.Context, i int, url string) {
+// publisher publishes to gateway url until ctx ends, keeping up to window
+// publishes in flight (pipelined; replies come in request order); every
+// publish has a msg_id and is retried with it until it is published.
+func (l *load) publisher(ctx context.Context, i int, url string, window int) {
 	defer l.wg.Done()
-	var w *wsClient
+	type inflight struct {
+		id    int64
+		data  string
+		pend  *Pending
+		start time.Time
+	}
+	var (
+		w       *wsClient
+		id      int64
+		seq     int
+		retry   []string // data to publish again, oldest first
+		flight  []inflight
+		backoff bool
+	)
 	defer func() {
+		// Stopped: the publishes in flight get their answers (within the
+		// bound), so that few end of unknown outcome.
+		for w != nil && len(flight) > 0 {
+			rctx, cancel := context.WithDeadline(context.Background(), flight[0].start.Add(PublishBound))
+			f, err := w.read(rctx)
+			cancel()
+			if err != nil || f.ID != flight[0].id {
+				break
+			}
+			if f.Op == "published" {
+				flight[0].pend.Acked(f.Offset)
+			} else {
+				flight[0].pend.Failed()
+			}
+			flight = flight[1:]
+		}
+		for _, f := range flight {
+			f.pend.Failed()
+		}
 		if w != nil {
 			w.close()
 		}
 	}()
-	var id int64
-	for seq := 0; ctx.Err() == nil; seq++ {
-		data := fmt.Sprintf("p%d-%d", i, seq)
-		for attempt := 0; ctx.Err() == nil; attempt++ {
-			if attempt > 0 && !pause(ctx, retryPause) {
-				break
+	drop := func() { // the connection failed: everything in flight is unknown
+		for _, f := range flight {
+			f.pend.Failed()
+			retry = append(retry, f.data)
+		}
+		flight = nil
+		if w != nil {
+			w.close()
+			w = nil
+		}
+		backoff = true
+	}
+	topic := l.topicOf(i)
+	for ctx.Err() == nil {
+		if backoff && !pause(ctx, retryPause) {
+			return
+		}
+		backoff = false
+		if w == nil {
+			var err error
+			if w, err = dialWS(ctx, url); err != nil {
+				w = nil
+				backoff = true
+				continue
 			}
-			if w == nil {
-				var err error
-				if w, err = dialWS(ctx, url); err != nil {
-					w = nil
-					continue
-				}
+		}
+		// Fill the window: retries first, in order.
+		for len(flight) < window && ctx.Err() == nil {
+			var data string
+			if len(retry) > 0 {
+				data, retry = retry[0], retry[1:]
+			} else {
+				data = fmt.Sprintf("p%d-%d", i, seq)
+				seq++
 			}
 			id++
-			topic := l.topicOf(i)
-			pend := l.h.Publish(i, topic+"/0", data, data)
-			start := time.Now()
+			f := inflight{id: id, data: data, pend: l.h.Publish(i, topic+"/0", data, data), start: time.Now()}
+			flight = append(flight, f)
 			if err := w.send(ctx, map[string]any{"op": "publish", "id": id, "topic": topic, "data": data, "msg_id": data}); err != nil {
-				pend.Failed()
-				w.close()
-				w = nil
-				continue
-			}
-			rctx, cancel := context.WithTimeout(ctx, PublishBound)
-			f, err := w.read(rctx)
-			cancel()
-			took := time.Since(start)
-			if err != nil {
-				pend.Failed()
-				if ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
-					l.violate("publisher %d: publish %s unanswered after %v", i, data, took)
-				}
-				w.close()
-				w = nil
-				continue
-			}
-			if f.ID != id {
-				pend.Failed()
-				l.violate("publisher %d: answer %s %s to another request", i, f.Op, f.Code)
-				w.close()
-				w = nil
-				continue
-			}
-			if f.Op == "published" {
-				pend.Acked(f.Offset)
-				l.mu.Lock()
-				l.stats.Acked++
-				l.ackedBy[i]++
-				if f.Duplicate {
-					l.stats.Duplicates++
-				}
-				l.stats.SlowestAck = max(l.stats.SlowestAck, took)
-				l.mu.Unlock()
-				select {
-				case l.acks <- struct{}{}:
-				default:
-				}
 				break
 			}
-			pend.Failed()
-			l.mu.Lock()
-			l.stats.Failed[f.Code]++
-			l.stats.SlowestFailure = max(l.stats.SlowestFailure, took)
-			l.mu.Unlock()
-			if f.Op != "error" || f.Code != "unavailable" {
-				l.violate("publisher %d: publish answered %s %s (%s)", i, f.Op, f.Code, f.Message)
+		}
+		if w == nil || len(flight) == 0 {
+			continue
+		}
+		// The oldest publish's answer, within the bound from its send.
+		head := flight[0]
+		rctx, cancel := context.WithDeadline(ctx, head.start.Add(PublishBound))
+		f, err := w.read(rctx)
+		cancel()
+		took := time.Since(head.start)
+		if err != nil {
+			if ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
+				l.violate("publisher %d: publish %s unanswered after %v", i, head.data, took.Round(time.Millisecond))
 			}
+			drop()
+			continue
+		}
+		if f.ID != head.id {
+			l.violate("publisher %d: answer %s %s to another request", i, f.Op, f.Code)
+			drop()
+			continue
+		}
+		flight = flight[1:]
+		if f.Op == "published" {
+			head.pend.Acked(f.Offset)
+			l.mu.Lock()
+			l.stats.Acked++
+			l.ackedBy[i]++
+			if f.Duplicate {
+				l.stats.Duplicates++
+			}
+			l.stats.SlowestAck = max(l.stats.SlowestAck, took)
+			l.mu.Unlock()
+			select {
+			case l.acks <- struct{}{}:
+			default:
+			}
+			continue
+		}
+		head.pend.Failed()
+		retry = append(retry, head.data)
+		backoff = true
+		l.mu.Lock()
+		l.stats.Failed[f.Code]++
+		l.stats.SlowestFailure = max(l.stats.SlowestFailure, took)
+		l.mu.Unlock()
+		if f.Op != "error" || f.Code != "unavailable" {
+			l.violate("publisher %d: publish answered %s %s (%s)", i, f.Op, f.Code, f.Message)
 		}
 	}
 }

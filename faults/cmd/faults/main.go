@@ -29,6 +29,7 @@ func main() {
 	hold := flag.Duration("hold", 0, "hold each fault this long instead of the scenario's own hold")
 	warmup := flag.Int("warmup", 20, "publishes each publisher has acknowledged before the fault")
 	logs := flag.Bool("log", false, "print the gateways' warnings")
+	window := flag.Int("window", 1, "publishes each publisher keeps in flight")
 	flag.Parse()
 	re, err := regexp.Compile(*run)
 	if err != nil {
@@ -37,7 +38,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	o := faults.RunOptions{HistoryDir: *history, Warmup: *warmup, Recover: *warmup}
+	o := faults.RunOptions{HistoryDir: *history, Warmup: *warmup, Recover: *warmup, Window: *window}
 	if *logs {
 		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
