@@ -299,6 +299,9 @@ func (h *History) Check(dir, name string, timeout time.Duration) error {
 	if res == porcupine.Unknown {
 		verdict = fmt.Sprintf("not checked within %v", timeout)
 	}
+	if found := precheck(ops); len(found) > 0 {
+		verdict += " (" + strings.Join(found, "; ") + ")"
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("faults: history %s %s (%d operations); saving it: %w", name, verdict, len(ops), err)
 	}

@@ -160,3 +160,19 @@ func TestHistoryMergeRetries(t *testing.T) {
 		t.Fatal("a msg_id stored twice accepted")
 	}
 }
+
+// The prechecks name what they find.
+func TestPrecheck(t *testing.T) {
+	h := NewHistory()
+	h.op(0, appendIn{Log: "a", Data: "x"}, appendOut{Offset: 1}, 0, 1)
+	h.op(1, appendIn{Log: "a", Data: "y"}, appendOut{Offset: 0}, 2, 3)
+	h.op(2, readIn{Log: "a", All: true}, readOut{Data: []string{"y", "x"}}, 10, 11)
+	found := precheck(h.ops)
+	if len(found) != 1 || !strings.Contains(found[0], "x acknowledged at offset 1 before y was called") {
+		t.Fatalf("%q", found)
+	}
+	err := checkHistory(t, h)
+	if err == nil || !strings.Contains(err.Error(), "before y was called") {
+		t.Fatalf("%v", err)
+	}
+}
