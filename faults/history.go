@@ -322,6 +322,9 @@ func (h *History) Check(dir, name string, timeout time.Duration) error {
 //     stored it stored the same record (the retry is answered with its
 //     offset), and a second copy shows in the reads as a record no
 //     append produced.
+//   - The attempts of one msg_id none of which was acknowledged but whose
+//     record the last whole read shows become one append, called at the
+//     first attempt's call, open-ended, with the offset that read shows.
 //   - An append of unknown outcome that no read saw is left out: the model
 //     lets it be a no-op, and no verdict depends on it.
 //
@@ -359,6 +362,26 @@ func prune(ops []porcupine.Operation) []porcupine.Operation {
 			a.acked = i
 		}
 	}
+	// Where the last whole read of each log put each record.
+	finalAt := map[string]int64{}
+	finalOff := map[string]int64{} // log + "\x00" + data
+	for _, op := range ops {
+		if in, ok := op.Input.(readIn); ok && in.All && op.Call >= finalAt[in.Log] {
+			finalAt[in.Log] = op.Call
+			for o, d := range op.Output.(readOut).Data {
+				finalOff[in.Log+"\x00"+d] = int64(o)
+			}
+		}
+	}
+	firstOf := map[string]int{} // per log and msg_id: its first attempt
+	for i, op := range ops {
+		if in, ok := op.Input.(appendIn); ok && in.MsgID != "" {
+			k := in.Log + "\x00" + in.MsgID
+			if j, ok := firstOf[k]; !ok || op.Call < ops[j].Call {
+				firstOf[k] = i
+			}
+		}
+	}
 	out := make([]porcupine.Operation, 0, len(ops))
 	for i, op := range ops {
 		in, ok := op.Input.(appendIn)
@@ -373,6 +396,14 @@ func prune(ops []porcupine.Operation) []porcupine.Operation {
 				op.Call = a.first
 			} else if unknown && a.acked >= 0 {
 				continue // covered by the acknowledged attempt
+			} else if o, ok := finalOff[in.Log+"\x00"+in.Data]; ok && unknown {
+				// Never acknowledged, but stored: by one of its attempts,
+				// after the first was called, at the offset the final
+				// read shows it (a second copy would show there too).
+				if firstOf[in.Log+"\x00"+in.MsgID] != i {
+					continue
+				}
+				op.Output = appendOut{Offset: o}
 			}
 		}
 		if unknown && !seen[in.Log+"\x00"+in.Data] {

@@ -176,3 +176,24 @@ func TestPrecheck(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// Attempts of one msg_id never acknowledged but stored become one
+// open-ended append at the offset the final read shows.
+func TestHistoryMergeUnacknowledged(t *testing.T) {
+	h := NewHistory()
+	h.op(0, appendIn{Log: "a", Data: "x", MsgID: "m"}, appendOut{Unknown: true}, 0, inf)
+	h.op(0, appendIn{Log: "a", Data: "x", MsgID: "m"}, appendOut{Unknown: true}, 2, inf)
+	h.op(1, appendIn{Log: "a", Data: "y"}, appendOut{Offset: 0}, 1, 3)
+	h.op(2, readIn{Log: "a", All: true}, readOut{Data: []string{"y", "x"}}, 10, 11)
+	ops := prune(h.ops)
+	if len(ops) != 3 || ops[0].Output != (appendOut{Offset: 1}) || ops[0].Return != inf {
+		t.Fatalf("merged: %+v", ops)
+	}
+	if err := checkHistory(t, h); err != nil {
+		t.Fatal(err)
+	}
+	h.op(2, readIn{Log: "a", Offset: 0}, readOut{Data: []string{"x"}}, 12, 12)
+	if err := checkHistory(t, h); err == nil {
+		t.Fatal("x read at offset 0 accepted")
+	}
+}
