@@ -21,6 +21,9 @@ type Scenario struct {
 	// holds the fault for Hold, then heals it.
 	Inject func(ctx context.Context, c *Cluster) (heal func(context.Context) error, err error)
 	Hold   time.Duration
+	// Window, when set, is the publishers' window for this scenario
+	// (see RunOptions.Window).
+	Window int
 }
 
 // RunOptions shape a run.
@@ -32,9 +35,7 @@ type RunOptions struct {
 	// PublishersPerGateway (2 when zero) and one subscriber per gateway.
 	PublishersPerGateway int
 	// Window is how many publishes each publisher keeps in flight (1
-	// when zero: one at a time). Histories of pipelined publishers under
-	// a fault are not yet checked within the checker's minute (see
-	// docs/faults.md).
+	// when zero: one at a time), unless the scenario sets its own.
 	Window int
 	// HistoryDir receives a failing history's visualization (the system's
 	// temporary directory when empty).
@@ -88,6 +89,9 @@ func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
 	}
 	if o.Recover == 0 {
 		o.Recover = 5
+	}
+	if sc.Window > 0 {
+		o.Window = sc.Window
 	}
 	if o.Window == 0 {
 		o.Window = 1

@@ -21,7 +21,8 @@ func Scenarios() []Scenario {
 		{Name: "partition-2-1", Hold: electionHold, Inject: partition21},
 		{Name: "kill-restart-each", Inject: killRestartEach},
 		{Name: "slow-links-200ms", Hold: 5 * time.Second, Inject: slowLinks},
-		{Name: "lossy-gateway-links", Hold: 5 * time.Second, Inject: lossyGatewayLinks},
+		// Pipelined publishers: connections reset with publishes in flight.
+		{Name: "lossy-gateway-links", Hold: 5 * time.Second, Inject: lossyGatewayLinks, Window: 4},
 	}
 }
 

@@ -29,7 +29,7 @@ func main() {
 	hold := flag.Duration("hold", 0, "hold each fault this long instead of the scenario's own hold")
 	warmup := flag.Int("warmup", 20, "publishes each publisher has acknowledged before the fault")
 	logs := flag.Bool("log", false, "print the gateways' warnings")
-	window := flag.Int("window", 1, "publishes each publisher keeps in flight")
+	window := flag.Int("window", 0, "publishes each publisher keeps in flight (0: each scenario's own, else 1)")
 	flag.Parse()
 	re, err := regexp.Compile(*run)
 	if err != nil {
@@ -51,6 +51,9 @@ func main() {
 			}
 			if *hold > 0 {
 				sc.Hold = *hold
+			}
+			if *window > 0 {
+				sc.Window = *window
 			}
 			runs++
 			rep, err := faults.Run(ctx, sc, o)
