@@ -42,5 +42,12 @@
 // never reused or reordered, a record with a msg_id is stored once, and a
 // read never shows a record that was not appended nor loses one that was
 // acknowledged. A history that fails is written as porcupine's HTML
-// visualization to a file the failure names.
+// visualization to a file the failure names, with what fast prechecks
+// found (precheck.go). The load also checks fan-out (each subscriber gets
+// every record in order or in a gap) and a consumer group (every record
+// acked or dead-lettered, none delivered after an acknowledged ack).
+//
+// Scenarios lists the faults; Run runs one on a fresh cluster and returns
+// its Report. The tests run each once; faults/cmd/faults is the long run.
+// docs/faults.md has the results and the engine defects they found.
 package faults
