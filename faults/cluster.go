@@ -407,13 +407,20 @@ func (c *Cluster) startGateway(ctx context.Context, g int) (*Gateway, error) {
 	for k := range gw.Links {
 		urls = append(urls, "nats://"+gw.Links[(g+k)%len(gw.Links)].Addr())
 	}
-	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	logger := c.opts.Logger.With("gateway", g)
-	eng, err := jsengine.New(ectx, jsengine.Options{URL: strings.Join(urls, ","), Prefix: c.opts.Prefix,
-		Replicas: len(c.servers), Logger: logger, MemberTTL: 3 * time.Second,
-		Policy: engine.GroupPolicy{AckTimeout: 3 * time.Second, MaxAttempts: 5,
-			BackoffMin: 100 * time.Millisecond, BackoffMax: 500 * time.Millisecond}})
+	// A cluster just formed may still be placing its first streams (an
+	// election right after the meta leader's): an engine whose start
+	// times out is started again, three times at most.
+	var eng *jsengine.Engine
+	var err error
+	for try := 0; try < 3 && (try == 0 || errors.Is(err, context.DeadlineExceeded)); try++ {
+		ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		eng, err = jsengine.New(ectx, jsengine.Options{URL: strings.Join(urls, ","), Prefix: c.opts.Prefix,
+			Replicas: len(c.servers), Logger: logger, MemberTTL: 3 * time.Second,
+			Policy: engine.GroupPolicy{AckTimeout: 3 * time.Second, MaxAttempts: 5,
+				BackoffMin: 100 * time.Millisecond, BackoffMax: 500 * time.Millisecond}})
+		cancel()
+	}
 	if err != nil {
 		gw.closeLinks()
 		return nil, fmt.Errorf("faults: gateway %d: engine: %w", g, err)
