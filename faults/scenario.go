@@ -1,0 +1,250 @@
+package faults
+
+// Scenarios: a fault injected into a running cluster under load, healed,
+// and the whole history checked.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// Scenario is a fault and how long it lasts.
+type Scenario struct {
+	Name string
+	// Inject injects the fault into c and returns what heals it; Run
+	// holds the fault for Hold, then heals it.
+	Inject func(ctx context.Context, c *Cluster) (heal func(context.Context) error, err error)
+	Hold   time.Duration
+	// Window, when set, is the publishers' window for this scenario
+	// (see RunOptions.Window).
+	Window int
+}
+
+// RunOptions shape a run.
+type RunOptions struct {
+	// Warmup is how many publishes every publisher has acknowledged
+	// before the fault (5 when zero); Recover how many more after the
+	// heal (5 when zero).
+	Warmup, Recover int
+	// PublishersPerGateway (2 when zero) and one subscriber per gateway.
+	PublishersPerGateway int
+	// Window is how many publishes each publisher keeps in flight (1
+	// when zero: one at a time), unless the scenario sets its own.
+	Window int
+	// HistoryDir receives a failing history's visualization (the system's
+	// temporary directory when empty).
+	HistoryDir string
+	// Logger receives the gateways' logs (discarded when nil).
+	Logger *slog.Logger
+}
+
+// Report is what a run saw.
+type Report struct {
+	Scenario   string
+	Operations int
+	loadStats
+	Violations []string
+	// History is nil when the history is linearizable, else why not
+	// (naming the saved visualization).
+	History error
+	Took    time.Duration
+	// The group: deliveries, acks refused, records dead-lettered.
+	GroupDeliveries, GroupAckErrors, DeadLetters int
+}
+
+// OK reports whether the run found nothing wrong.
+func (r *Report) OK() bool { return len(r.Violations) == 0 && r.History == nil }
+
+// String summarises the report on a few lines.
+func (r *Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d operations in %v: %d acked (%d duplicates), failed %v, slowest failure %v, slowest ack %v, %d delivered, %d gaps; group: %d deliveries, %d acks refused, %d dead letters",
+		r.Scenario, r.Operations, r.Took.Round(time.Millisecond), r.Acked, r.Duplicates, r.Failed,
+		r.SlowestFailure.Round(time.Millisecond), r.SlowestAck.Round(time.Millisecond), r.Delivered, r.Gaps, r.GroupDeliveries, r.GroupAckErrors, r.DeadLetters)
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "\n  violation: %s", v)
+	}
+	if r.History != nil {
+		fmt.Fprintf(&b, "\n  history: %v", r.History)
+	}
+	return b.String()
+}
+
+// Run starts a cluster of three NATS servers (R3) and three gateways, runs
+// the load on it, injects the scenario's fault once every publisher has
+// Warmup publishes acknowledged, heals it after Hold, waits until every
+// publisher has Recover more acknowledged, stops the load, reads the log
+// whole and checks the history. The error is for a run that could not be
+// made (the cluster did not start, the load made no progress); what the
+// run found is in the report.
+func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
+	if o.Warmup == 0 {
+		o.Warmup = 5
+	}
+	if o.Recover == 0 {
+		o.Recover = 5
+	}
+	if sc.Window > 0 {
+		o.Window = sc.Window
+	}
+	if o.Window == 0 {
+		o.Window = 1
+	}
+	if o.PublishersPerGateway == 0 {
+		o.PublishersPerGateway = 2
+	}
+	if o.HistoryDir == "" {
+		o.HistoryDir = os.TempDir()
+	}
+	start := time.Now()
+	c, err := NewCluster(ctx, Options{Logger: o.Logger})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	const topic, jobs = "faults.feed", "faults.jobs"
+	gws := c.Gateways()
+	for _, name := range []string{topic, jobs} {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err = gws[0].Eng.CreateTopic(cctx, engine.TopicConfig{Name: name, Partitions: 1})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("faults: create %s: %w", name, err)
+		}
+	}
+
+	h := NewHistory()
+	pubs := len(gws) * o.PublishersPerGateway
+	l := newLoad(h, topic, jobs, pubs)
+	pctx, stopPubs := context.WithCancel(ctx)
+	sctx, stopSubs := context.WithCancel(ctx)
+	defer func() {
+		stopPubs()
+		stopSubs()
+		l.wg.Wait()
+	}()
+	for i := range pubs {
+		l.wg.Add(1)
+		go l.publisher(pctx, i, gws[i%len(gws)].WSURL(), o.Window) // exits when the publishers stop
+	}
+	var subs []int
+	for g, gw := range gws {
+		subs = append(subs, pubs+g)
+		l.wg.Add(1)
+		go l.subscriber(sctx, pubs+g, gw.WSURL()) // exits when the subscribers stop
+		l.wg.Add(1)
+		go l.member(sctx, pubs+len(gws)+g, gw.WSURL()) // exits when the subscribers stop
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	err = l.waitProgress(wctx, make([]int, pubs), o.Warmup)
+	cancel()
+	if err != nil {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return nil, fmt.Errorf("faults: %s: warm-up: %w (failed %v, violations %q)", sc.Name, err, l.stats.Failed, l.violations)
+	}
+	l.mark("fault injected")
+	heal, err := sc.Inject(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("faults: %s: inject: %w", sc.Name, err)
+	}
+	if !pause(ctx, sc.Hold) {
+		return nil, ctx.Err()
+	}
+	l.mark("fault healing")
+	if heal != nil {
+		if err := heal(ctx); err != nil {
+			return nil, fmt.Errorf("faults: %s: heal: %w", sc.Name, err)
+		}
+	}
+	wctx, cancel = context.WithTimeout(ctx, 90*time.Second)
+	err = l.waitProgress(wctx, l.acked(), o.Recover)
+	cancel()
+	if err != nil {
+		l.violate("no recovery after the heal: %v", err)
+	}
+	stopPubs()
+
+	// The whole log, read through a gateway once the cluster is whole.
+	reader := pubs + 2*len(gws)
+	all, err := readAll(ctx, gws[0], topic)
+	if err != nil {
+		return nil, fmt.Errorf("faults: %s: final read: %w", sc.Name, err)
+	}
+	h.ReadAll(reader, topic+"/0", all.start, all.data)
+	jobsLog, err := readAll(ctx, gws[0], jobs)
+	if err != nil {
+		return nil, fmt.Errorf("faults: %s: final read: %w", sc.Name, err)
+	}
+	h.ReadAll(reader, jobs+"/0", jobsLog.start, jobsLog.data)
+	// Every subscriber gets every record (or a gap for it), and the group
+	// acks every record or dead-letters it.
+	wctx, cancel = context.WithTimeout(ctx, 60*time.Second)
+	if err := l.waitSubscribers(wctx, subs, int64(len(all.data))); err != nil {
+		l.violate("fan-out: %v", err)
+	}
+	dead := map[int64]bool{}
+	if dls, err := gws[0].Eng.DeadLetters(wctx, engine.DeadLetterFilter{Group: groupName}); err == nil {
+		for _, dl := range dls {
+			dead[dl.Record.Offset] = true
+		}
+	} else {
+		l.violate("dead letters: %v", err)
+	}
+	if err := l.waitGroup(wctx, int64(len(jobsLog.data)), dead); err != nil {
+		l.violate("%v", err)
+	}
+	cancel()
+	stopSubs()
+	l.wg.Wait()
+
+	r := &Report{Scenario: sc.Name, Operations: h.Len()}
+	l.mu.Lock()
+	r.loadStats = l.stats
+	r.GroupDeliveries, r.GroupAckErrors, r.DeadLetters = l.group.deliveries, l.group.ackErrors, len(dead)
+	l.mu.Unlock()
+	r.Violations = l.violationList()
+	r.History = h.Check(o.HistoryDir, sc.Name, 60*time.Second)
+	r.Took = time.Since(start)
+	return r, nil
+}
+
+// logRead is a whole partition read at the end of a run.
+type logRead struct {
+	start time.Time
+	data  []string
+}
+
+// readAll reads partition 0 of topic whole through gateway gw's engine.
+func readAll(ctx context.Context, gw *Gateway, topic string) (logRead, error) {
+	lr := logRead{start: time.Now()}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for from := int64(0); ; {
+		recs, next, err := gw.Eng.Read(ctx, topic, 0, from, 1000)
+		if err != nil {
+			return lr, err
+		}
+		for _, r := range recs {
+			if r.Offset != int64(len(lr.data)) {
+				return lr, fmt.Errorf("%s: offset %d after %d records", topic, r.Offset, len(lr.data))
+			}
+			s := string(r.Data)
+			if n := len(r.Data); n >= 2 && r.Data[0] == '"' {
+				s = string(r.Data[1 : n-1])
+			}
+			lr.data = append(lr.data, s)
+		}
+		if len(recs) == 0 {
+			return lr, nil
+		}
+		from = next
+	}
+}

@@ -1,0 +1,94 @@
+package faults
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+	"os"
+	"regexp"
+	"testing"
+	"time"
+)
+
+var (
+	verbose = flag.Bool("faults.log", false, "log the gateways' warnings")
+	strict  = flag.Bool("faults.strict", os.Getenv("FAULTS_STRICT") != "",
+		"fail on the known engine defects too (docs/faults.md, Known defects)")
+)
+
+// knownDefects are violations the engine is known to cause today
+// (docs/faults.md, "Known defects"): without -faults.strict a run that
+// shows only these is logged, not failed. A history that is not
+// linearizable always fails.
+var knownDefects = []*regexp.Regexp{
+	// JetStream's 503 "system temporarily unavailable" (err_code 10008)
+	// during an election is not classified as unavailable by the engine.
+	regexp.MustCompile(`publish answered error internal \(internal error\)`),
+	// An append over a NATS connection that went silent waits past the
+	// bound instead of failing.
+	regexp.MustCompile(`publish p\d+-\d+ unanswered after`),
+	// A gateway cut off NATS delivers again, once it is back, a record
+	// another gateway's member acked while it was away.
+	regexp.MustCompile(`delivered again .* after member \d+'s ack of it was acknowledged`),
+}
+
+// unexpected is the violations no known defect explains.
+func unexpected(vs []string) []string {
+	var out []string
+	for _, v := range vs {
+		known := false
+		for _, re := range knownDefects {
+			known = known || re.MatchString(v)
+		}
+		if !known {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func runScenario(t *testing.T, sc Scenario) {
+	t.Helper()
+	o := RunOptions{HistoryDir: os.Getenv("FAULTS_HISTORY_DIR")}
+	if *verbose {
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	r, err := Run(ctx, sc, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(r)
+	if r.History != nil {
+		t.Fatalf("%v", r.History)
+	}
+	vs := r.Violations
+	if !*strict {
+		vs = unexpected(vs)
+		if len(vs) < len(r.Violations) {
+			t.Logf("known engine defects seen (docs/faults.md; -faults.strict fails on them)")
+		}
+	}
+	for _, v := range vs {
+		t.Errorf("violation: %s", v)
+	}
+}
+
+// A run with no fault: the harness itself finds nothing wrong.
+func TestScenarioNoFault(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a cluster of three NATS servers and three gateways")
+	}
+	runScenario(t, Scenario{Name: "no-fault", Hold: time.Second,
+		Inject: func(context.Context, *Cluster) (func(context.Context) error, error) { return nil, nil }})
+}
+
+func TestScenarios(t *testing.T) {
+	if testing.Short() {
+		t.Skip("five faults on a cluster of three NATS servers and three gateways")
+	}
+	for _, sc := range Scenarios() {
+		t.Run(sc.Name, func(t *testing.T) { runScenario(t, sc) })
+	}
+}

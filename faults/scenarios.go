@@ -1,0 +1,100 @@
+package faults
+
+// The scenarios.
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// electionHold is how long a fault that takes a leader away is held: past
+// NATS's election timeout (JetStream's Raft elects within a few seconds)
+// and past two missed pings (the servers ping every second).
+const electionHold = 8 * time.Second
+
+// Scenarios is every scenario, in the order the long run runs them.
+func Scenarios() []Scenario {
+	return []Scenario{
+		{Name: "isolate-nats-leader", Hold: electionHold, Inject: isolateLeader},
+		{Name: "isolate-gateway", Hold: electionHold, Inject: isolateGateway},
+		{Name: "partition-2-1", Hold: electionHold, Inject: partition21},
+		{Name: "kill-restart-each", Inject: killRestartEach},
+		{Name: "slow-links-200ms", Hold: 5 * time.Second, Inject: slowLinks},
+		// Pipelined publishers: connections reset with publishes in flight.
+		{Name: "lossy-gateway-links", Hold: 5 * time.Second, Inject: lossyGatewayLinks, Window: 4},
+	}
+}
+
+// isolateLeader cuts every link of the server leading the log stream
+// (routes and gateways' links), both ways.
+func isolateLeader(_ context.Context, c *Cluster) (func(context.Context) error, error) {
+	i := c.Leader(c.RecordStream())
+	if i < 0 {
+		return nil, fmt.Errorf("no leader of %s", c.RecordStream())
+	}
+	c.Pause(i)
+	return func(ctx context.Context) error { c.Resume(i); return c.WaitHealthy(ctx) }, nil
+}
+
+// isolateGateway cuts gateway 0 off every NATS server; its WebSocket
+// clients stay connected to it.
+func isolateGateway(_ context.Context, c *Cluster) (func(context.Context) error, error) {
+	c.Isolate(0)
+	return func(context.Context) error { c.Rejoin(0); return nil }, nil
+}
+
+// partition21 cuts the routes between the log's leader and the two other
+// servers: the leader is the minority.
+func partition21(_ context.Context, c *Cluster) (func(context.Context) error, error) {
+	i := c.Leader(c.RecordStream())
+	if i < 0 {
+		return nil, fmt.Errorf("no leader of %s", c.RecordStream())
+	}
+	c.Partition(i)
+	return func(ctx context.Context) error { c.HealRoutes(); return c.WaitHealthy(ctx) }, nil
+}
+
+// killRestartEach kills each server in turn, holds it down, starts it
+// again on its store and waits for the cluster to be whole before the
+// next.
+func killRestartEach(ctx context.Context, c *Cluster) (func(context.Context) error, error) {
+	for i := range c.servers {
+		c.Kill(i)
+		if !pause(ctx, 3*time.Second) {
+			return nil, ctx.Err()
+		}
+		if err := c.Start(i); err != nil {
+			return nil, err
+		}
+		if err := c.WaitHealthy(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+// slowLinks adds 200 ms each way to every link.
+func slowLinks(_ context.Context, c *Cluster) (func(context.Context) error, error) {
+	c.SetLatency(200 * time.Millisecond)
+	return func(context.Context) error { c.SetLatency(0); return nil }, nil
+}
+
+// lossyGatewayLinks makes every gateway's NATS links reset one chunk in a
+// hundred, both ways: connections drop at random mid-publish.
+func lossyGatewayLinks(_ context.Context, c *Cluster) (func(context.Context) error, error) {
+	for _, g := range c.gateways {
+		for _, p := range g.Links {
+			p.Set(Up, Faults{Drop: 0.01})
+			p.Set(Down, Faults{Drop: 0.01})
+		}
+	}
+	return func(context.Context) error {
+		for _, g := range c.gateways {
+			for _, p := range g.Links {
+				p.Heal()
+			}
+		}
+		return nil
+	}, nil
+}
