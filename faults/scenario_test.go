@@ -21,9 +21,6 @@ var (
 // shows only these is logged, not failed. A history that is not
 // linearizable always fails.
 var knownDefects = []*regexp.Regexp{
-	// JetStream's 503 "system temporarily unavailable" (err_code 10008)
-	// during an election is not classified as unavailable by the engine.
-	regexp.MustCompile(`publish answered error internal \(internal error\)`),
 	// An append over a NATS connection that went silent waits past the
 	// bound instead of failing.
 	regexp.MustCompile(`publish p\d+-\d+ unanswered after`),

@@ -110,10 +110,23 @@ func unavailable(op string, err error) error {
 		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected),
 		errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionDraining),
 		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, jetstream.ErrJetStreamNotEnabled),
-		errors.Is(err, context.DeadlineExceeded):
+		errors.Is(err, context.DeadlineExceeded), isAPIUnavailable(err):
 		return fmt.Errorf("jsengine: %s: %w: %w", op, engine.ErrUnavailable, err)
 	}
 	return fmt.Errorf("jsengine: %s: %w", op, err)
+}
+
+// isAPIUnavailable reports a JetStream API answer of code 503: the system
+// or a stream is temporarily unavailable (err_code 10008 while a leader is
+// elected), out of resources, or not enabled. Either client package's
+// error type may carry it.
+func isAPIUnavailable(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Code == 503
+	}
+	var natsErr *nats.APIError
+	return errors.As(err, &natsErr) && natsErr.Code == 503
 }
 
 // isWrongLast reports a failed optimistic-concurrency check: a publish's
