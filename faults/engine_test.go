@@ -18,7 +18,7 @@ import (
 // answer a publish: every append returns within PublishBound, and every
 // failure wraps engine.ErrUnavailable (anything else reaches clients as
 // `internal`). It lists each distinct error text it saw. It fails today on
-// both counts (docs/faults.md, "Known defects" 1 and 2), so it runs only
+// the first count (docs/faults.md, "Known defects" 2), so it runs only
 // with -faults.strict.
 func TestEngineAppendsDuringLeaderIsolation(t *testing.T) {
 	if testing.Short() || !*strict {
