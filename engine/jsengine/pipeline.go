@@ -117,12 +117,15 @@ type pipeline struct {
 
 // pipe is the engine's pipelined records in flight, in publish order.
 type pipe struct {
-	q       []*pend // published, not yet answered, in publish order
-	lastID  string  // Nats-Msg-Id of the node's last pipelined publish
-	n       uint64  // ids handed out
-	open    int     // pipelined records published and not yet answered
-	epoch   uint64  // bumped when a re-append starts a new chain
-	reading bool    // an ack reader runs
+	q      []*pend // published, not yet answered, in publish order
+	lastID string  // Nats-Msg-Id of the node's last pipelined publish
+	// lastClaim: lastID is a MsgID claim's, which another node's retry
+	// of the MsgID may store too, so no record is chained on it.
+	lastClaim bool
+	n         uint64 // ids handed out
+	open      int    // pipelined records published and not yet answered
+	epoch     uint64 // bumped when a re-append starts a new chain
+	reading   bool   // an ack reader runs
 	// bq holds, by partition, the records waiting for the partition's
 	// batch in flight (pipeline_batch.go).
 	bq map[*partition]*batchQueue
@@ -246,6 +249,17 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 		e.appendPipelined(ctx, m, t, claim, done)
 		return
 	}
+	if p.inflight > 0 && e.w.open > 0 && e.w.lastClaim {
+		// Chaining on a claim's Nats-Msg-Id could pass after another
+		// node's retry of that MsgID, stored elsewhere in the partition,
+		// and put this record at an offset that record holds: it is
+		// appended once p's records in flight are answered.
+		e.wmu.Unlock()
+		p.amu.Unlock()
+		e.freeRoom()
+		e.appendAfter(ctx, p, pi, m, claim, done)
+		return
+	}
 	x.id = claim
 	if claim == "" {
 		e.w.n++
@@ -260,6 +274,9 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 		// its first in flight is checked through the chain.
 		msg.Header.Set(jetstream.ExpectedLastMsgIDHeader, e.w.lastID)
 	}
+	if f := e.beforePipelinedPublish.Load(); f != nil {
+		(*f)()
+	}
 	fut, err := e.js.PublishMsgAsync(msg)
 	if err != nil {
 		e.wmu.Unlock()
@@ -271,7 +288,7 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 	x.fut, x.done = fut, done
 	e.pipelined.Add(1)
 	p.chain = e.w.epoch
-	e.w.lastID = x.id
+	e.w.lastID, e.w.lastClaim = x.id, claim != ""
 	e.w.open++
 	e.w.q = append(e.w.q, x)
 	start := !e.w.reading
@@ -545,7 +562,7 @@ func (e *Engine) reappend(x *pend) (engine.Appended, uint64, error) {
 			a, err := e.storedAt(x.ctx, t, ack.Sequence)
 			return a, ack.Sequence, err
 		}
-		e.w.lastID = id
+		e.w.lastID, e.w.lastClaim = id, x.claim != ""
 		e.w.epoch++ // a new chain: records in flight are not on it
 		if p.earliestW >= p.nextW {
 			p.earliestW, p.firstTime, p.baseCum = x.off, now, p.cum
