@@ -18,3 +18,7 @@ func (e *Engine) PublishAsyncUnanswered(subject string, n int) error {
 
 // MaxPipelined is maxPipelined.
 const MaxPipelined = maxPipelined
+
+// ScalingNow reports whether a notice of a change of the record stream's
+// replicas keeps this node's appends one at a time.
+func (e *Engine) ScalingNow() bool { return e.scalingNow() }
