@@ -165,6 +165,9 @@ type Engine struct {
 	// before a chained record is published, with its partition's amu and
 	// Engine.wmu held.
 	beforePipelinedPublish atomic.Pointer[func()]
+	// beforeSettle, when set (by tests), runs on the ack reader before it
+	// applies a pipelined record's answer, with no lock held.
+	beforeSettle atomic.Pointer[func()]
 	dlb                    dlBounds // the dead-letter bounds (deadletter.go)
 }
 

@@ -22,3 +22,7 @@ const MaxPipelined = maxPipelined
 // ScalingNow reports whether a notice of a change of the record stream's
 // replicas keeps this node's appends one at a time.
 func (e *Engine) ScalingNow() bool { return e.scalingNow() }
+
+// SetBeforeSettle makes the ack reader call f before it applies each
+// pipelined record's answer.
+func (e *Engine) SetBeforeSettle(f func()) { e.beforeSettle.Store(&f) }

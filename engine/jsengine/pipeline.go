@@ -119,9 +119,10 @@ type pipeline struct {
 type pipe struct {
 	q      []*pend // published, not yet answered, in publish order
 	lastID string  // Nats-Msg-Id of the node's last pipelined publish
-	// lastClaim: lastID is a MsgID claim's, which another node's retry
-	// of the MsgID may store too, so no record is chained on it.
-	lastClaim bool
+	// claims counts the records under a MsgID claim in flight: another
+	// node's retry of the MsgID may store a record under the claim's
+	// Nats-Msg-Id, so no record is chained meanwhile (pipeline_msgid.go).
+	claims int
 	n         uint64 // ids handed out
 	open      int    // pipelined records published and not yet answered
 	epoch     uint64 // bumped when a re-append starts a new chain
@@ -249,11 +250,12 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 		e.appendPipelined(ctx, m, t, claim, done)
 		return
 	}
-	if p.inflight > 0 && e.w.open > 0 && e.w.lastClaim {
-		// Chaining on a claim's Nats-Msg-Id could pass after another
-		// node's retry of that MsgID, stored elsewhere in the partition,
-		// and put this record at an offset that record holds: it is
-		// appended once p's records in flight are answered.
+	if p.inflight > 0 && e.w.claims > 0 {
+		// Chaining on a claim's Nats-Msg-Id, or on a record chained on
+		// one, could pass after another node's retry of that MsgID,
+		// stored elsewhere in its partition, and put this record at an
+		// offset another record holds: it is appended once p's records in
+		// flight are answered.
 		e.wmu.Unlock()
 		p.amu.Unlock()
 		e.freeRoom()
@@ -288,7 +290,10 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 	x.fut, x.done = fut, done
 	e.pipelined.Add(1)
 	p.chain = e.w.epoch
-	e.w.lastID, e.w.lastClaim = x.id, claim != ""
+	e.w.lastID = x.id
+	if claim != "" {
+		e.w.claims++
+	}
 	e.w.open++
 	e.w.q = append(e.w.q, x)
 	start := !e.w.reading
@@ -440,6 +445,9 @@ func (e *Engine) readAcks() {
 
 // settlePend applies one acknowledgement (or refusal) and answers x.
 func (e *Engine) settlePend(x *pend, ack *jetstream.PubAck, err error) {
+	if f := e.beforeSettle.Load(); f != nil {
+		(*f)()
+	}
 	if x.batch != nil {
 		e.settleBatch(x, ack, err)
 		return
@@ -498,6 +506,9 @@ func (e *Engine) finish(x *pend, a engine.Appended, err error, closing bool) {
 	p.amu.Lock()
 	e.wmu.Lock()
 	e.w.open--
+	if x.claim != "" {
+		e.w.claims--
+	}
 	e.wmu.Unlock()
 	p.inflight--
 	if p.inflight == 0 {
@@ -562,7 +573,7 @@ func (e *Engine) reappend(x *pend) (engine.Appended, uint64, error) {
 			a, err := e.storedAt(x.ctx, t, ack.Sequence)
 			return a, ack.Sequence, err
 		}
-		e.w.lastID, e.w.lastClaim = id, x.claim != ""
+		e.w.lastID = id
 		e.w.epoch++ // a new chain: records in flight are not on it
 		if p.earliestW >= p.nextW {
 			p.earliestW, p.firstTime, p.baseCum = x.off, now, p.cum

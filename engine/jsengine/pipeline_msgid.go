@@ -17,13 +17,15 @@ package jsengine
 // it again and gets the first record's position as a duplicate, as after a
 // lost acknowledgement, while that record is in the log.
 //
-// No record is chained on a record under a claim that is still in flight
-// in its partition: a retry of the MsgID on another node stores a record
-// under the same Nats-Msg-Id, wherever that node finds the partition's
-// end, and a record expecting that Nats-Msg-Id as the stream's last would
-// then be stored at the offset it was given behind the first, which the
-// retry's record may hold. Such a record is appended once its partition's
-// records in flight are answered (appendAfter).
+// While a record under a claim is in flight, no record is chained in a
+// partition with records in flight: a retry of the MsgID on another node
+// stores a record under the same Nats-Msg-Id, wherever that node finds
+// the partition's end, and a record expecting that Nats-Msg-Id as the
+// stream's last (or expecting a record that did) would then be stored at
+// the offset it was given behind the first, which another record may hold.
+// Such a record is appended once its partition's records in flight are
+// answered (appendAfter); a record of a partition with none in flight is
+// checked by its expected last sequence, and still pipelined.
 //
 // Everything else goes as by Append (appendClaimed): a claim that exists
 // (a repeat, or a retry after an unknown outcome), a repeat of a MsgID
