@@ -168,7 +168,7 @@ type Engine struct {
 	// beforeSettle, when set (by tests), runs on the ack reader before it
 	// applies a pipelined record's answer, with no lock held.
 	beforeSettle atomic.Pointer[func()]
-	dlb                    dlBounds // the dead-letter bounds (deadletter.go)
+	dlb          dlBounds // the dead-letter bounds (deadletter.go)
 }
 
 // letterQueue hands max_attempts dead letters to the letter writer and

@@ -122,11 +122,11 @@ type pipe struct {
 	// claims counts the records under a MsgID claim in flight: another
 	// node's retry of the MsgID may store a record under the claim's
 	// Nats-Msg-Id, so no record is chained meanwhile (pipeline_msgid.go).
-	claims int
-	n         uint64 // ids handed out
-	open      int    // pipelined records published and not yet answered
-	epoch     uint64 // bumped when a re-append starts a new chain
-	reading   bool   // an ack reader runs
+	claims  int
+	n       uint64 // ids handed out
+	open    int    // pipelined records published and not yet answered
+	epoch   uint64 // bumped when a re-append starts a new chain
+	reading bool   // an ack reader runs
 	// bq holds, by partition, the records waiting for the partition's
 	// batch in flight (pipeline_batch.go).
 	bq map[*partition]*batchQueue
