@@ -161,7 +161,14 @@ type Engine struct {
 	// a refused batch is sent again, after the partition's state was
 	// reloaded, with the partition's amu held.
 	beforeBatchResend atomic.Pointer[func()]
-	dlb               dlBounds // the dead-letter bounds (deadletter.go)
+	// beforePipelinedPublish, when set (by tests), runs in AppendAsync
+	// before a chained record is published, with its partition's amu and
+	// Engine.wmu held.
+	beforePipelinedPublish atomic.Pointer[func()]
+	// beforeSettle, when set (by tests), runs on the ack reader before it
+	// applies a pipelined record's answer, with no lock held.
+	beforeSettle atomic.Pointer[func()]
+	dlb          dlBounds // the dead-letter bounds (deadletter.go)
 }
 
 // letterQueue hands max_attempts dead letters to the letter writer and

@@ -11,13 +11,17 @@ package jsengine
 // payload for records of about 0.77 MiB and more: such a letter could
 // never be stored, its record stayed owed and held its partition back.
 //
-// When even that does not fit (a record within a few hundred bytes of the
-// max payload, or a long nack reason), the letter is stored without the
-// data and marked so (Sy-Letter-Data: log), and with the nack's reason cut
-// to maxLetterError bytes if that is still needed: the listing and a redrive read
-// the record from the log at the letter's position, and a letter whose
-// record retention has trimmed since lists no data. Letters stored by
-// earlier versions (a JSON body, no Sy-Letter header) are still read.
+// JetStream refuses a message whose headers exceed 64 KiB, whatever the
+// max payload: a Sy-Letter header past maxLetterHeader (a long nack
+// reason) has the reason cut to maxLetterError bytes. When the letter
+// still does not fit (a record within a few hundred bytes of the max
+// payload), it is stored without the data and marked so (Sy-Letter-Data:
+// log), with the reason cut if that is still needed, and without the
+// record's headers too when they alone are too large: the listing and a
+// redrive read the record from the log at the letter's position, and a
+// letter whose record retention has trimmed since lists no data. Letters
+// stored by earlier versions (a JSON body, no Sy-Letter header) are still
+// read.
 
 import (
 	"context"
@@ -43,33 +47,66 @@ const (
 const letterSlack = 64
 
 // encodeLetter returns the message that stores dl on subject, within
-// maxPayload bytes when it can: without the record's data (marked so)
-// when the data does not fit beside the rest of the letter.
+// maxPayload bytes and JetStream's 64 KiB of headers when it can: with the
+// nack's reason cut to maxLetterError bytes when the Sy-Letter header is
+// too large, without the record's data (marked so) when the data does not
+// fit beside the rest of the letter, and, when even that is too large (the
+// record's own headers), without the record's headers too, which the
+// listing and a redrive then read from the log with its data.
 func encodeLetter(subject string, dl *engine.DeadLetter, maxPayload int64) (*nats.Msg, error) {
 	meta := *dl
 	meta.Record.Data = nil
-	b, err := json.Marshal(&meta)
-	if err != nil {
-		return nil, fmt.Errorf("jsengine: dead letter: %w", err)
-	}
 	msg := nats.NewMsg(subject)
-	msg.Header.Set(hLetter, string(b))
 	msg.Data = dl.Record.Data
-	if maxPayload > 0 && int64(len(hLetter)+len(b)+len(dl.Record.Data)+letterSlack) > maxPayload {
+	var b []byte
+	encode := func() (err error) {
+		if b, err = json.Marshal(&meta); err != nil {
+			return fmt.Errorf("jsengine: dead letter: %w", err)
+		}
+		msg.Header.Set(hLetter, string(b))
+		return nil
+	}
+	hdr := func() int { return len(hLetter) + len(b) + len(hLetterData) + letterSlack }
+	over := func() bool {
+		return hdr() > maxLetterHeader || (maxPayload > 0 && int64(hdr()+len(msg.Data)) > maxPayload)
+	}
+	cutError := func() error {
+		if len(meta.Error) <= maxLetterError {
+			return nil
+		}
+		meta.Error = strings.ToValidUTF8(meta.Error[:maxLetterError], "")
+		return encode()
+	}
+	if err := encode(); err != nil {
+		return nil, err
+	}
+	if hdr() > maxLetterHeader {
+		if err := cutError(); err != nil {
+			return nil, err
+		}
+	}
+	if over() {
 		msg.Data = nil
 		msg.Header.Set(hLetterData, "log")
-		if int64(len(hLetter)+len(b)+len(hLetterData)+letterSlack) > maxPayload && len(meta.Error) > maxLetterError {
-			// Still too large: the nack's reason is cut (the record's own
-			// headers fitted the log beside its data).
-			meta.Error = strings.ToValidUTF8(meta.Error[:maxLetterError], "")
-			if b, err = json.Marshal(&meta); err != nil {
-				return nil, fmt.Errorf("jsengine: dead letter: %w", err)
-			}
-			msg.Header.Set(hLetter, string(b))
+	}
+	if over() {
+		if err := cutError(); err != nil {
+			return nil, err
+		}
+	}
+	if over() && len(meta.Record.Headers) > 0 {
+		// The record's headers, which fitted the log beside its data.
+		meta.Record.Headers = nil
+		if err := encode(); err != nil {
+			return nil, err
 		}
 	}
 	return msg, nil
 }
+
+// maxLetterHeader bounds a letter's Sy-Letter header: JetStream refuses a
+// message whose headers exceed 64 KiB, whatever its max payload.
+const maxLetterHeader = 64<<10 - 1024
 
 // maxLetterError is how much of a nack's reason a letter keeps when the
 // letter would not fit NATS's max payload otherwise.
@@ -110,6 +147,9 @@ func (e *Engine) fillFromLog(ctx context.Context, dl *engine.DeadLetter) (bool, 
 		return false, nil
 	}
 	r.Data = recs[0].Data
+	if r.Headers == nil { // stored without them too (see encodeLetter)
+		r.Headers = recs[0].Headers
+	}
 	return true, nil
 }
 

@@ -195,7 +195,7 @@ func (e *Engine) heartbeat() {
 			e.log.Warn("jsengine: heartbeat", "err", err)
 		}
 		e.beatMembers(ctx)
-		e.refreshReplicas(ctx)
+		e.refreshReplicas(ctx, false)
 		if !e.liveMarkers {
 			e.reconcileLive(ctx)
 		}

@@ -117,12 +117,16 @@ type pipeline struct {
 
 // pipe is the engine's pipelined records in flight, in publish order.
 type pipe struct {
-	q       []*pend // published, not yet answered, in publish order
-	lastID  string  // Nats-Msg-Id of the node's last pipelined publish
-	n       uint64  // ids handed out
-	open    int     // pipelined records published and not yet answered
-	epoch   uint64  // bumped when a re-append starts a new chain
-	reading bool    // an ack reader runs
+	q      []*pend // published, not yet answered, in publish order
+	lastID string  // Nats-Msg-Id of the node's last pipelined publish
+	// claims counts the records under a MsgID claim in flight: another
+	// node's retry of the MsgID may store a record under the claim's
+	// Nats-Msg-Id, so no record is chained meanwhile (pipeline_msgid.go).
+	claims  int
+	n       uint64 // ids handed out
+	open    int    // pipelined records published and not yet answered
+	epoch   uint64 // bumped when a re-append starts a new chain
+	reading bool   // an ack reader runs
 	// bq holds, by partition, the records waiting for the partition's
 	// batch in flight (pipeline_batch.go).
 	bq map[*partition]*batchQueue
@@ -246,6 +250,18 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 		e.appendPipelined(ctx, m, t, claim, done)
 		return
 	}
+	if p.inflight > 0 && e.w.claims > 0 {
+		// Chaining on a claim's Nats-Msg-Id, or on a record chained on
+		// one, could pass after another node's retry of that MsgID,
+		// stored elsewhere in its partition, and put this record at an
+		// offset another record holds: it is appended once p's records in
+		// flight are answered.
+		e.wmu.Unlock()
+		p.amu.Unlock()
+		e.freeRoom()
+		e.appendAfter(ctx, p, pi, m, claim, done)
+		return
+	}
 	x.id = claim
 	if claim == "" {
 		e.w.n++
@@ -260,6 +276,9 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 		// its first in flight is checked through the chain.
 		msg.Header.Set(jetstream.ExpectedLastMsgIDHeader, e.w.lastID)
 	}
+	if f := e.beforePipelinedPublish.Load(); f != nil {
+		(*f)()
+	}
 	fut, err := e.js.PublishMsgAsync(msg)
 	if err != nil {
 		e.wmu.Unlock()
@@ -272,6 +291,9 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 	e.pipelined.Add(1)
 	p.chain = e.w.epoch
 	e.w.lastID = x.id
+	if claim != "" {
+		e.w.claims++
+	}
 	e.w.open++
 	e.w.q = append(e.w.q, x)
 	start := !e.w.reading
@@ -423,6 +445,9 @@ func (e *Engine) readAcks() {
 
 // settlePend applies one acknowledgement (or refusal) and answers x.
 func (e *Engine) settlePend(x *pend, ack *jetstream.PubAck, err error) {
+	if f := e.beforeSettle.Load(); f != nil {
+		(*f)()
+	}
 	if x.batch != nil {
 		e.settleBatch(x, ack, err)
 		return
@@ -481,6 +506,9 @@ func (e *Engine) finish(x *pend, a engine.Appended, err error, closing bool) {
 	p.amu.Lock()
 	e.wmu.Lock()
 	e.w.open--
+	if x.claim != "" {
+		e.w.claims--
+	}
 	e.wmu.Unlock()
 	p.inflight--
 	if p.inflight == 0 {

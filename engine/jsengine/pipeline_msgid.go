@@ -11,9 +11,21 @@ package jsengine
 // Nats-Expected-Last-Msg-Id names it and the server's duplicate detection
 // still stores the MsgID at most once. The caller does not wait for the
 // record's acknowledgement, nor for the claim's confirmation, which is
-// published without waiting once the record is stored (a repeat that finds
-// the claim unconfirmed publishes under it again and gets the first
-// record's position as a duplicate, as after a lost acknowledgement).
+// published without waiting once the record is stored, or written waiting
+// for its answer past half the pipeline pending (confirmClaim). A repeat
+// that finds the claim unconfirmed (its confirmation lost) publishes under
+// it again and gets the first record's position as a duplicate, as after a
+// lost acknowledgement, while that record is in the log.
+//
+// While a record under a claim is in flight, no record is chained in a
+// partition with records in flight: a retry of the MsgID on another node
+// stores a record under the same Nats-Msg-Id, wherever that node finds
+// the partition's end, and a record expecting that Nats-Msg-Id as the
+// stream's last (or expecting a record that did) would then be stored at
+// the offset it was given behind the first, which another record may hold.
+// Such a record is appended once its partition's records in flight are
+// answered (appendAfter); a record of a partition with none in flight is
+// checked by its expected last sequence, and still pipelined.
 //
 // Everything else goes as by Append (appendClaimed): a claim that exists
 // (a repeat, or a retry after an unknown outcome), a repeat of a MsgID
@@ -116,18 +128,29 @@ func (e *Engine) appendFallback(ctx context.Context, m engine.Message, t *topic,
 }
 
 // confirmClaim records a's position in the claim of revision rev, made at
-// time at, without waiting for the answer: a confirmation lost is made
-// good by the next repeat (see the file comment).
+// time at. A claim left unconfirmed answers a retry only while its record
+// is in the log (the retry reads it at the sequence the server's duplicate
+// acknowledgement names), so a record trimmed since would leave every
+// retry failing: the confirmation is never skipped.
 //
 // Confirmations share the node's asynchronous publishes with the
 // pipelined records (at most maxPipelined of them, within the client's
-// 2*maxPipelined): past maxPipelined/2 publishes pending, a confirmation is
-// skipped rather than let the records' publishes stall.
+// 2*maxPipelined): up to maxPipelined/2 publishes pending, it is published
+// without waiting for the answer (one lost then, the node closing, is
+// made good by the next repeat while the record is in the log); past
+// that, it is written waiting for the answer, at most claimConfirmWait,
+// rather than let the records' publishes stall. It runs on the ack reader
+// or the appending caller, with no lock held.
 func (e *Engine) confirmClaim(key string, rev uint64, at time.Time, a engine.Appended) {
+	v, _ := json.Marshal(dedupVal{At: at, Done: true, Partition: a.Partition, Offset: a.Offset, Time: a.Time})
 	if e.js.PublishAsyncPending() > maxPipelined/2 {
+		ctx, cancel := context.WithTimeout(context.Background(), claimConfirmWait)
+		defer cancel()
+		if _, err := e.dedupKV.Update(ctx, key, v, rev); err != nil && !isWrongLast(err) {
+			e.log.Warn("jsengine: dedupe record", "err", err)
+		}
 		return
 	}
-	v, _ := json.Marshal(dedupVal{At: at, Done: true, Partition: a.Partition, Offset: a.Offset, Time: a.Time})
 	msg := nats.NewMsg("$KV." + e.prefix + "_dedupe." + key)
 	msg.Data = v
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
@@ -135,3 +158,6 @@ func (e *Engine) confirmClaim(key string, rev uint64, at time.Time, a engine.App
 		e.log.Debug("jsengine: dedupe record", "err", err)
 	}
 }
+
+// claimConfirmWait bounds a claim's confirmation written under load.
+const claimConfirmWait = 5 * time.Second

@@ -57,7 +57,12 @@ func TestPipelinedMsgID(t *testing.T) {
 	if firstErr != nil {
 		t.Fatal(firstErr)
 	}
-	if p := e.Pipelined() - before; p < n*3/4 {
+	// A record is not chained on a MsgID's record in flight (another
+	// node's retry could store under its Nats-Msg-Id: see
+	// TestPipelinedMsgIDRetryElsewhereKeepsOffsets), so how many are
+	// pipelined depends on how fast the acknowledgements come; the first
+	// always is.
+	if p := e.Pipelined() - before; p < 1 {
 		t.Fatalf("%d of %d appends with a MsgID were pipelined", p, n)
 	}
 	// Every repeat, pipelined or not, is the first record.

@@ -344,6 +344,9 @@ func (e *Engine) redeliver(ctx context.Context, s storedLetter) (redeliverOutcom
 	}
 	if s.inLog {
 		d.Record.Data = recs[0].Data // for a put back below
+		if d.Record.Headers == nil {
+			d.Record.Headers = recs[0].Headers
+		}
 	}
 	if err := e.dl.DeleteMsg(ctx, s.seq); err != nil {
 		if errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -13,8 +13,8 @@ package jsengine
 //     <prefix>.replicas before the change and again after it. Every node
 //     appends one at a time (with the expected-sequence check, safe on any
 //     count) from the first notice until it has read the stream's new
-//     configuration (at the second notice, or its next heartbeat; at most
-//     scaleHold after the first notice).
+//     configuration (at the second notice, or at a heartbeat that reads a
+//     changed count; at most scaleHold after the first notice).
 //   - Each heartbeat reads the record stream's configuration (one round
 //     trip), so a change made without a notice (by hand, or by an earlier
 //     version) is followed within a third of the member TTL; until then
@@ -59,7 +59,7 @@ func (e *Engine) subscribeReplicas() error {
 		case "scaled":
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			e.refreshReplicas(ctx)
+			e.refreshReplicas(ctx, true)
 		}
 	})
 	if err != nil {
@@ -79,8 +79,11 @@ func (e *Engine) announceScale(ctx context.Context, what string) {
 }
 
 // refreshReplicas reads the record stream's configuration and has the
-// pipeline follow its replicas and atomic batches.
-func (e *Engine) refreshReplicas(ctx context.Context) {
+// pipeline follow its replicas and atomic batches. It ends a scaling hold
+// when told the change is made (scaled), or when it reads a count other
+// than the one it had: a heartbeat between the two notices reads the
+// configuration as it still is, which must not end the hold.
+func (e *Engine) refreshReplicas(ctx context.Context, scaled bool) {
 	if e.reachable() != nil {
 		return // the heartbeat warns already
 	}
@@ -89,8 +92,12 @@ func (e *Engine) refreshReplicas(ctx context.Context) {
 		e.log.Warn("jsengine: record stream configuration", "err", err)
 		return
 	}
-	e.setReplicas(max(info.Config.Replicas, 1), info.Config.AllowAtomicPublish)
-	e.scaleUntil.Store(0)
+	n := max(info.Config.Replicas, 1)
+	changed := e.recReplicas.Load() != int32(n)
+	e.setReplicas(n, info.Config.AllowAtomicPublish)
+	if scaled || changed {
+		e.scaleUntil.Store(0)
+	}
 }
 
 // setReplicas records the record stream's replicas and whether it takes
