@@ -235,7 +235,14 @@ func (rt *Router) acceptMQTT(ln net.Listener) {
 		}
 		go func() {
 			defer rt.mq.wg.Done()
-			rt.serveMQTT(nc, rt.mqttContext(nc.RemoteAddr().String()))
+			c := rt.mqttContext(nc.RemoteAddr().String())
+			release := rt.reserveMQTT(c.RealIP())
+			if release == nil {
+				rt.mq.untrack(nc)
+				_ = nc.Close()
+				return
+			}
+			rt.serveMQTT(nc, c, release)
 		}()
 	}
 }
@@ -310,16 +317,24 @@ func (rt *Router) serveMQTTWS(c echo.Context) error {
 	if !offersMQTT(r.Header.Values("Sec-WebSocket-Protocol")) {
 		return perr(codeBadRequest, `GET /mqtt is MQTT over WebSocket: offer the subprotocol "mqtt"`)
 	}
+	// The connect rate and connection limits apply before the upgrade,
+	// as for /v1/ws: a connection waiting for its CONNECT holds a slot.
+	release := rt.reserveConn(c)
+	if release == nil {
+		return nil // reserveConn wrote the response and counted it
+	}
 	o := rt.acceptOptions()
 	o.Subprotocols = []string{"mqtt"}
 	ws, err := websocket.Accept(c.Response(), r, o)
 	if err != nil {
+		release()
 		rt.log.Debug("mqtt websocket accept failed", "err", err)
 		return nil // Accept wrote the response
 	}
 	ws.SetReadLimit(int64(rt.mq.opts.MaxPacketBytes) + 16)
 	nc := websocket.NetConn(context.Background(), ws, websocket.MessageBinary)
 	if !rt.mq.track(nc) {
+		release()
 		_ = ws.Close(websocket.StatusGoingAway, "server shutting down")
 		return nil
 	}
@@ -331,7 +346,7 @@ func (rt *Router) serveMQTTWS(c echo.Context) error {
 	ac.Request().Header = r.Header
 	go func() {
 		defer rt.mq.wg.Done()
-		rt.serveMQTT(nc, ac)
+		rt.serveMQTT(nc, ac, release)
 	}()
 	return nil
 }

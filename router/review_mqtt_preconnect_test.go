@@ -1,0 +1,59 @@
+package router_test
+
+import (
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// TestReviewMQTTPreConnectCounted: a connection that has not sent its
+// CONNECT yet holds a goroutine, a socket and (once it announces a
+// remaining length) a buffer of up to --mqtt-max-packet-bytes, so it
+// takes a connection slot like any session: with --max-connections 1 and
+// one connection trickling its CONNECT, a second is closed at once rather
+// than held for --mqtt-connect-timeout; once the first is admitted and
+// ends, the slot is free again.
+func TestReviewMQTTPreConnectCounted(t *testing.T) {
+	for _, transport := range []string{"tcp", "ws"} {
+		t.Run(transport, func(t *testing.T) {
+			g := newGateway(t, withMQTT, func(c *gwConfig) {
+				c.router.MaxConnections = 1
+				c.router.MQTT.ConnectTimeout = time.Minute
+			})
+			slow := dialRaw(t, g, transport, 4)
+			// A CONNECT header announcing 512 KiB, then nothing.
+			slow.write(t, []byte{packets.Connect << 4, 0x80, 0x80, 0x20})
+			if transport == "ws" {
+				// The WebSocket upgrade is refused (HTTP 503), as /v1/ws's is.
+				if _, err := dialMQTTConn(t.Context(), g, transport); err == nil {
+					t.Fatal("a second WebSocket to /mqtt was upgraded past --max-connections 1")
+				}
+			} else {
+				second := dialRaw(t, g, transport, 4)
+				_ = second.nc.SetReadDeadline(time.Now().Add(waitTimeout))
+				_, err := second.br.ReadByte()
+				if !errors.Is(err, io.EOF) {
+					t.Fatalf("a second connection before its CONNECT past --max-connections 1: %v, want it closed", err)
+				}
+			}
+			slow.nc.Close()
+			// The slot comes back: a client connects (bounded retries while
+			// the first connection's end is seen by the gateway).
+			deadline := time.Now().Add(waitTimeout)
+			for {
+				c, err := dialMQTT(t, g, 5, transport, "after-"+transport, "")
+				if err == nil {
+					c.subscribe(t, "a/b", 1)
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no connection after the first ended: %v", err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
