@@ -102,6 +102,14 @@ func (s *mqttSession) groupFrame(sub *subscription, d engine.Delivery) []byte {
 		s.autoAck(groupAck{sub, pos})
 		return []byte{}
 	}
+	if s.maxOut > 0 && len(b) > s.maxOut {
+		// Over the client's Maximum Packet Size [MQTT-3.1.2-25]: not
+		// written, so it takes no packet identifier (one never acked
+		// would shrink the window for good); the lease runs out with the
+		// group's ack timeout, and max attempts and dead letters apply.
+		s.rt.mq.m.skipped.WithLabelValues("too_large").Inc()
+		return []byte{}
+	}
 	if qos == 0 {
 		s.autoAck(groupAck{sub, pos})
 		return b
