@@ -406,16 +406,24 @@ func (s *mqttSession) end(rc byte, why string) {
 
 // readLoop reads and handles packets until the connection fails or the
 // session ends it.
+//
+// Keep alive is a timer rather than a read deadline: a WebSocket's
+// connection (websocket.NetConn) closes itself when its read deadline
+// passes, before the DISCONNECT 0x8D could be written.
 func (s *mqttSession) readLoop() {
 	max := s.rt.mq.opts.MaxPacketBytes
+	_ = s.nc.SetReadDeadline(time.Time{}) // the CONNECT's is over
+	var ka *time.Timer
+	if s.keepAlive > 0 {
+		ka = time.AfterFunc(s.keepAlive, func() { s.end(rcKeepAliveTimeout, "keep alive timeout") })
+		defer ka.Stop()
+	}
 	for {
 		if s.br.Buffered() == 0 {
 			s.cn.flushDeferred() // before waiting for the socket (deferral.go)
 		}
-		if s.keepAlive > 0 {
-			_ = s.nc.SetReadDeadline(time.Now().Add(s.keepAlive))
-		} else {
-			_ = s.nc.SetReadDeadline(time.Time{})
+		if ka != nil {
+			ka.Reset(s.keepAlive)
 		}
 		pk, err := mqtt.ReadPacket(s.br, s.version, max)
 		if err != nil {
