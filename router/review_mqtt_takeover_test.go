@@ -3,8 +3,8 @@ package router_test
 import (
 	"bytes"
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
 )
