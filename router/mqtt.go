@@ -217,16 +217,16 @@ func (rt *Router) acceptMQTT(ln net.Listener) {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
-				continue
+			if errors.Is(err, net.ErrClosed) || rt.mq.isStopped() {
+				return
 			}
-			if !errors.Is(err, net.ErrClosed) {
-				rt.log.Warn("mqtt listener failed", "err", err)
-			}
-			return
+			// Out of file descriptors, a connection reset before it was
+			// accepted, …: the listener goes on after a pause, as
+			// net/http's does.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			rt.log.Warn("mqtt accept failed", "err", err, "retry_in", delay)
+			time.Sleep(delay)
+			continue
 		}
 		delay = 0
 		if !rt.mq.track(nc) {
@@ -245,6 +245,13 @@ func (rt *Router) acceptMQTT(ln net.Listener) {
 			rt.serveMQTT(nc, c, release)
 		}()
 	}
+}
+
+// isStopped reports whether Shutdown began.
+func (mq *mqttState) isStopped() bool {
+	mq.mu.Lock()
+	defer mq.mu.Unlock()
+	return mq.stopped
 }
 
 // track lists a connection before its CONNECT (closed by stopMQTT) and
