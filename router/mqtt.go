@@ -61,6 +61,12 @@ type MQTTOptions struct {
 	// ConnectTimeout bounds the wait for CONNECT after a connection opens;
 	// default DefaultMQTTConnectTimeout.
 	ConnectTimeout time.Duration
+	// MaxHeldBytes bounds the bytes of the QoS 1 and 2 deliveries a
+	// session holds while its in-flight window is full (copies of their
+	// packets, the session's own; their count is bounded by the queue's
+	// bound): past it the oldest is dropped, counted. One delivery is
+	// always held. Default DefaultMQTTMaxHeldBytes.
+	MaxHeldBytes int
 }
 
 // Defaults of MQTTOptions.
@@ -68,6 +74,7 @@ const (
 	DefaultMQTTMaxInFlight      = 64
 	DefaultMQTTMaxClientIDBytes = 256
 	DefaultMQTTConnectTimeout   = 10 * time.Second
+	DefaultMQTTMaxHeldBytes     = 4 << 20
 	mqttPacketOverhead          = 64 << 10
 )
 
@@ -84,6 +91,9 @@ func (o MQTTOptions) withDefaults(maxMessage int) MQTTOptions {
 	}
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = DefaultMQTTConnectTimeout
+	}
+	if o.MaxHeldBytes <= 0 {
+		o.MaxHeldBytes = DefaultMQTTMaxHeldBytes
 	}
 	return o
 }

@@ -155,9 +155,10 @@ type mqttSession struct {
 	closeOnce sync.Once
 
 	// The writer goroutine's (mqtt_write.go).
-	wbuf  []byte
-	held  []heldPacket // QoS 1 and 2 deliveries waiting for room in the window
-	heldN atomic.Int32 // len(held), for the reader
+	wbuf      []byte
+	held      []heldPacket // QoS 1 and 2 deliveries waiting for room in the window
+	heldBytes int          // the bytes of held
+	heldN     atomic.Int32 // len(held), for the reader
 
 	imu      sync.Mutex // leaf; guards the fields below
 	inflight map[uint16]struct{}
