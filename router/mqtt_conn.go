@@ -170,7 +170,7 @@ type mqttSession struct {
 	// packet identifier (mqtt_group.go).
 	groupAcks map[uint16]groupAck
 
-	acks chan groupAck // to the acker goroutine; nil until a QoS 0 shared subscription (reader goroutine)
+	acks chan groupAck // to the acker goroutine; nil until a shared subscription (reader goroutine)
 }
 
 // mqttFilter is one SUBSCRIBE filter of a session: its granted QoS and its

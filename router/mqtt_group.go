@@ -65,9 +65,10 @@ func (s *mqttSession) subscribeShared(f *packets.Subscription, pf mqtt.Filter, q
 		return rcUnspecified, nil
 	}
 	sub.mqttQoS.Store(uint32(qos))
-	if qos == 0 {
-		s.startAcker()
-	}
+	// Every shared subscription may need the acker: QoS 0 deliveries, and
+	// records MQTT cannot name at any QoS. Started before the join, so
+	// that no delivery reads s.acks while it is set.
+	s.startAcker()
 	if pe := cn.joinGroup(sub, fromSpec{}); pe != nil {
 		cn.forget(sub)
 		if pe.Code == codeTooManySubs {
