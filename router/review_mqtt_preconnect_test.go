@@ -1,8 +1,6 @@
 package router_test
 
 import (
-	"errors"
-	"io"
 	"testing"
 	"time"
 
@@ -23,23 +21,41 @@ func TestReviewMQTTPreConnectCounted(t *testing.T) {
 				c.router.MaxConnections = 1
 				c.router.MQTT.ConnectTimeout = time.Minute
 			})
-			slow := dialRaw(t, g, transport, 4)
-			// A CONNECT header announcing 512 KiB, then nothing.
-			slow.write(t, []byte{packets.Connect << 4, 0x80, 0x80, 0x20})
 			if transport == "ws" {
+				slow := dialRaw(t, g, transport, 4)
+				// A CONNECT header announcing 512 KiB, then nothing.
+				slow.write(t, []byte{packets.Connect << 4, 0x80, 0x80, 0x20})
 				// The WebSocket upgrade is refused (HTTP 503), as /v1/ws's is.
 				if _, err := dialMQTTConn(t.Context(), g, transport); err == nil {
 					t.Fatal("a second WebSocket to /mqtt was upgraded past --max-connections 1")
 				}
+				slow.nc.Close()
 			} else {
-				second := dialRaw(t, g, transport, 4)
-				_ = second.nc.SetReadDeadline(time.Now().Add(waitTimeout))
-				_, err := second.br.ReadByte()
-				if !errors.Is(err, io.EOF) {
-					t.Fatalf("a second connection before its CONNECT past --max-connections 1: %v, want it closed", err)
+				// Two connections trickling their CONNECT: whichever the
+				// gateway takes second is closed at once.
+				closed := make(chan error, 2)
+				var rs []*rawMQTT
+				for range 2 {
+					r := dialRaw(t, g, transport, 4)
+					r.write(t, []byte{packets.Connect << 4, 0x80, 0x80, 0x20})
+					rs = append(rs, r)
 				}
+				for _, r := range rs {
+					go func() {
+						_ = r.nc.SetReadDeadline(time.Now().Add(waitTimeout))
+						_, err := r.br.ReadByte()
+						closed <- err
+					}()
+				}
+				// EOF, or a reset: the gateway closed without reading.
+				if err := <-closed; err == nil || isTimeout(err) {
+					t.Fatalf("two connections before their CONNECT past --max-connections 1: %v, want one closed", err)
+				}
+				for _, r := range rs {
+					r.nc.Close()
+				}
+				<-closed
 			}
-			slow.nc.Close()
 			// The slot comes back: a client connects (bounded retries while
 			// the first connection's end is seen by the gateway).
 			deadline := time.Now().Add(waitTimeout)
