@@ -1,6 +1,7 @@
 package router_test
 
 import (
+	"bufio"
 	"testing"
 	"time"
 
@@ -60,10 +61,17 @@ func TestReviewMQTTPreConnectCounted(t *testing.T) {
 			// the first connection's end is seen by the gateway).
 			deadline := time.Now().Add(waitTimeout)
 			for {
-				c, err := dialMQTT(t, g, 5, transport, "after-"+transport, "")
+				nc, err := dialMQTTConn(t.Context(), g, transport)
 				if err == nil {
-					c.subscribe(t, "a/b", 1)
-					break
+					r := &rawMQTT{nc: nc, br: bufio.NewReader(nc), v: 5}
+					t.Cleanup(func() { nc.Close() })
+					_ = nc.SetWriteDeadline(time.Now().Add(waitTimeout))
+					if _, err := nc.Write(connectBytes("after-" + transport)); err == nil {
+						if pk, err := r.read(t); err == nil && pk.FixedHeader.Type == packets.Connack && pk.ReasonCode == 0 {
+							break
+						}
+					}
+					nc.Close()
 				}
 				if time.Now().After(deadline) {
 					t.Fatalf("no connection after the first ended: %v", err)
