@@ -164,16 +164,22 @@ func (p *pubPipe) complete(sess *session.Session, s *pubSlot, frame []byte) {
 // reply sends frame after every reply owed before it: at once when none is.
 func (p *pubPipe) reply(sess *session.Session, frame []byte) {
 	p.mu.Lock()
+	over := false
 	switch {
 	case len(p.q) == 0:
 		sess.Send(session.Item{Frame: frame})
 	case p.owed+len(frame) > p.maxOwed:
-		sess.Close(websocket.StatusPolicyViolation, "too many replies owed")
+		over = true
 	default:
 		p.q = append(p.q, &pubSlot{frame: frame, complete: true})
 		p.owed += len(frame)
 	}
 	p.mu.Unlock()
+	if over {
+		// As the control queue closes a client that does not read its
+		// replies (session.Options.ControlBytes); after p.mu is let go.
+		sess.Close(websocket.StatusPolicyViolation, "too many replies owed")
+	}
 }
 
 // flushLocked sends the completed replies at the head of the FIFO; caller
