@@ -123,7 +123,7 @@ func (rt *Router) newConn(c echo.Context, k transportKind, who *principal, lean 
 		client: clientKey(who, c.RealIP()), info: newSessionInfo(c, k.String(), who),
 		subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription)}
 	if k.ops() {
-		cn.pipe = newPubPipe(rt.opts.PublishPipeline, rt.opts.PublishPipelineBytes)
+		cn.pipe = newPubPipe(rt.opts.PublishPipeline, rt.opts.PublishPipelineBytes, rt.opts.Session.ControlBytes)
 		if cn.set.publishRate > 0 {
 			cn.limiter = rate.NewLimiter(rate.Limit(cn.set.publishRate), cn.set.publishBurst)
 		}

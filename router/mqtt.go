@@ -61,6 +61,12 @@ type MQTTOptions struct {
 	// ConnectTimeout bounds the wait for CONNECT after a connection opens;
 	// default DefaultMQTTConnectTimeout.
 	ConnectTimeout time.Duration
+	// MaxHeldBytes bounds the bytes of the QoS 1 and 2 deliveries a
+	// session holds while its in-flight window is full (copies of their
+	// packets, the session's own; their count is bounded by the queue's
+	// bound): past it the oldest is dropped, counted. One delivery is
+	// always held. Default DefaultMQTTMaxHeldBytes.
+	MaxHeldBytes int
 }
 
 // Defaults of MQTTOptions.
@@ -68,6 +74,7 @@ const (
 	DefaultMQTTMaxInFlight      = 64
 	DefaultMQTTMaxClientIDBytes = 256
 	DefaultMQTTConnectTimeout   = 10 * time.Second
+	DefaultMQTTMaxHeldBytes     = 4 << 20
 	mqttPacketOverhead          = 64 << 10
 )
 
@@ -84,6 +91,9 @@ func (o MQTTOptions) withDefaults(maxMessage int) MQTTOptions {
 	}
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = DefaultMQTTConnectTimeout
+	}
+	if o.MaxHeldBytes <= 0 {
+		o.MaxHeldBytes = DefaultMQTTMaxHeldBytes
 	}
 	return o
 }
@@ -217,16 +227,16 @@ func (rt *Router) acceptMQTT(ln net.Listener) {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
-				continue
+			if errors.Is(err, net.ErrClosed) || rt.mq.isStopped() {
+				return
 			}
-			if !errors.Is(err, net.ErrClosed) {
-				rt.log.Warn("mqtt listener failed", "err", err)
-			}
-			return
+			// Out of file descriptors, a connection reset before it was
+			// accepted, …: the listener goes on after a pause, as
+			// net/http's does.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			rt.log.Warn("mqtt accept failed", "err", err, "retry_in", delay)
+			time.Sleep(delay)
+			continue
 		}
 		delay = 0
 		if !rt.mq.track(nc) {
@@ -235,9 +245,23 @@ func (rt *Router) acceptMQTT(ln net.Listener) {
 		}
 		go func() {
 			defer rt.mq.wg.Done()
-			rt.serveMQTT(nc, rt.mqttContext(nc.RemoteAddr().String()))
+			c := rt.mqttContext(nc.RemoteAddr().String())
+			release := rt.reserveMQTT(c.RealIP())
+			if release == nil {
+				rt.mq.untrack(nc)
+				_ = nc.Close()
+				return
+			}
+			rt.serveMQTT(nc, c, release)
 		}()
 	}
+}
+
+// isStopped reports whether Shutdown began.
+func (mq *mqttState) isStopped() bool {
+	mq.mu.Lock()
+	defer mq.mu.Unlock()
+	return mq.stopped
 }
 
 // track lists a connection before its CONNECT (closed by stopMQTT) and
@@ -310,16 +334,24 @@ func (rt *Router) serveMQTTWS(c echo.Context) error {
 	if !offersMQTT(r.Header.Values("Sec-WebSocket-Protocol")) {
 		return perr(codeBadRequest, `GET /mqtt is MQTT over WebSocket: offer the subprotocol "mqtt"`)
 	}
+	// The connect rate and connection limits apply before the upgrade,
+	// as for /v1/ws: a connection waiting for its CONNECT holds a slot.
+	release := rt.reserveConn(c)
+	if release == nil {
+		return nil // reserveConn wrote the response and counted it
+	}
 	o := rt.acceptOptions()
 	o.Subprotocols = []string{"mqtt"}
 	ws, err := websocket.Accept(c.Response(), r, o)
 	if err != nil {
+		release()
 		rt.log.Debug("mqtt websocket accept failed", "err", err)
 		return nil // Accept wrote the response
 	}
 	ws.SetReadLimit(int64(rt.mq.opts.MaxPacketBytes) + 16)
 	nc := websocket.NetConn(context.Background(), ws, websocket.MessageBinary)
 	if !rt.mq.track(nc) {
+		release()
 		_ = ws.Close(websocket.StatusGoingAway, "server shutting down")
 		return nil
 	}
@@ -331,7 +363,7 @@ func (rt *Router) serveMQTTWS(c echo.Context) error {
 	ac.Request().Header = r.Header
 	go func() {
 		defer rt.mq.wg.Done()
-		rt.serveMQTT(nc, ac)
+		rt.serveMQTT(nc, ac, release)
 	}()
 	return nil
 }

@@ -155,9 +155,10 @@ type mqttSession struct {
 	closeOnce sync.Once
 
 	// The writer goroutine's (mqtt_write.go).
-	wbuf  []byte
-	held  []heldPacket // QoS 1 and 2 deliveries waiting for room in the window
-	heldN atomic.Int32 // len(held), for the reader
+	wbuf      []byte
+	held      []heldPacket // QoS 1 and 2 deliveries waiting for room in the window
+	heldBytes int          // the bytes of held
+	heldN     atomic.Int32 // len(held), for the reader
 
 	imu      sync.Mutex // leaf; guards the fields below
 	inflight map[uint16]struct{}
@@ -169,7 +170,7 @@ type mqttSession struct {
 	// packet identifier (mqtt_group.go).
 	groupAcks map[uint16]groupAck
 
-	acks chan groupAck // to the acker goroutine; nil until a QoS 0 shared subscription (reader goroutine)
+	acks chan groupAck // to the acker goroutine; nil until a shared subscription (reader goroutine)
 }
 
 // mqttFilter is one SUBSCRIBE filter of a session: its granted QoS and its
@@ -182,7 +183,13 @@ type mqttFilter struct {
 // serveMQTT runs one MQTT connection: CONNECT, admission, then the session
 // until it ends. It returns once the connection
 // is closed and its session torn down.
-func (rt *Router) serveMQTT(nc net.Conn, c echo.Context) {
+//
+// release gives back the connection slot the connection holds from before
+// its CONNECT (reserveMQTT, or reserveConn for GET /mqtt): a connection
+// waiting for its CONNECT holds a socket, a goroutine and a read buffer of
+// up to MaxPacketBytes, so it counts against the connection limits as a
+// session does.
+func (rt *Router) serveMQTT(nc net.Conn, c echo.Context, release func()) {
 	mq := rt.mq
 	defer mq.untrack(nc)
 	br := bufio.NewReaderSize(nc, mqttReadBuffer)
@@ -192,10 +199,11 @@ func (rt *Router) serveMQTT(nc net.Conn, c echo.Context) {
 		// Not an MQTT client (or a silent one): closed without a word,
 		// as MQTT prescribes for a first packet that is not CONNECT.
 		mq.m.connects.WithLabelValues(connectErrName(err)).Inc()
+		release()
 		_ = nc.Close()
 		return
 	}
-	s, release := rt.admitMQTT(nc, c, &pk)
+	s := rt.admitMQTT(nc, c, &pk, release)
 	if s == nil {
 		_ = nc.Close()
 		return
@@ -220,14 +228,31 @@ func connectErrName(err error) string {
 	return "closed"
 }
 
-// admitMQTT checks a CONNECT, applies the connect rate and connection
-// limits, then the credential (the password), and returns the session's
-// state with its connection slot's release, or nil once it has answered
-// the refusal.
-func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet) (*mqttSession, func()) {
+// reserveMQTT applies the connect rate and the connection limits to a TCP
+// connection before its CONNECT is read, and returns its slot's release,
+// or nil (counted) when it is to be closed without a word.
+func (rt *Router) reserveMQTT(ip string) func() {
+	if !rt.settings().connect.Allow(ip, time.Now()) {
+		rt.lim.limited.WithLabelValues(limitConnectRate).Inc()
+		rt.mq.m.connects.WithLabelValues(reasonName(rcConnectRate)).Inc()
+		return nil
+	}
+	release, refused := rt.limits.acquireConn(ip)
+	if release == nil {
+		rt.lim.limited.WithLabelValues(refused).Inc()
+		rt.mq.m.connects.WithLabelValues(reasonName(rcQuotaExceeded)).Inc()
+	}
+	return release
+}
+
+// admitMQTT checks a CONNECT, then the credential (the password), and
+// returns the session's state, which owns release, or nil once it has
+// answered the refusal and called release.
+func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, release func()) *mqttSession {
 	mq := rt.mq
 	v := pk.ProtocolVersion
-	refuse := func(rc byte) (*mqttSession, func()) {
+	refuse := func(rc byte) *mqttSession {
+		release()
 		mq.m.connects.WithLabelValues(reasonName(rc)).Inc()
 		ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connack}, ProtocolVersion: v, ReasonCode: rc}
 		if v != mqtt.Version5 {
@@ -237,7 +262,7 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet) (*m
 		_ = ack.ConnackEncode(&b)
 		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
 		_, _ = nc.Write(b.Bytes())
-		return nil, nil
+		return nil
 	}
 	if v != mqtt.Version311 && v != mqtt.Version5 {
 		return refuse(rcUnsupportedVersion)
@@ -264,19 +289,8 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet) (*m
 	} else {
 		id = strings.Clone(id)
 	}
-	ip := c.RealIP()
-	if !rt.settings().connect.Allow(ip, time.Now()) {
-		rt.lim.limited.WithLabelValues(limitConnectRate).Inc()
-		return refuse(rcConnectRate)
-	}
-	release, refused := rt.limits.acquireConn(ip)
-	if release == nil {
-		rt.lim.limited.WithLabelValues(refused).Inc()
-		return refuse(rcQuotaExceeded)
-	}
 	who, rc := rt.authMQTT(c, pk)
 	if rc != rcSuccess {
-		release()
 		return refuse(rc)
 	}
 	s := &mqttSession{rt: rt, nc: nc, version: v, clientID: id,
@@ -296,7 +310,7 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet) (*m
 	}
 	s.cn = rt.newConn(c, transportMQTT, who, false)
 	s.cn.mqtt = s
-	return s, release
+	return s
 }
 
 // authMQTT authenticates a CONNECT: its password is the credential, as a
@@ -393,16 +407,24 @@ func (s *mqttSession) end(rc byte, why string) {
 
 // readLoop reads and handles packets until the connection fails or the
 // session ends it.
+//
+// Keep alive is a timer rather than a read deadline: a WebSocket's
+// connection (websocket.NetConn) closes itself when its read deadline
+// passes, before the DISCONNECT 0x8D could be written.
 func (s *mqttSession) readLoop() {
 	max := s.rt.mq.opts.MaxPacketBytes
+	_ = s.nc.SetReadDeadline(time.Time{}) // the CONNECT's is over
+	var ka *time.Timer
+	if s.keepAlive > 0 {
+		ka = time.AfterFunc(s.keepAlive, func() { s.end(rcKeepAliveTimeout, "keep alive timeout") })
+		defer ka.Stop()
+	}
 	for {
 		if s.br.Buffered() == 0 {
 			s.cn.flushDeferred() // before waiting for the socket (deferral.go)
 		}
-		if s.keepAlive > 0 {
-			_ = s.nc.SetReadDeadline(time.Now().Add(s.keepAlive))
-		} else {
-			_ = s.nc.SetReadDeadline(time.Time{})
+		if ka != nil {
+			ka.Reset(s.keepAlive)
 		}
 		pk, err := mqtt.ReadPacket(s.br, s.version, max)
 		if err != nil {

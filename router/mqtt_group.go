@@ -65,9 +65,10 @@ func (s *mqttSession) subscribeShared(f *packets.Subscription, pf mqtt.Filter, q
 		return rcUnspecified, nil
 	}
 	sub.mqttQoS.Store(uint32(qos))
-	if qos == 0 {
-		s.startAcker()
-	}
+	// Every shared subscription may need the acker: QoS 0 deliveries, and
+	// records MQTT cannot name at any QoS. Started before the join, so
+	// that no delivery reads s.acks while it is set.
+	s.startAcker()
 	if pe := cn.joinGroup(sub, fromSpec{}); pe != nil {
 		cn.forget(sub)
 		if pe.Code == codeTooManySubs {
@@ -100,6 +101,14 @@ func (s *mqttSession) groupFrame(sub *subscription, d engine.Delivery) []byte {
 	if err != nil {
 		s.rt.mq.m.skipped.WithLabelValues("no_mqtt_name").Inc()
 		s.autoAck(groupAck{sub, pos})
+		return []byte{}
+	}
+	if s.maxOut > 0 && len(b) > s.maxOut {
+		// Over the client's Maximum Packet Size [MQTT-3.1.2-25]: not
+		// written, so it takes no packet identifier (one never acked
+		// would shrink the window for good); the lease runs out with the
+		// group's ack timeout, and max attempts and dead letters apply.
+		s.rt.mq.m.skipped.WithLabelValues("too_large").Inc()
 		return []byte{}
 	}
 	if qos == 0 {

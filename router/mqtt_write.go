@@ -107,14 +107,20 @@ type heldPacket struct {
 // hold keeps a QoS 1 or 2 delivery until the window has room, in order. The
 // held deliveries are bounded by the session's queue bound: past it the
 // oldest is dropped, counted as the queue's drops are.
+//
+// Their bytes are bounded too (MQTTOptions.MaxHeldBytes): they are copies,
+// the session's own, where the queue's frames are shared between sessions.
 func (s *mqttSession) hold(pkt []byte, idAt int) {
-	if len(s.held) >= s.rt.opts.Session.QueueMessages {
+	maxBytes := s.rt.mq.opts.MaxHeldBytes
+	for len(s.held) > 0 && (len(s.held) >= s.rt.opts.Session.QueueMessages || s.heldBytes+len(pkt) > maxBytes) {
+		s.heldBytes -= len(s.held[0].b)
 		s.held[0] = heldPacket{}
 		s.held = s.held[1:]
 		s.rt.bm.drops[session.DropOld].Inc()
 		s.rt.mq.m.skipped.WithLabelValues("window_full").Inc()
 	}
 	s.held = append(s.held, heldPacket{b: bytes.Clone(pkt), idAt: idAt})
+	s.heldBytes += len(pkt)
 	s.heldN.Store(int32(len(s.held)))
 }
 
@@ -130,6 +136,7 @@ func (s *mqttSession) releaseHeld(out []byte) []byte {
 		at := len(out)
 		out = append(out, h.b...)
 		mqtt.PatchPublish(out[at:], h.idAt, false, id)
+		s.heldBytes -= len(h.b)
 		s.held[n] = heldPacket{}
 		n++
 	}

@@ -50,6 +50,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/session"
 )
@@ -71,11 +73,18 @@ const (
 // request order.
 type pubPipe struct {
 	maxCount, maxBytes int
+	// maxOwed bounds the bytes of the finished replies waiting in q behind
+	// an append (the session's control-queue bound): a client that keeps
+	// an append in flight and sends requests answered at once (MQTT
+	// PUBRELs, refused publishes) is closed past it, as the control queue
+	// closes a client that does not read its replies.
+	maxOwed int
 
 	mu      sync.Mutex // guards following
 	q       []*pubSlot // replies owed, oldest first
 	pending int        // slots of q not completed yet
 	bytes   int        // data bytes of those slots
+	owed    int        // bytes of the finished replies in q
 	room    chan struct{}
 }
 
@@ -86,8 +95,11 @@ type pubSlot struct {
 	complete bool
 }
 
-func newPubPipe(maxCount, maxBytes int) *pubPipe {
-	return &pubPipe{maxCount: maxCount, maxBytes: maxBytes, room: make(chan struct{})}
+func newPubPipe(maxCount, maxBytes, maxOwed int) *pubPipe {
+	if maxOwed <= 0 {
+		maxOwed = session.DefaultControlBytes
+	}
+	return &pubPipe{maxCount: maxCount, maxBytes: maxBytes, maxOwed: maxOwed, room: make(chan struct{})}
 }
 
 // wakeLocked wakes every waiter; caller holds p.mu.
@@ -141,6 +153,7 @@ func (p *pubPipe) reserve(sess *session.Session, size int, waited func(bound str
 func (p *pubPipe) complete(sess *session.Session, s *pubSlot, frame []byte) {
 	p.mu.Lock()
 	s.frame, s.complete = frame, true
+	p.owed += len(frame)
 	p.pending--
 	p.bytes -= s.size
 	p.flushLocked(sess)
@@ -151,12 +164,22 @@ func (p *pubPipe) complete(sess *session.Session, s *pubSlot, frame []byte) {
 // reply sends frame after every reply owed before it: at once when none is.
 func (p *pubPipe) reply(sess *session.Session, frame []byte) {
 	p.mu.Lock()
-	if len(p.q) == 0 {
+	over := false
+	switch {
+	case len(p.q) == 0:
 		sess.Send(session.Item{Frame: frame})
-	} else {
+	case p.owed+len(frame) > p.maxOwed:
+		over = true
+	default:
 		p.q = append(p.q, &pubSlot{frame: frame, complete: true})
+		p.owed += len(frame)
 	}
 	p.mu.Unlock()
+	if over {
+		// As the control queue closes a client that does not read its
+		// replies (session.Options.ControlBytes); after p.mu is let go.
+		sess.Close(websocket.StatusPolicyViolation, "too many replies owed")
+	}
 }
 
 // flushLocked sends the completed replies at the head of the FIFO; caller
@@ -164,6 +187,7 @@ func (p *pubPipe) reply(sess *session.Session, frame []byte) {
 func (p *pubPipe) flushLocked(sess *session.Session) {
 	n := 0
 	for n < len(p.q) && p.q[n].complete {
+		p.owed -= len(p.q[n].frame)
 		sess.Send(session.Item{Frame: p.q[n].frame})
 		p.q[n] = nil
 		n++

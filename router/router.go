@@ -97,7 +97,7 @@
 // session's writer goroutine runs only while it has something to write. A
 // replaying subscription runs one catch-up goroutine until it is live. An
 // MQTT connection runs its reader goroutine (mqtt_conn.go) until the
-// connection closes, and, once it has a QoS 0 shared subscription, an
+// connection closes, and, once it has a shared subscription, an
 // acker goroutine until the session ends (mqtt_group.go).
 // Shutdown waits for all of them.
 //

@@ -151,6 +151,7 @@ func TestFlagDefaults(t *testing.T) {
 		"mqtt-max-in-flight":          router.DefaultMQTTMaxInFlight,
 		"mqtt-max-client-id-bytes":    router.DefaultMQTTMaxClientIDBytes,
 		"mqtt-connect-timeout":        router.DefaultMQTTConnectTimeout,
+		"mqtt-max-held-bytes":         router.DefaultMQTTMaxHeldBytes,
 		"max-group-bytes":             router.DefaultMaxGroupBytes,
 		"max-groups-per-client":       router.DefaultMaxGroupsPerClient,
 		"max-group-bytes-per-client":  router.DefaultMaxGroupBytesPerClient,

@@ -13,5 +13,6 @@ func (c *config) mqttFlags(r *registry) {
 	r.int(&m.MaxPacketBytes, "mqtt-max-packet-bytes", 0, "largest packet an MQTT client may send, announced as MQTT 5's Maximum Packet Size; a larger one ends the session (reason 0x95) (0: --max-message-bytes plus 64 KiB)")
 	r.int(&m.MaxInFlight, "mqtt-max-in-flight", router.DefaultMQTTMaxInFlight, "QoS 1 and 2 deliveries an MQTT session may have unacknowledged (a client's smaller Receive Maximum wins); further ones wait, within --queue-messages")
 	r.int(&m.MaxClientIDBytes, "mqtt-max-client-id-bytes", router.DefaultMQTTMaxClientIDBytes, "longest MQTT client identifier; a longer one is refused (CONNACK 0x85, or 2 for 3.1.1)")
+	r.int(&m.MaxHeldBytes, "mqtt-max-held-bytes", router.DefaultMQTTMaxHeldBytes, "bytes of the QoS 1 and 2 deliveries an MQTT session holds while its in-flight window is full (copies, the session's own); past it the oldest is dropped, counted")
 	r.duration(&m.ConnectTimeout, "mqtt-connect-timeout", router.DefaultMQTTConnectTimeout, "how long a new MQTT connection may take to send CONNECT")
 }
