@@ -98,6 +98,10 @@ func (o MQTTOptions) withDefaults(maxMessage int) MQTTOptions {
 	return o
 }
 
+// maxPacketIDs is how many packet identifiers a session may have in
+// flight at once: every nonzero 16-bit value.
+const maxPacketIDs = 0xffff
+
 // mqttState is the Router's MQTT transport: its listener, the client-id
 // index and its metrics.
 type mqttState struct {
@@ -136,7 +140,7 @@ func newMQTTMetrics(reg prometheus.Registerer) *mqttMetrics {
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_refused_total",
 			Help: "MQTT requests answered with a failure reason code (PUBACK, SUBACK, UNSUBACK), by reason."}, []string{"reason"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_skipped_total",
-			Help: "Deliveries not written to MQTT sessions, by why: no_mqtt_name (a native topic MQTT cannot name), too_large (over the client's maximum packet size), native_frame (a frame of the native protocol), window_full (the oldest held delivery, past the queue bound), ack_backlog (a QoS 0 group delivery left to the ack timeout)."}, []string{"why"}),
+			Help: "Deliveries not written to MQTT sessions, by why: no_mqtt_name (a native topic MQTT cannot name), too_large (over the client's maximum packet size), native_frame (a frame of the native protocol), window_full (the oldest held delivery, past the queue bound), ack_backlog (a QoS 0 group delivery left to the ack timeout), no_packet_id (a group delivery while all 65,535 packet identifiers are in flight, left to the ack timeout)."}, []string{"why"}),
 		windowWaits: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_mqtt_inflight_waits_total",
 			Help: "Times an MQTT session's writer waited for a PUBACK because its in-flight window was full."}),
 		takeovers: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_mqtt_takeovers_total",
@@ -161,7 +165,7 @@ func newMQTTMetrics(reg prometheus.Registerer) *mqttMetrics {
 		rcQuotaExceeded} {
 		m.refused.WithLabelValues(reasonName(rc))
 	}
-	for _, w := range []string{"no_mqtt_name", "too_large", "native_frame", "window_full", "ack_backlog"} {
+	for _, w := range []string{"no_mqtt_name", "too_large", "native_frame", "window_full", "ack_backlog", "no_packet_id"} {
 		m.skipped.WithLabelValues(w)
 	}
 	return m

@@ -116,6 +116,14 @@ func (s *mqttSession) groupFrame(sub *subscription, d engine.Delivery) []byte {
 		return b
 	}
 	s.imu.Lock()
+	if len(s.inflight) >= maxPacketIDs {
+		// Every packet identifier is in flight (a window the lease bound
+		// allows with a large --queue-messages): not written; the lease
+		// runs out with the group's ack timeout.
+		s.imu.Unlock()
+		s.rt.mq.m.skipped.WithLabelValues("no_packet_id").Inc()
+		return []byte{}
+	}
 	for {
 		s.nextID++
 		if _, used := s.inflight[s.nextID]; s.nextID != 0 && !used {
