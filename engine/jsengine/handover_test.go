@@ -139,10 +139,7 @@ func TestLastAttemptNotDeliveredAgain(t *testing.T) {
 			if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: "last", Partitions: 1}); err != nil {
 				t.Fatal(err)
 			}
-			m1 := newManual()
-			if _, err := a.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "last", Member: "m1"}, m1); err != nil {
-				t.Fatal(err)
-			}
+			m1 := joinManual(t, ctx, a, "g", "last", "m1")
 			if _, err := a.Append(ctx, engine.Message{Topic: "last", Data: []byte(`"poison"`)}); err != nil {
 				t.Fatal(err)
 			}
@@ -161,10 +158,7 @@ func TestLastAttemptNotDeliveredAgain(t *testing.T) {
 			} else if err := a.Leave(ctx, "g", "m1"); err != nil {
 				t.Fatalf("Leave: %v", err)
 			}
-			m2 := newManual()
-			if _, err := next.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "last", Member: "m2"}, m2); err != nil {
-				t.Fatal(err)
-			}
+			m2 := joinManual(t, ctx, next, "g", "last", "m2")
 			if _, err := next.Append(ctx, engine.Message{Topic: "last", Data: []byte(`"marker"`)}); err != nil {
 				t.Fatal(err)
 			}
@@ -218,11 +212,7 @@ func TestRejoinBeforeReleaseKeepsLastAck(t *testing.T) {
 	if _, err := a.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "ho.*", Member: "m1", MaxInFlight: holeRecords}, m1); err != nil {
 		t.Fatal(err)
 	}
-	for range holeRecords {
-		if _, err := a.Append(ctx, engine.Message{Topic: "ho.a", Data: []byte(`"r"`)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	appendN(t, ctx, a, "ho.a", holeRecords)
 	var last engine.Delivery
 	for range holeRecords {
 		switch d := m1.next(t, 20*time.Second); d.Record.Offset {
@@ -304,20 +294,9 @@ func TestReleaseKeepsSeek(t *testing.T) {
 			if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: "sk", Partitions: 1}); err != nil {
 				t.Fatal(err)
 			}
-			m1 := newManual()
-			if _, err := a.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "sk", Member: "m1"}, m1); err != nil {
-				t.Fatal(err)
-			}
-			for range 5 {
-				if _, err := a.Append(ctx, engine.Message{Topic: "sk", Data: []byte(`"r"`)}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for range 5 {
-				if err := a.Ack(ctx, "g", "m1", posOf(m1.next(t, 20*time.Second).Record)); err != nil {
-					t.Fatal(err)
-				}
-			}
+			m1 := joinManual(t, ctx, a, "g", "sk", "m1")
+			appendN(t, ctx, a, "sk", 5)
+			ackNext(t, ctx, a, "g", "m1", m1, 5)
 			waitUntil(t, "the acks to be written", func() bool {
 				v, err := a.StoredPosition(ctx, "g", "sk", 0)
 				return err == nil && strings.Contains(v, `"off":5,`)
@@ -346,10 +325,7 @@ func TestReleaseKeepsSeek(t *testing.T) {
 				return err == nil && !strings.Contains(v, `"holder"`)
 			})
 			t.Logf("released: %s", v)
-			m2 := newManual()
-			if _, err := a.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "sk", Member: "m2"}, m2); err != nil {
-				t.Fatal(err)
-			}
+			m2 := joinManual(t, ctx, a, "g", "sk", "m2")
 			if _, err := a.Append(ctx, engine.Message{Topic: "sk", Data: []byte(`"marker"`)}); err != nil {
 				t.Fatal(err)
 			}
@@ -384,11 +360,7 @@ func TestQuickClaimThenReleaseKeepsAttempts(t *testing.T) {
 			if _, err := a.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "quick", Member: "m1", MaxInFlight: n}, m1); err != nil {
 				t.Fatal(err)
 			}
-			for range n {
-				if _, err := a.Append(ctx, engine.Message{Topic: "quick", Data: []byte(`"r"`)}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			appendN(t, ctx, a, "quick", n)
 			for range n {
 				m1.next(t, 20*time.Second) // leased, never acked
 			}
@@ -481,11 +453,7 @@ func TestFreshNodeDeliversBacklog(t *testing.T) {
 	}
 	w := newNode(t, o)
 	const n = 3
-	for range n {
-		if _, err := w.Append(ctx, engine.Message{Topic: "quiet", Data: []byte(`"r"`)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	appendN(t, ctx, w, "quiet", n)
 	b := newNode(t, o) // started after the last append
 	m2 := newManual()
 	if _, err := b.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "quiet", Member: "m2", MaxInFlight: n}, m2); err != nil {

@@ -45,6 +45,36 @@ func (c *manualConsumer) next(t *testing.T, bound time.Duration) engine.Delivery
 	}
 }
 
+// appendN appends n records "r" to topic.
+func appendN(t *testing.T, ctx context.Context, e *jsengine.Engine, topic string, n int) {
+	t.Helper()
+	for range n {
+		if _, err := e.Append(ctx, engine.Message{Topic: topic, Data: []byte(`"r"`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// ackNext acks the next n deliveries m receives, as member of group.
+func ackNext(t *testing.T, ctx context.Context, e *jsengine.Engine, group, member string, m *manualConsumer, n int) {
+	t.Helper()
+	for range n {
+		if err := e.Ack(ctx, group, member, posOf(m.next(t, 20*time.Second).Record)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// joinManual joins member to group on pattern with a manual consumer.
+func joinManual(t *testing.T, ctx context.Context, e *jsengine.Engine, group, pattern, member string) *manualConsumer {
+	t.Helper()
+	m := newManual()
+	if _, err := e.Join(ctx, engine.JoinRequest{Group: group, Pattern: pattern, Member: member}, m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 func posOf(r *engine.Record) engine.Position {
 	return engine.Position{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
 }
@@ -63,10 +93,7 @@ func TestDeadLetterNotStoredNotCommitted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mc := newManual()
-	if _, err := e.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "dl", Member: "m"}, mc); err != nil {
-		t.Fatal(err)
-	}
+	mc := joinManual(t, ctx, e, "g", "dl", "m")
 	d := mc.next(t, 10*time.Second)
 	if d.Record.Offset != 0 {
 		t.Fatalf("first delivery at offset %d, want 0", d.Record.Offset)
@@ -290,10 +317,7 @@ func TestSlowNATSDoesNotStall(t *testing.T) {
 	if _, err := e.CreateTopic(ctx, engine.TopicConfig{Name: "slow", Partitions: 2, Partitioner: engine.RoundRobin}); err != nil {
 		t.Fatal(err)
 	}
-	mc := newManual()
-	if _, err := e.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "slow", Member: "m"}, mc); err != nil {
-		t.Fatal(err)
-	}
+	mc := joinManual(t, ctx, e, "g", "slow", "m")
 	for _, data := range []string{`"poison"`, `"fine"`} {
 		if _, err := e.Append(ctx, engine.Message{Topic: "slow", Data: []byte(data)}); err != nil {
 			t.Fatal(err)
@@ -383,10 +407,7 @@ func TestCatchUpRoundTrips(t *testing.T) {
 		}
 	}
 	r, nc := newConnNode(t, url, prefix, engine.GroupPolicy{}, 0)
-	mc := newManual()
-	if _, err := r.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "backlog", Member: "m"}, mc); err != nil {
-		t.Fatal(err)
-	}
+	mc := joinManual(t, ctx, r, "g", "backlog", "m")
 	if got := ackAll(t, r, mc, "g", "m", 1, 10*time.Second); got != 1 {
 		t.Fatal("no first delivery")
 	}

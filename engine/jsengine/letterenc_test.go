@@ -35,10 +35,7 @@ func TestLetterOfLargestRecord(t *testing.T) {
 	if _, err := e.CreateTopic(ctx, engine.TopicConfig{Name: "big", Partitions: 1}); err != nil {
 		t.Fatal(err)
 	}
-	m := newManual()
-	if _, err := e.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "big", Member: "m"}, m); err != nil {
-		t.Fatal(err)
-	}
+	m := joinManual(t, ctx, e, "g", "big", "m")
 	// The largest record the log takes, to within 64 bytes.
 	var data []byte
 	for n := int(nc.MaxPayload()); n > 0; n -= 64 {

@@ -101,10 +101,7 @@ func TestRedriveSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := newNode(t, o)
-	c := newManual()
-	if _, err := b.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "redrive.restart", Member: "m2"}, c); err != nil {
-		t.Fatal(err)
-	}
+	c := joinManual(t, ctx, b, "g", "redrive.restart", "m2")
 	d := wantRedelivery(t, c, dl)
 	if err := b.Ack(ctx, "g", "m2", posOf(d.Record)); err != nil {
 		t.Fatalf("Ack: %v", err)
@@ -134,10 +131,7 @@ func TestRedriveHandedOverOnClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := newNode(t, nodeOpts{url: url, prefix: prefix, c: enginetest.Config{Policy: policy3}})
-	c2 := newManual()
-	if _, err := b.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "redrive.close", Member: "m2"}, c2); err != nil {
-		t.Fatal(err)
-	}
+	c2 := joinManual(t, ctx, b, "g", "redrive.close", "m2")
 	d := c2.next(t, 10*time.Second)
 	if d.Record.Offset != dl.Record.Offset || d.Attempt != 2 {
 		t.Fatalf("after the hand-over got offset %d attempt %d, want offset %d attempt 2", d.Record.Offset, d.Attempt, dl.Record.Offset)

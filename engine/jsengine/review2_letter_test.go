@@ -25,10 +25,7 @@ func TestLetterWithinHeaderLimit(t *testing.T) {
 	if _, err := e.CreateTopic(ctx, engine.TopicConfig{Name: "hdr", Partitions: 1}); err != nil {
 		t.Fatal(err)
 	}
-	m := newManual()
-	if _, err := e.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "hdr", Member: "m"}, m); err != nil {
-		t.Fatal(err)
-	}
+	m := joinManual(t, ctx, e, "g", "hdr", "m")
 	hv := strings.Repeat("v", 63<<10)
 	for i, c := range []struct {
 		headers map[string]string

@@ -52,10 +52,7 @@ func TestLetterStoredAsNodeClosesOnce(t *testing.T) {
 	if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: "dl2", Partitions: 1}); err != nil {
 		t.Fatal(err)
 	}
-	m1 := newManual()
-	if _, err := a.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "dl2", Member: "m1"}, m1); err != nil {
-		t.Fatal(err)
-	}
+	m1 := joinManual(t, ctx, a, "g", "dl2", "m1")
 	if _, err := a.Append(ctx, engine.Message{Topic: "dl2", Data: []byte(`"poison"`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -103,10 +100,7 @@ func TestLetterStoredAsNodeClosesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("released by a: %s", rel)
-	m2 := newManual()
-	if _, err := b.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "dl2", Member: "m2"}, m2); err != nil {
-		t.Fatal(err)
-	}
+	m2 := joinManual(t, ctx, b, "g", "dl2", "m2")
 	if _, err := b.Append(ctx, engine.Message{Topic: "dl2", Data: []byte(`"marker"`)}); err != nil {
 		t.Fatal(err)
 	}

@@ -63,29 +63,15 @@ func TestReleaseAfterConflictAndFailedRead(t *testing.T) {
 	if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: "st", Partitions: 1}); err != nil {
 		t.Fatal(err)
 	}
-	m1 := newManual()
-	if _, err := a.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "st", Member: "m1"}, m1); err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		if _, err := a.Append(ctx, engine.Message{Topic: "st", Data: []byte(`"r"`)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for range 2 {
-		if err := a.Ack(ctx, "g", "m1", posOf(m1.next(t, 20*time.Second).Record)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	m1 := joinManual(t, ctx, a, "g", "st", "m1")
+	appendN(t, ctx, a, "st", 3)
+	ackNext(t, ctx, a, "g", "m1", m1, 2)
 	m1.next(t, 20*time.Second) // offset 2: leased, never acked
 	waitUntil(t, "the acks to be written", func() bool {
 		v, err := b.StoredPosition(ctx, "g", "st", 0)
 		return err == nil && strings.Contains(v, `"off":2,`)
 	})
-	m2 := newManual()
-	if _, err := b.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "st", Member: "m2"}, m2); err != nil {
-		t.Fatal(err)
-	}
+	m2 := joinManual(t, ctx, b, "g", "st", "m2")
 	waitUntil(t, "a to see m2", func() bool {
 		info, err := a.Group(ctx, "g")
 		return err == nil && len(info.Members) == 2

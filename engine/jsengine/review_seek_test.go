@@ -83,20 +83,9 @@ func TestSeekRacingOwnClaimMoves(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m1 := newManual()
-	if _, err := a.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "rs.*", Member: "m1"}, m1); err != nil {
-		t.Fatal(err)
-	}
-	for range 5 {
-		if _, err := a.Append(ctx, engine.Message{Topic: "rs.a", Data: []byte(`"r"`)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for range 5 {
-		if err := a.Ack(ctx, "g", "m1", posOf(m1.next(t, 20*time.Second).Record)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	m1 := joinManual(t, ctx, a, "g", "rs.*", "m1")
+	appendN(t, ctx, a, "rs.a", 5)
+	ackNext(t, ctx, a, "g", "m1", m1, 5)
 	waitUntil(t, "the acks to be written", func() bool {
 		v, err := a.StoredPosition(ctx, "g", "rs.a", 0)
 		return err == nil && strings.Contains(v, `"off":5,`)
@@ -111,10 +100,7 @@ func TestSeekRacingOwnClaimMoves(t *testing.T) {
 	if err := a.HandBack(ctx, []engine.MemberRef{{Group: "g", Member: "m1"}}); err != nil {
 		t.Fatalf("HandBack: %v", err)
 	}
-	m2 := newManual()
-	if _, err := a.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "rs.*", Member: "m2"}, m2); err != nil {
-		t.Fatal(err)
-	}
+	m2 := joinManual(t, ctx, a, "g", "rs.*", "m2")
 	hold.mu.Lock()
 	hold.armed = true
 	hold.mu.Unlock()

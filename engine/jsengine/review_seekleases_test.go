@@ -34,11 +34,7 @@ func TestSeekOnHolderResetsAttemptsPastWindow(t *testing.T) {
 	if _, err := a.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "sl", Member: "m1", MaxInFlight: window}, m1); err != nil {
 		t.Fatal(err)
 	}
-	for range n {
-		if _, err := a.Append(ctx, engine.Message{Topic: "sl", Data: []byte(`"r"`)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	appendN(t, ctx, a, "sl", n)
 	// 0..2 acked; 3..5 leased (attempt 1), their leases written.
 	for range n {
 		d := m1.next(t, 20*time.Second)
