@@ -21,8 +21,9 @@ package router
 //
 // Bounds: Bounds.MaxDeltaPartitions per subscription (past it a partition
 // is sent full), Bounds.MaxDeltaBases and Bounds.MaxDeltaBaseBytes for the
-// bases of the whole router (past them the record is no base and the next
-// message is full). Metrics: switchyard_delta_deliveries_total{kind},
+// bases of the whole router (past them the bases of other partitions are
+// evicted, whose next messages are full; a record larger than the byte
+// bound is no base). Metrics: switchyard_delta_deliveries_total{kind},
 // switchyard_delta_untracked_total, switchyard_delta_bases,
 // switchyard_delta_base_bytes, switchyard_delta_bases_refused_total.
 //
@@ -162,34 +163,84 @@ func (b *deltaBases) get(k partKey) *deltaBase {
 	return e
 }
 
-// set makes rec the base of its partition, or none past the bounds.
+// set makes rec the base of its partition. Past the bounds it evicts
+// other partitions' bases (their next message is full) rather than refuse
+// the live one: a base nobody follows any more would otherwise hold the
+// bound for good. A record larger than the byte bound is no base.
 func (b *deltaBases) set(rec *engine.Record) {
 	k := partKey{rec.Topic, rec.Partition}
-	e := b.get(k)
-	if e == nil {
-		b.mu.Lock()
-		if e = b.m[k]; e == nil {
-			if len(b.m) >= b.maxCount {
-				b.mu.Unlock()
-				b.refused.Inc()
-				return
-			}
-			e = &deltaBase{}
-			b.m[k] = e
-		}
-		b.mu.Unlock()
-	}
 	n := int64(len(rec.Data))
+	// The common case, under the read lock: the partition has an entry and
+	// the bytes fit. Only this partition's fan-out stores into its entry;
+	// eviction takes the write lock.
+	b.mu.RLock()
+	if e := b.m[k]; e != nil {
+		var was int64
+		if old := e.rec.Load(); old != nil {
+			was = int64(len(old.Data))
+		}
+		if b.bytes.Load()-was+n <= b.maxBytes {
+			e.rec.Store(rec)
+			b.bytes.Add(n - was)
+			b.mu.RUnlock()
+			return
+		}
+	}
+	b.mu.RUnlock()
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.m[k]
+	if n > b.maxBytes {
+		if e != nil {
+			b.evictLocked(k, e)
+		}
+		b.refused.Inc()
+		return
+	}
+	if e == nil {
+		for len(b.m) >= b.maxCount && b.evictOtherLocked(k) {
+		}
+		if len(b.m) >= b.maxCount {
+			b.refused.Inc()
+			return
+		}
+		e = &deltaBase{}
+		b.m[k] = e
+	}
 	var was int64
 	if old := e.rec.Load(); old != nil {
 		was = int64(len(old.Data))
 	}
+	for b.bytes.Load()-was+n > b.maxBytes && b.evictOtherLocked(k) {
+	}
 	if b.bytes.Load()-was+n > b.maxBytes {
-		rec, n = nil, 0
+		b.evictLocked(k, e)
 		b.refused.Inc()
+		return
 	}
 	e.rec.Store(rec)
 	b.bytes.Add(n - was)
+}
+
+// evictOtherLocked evicts the base of one partition other than k (any:
+// the map's order), reporting false when there is none. b.mu is held.
+func (b *deltaBases) evictOtherLocked(k partKey) bool {
+	for o, e := range b.m {
+		if o != k {
+			b.evictLocked(o, e)
+			return true
+		}
+	}
+	return false
+}
+
+// evictLocked forgets the base of k. b.mu is held.
+func (b *deltaBases) evictLocked(k partKey, e *deltaBase) {
+	if old := e.rec.Swap(nil); old != nil {
+		b.bytes.Add(-int64(len(old.Data)))
+	}
+	delete(b.m, k)
 }
 
 // forgetTopic drops the bases of a deleted topic.
@@ -198,10 +249,7 @@ func (b *deltaBases) forgetTopic(topic string) {
 	defer b.mu.Unlock()
 	for k, e := range b.m {
 		if k.topic == topic {
-			if old := e.rec.Swap(nil); old != nil {
-				b.bytes.Add(-int64(len(old.Data)))
-			}
-			delete(b.m, k)
+			b.evictLocked(k, e)
 		}
 	}
 }
