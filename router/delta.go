@@ -31,12 +31,11 @@ package router
 // deltaSub.mu is never held while calling the session (a Send may drop,
 // and OnDrop only bumps deltaSub.gen).
 //
-// A narrow window is left: when, between a subscription's choice of a
-// delta and its push, another push to the session drops the delta's base
-// and the writer sends that gap at once (the stream had nothing else
-// queued), the delta follows the gap without its base. The clients then
-// report the delta and resume from their positions, which starts the
-// partition again with a full message.
+// A drop between a subscription's choice of a delta and its push (maybe
+// of the delta's base, whose gap the writer may have sent already) makes
+// the queue write the full frame: the item carries the session's drop
+// count read before the choice (Item.Dropped), and the queue raises that
+// count only after OnDrop bumped deltaSub.gen.
 
 import (
 	"sync"
@@ -360,6 +359,9 @@ func (dc *deltaCtx) done(rt *Router, rec *engine.Record) {
 func (rt *Router) liveDelta(dc *deltaCtx, s *subscription, pattern string, rec *engine.Record, full []byte, d *session.Deferral) bool {
 	dc.touched = true
 	k := partKey{rec.Topic, rec.Partition}
+	// Read before the choice: a drop after it (maybe of the base, its gap
+	// written before the push) makes the queue write the full frame.
+	dropped := s.c.sess.Dropped()
 	last, ok := s.delta.lastOffset(k)
 	frame, ref := full, any(rec)
 	if ok {
@@ -380,7 +382,7 @@ func (rt *Router) liveDelta(dc *deltaCtx, s *subscription, pattern string, rec *
 			frame, ref = dc.frames[env], dc.refs[env]
 		}
 	}
-	q := s.liveRef(rec, frame, ref, d)
+	q := s.liveRef(rec, frame, ref, dropped, d)
 	if q {
 		if _, isDelta := ref.(*deltaRef); isDelta {
 			dc.nDelta++
