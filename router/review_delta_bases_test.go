@@ -46,3 +46,29 @@ func TestReviewDeltaStaleBaseEvicted(t *testing.T) {
 		})
 	}
 }
+
+// TestReviewDeltaEvictedBaseStartsFull: two partitions taking turns under
+// a bound of one base evict each other's; every message still decodes,
+// and once one partition alone is published deltas come back.
+func TestReviewDeltaEvictedBaseStartsFull(t *testing.T) {
+	g := newGateway(t, func(c *gwConfig) { c.router.Bounds.MaxDeltaBases = 1 })
+	c := g.dial(t)
+	c.subscribe(t, "dash.*", "delta", "fossil")
+	pub := g.dial(t)
+	var r deltaReader
+	for v := range 12 {
+		topic := []string{"dash.a", "dash.b"}[v%2]
+		pub.publish(t, topic, dashboardState(v))
+		sameJSON(t, r.take(t, c.nextOp(t, "message")), dashboardState(v))
+	}
+	if r.deltas != 0 {
+		t.Fatalf("%d deltas while two partitions evicted each other's base", r.deltas)
+	}
+	for v := 12; v < 16; v++ {
+		pub.publish(t, "dash.a", dashboardState(v))
+		sameJSON(t, r.take(t, c.nextOp(t, "message")), dashboardState(v))
+	}
+	if r.deltas != 3 {
+		t.Fatalf("%d deltas on one partition after the turns, want 3", r.deltas)
+	}
+}
