@@ -39,6 +39,9 @@ type Client struct {
 
 	nextID     atomic.Uint64
 	refreshing atomic.Bool // a refresh_required is being answered
+	// deltaFailedOn is the connection a delta failed on (delta.go): the
+	// reader handles nothing more of it.
+	deltaFailedOn atomic.Pointer[websocket.Conn]
 
 	// Backpressure (backpressure.go).
 	waiters  atomic.Int32  // requests waited on whose reply is not read yet
@@ -446,6 +449,11 @@ func (c *Client) readLoop(conn *websocket.Conn) error {
 				continue
 			}
 			c.handle(&f)
+			if c.deltaFailedOn.CompareAndSwap(conn, nil) {
+				// The rest would advance positions past the failed
+				// delta, which the resume must ask for again.
+				return fmt.Errorf("%w: a delta message did not apply", ErrProtocol)
+			}
 		}
 	}
 }

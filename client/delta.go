@@ -92,14 +92,17 @@ func (s *Subscription) forgetBases() {
 }
 
 // deltaFailed reports a delta the client could not apply and drops the
-// connection: the reconnect resumes every subscription from its positions,
-// and the gateway starts each partition again with a full message.
+// connection: the reader handles no further frame of it (a later message
+// would advance positions past the failed one), and the reconnect resumes
+// every subscription from its positions, where the gateway starts each
+// partition again with a full message.
 func (c *Client) deltaFailed(err error) {
 	c.disp.push(event{kind: evError, err: err})
 	c.mu.Lock()
 	conn := c.conn
 	c.mu.Unlock()
 	if conn != nil {
+		c.deltaFailedOn.Store(conn)
 		conn.CloseNow() // the reader sees it and reconnects
 	}
 }

@@ -21,8 +21,9 @@ package router
 //
 // Bounds: Bounds.MaxDeltaPartitions per subscription (past it a partition
 // is sent full), Bounds.MaxDeltaBases and Bounds.MaxDeltaBaseBytes for the
-// bases of the whole router (past them the record is no base and the next
-// message is full). Metrics: switchyard_delta_deliveries_total{kind},
+// bases of the whole router (past them the bases of other partitions are
+// evicted, whose next messages are full; a record larger than the byte
+// bound is no base). Metrics: switchyard_delta_deliveries_total{kind},
 // switchyard_delta_untracked_total, switchyard_delta_bases,
 // switchyard_delta_base_bytes, switchyard_delta_bases_refused_total.
 //
@@ -30,12 +31,11 @@ package router
 // deltaSub.mu is never held while calling the session (a Send may drop,
 // and OnDrop only bumps deltaSub.gen).
 //
-// A narrow window is left: when, between a subscription's choice of a
-// delta and its push, another push to the session drops the delta's base
-// and the writer sends that gap at once (the stream had nothing else
-// queued), the delta follows the gap without its base. The clients then
-// report the delta and resume from their positions, which starts the
-// partition again with a full message.
+// A drop between a subscription's choice of a delta and its push (maybe
+// of the delta's base, whose gap the writer may have sent already) makes
+// the queue write the full frame: the item carries the session's drop
+// count read before the choice (Item.Dropped), and the queue raises that
+// count only after OnDrop bumped deltaSub.gen.
 
 import (
 	"sync"
@@ -162,34 +162,84 @@ func (b *deltaBases) get(k partKey) *deltaBase {
 	return e
 }
 
-// set makes rec the base of its partition, or none past the bounds.
+// set makes rec the base of its partition. Past the bounds it evicts
+// other partitions' bases (their next message is full) rather than refuse
+// the live one: a base nobody follows any more would otherwise hold the
+// bound for good. A record larger than the byte bound is no base.
 func (b *deltaBases) set(rec *engine.Record) {
 	k := partKey{rec.Topic, rec.Partition}
-	e := b.get(k)
-	if e == nil {
-		b.mu.Lock()
-		if e = b.m[k]; e == nil {
-			if len(b.m) >= b.maxCount {
-				b.mu.Unlock()
-				b.refused.Inc()
-				return
-			}
-			e = &deltaBase{}
-			b.m[k] = e
-		}
-		b.mu.Unlock()
-	}
 	n := int64(len(rec.Data))
+	// The common case, under the read lock: the partition has an entry and
+	// the bytes fit. Only this partition's fan-out stores into its entry;
+	// eviction takes the write lock.
+	b.mu.RLock()
+	if e := b.m[k]; e != nil {
+		var was int64
+		if old := e.rec.Load(); old != nil {
+			was = int64(len(old.Data))
+		}
+		if b.bytes.Load()-was+n <= b.maxBytes {
+			e.rec.Store(rec)
+			b.bytes.Add(n - was)
+			b.mu.RUnlock()
+			return
+		}
+	}
+	b.mu.RUnlock()
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.m[k]
+	if n > b.maxBytes {
+		if e != nil {
+			b.evictLocked(k, e)
+		}
+		b.refused.Inc()
+		return
+	}
+	if e == nil {
+		for len(b.m) >= b.maxCount && b.evictOtherLocked(k) {
+		}
+		if len(b.m) >= b.maxCount {
+			b.refused.Inc()
+			return
+		}
+		e = &deltaBase{}
+		b.m[k] = e
+	}
 	var was int64
 	if old := e.rec.Load(); old != nil {
 		was = int64(len(old.Data))
 	}
+	for b.bytes.Load()-was+n > b.maxBytes && b.evictOtherLocked(k) {
+	}
 	if b.bytes.Load()-was+n > b.maxBytes {
-		rec, n = nil, 0
+		b.evictLocked(k, e)
 		b.refused.Inc()
+		return
 	}
 	e.rec.Store(rec)
 	b.bytes.Add(n - was)
+}
+
+// evictOtherLocked evicts the base of one partition other than k (any:
+// the map's order), reporting false when there is none. b.mu is held.
+func (b *deltaBases) evictOtherLocked(k partKey) bool {
+	for o, e := range b.m {
+		if o != k {
+			b.evictLocked(o, e)
+			return true
+		}
+	}
+	return false
+}
+
+// evictLocked forgets the base of k. b.mu is held.
+func (b *deltaBases) evictLocked(k partKey, e *deltaBase) {
+	if old := e.rec.Swap(nil); old != nil {
+		b.bytes.Add(-int64(len(old.Data)))
+	}
+	delete(b.m, k)
 }
 
 // forgetTopic drops the bases of a deleted topic.
@@ -198,10 +248,7 @@ func (b *deltaBases) forgetTopic(topic string) {
 	defer b.mu.Unlock()
 	for k, e := range b.m {
 		if k.topic == topic {
-			if old := e.rec.Swap(nil); old != nil {
-				b.bytes.Add(-int64(len(old.Data)))
-			}
-			delete(b.m, k)
+			b.evictLocked(k, e)
 		}
 	}
 }
@@ -312,6 +359,9 @@ func (dc *deltaCtx) done(rt *Router, rec *engine.Record) {
 func (rt *Router) liveDelta(dc *deltaCtx, s *subscription, pattern string, rec *engine.Record, full []byte, d *session.Deferral) bool {
 	dc.touched = true
 	k := partKey{rec.Topic, rec.Partition}
+	// Read before the choice: a drop after it (maybe of the base, its gap
+	// written before the push) makes the queue write the full frame.
+	dropped := s.c.sess.Dropped()
 	last, ok := s.delta.lastOffset(k)
 	frame, ref := full, any(rec)
 	if ok {
@@ -332,7 +382,7 @@ func (rt *Router) liveDelta(dc *deltaCtx, s *subscription, pattern string, rec *
 			frame, ref = dc.frames[env], dc.refs[env]
 		}
 	}
-	q := s.liveRef(rec, frame, ref, d)
+	q := s.liveRef(rec, frame, ref, dropped, d)
 	if q {
 		if _, isDelta := ref.(*deltaRef); isDelta {
 			dc.nDelta++

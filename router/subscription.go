@@ -130,11 +130,12 @@ func (s *subscription) accepts(rec *engine.Record) bool {
 }
 
 func (s *subscription) item(rec *engine.Record, frame []byte) session.Item {
-	return s.itemRef(rec, frame, rec)
+	return s.itemRef(rec, frame, rec, 0)
 }
 
-// itemRef is item with the Ref given (a delta message's is a *deltaRef).
-func (s *subscription) itemRef(rec *engine.Record, frame []byte, ref any) session.Item {
+// itemRef is item with the Ref given (a delta message's is a *deltaRef,
+// chosen when the session had dropped dropped messages).
+func (s *subscription) itemRef(rec *engine.Record, frame []byte, ref any, dropped uint64) session.Item {
 	return session.Item{
 		Frame:    frame,
 		Stream:   session.Stream{Sub: s.id, Topic: rec.Topic, Partition: rec.Partition},
@@ -142,6 +143,7 @@ func (s *subscription) itemRef(rec *engine.Record, frame []byte, ref any) sessio
 		Priority: rec.Priority,
 		Policy:   s.policy,
 		Ref:      ref,
+		Dropped:  dropped,
 	}
 }
 
@@ -157,16 +159,16 @@ func (s *subscription) send(rec *engine.Record, frame []byte) {
 // (countPlainDeliveries). Calls for one partition never overlap (the engine
 // serializes them), so order is kept.
 func (s *subscription) live(rec *engine.Record, frame []byte, d *session.Deferral) bool {
-	return s.liveRef(rec, frame, rec, d)
+	return s.liveRef(rec, frame, rec, 0, d)
 }
 
-// liveRef is live with the item's Ref given (delta.go).
-func (s *subscription) liveRef(rec *engine.Record, frame []byte, ref any, d *session.Deferral) bool {
+// liveRef is live with the item's Ref and Dropped given (delta.go).
+func (s *subscription) liveRef(rec *engine.Record, frame []byte, ref any, dropped uint64, d *session.Deferral) bool {
 	if s.isLive.Load() {
 		if s.belowFloor(rec) {
 			return false // the catch-up gave it already
 		}
-		return s.c.sess.SendDeferred(s.itemRef(rec, frame, ref), d)
+		return s.c.sess.SendDeferred(s.itemRef(rec, frame, ref, dropped), d)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -179,7 +181,7 @@ func (s *subscription) liveRef(rec *engine.Record, frame []byte, ref any, d *ses
 			s.overflow = true
 		}
 	default:
-		return s.c.sess.Send(s.itemRef(rec, frame, ref))
+		return s.c.sess.Send(s.itemRef(rec, frame, ref, dropped))
 	}
 	return false
 }

@@ -32,7 +32,9 @@
 // that were sent, without overlap.
 // A message whose frame depends on the one before it in its stream (a delta)
 // carries a Ref implementing Fallback: when gap frames of its stream go out
-// just before it, its FallbackFrame, which stands alone, is written instead.
+// just before it, or the queue dropped any message after its frame was
+// chosen (Item.Dropped, Session.Dropped), its FallbackFrame, which stands
+// alone, is written instead.
 //
 // The writer joins the frames it takes from the queue with '\n' into one
 // text frame of at most Options.MaxBatchBytes (a single larger frame is

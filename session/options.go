@@ -66,12 +66,18 @@ type Item struct {
 	// gateway passes the log record). The queue only hands it back: to
 	// OnDrop with the dropped item, and to OnSent once it was written.
 	Ref any
+	// Dropped, for an item whose Ref is a Fallback, is the session's drop
+	// count (Session.Dropped) when its Frame was chosen: pushed after later
+	// drops, it is written as its FallbackFrame, since one of them may have
+	// been the message its Frame depends on, its gap written already.
+	Dropped uint64
 }
 
 // Fallback is implemented by the Ref of an item whose Frame depends on the
 // item of its stream before it (a delta message): when the queue dropped
-// messages of the stream before the item, it writes FallbackFrame, a
-// frame that stands alone, instead of Frame.
+// messages of the stream before the item, or dropped any message between
+// the choice of its Frame and its push (Item.Dropped), it writes
+// FallbackFrame, a frame that stands alone, instead of Frame.
 type Fallback interface {
 	FallbackFrame() []byte
 }

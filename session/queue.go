@@ -1,6 +1,9 @@
 package session
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // numLanes is the number of priority lanes; priorities above numLanes-1
 // count as numLanes-1.
@@ -83,6 +86,7 @@ type Queue struct {
 	idle     []Stream       // streams that may have gaps and nothing queued
 	free     []*streamState // recycled stream states (with their gap slices)
 	dropped  uint64
+	drops    atomic.Uint64 // dropped, raised once a drop's bookkeeping is done (Session.Dropped)
 	gapsSent uint64
 	dropping Item // the item handed to OnDrop, kept here so it does not escape
 	lastKey  Stream
@@ -192,6 +196,12 @@ func (q *Queue) push(it *Item) Outcome {
 		q.control.push(*it, nil)
 		return Queued
 	}
+	if it.Dropped != q.drops.Load() {
+		// Dropped since its frame was chosen: maybe what it depends on.
+		if f, ok := it.Ref.(Fallback); ok {
+			it.Frame = f.FallbackFrame()
+		}
+	}
 	prio := min(int(it.Priority), numLanes-1)
 	st := q.lookup(it.Stream) // one lookup: the slot keeps the pointer
 	lane := laneOf(st, prio)
@@ -279,6 +289,8 @@ func (q *Queue) drop(it *Item) {
 	if st.queued == 0 {
 		q.markIdle(it.Stream, st)
 	}
+	// Last: whoever reads the new count sees OnDrop's effects too.
+	q.drops.Add(1)
 }
 
 func (q *Queue) markIdle(s Stream, st *streamState) {

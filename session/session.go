@@ -198,6 +198,10 @@ func (s *Session) Done() <-chan struct{} { return s.done }
 // been requested (by Close, by the peer or by a limit), before it ends.
 func (s *Session) Closing() <-chan struct{} { return s.closeReq }
 
+// Dropped returns how many messages the session's queue has dropped so
+// far: the Item.Dropped of a Fallback item whose Frame is chosen now.
+func (s *Session) Dropped() uint64 { return s.q.drops.Load() }
+
 // Send queues a message or control item without blocking and reports
 // whether it was queued: false when it was dropped, when the session is
 // closing, or when the queue overflowed, which closes the session with 1013

@@ -716,6 +716,9 @@ export class Client {
       this._receivedAt = Date.now();
       if (typeof ev.data !== "string") return; // the protocol uses text frames only
       for (const frame of splitFrame(ev.data)) {
+        // A failed delta dropped the socket: later frames would move
+        // positions past it, which the resume must ask for again.
+        if (this._ws !== ws) return;
         if (frame instanceof Error) this._emit("error", frame);
         else this._onFrame(frame);
       }
