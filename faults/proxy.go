@@ -235,6 +235,14 @@ func (c *proxyConn) reset() { c.shut(true) }
 func (c *proxyConn) shut(reset bool) {
 	c.once.Do(func() {
 		close(c.done)
+		// Counted before the sides close, so that a client that sees the
+		// reset sees it counted too.
+		c.p.mu.Lock()
+		delete(c.p.conns, c)
+		if reset {
+			c.p.resets++
+		}
+		c.p.mu.Unlock()
 		for _, s := range c.sides {
 			if reset {
 				resetConn(s)
@@ -242,12 +250,6 @@ func (c *proxyConn) shut(reset bool) {
 				_ = s.Close()
 			}
 		}
-		c.p.mu.Lock()
-		delete(c.p.conns, c)
-		if reset {
-			c.p.resets++
-		}
-		c.p.mu.Unlock()
 	})
 }
 
