@@ -86,11 +86,7 @@ func (e *Engine) fetchAhead(gp *gpart, off int64) {
 		switch {
 		case err != nil:
 			e.log.Debug("jsengine: group fetch", "subject", p.subject, "err", err)
-			e.afterReal(200*time.Millisecond, func() {
-				e.gmu.Lock()
-				defer e.gmu.Unlock()
-				e.pump(gp)
-			})
+			e.pumpLater(gp)
 			return
 		case len(recs) == 0:
 			return
@@ -129,16 +125,26 @@ func (e *Engine) loadView(gp *gpart) {
 		gp.viewing = false
 		if err != nil {
 			e.log.Debug("jsengine: group view", "subject", p.subject, "err", err)
-			e.afterReal(200*time.Millisecond, func() {
-				e.gmu.Lock()
-				defer e.gmu.Unlock()
-				e.pump(gp)
-			})
+			e.pumpLater(gp)
 			return
 		}
 		e.pump(gp)
 	}()
 }
+
+// pumpLater pumps gp again after a pause (retryPause): a read of the
+// partition's state or records failed, and the next try may succeed.
+func (e *Engine) pumpLater(gp *gpart) {
+	e.afterReal(retryPause, func() {
+		e.gmu.Lock()
+		defer e.gmu.Unlock()
+		e.pump(gp)
+	})
+}
+
+// retryPause is how long a failed group read waits before it is tried
+// again.
+const retryPause = 200 * time.Millisecond
 
 // pump brings gp up to date: a node whose member owns the partition claims
 // it; the holder fast-forwards past trimmed records (telling the member),

@@ -214,11 +214,7 @@ func (e *Engine) fetchRedo(gp *gpart, offs []int64) {
 		}
 		if ferr != nil {
 			e.log.Debug("jsengine: redrive fetch", "subject", p.subject, "err", ferr)
-			e.afterReal(200*time.Millisecond, func() {
-				e.gmu.Lock()
-				defer e.gmu.Unlock()
-				e.pump(gp)
-			})
+			e.pumpLater(gp)
 			return
 		}
 		e.pump(gp)
