@@ -87,8 +87,12 @@
 // group fetches and loads of a partition's state for a group cursor (one
 // of each at most per cursor, each bounded by 5 s); the reader
 // of pipelined appends' acknowledgements (one at most, while any is in
-// flight; it calls AppendAsync's done); and Clock timer callbacks (ack
-// timeouts, backoffs, block timeouts).
+// flight; it calls AppendAsync's done); the handler of the <prefix>.replicas
+// notices (on nats.go's subscription goroutine, replicas_live.go; the
+// subscription ends in Close); and Clock timer callbacks (ack timeouts,
+// backoffs, block timeouts). Close first waits, at most 5 s or its
+// context, for a dead letter the letter writer is storing, so that the
+// hand-back records it settled.
 //
 // Observer.Appended is called from the tail goroutine (AppendedContext for
 // an engine.ContextObserver, with a context carrying the tail's
