@@ -238,13 +238,14 @@ type torture struct {
 type baseline struct {
 	goroutines, fds, conns, subs int64
 	heap                         uint64
+	stacks                       stackCounts // goroutines by stack
 }
 
 func (tr *torture) measure(ctx context.Context) baseline {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	b := baseline{goroutines: int64(runtime.NumGoroutine()), heap: ms.HeapAlloc}
+	b := baseline{goroutines: int64(runtime.NumGoroutine()), heap: ms.HeapAlloc, stacks: takeStackCounts()}
 	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
 		b.fds = int64(len(ents))
 	}
@@ -291,6 +292,11 @@ func runTorture(ctx context.Context, cfg *tortureConfig, stdout, stderr io.Write
 	})
 	defer watchdog.Stop()
 
+	if gw.nats != nil {
+		if err := gw.nats.waitStreams(ctx, time.Minute); err != nil {
+			return false, err
+		}
+	}
 	base := tr.measure(ctx)
 	if base.conns < 0 {
 		return false, errors.New("cannot read the gateway's /metrics")
@@ -479,6 +485,9 @@ func (tr *torture) backToBaseline(ctx context.Context, base baseline, all []*tor
 		pause(ctx, 100*time.Millisecond)
 	}
 	f.settleTook = time.Since(left)
+	if !settled && f.last.goroutines > base.goroutines+goroutineSlack {
+		f.grown = base.stacks.growth(f.last.stacks, 12, 6)
+	}
 	for _, t := range append(all, tr.block) {
 		_, _, _ = tr.do(ctx, http.MethodDelete, "/v1/topics/"+t.name, nil)
 	}
@@ -501,12 +510,21 @@ func (tr *torture) backToBaseline(ctx context.Context, base baseline, all []*tor
 	return f
 }
 
+// grownLines are the lines of a stack growth, as a verdict's examples.
+func grownLines(grown string) []string {
+	if grown == "" {
+		return nil
+	}
+	return append([]string{"goroutines over the baseline, by stack:"}, strings.Split(strings.TrimRight(grown, "\n"), "\n")...)
+}
+
 // verdictFigures are the figures of a run's end that the verdicts use.
 type verdictFigures struct {
 	settled           bool
 	settleTook        time.Duration
 	base, last, after baseline
 	unsettled         int64
+	grown             string // the goroutines over the baseline, by stack, when too many
 	stopErr           error
 	problems          int
 	drained           time.Duration
@@ -550,7 +568,7 @@ func (tr *torture) report(stdout io.Writer, f verdictFigures) bool {
 	verdict("invariant 4 (back to baseline once every client left)", f.settled,
 		fmt.Sprintf("after %v: connections %d (baseline %d), subscriptions %d (%d), goroutines %d (%d, slack %d), fds %d (%d, slack %d); heap %d MiB (%d MiB, slack %d MiB)",
 			f.settleTook.Round(time.Millisecond), f.last.conns, f.base.conns, f.last.subs, f.base.subs, f.last.goroutines, f.base.goroutines, goroutineSlack,
-			f.last.fds, f.base.fds, fdSlack, f.after.heap>>20, f.base.heap>>20, tr.heapSlackMiB()), nil)
+			f.last.fds, f.base.fds, fdSlack, f.after.heap>>20, f.base.heap>>20, tr.heapSlackMiB()), grownLines(f.grown))
 	v5 := tr.v5.count()
 	verdict("invariant 5 (no panic, no deadlock)", v5 == 0,
 		fmt.Sprintf("%d gateway warnings or errors logged, stopped cleanly: %v", f.problems, f.stopErr == nil), tr.v5.examples())

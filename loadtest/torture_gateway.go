@@ -41,6 +41,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/engine"
@@ -355,6 +356,66 @@ func (nn *tortureNATS) waitCluster(d time.Duration) error {
 		pause(context.Background(), 50*time.Millisecond) // the servers have no event for it
 	}
 	return fmt.Errorf("embedded nats cluster: not ready within %v", d)
+}
+
+// waitStreams waits, for a cluster, until every stream (the topics' and
+// the buckets') has a leader and every other replica current: a follower
+// makes a stream's replica after the leader, and a baseline measured
+// before it has (a CI run's: 40 goroutines and 10 descriptors fewer than
+// once settled) would count the follower's catching up as the clients'.
+func (nn *tortureNATS) waitStreams(ctx context.Context, d time.Duration) error {
+	if !nn.cluster {
+		return nil
+	}
+	nn.mu.Lock()
+	ns := nn.servers[0]
+	nn.mu.Unlock()
+	nc, err := nats.Connect("", nats.InProcessServer(ns))
+	if err != nil {
+		return fmt.Errorf("embedded nats: connect: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	unsettled := ""
+	for ctx.Err() == nil {
+		unsettled = ""
+		names := js.StreamNames(ctx)
+		for name := range names.Name() {
+			s, err := js.Stream(ctx, name)
+			if err != nil {
+				unsettled = name + ": " + err.Error()
+				break
+			}
+			ci := s.CachedInfo().Cluster
+			if !replicasCurrent(ci, len(nn.servers)) {
+				unsettled = name
+				break
+			}
+		}
+		if unsettled == "" && names.Err() == nil {
+			return nil
+		}
+		pause(ctx, 100*time.Millisecond) // the servers tell no event for it
+	}
+	return fmt.Errorf("embedded nats cluster: stream %s not settled on %d replicas within %v", unsettled, len(nn.servers), d)
+}
+
+// replicasCurrent reports whether ci names a leader and n-1 current replicas.
+func replicasCurrent(ci *jetstream.ClusterInfo, n int) bool {
+	if ci == nil || ci.Leader == "" || len(ci.Replicas) != n-1 {
+		return false
+	}
+	for _, r := range ci.Replicas {
+		if !r.Current || r.Offline {
+			return false
+		}
+	}
+	return true
 }
 
 // running reports whether server i runs.
