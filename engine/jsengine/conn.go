@@ -5,7 +5,9 @@ package jsengine
 // while the connection is down they are refused before any round trip
 // (reachable; Topics too, so it serves as a readiness probe even with no
 // topics), and round trips in progress when it drops are abandoned
-// (onConn). An engine that dials its own connection sets
+// (onConn); one that goes unanswered while the connection stays up (a
+// link gone silent) waits at most roundTripMax, whatever its caller's
+// context allows (roundTrip). An engine that dials its own connection sets
 // MaxReconnects(-1) and ReconnectBufSize(-1): with no reconnect buffer,
 // an append refused during an outage is never stored later. Records and
 // positions are in NATS, so nothing the engine acknowledged is lost by an
