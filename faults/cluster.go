@@ -410,10 +410,14 @@ func (c *Cluster) startGateway(ctx context.Context, g int) (*Gateway, error) {
 	logger := c.opts.Logger.With("gateway", g)
 	// A cluster just formed may still be placing its first streams (an
 	// election right after the meta leader's): an engine whose start
-	// times out is started again, three times at most.
+	// times out or finds NATS unavailable is started again, a second
+	// later, three times at most.
 	var eng *jsengine.Engine
 	var err error
-	for try := 0; try < 3 && (try == 0 || errors.Is(err, context.DeadlineExceeded)); try++ {
+	for try := 0; try < 3 && (try == 0 || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, engine.ErrUnavailable)); try++ {
+		if try > 0 && !pause(ctx, time.Second) {
+			break
+		}
 		ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		eng, err = jsengine.New(ectx, jsengine.Options{URL: strings.Join(urls, ","), Prefix: c.opts.Prefix,
 			Replicas: len(c.servers), Logger: logger, MemberTTL: 3 * time.Second,

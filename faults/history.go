@@ -282,6 +282,20 @@ func (h *History) Len() int {
 	return len(h.ops)
 }
 
+// readsPast counts the distinct offsets at or past n of log that reads
+// saw.
+func (h *History) readsPast(log string, n int64) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seen := map[int64]bool{}
+	for _, op := range h.ops {
+		if in, ok := op.Input.(readIn); ok && !in.All && in.Log == log && in.Offset >= n {
+			seen[in.Offset] = true
+		}
+	}
+	return len(seen)
+}
+
 // Check checks the whole history within timeout. It returns nil when the
 // history is linearizable; otherwise an error that, when the history is
 // not (or the check ran out of time), names the file in dir holding

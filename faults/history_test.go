@@ -197,3 +197,28 @@ func TestHistoryMergeUnacknowledged(t *testing.T) {
 		t.Fatal("x read at offset 0 accepted")
 	}
 }
+
+// A record delivered after the final read, past its end, was appended
+// since (publishes of unknown outcome can land after it): no finding. One
+// delivered before the final read and missing from it, or a delivery of
+// other data at an offset the final read holds, is a finding.
+func TestPrecheckReadsAfterTheFinalRead(t *testing.T) {
+	h := NewHistory()
+	h.op(0, appendIn{Log: "a", Data: "x"}, appendOut{Offset: 0}, 0, 1)
+	h.op(1, appendIn{Log: "a", Data: "y", MsgID: "y"}, appendOut{Unknown: true}, 2, inf)
+	h.op(2, readIn{Log: "a", All: true}, readOut{Data: []string{"x"}}, 10, 11)
+	h.op(3, readIn{Log: "a", Offset: 1}, readOut{Data: []string{"y"}}, 12, 12) // y landed after the read
+	if found := precheck(h.ops); len(found) != 0 {
+		t.Fatalf("%q", found)
+	}
+	if err := checkHistory(t, h); err != nil {
+		t.Fatal(err)
+	}
+	h.op(3, readIn{Log: "a", Offset: 1}, readOut{Data: []string{"y"}}, 5, 5) // y seen, then not in the final read
+	h.op(4, readIn{Log: "a", Offset: 0}, readOut{Data: []string{"z"}}, 13, 13)
+	found := precheck(h.ops)
+	if len(found) != 2 || !strings.Contains(found[0], "y read at offset 1 before the final read, which holds 1 records") ||
+		!strings.Contains(found[1], "z read at offset 0, which holds x in the final read") {
+		t.Fatalf("%q", found)
+	}
+}

@@ -54,7 +54,8 @@ type load struct {
 	subMoved   chan struct{}  // one send (when room) per delivery
 	marks      []mark         // moments of the run
 
-	wg sync.WaitGroup
+	pubs sync.WaitGroup // the publishers
+	wg   sync.WaitGroup // the subscribers and members
 }
 
 func newLoad(h *History, topic, jobs string, publishers int) *load {
@@ -194,9 +195,11 @@ func (w *wsClient) close() { _ = w.c.CloseNow() }
 
 // publisher publishes to gateway url until ctx ends, keeping up to window
 // publishes in flight (pipelined; replies come in request order); every
-// publish has a msg_id and is retried with it until it is published.
+// publish has a msg_id and is retried with it until it is published. Once
+// ctx ends it sends nothing more and returns once the publishes in flight
+// are answered (each within PublishBound) or its connection fails.
 func (l *load) publisher(ctx context.Context, i int, url string, window int) {
-	defer l.wg.Done()
+	defer l.pubs.Done()
 	type inflight struct {
 		id    int64
 		data  string
@@ -280,14 +283,17 @@ func (l *load) publisher(ctx context.Context, i int, url string, window int) {
 		if w == nil || len(flight) == 0 {
 			continue
 		}
-		// The oldest publish's answer, within the bound from its send.
+		// The oldest publish's answer, within the bound from its send,
+		// even once the publisher is stopped: a publish abandoned then
+		// would be of unknown outcome, and its record may be stored after
+		// the final read (its gateway finishes it).
 		head := flight[0]
-		rctx, cancel := context.WithDeadline(ctx, head.start.Add(PublishBound))
+		rctx, cancel := context.WithDeadline(context.Background(), head.start.Add(PublishBound))
 		f, err := w.read(rctx)
 		cancel()
 		took := time.Since(head.start)
 		if err != nil {
-			if ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
+			if errors.Is(rctx.Err(), context.DeadlineExceeded) {
 				l.violate("publisher %d: publish %s unanswered after %v", i, head.data, took.Round(time.Millisecond))
 			}
 			drop()

@@ -190,7 +190,9 @@ func (e *Engine) appendLocked(ctx context.Context, t *topic, p *partition, r *ap
 			continue
 		}
 		off := p.nextW
-		ack, err := e.js.PublishMsg(ctx, recordMsg(p, r, off, now))
+		pctx, cancel := roundTrip(ctx)
+		ack, err := e.js.PublishMsg(pctx, recordMsg(p, r, off, now))
+		cancel()
 		if isWrongLast(err) {
 			p.known = false
 			if r.msgID != "" {
@@ -283,7 +285,9 @@ func recordMsg(p *partition, r *appendReq, off int64, now time.Time) *nats.Msg {
 // server checks the expected last sequence before duplicates. Not the
 // publish just refused: a duplicate of it.
 func (e *Engine) landedBefore(ctx context.Context, t *topic, p *partition, msgID string) (engine.Appended, uint64, bool) {
+	ctx, cancel := roundTrip(ctx)
 	last, err := e.rec.GetLastMsgForSubject(ctx, p.subject)
+	cancel()
 	if err != nil || last.Header.Get(jetstream.MsgIDHeader) != msgID {
 		return engine.Appended{}, 0, false
 	}

@@ -5,7 +5,9 @@ package jsengine
 // while the connection is down they are refused before any round trip
 // (reachable; Topics too, so it serves as a readiness probe even with no
 // topics), and round trips in progress when it drops are abandoned
-// (onConn). An engine that dials its own connection sets
+// (onConn); one that goes unanswered while the connection stays up (a
+// link gone silent) waits at most roundTripMax, whatever its caller's
+// context allows (roundTrip). An engine that dials its own connection sets
 // MaxReconnects(-1) and ReconnectBufSize(-1): with no reconnect buffer,
 // an append refused during an outage is never stored later. Records and
 // positions are in NATS, so nothing the engine acknowledged is lost by an
@@ -20,6 +22,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -86,6 +89,31 @@ func (e *Engine) onConn(ctx context.Context) (_ context.Context, done func(error
 		return err
 	}
 }
+
+// roundTripMax bounds one NATS round trip of an append or a read (a
+// publish, a get, a claim) whatever its caller's context allows. nats.go
+// waits for a reply until the context ends, and a request lost on a link
+// that went silent is never answered, not even after the heal: held by a
+// partition, it reaches the stream's leader of before the partition once
+// another server leads, and is dropped. The engine's connection is not
+// lost meanwhile (the server it is connected to was reachable), so onConn
+// does not end the wait either. It is jetstream's default timeout, which
+// bounds a context without a deadline.
+const roundTripMax = 5 * time.Second
+
+// roundTrip returns ctx bounded to roundTripMax from now when its
+// deadline is further away, for one round trip; the caller calls the
+// returned function once it has the reply. A context with a nearer
+// deadline, or none (jetstream bounds it), is returned as it is, without
+// an allocation.
+func roundTrip(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) > roundTripMax {
+		return context.WithTimeout(ctx, roundTripMax)
+	}
+	return ctx, noCancel
+}
+
+func noCancel() {}
 
 // reachable fails at once, wrapping engine.ErrUnavailable, while the
 // connection to NATS is down, so calls do not wait out their timeouts

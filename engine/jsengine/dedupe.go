@@ -160,10 +160,14 @@ func (e *Engine) appendClaimed(ctx context.Context, t *topic, m *engine.Message,
 		claim, _ := json.Marshal(dedupVal{At: now})
 		var rev uint64
 		stale := false // an expired claim that was never confirmed
-		ent, err := e.dedupKV.Get(ctx, key)
+		rctx, cancel := roundTrip(ctx)
+		ent, err := e.dedupKV.Get(rctx, key)
+		cancel()
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
-			rev, err = e.dedupKV.Create(ctx, key, claim)
+			rctx, cancel := roundTrip(ctx)
+			rev, err = e.dedupKV.Create(rctx, key, claim)
+			cancel()
 		case err != nil:
 		default:
 			var v dedupVal
@@ -273,7 +277,9 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 // storedAt returns the position of the record stored at stream sequence
 // seq (a duplicate publish's original), for topic t.
 func (e *Engine) storedAt(ctx context.Context, t *topic, seq uint64) (engine.Appended, error) {
+	ctx, cancel := roundTrip(ctx)
 	m, err := e.rec.GetMsg(ctx, seq)
+	cancel()
 	if err != nil {
 		return engine.Appended{}, unavailable("duplicate", err)
 	}

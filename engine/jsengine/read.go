@@ -85,7 +85,9 @@ func parseMsg(t *topic, partition int, seq uint64, h nats.Header, data []byte) (
 
 // getMsg returns the first message of p's subject at or after seq.
 func (e *Engine) getMsg(ctx context.Context, p *partition, seq uint64) (parsed, bool, error) {
+	ctx, cancel := roundTrip(ctx)
 	m, err := e.rec.GetMsg(ctx, max(seq, 1), jetstream.WithGetMsgSubject(p.subject))
+	cancel()
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return parsed{}, false, nil
 	}
@@ -98,7 +100,9 @@ func (e *Engine) getMsg(ctx context.Context, p *partition, seq uint64) (parsed, 
 
 // loadState reads the subject's last and first messages. Caller holds amu.
 func (e *Engine) loadState(ctx context.Context, p *partition) error {
-	last, err := e.rec.GetLastMsgForSubject(ctx, p.subject)
+	rctx, cancel := roundTrip(ctx)
+	last, err := e.rec.GetLastMsgForSubject(rctx, p.subject)
+	cancel()
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		p.known, p.lastSeq, p.lastMark, p.nextW, p.earliestW, p.cum, p.baseCum = true, 0, false, 0, 0, 0, 0
 		p.firstTime, p.lastTime = time.Time{}, time.Time{}

@@ -12,7 +12,9 @@ package jsengine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -167,33 +169,55 @@ func (e *Engine) startTail(ctx context.Context) error {
 func (e *Engine) openStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	cfg.Replicas = e.replicas
 	cfg.AllowDirect = cfg.AllowDirect && e.replicas == 1 // see replicas.go
-	s, err := e.js.CreateStream(ctx, cfg)
-	if err == nil {
-		return s, nil
-	}
-	if s, err2 := e.js.Stream(ctx, cfg.Name); err2 == nil {
-		if _, err := e.conform(ctx, s); err != nil {
-			return nil, err
+	var f finding
+	for {
+		s, err := e.js.CreateStream(ctx, cfg)
+		if err == nil {
+			return s, nil
 		}
-		return e.js.Stream(ctx, cfg.Name)
+		s, err2 := e.js.Stream(ctx, cfg.Name)
+		if err2 == nil {
+			if _, err := e.conform(ctx, s); err != nil {
+				return nil, err
+			}
+			return e.js.Stream(ctx, cfg.Name)
+		}
+		if !errors.Is(err2, jetstream.ErrStreamNotFound) || !f.again(ctx) {
+			return nil, createError("stream "+cfg.Name, fmt.Errorf("%w (and not found: %w)", err, err2))
+		}
 	}
-	return nil, createError("stream "+cfg.Name, err)
 }
 
 func (e *Engine) openKV(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	cfg.Replicas = e.replicas
-	kv, err := e.js.CreateKeyValue(ctx, cfg)
-	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
-		return nil, err
-	}
-	if err != nil {
-		if kv, err = e.js.KeyValue(ctx, cfg.Bucket); err != nil {
-			return nil, createError("bucket "+cfg.Bucket, err)
+	var f finding
+	var kv jetstream.KeyValue
+	for {
+		var err error
+		kv, err = e.js.CreateKeyValue(ctx, cfg)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
+			return nil, err
+		}
+		var err2 error
+		if kv, err2 = e.js.KeyValue(ctx, cfg.Bucket); err2 == nil {
+			break
+		}
+		if !errors.Is(err2, jetstream.ErrBucketNotFound) || !f.again(ctx) {
+			return nil, createError("bucket "+cfg.Bucket, fmt.Errorf("%w (and not found: %w)", err, err2))
 		}
 	}
-	s, err := e.js.Stream(ctx, "KV_"+cfg.Bucket)
-	if err != nil {
-		return nil, unavailable("bucket "+cfg.Bucket, err)
+	var s jetstream.Stream
+	for {
+		var err error
+		if s, err = e.js.Stream(ctx, "KV_"+cfg.Bucket); err == nil {
+			break
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) || !f.again(ctx) {
+			return nil, unavailable("bucket "+cfg.Bucket, err)
+		}
 	}
 	changed, err := e.conform(ctx, s)
 	if err != nil || !changed {
@@ -205,4 +229,46 @@ func (e *Engine) openKV(ctx context.Context, cfg jetstream.KeyValueConfig) (jets
 		return nil, unavailable("bucket "+cfg.Bucket, err)
 	}
 	return kv, nil
+}
+
+// Bounds of the wait for a stream or bucket that its create did not
+// return and a lookup did not find (see finding).
+const (
+	findPauseMin = 5 * time.Millisecond
+	findPauseMax = 250 * time.Millisecond
+	findWaitMax  = 5 * time.Second
+)
+
+// finding paces openStream's and openKV's tries while a stream or bucket
+// is neither created nor found. On a cluster both can happen while
+// another node's create of it is under way (or the server had its own
+// create refused, as by a leader election): a lookup answered by a
+// replica that has not made the stream yet says "not found" (nats-server
+// waits 10 ms for it, no more), and a create of it in process may be
+// refused. So the create and the lookup are tried again, after pauses
+// doubling from findPauseMin to findPauseMax, for at most findWaitMax
+// and within ctx. The zero value is ready; it is used by one open.
+type finding struct {
+	pause  time.Duration
+	giveUp time.Time
+}
+
+// again pauses before the next try and reports whether to make it.
+func (f *finding) again(ctx context.Context) bool {
+	if f.pause == 0 {
+		f.pause, f.giveUp = findPauseMin, time.Now().Add(findWaitMax)
+	} else {
+		f.pause = min(2*f.pause, findPauseMax)
+	}
+	if time.Now().Add(f.pause).After(f.giveUp) {
+		return false
+	}
+	t := time.NewTimer(f.pause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
