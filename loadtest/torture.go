@@ -273,6 +273,7 @@ func runTorture(ctx context.Context, cfg *tortureConfig, stdout, stderr io.Write
 		return false, err
 	}
 	over := &overloadWatch{}
+	h.starved = func(from, to time.Time) bool { return over.during(from.UnixNano(), to.UnixNano()) }
 	tr := &torture{cfg: cfg, gw: gw, hostile: h, groups: &groupLedger{recs: map[pkey]*grec{}},
 		sse: &http.Client{Transport: &http.Transport{}}}
 	all, err := tr.makeTopics(ctx, over)
