@@ -101,6 +101,7 @@ type tortureConfig struct {
 	cluster      bool
 	restartEvery time.Duration
 	ackTimeout   time.Duration // the groups' ack timeout; zero: tortureAckTimeout (tests only)
+	writeTimeout time.Duration // the sessions' write timeout; zero: the default (tests only)
 	quiet        bool
 	without      map[string]bool // behaviours left out
 }
