@@ -376,6 +376,7 @@ func (c *Client) resume(conn *websocket.Conn, w Welcome) {
 		}
 		id := c.nextID.Add(1)
 		s.forgetBases() // the gateway starts again with full messages
+		s.newConnection()
 		req := s.request(id, true, w.Epoch)
 		c.pending[id] = &call{conn: conn, fn: func(f *inFrame, err error) { c.resubscribed(s, f, err) }}
 		list = append(list, resub{s, req})

@@ -25,7 +25,10 @@
 //
 // Plain subscriptions deliver each record at most once to the handler: a
 // record at or below the last offset delivered for its (subscription, topic,
-// partition) is dropped as a duplicate. Records the gateway could not
+// partition) is dropped as a duplicate, except after the topic was deleted
+// on the same connection: the new incarnation's offsets start at 0 again
+// (messages of the deleted one may still follow the topic_deleted frame;
+// they are delivered too). Records the gateway could not
 // deliver are reported to Options.OnGap; when a resubscription could not
 // continue from the positions given (the gateway restarted with another
 // epoch, or the records were trimmed), Options.OnReset is called; the

@@ -54,7 +54,15 @@ type Subscription struct {
 	recentNext     int
 	// bases: a delta subscription's last payload per partition (delta.go).
 	bases map[partKey][]byte
+	// deleted: the topics deleted while this connection was read (see
+	// advance), at most maxDeletedTopics; cleared with each connection.
+	deleted map[string]struct{}
 }
+
+// maxDeletedTopics bounds Subscription.deleted: past it the oldest marks
+// are forgotten at once (a connection that sees so many deletes of its
+// topics is one whose messages of a deleted topic have long been read).
+const maxDeletedTopics = 1024
 
 type partKey struct {
 	topic     string
@@ -274,20 +282,44 @@ func (s *Subscription) resumed(recovered *bool) (reset, epochChanged bool) {
 }
 
 // advance records offset as delivered, or reports false for a duplicate.
+//
+// A topic deleted while the connection is read is the exception: the
+// gateway writes topic_deleted ahead of the messages of the topic it had
+// queued, so messages of the deleted incarnation may follow the frame,
+// and then the incarnation created next, from offset 0. On one connection
+// the gateway sends each offset of an incarnation once and in order, so
+// an offset at or below the last one of a deleted topic is the next
+// incarnation's, not a duplicate: it starts the partition's positions
+// again.
 func (s *Subscription) advance(topic string, partition int, offset int64) bool {
 	k := partKey{topic, partition}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if last, ok := s.positions[k]; ok && offset <= last {
-		return false
+		if _, again := s.deleted[topic]; !again {
+			return false
+		}
 	}
 	s.positions[k] = offset
 	return true
 }
 
+// newConnection forgets the topics deleted on the previous connection:
+// on a new one, the gateway resumes from the positions (an offset at or
+// below them is a duplicate again).
+func (s *Subscription) newConnection() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deleted = nil
+}
+
 func (s *Subscription) forgetTopic(topic string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.deleted == nil || len(s.deleted) >= maxDeletedTopics {
+		s.deleted = make(map[string]struct{})
+	}
+	s.deleted[topic] = struct{}{}
 	for k := range s.bases {
 		if k.topic == topic {
 			delete(s.bases, k)

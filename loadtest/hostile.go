@@ -149,6 +149,9 @@ type hostile struct {
 	httpc  *http.Client // of the HTTP clients in hostile_surfaces.go
 	tally  surfaceTally
 	wg     sync.WaitGroup
+	// starved, when set, reports whether this process was starved of CPU
+	// at some time in [from, to] (the torture run's overload watch).
+	starved func(from, to time.Time) bool
 }
 
 func newHostile(wsURL string) (*hostile, error) {

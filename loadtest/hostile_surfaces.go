@@ -15,8 +15,10 @@ package main
 //   - presence churn: sessions subscribing and unsubscribing with presence
 //     on a room as fast as they may, beside members of that room that stall
 //     and then read slowly. The churners must meet rate_limited
-//     (presence_join_rate), the members must never be closed and must be
-//     sent a presence resync frame once announcements were dropped for them.
+//     (presence_join_rate), the members must never be closed (but by the
+//     write timeout while this process is starved: presenceMember) and
+//     must be sent a presence resync frame once announcements were
+//     dropped for them.
 //   - group-name spray: one-shot polls of ever new group names over HTTP
 //     pull; past --max-pull-members-per-client they must be 429
 //     too_many_subscriptions (pull_members_per_client).
@@ -71,21 +73,24 @@ var hostileRoom = "hostile.room." + strings.Repeat("r", 200)
 
 // surfaceTally is what the clients below saw, for the end-of-run checks.
 type surfaceTally struct {
-	sseOpened        atomic.Int64 // SSE non-reader streams that started
-	sseUnavailable   atomic.Int64 // SSE non-reader streams refused by the connect hook failing closed
-	forgedRefused    atomic.Int64 // forged Last-Event-IDs answered 400
-	presenceLimited  atomic.Int64 // presence subscribes refused rate_limited
-	presenceResyncs  atomic.Int64 // presence resync frames members read
-	pullRefused      atomic.Int64 // polls refused too_many_subscriptions
-	leaseRefused     atomic.Int64 // group subscribes refused too_many_subscriptions
-	leaseJoined      atomic.Int64 // group subscribes of the never-acking session answered subscribed
-	leaseDeliveries  atomic.Int64 // deliveries the never-acking session read
-	stormAttempts    atomic.Int64 // connects of the connect storm (hostile_hook.go)
-	stormRefused     atomic.Int64 // of them, refused 429
-	stormUnavailable atomic.Int64 // of them, 503 after the slow hook's timeout
-	probeConnects    atomic.Int64 // connects of another address beside it
-	probeMaxMS       atomic.Int64 // the slowest of them
-	probeUnavailable atomic.Int64 // its 503s: a hook timeout on a loaded machine, tolerated once in a row
+	sseOpened       atomic.Int64 // SSE non-reader streams that started
+	sseUnavailable  atomic.Int64 // SSE non-reader streams refused by the connect hook failing closed
+	forgedRefused   atomic.Int64 // forged Last-Event-IDs answered 400
+	presenceLimited atomic.Int64 // presence subscribes refused rate_limited
+	presenceResyncs atomic.Int64 // presence resync frames members read
+	// presenceStarvedEnds: slow members the gateway's write timeout or
+	// keepalive ended while this process was starved (presenceMember)
+	presenceStarvedEnds atomic.Int64
+	pullRefused         atomic.Int64 // polls refused too_many_subscriptions
+	leaseRefused        atomic.Int64 // group subscribes refused too_many_subscriptions
+	leaseJoined         atomic.Int64 // group subscribes of the never-acking session answered subscribed
+	leaseDeliveries     atomic.Int64 // deliveries the never-acking session read
+	stormAttempts       atomic.Int64 // connects of the connect storm (hostile_hook.go)
+	stormRefused        atomic.Int64 // of them, refused 429
+	stormUnavailable    atomic.Int64 // of them, 503 after the slow hook's timeout
+	probeConnects       atomic.Int64 // connects of another address beside it
+	probeMaxMS          atomic.Int64 // the slowest of them
+	probeUnavailable    atomic.Int64 // its 503s: a hook timeout on a loaded machine, tolerated once in a row
 
 	mu       sync.Mutex // guards problems
 	problems []string
@@ -149,6 +154,7 @@ func (h *hostile) surfaceReport() map[string]int64 {
 		"client_forged_ids_refused":          t.forgedRefused.Load(),
 		"client_presence_rate_limited":       t.presenceLimited.Load(),
 		"client_presence_resyncs_read":       t.presenceResyncs.Load(),
+		"client_presence_starved_ends":       t.presenceStarvedEnds.Load(),
 		"client_pull_polls_refused":          t.pullRefused.Load(),
 		"client_lease_groups_joined":         t.leaseJoined.Load(),
 		"client_lease_subscribes_refused":    t.leaseRefused.Load(),
@@ -411,8 +417,17 @@ func closedBy(ctx context.Context, err error) bool {
 	return ctx.Err() == nil && err != nil && !(errors.As(err, &ne) && ne.Timeout())
 }
 
-// presenceMember joins the room, reads nothing for 5 s, then reads about
-// 160 KB/s, looking for the resync frame. The gateway must never close it.
+// presenceMember joins the room, reads nothing for presenceStall, then
+// reads about 160 KB/s, looking for the resync frame. The gateway must
+// never close it, with one exception: a write to it that outlives the
+// gateway's write timeout (10 s) ends its session without a close frame,
+// as it ends any client's that stops reading, and the stall counts toward
+// that write's time. When this process was starved of CPU meanwhile
+// (hostile.starved) the member did not read for that long, and such an
+// end that the gateway counts as write_timeout or keepalive is counted
+// (presenceStarvedEnds), not a broken promise. Any other end is one, told
+// with what the member read and the gateway's count of its reasons
+// (memberEnd).
 func (h *hostile) presenceMember(ctx context.Context, a *hostileActor) error {
 	w, done, err := h.dialRawWS(ctx)
 	if err != nil {
@@ -423,7 +438,9 @@ func (h *hostile) presenceMember(ctx context.Context, a *hostileActor) error {
 		h.problem("slow presence member: the gateway closed it while it subscribed")
 		return nil
 	}
-	pause(ctx, 5*time.Second) // stalled: the announcements pile up
+	joined := time.Now()
+	pause(ctx, presenceStall) // stalled: the announcements pile up
+	rd := memberReads{joined: joined, resumed: time.Now()}
 	budget := 0
 	for range 1_000_000 { // frames; the run's end comes first
 		if ctx.Err() != nil {
@@ -434,10 +451,16 @@ func (h *hostile) presenceMember(ctx context.Context, a *hostileActor) error {
 		if err != nil {
 			if closedBy(ctx, err) {
 				a.closed.Add(1)
-				h.problem("slow presence member was closed: %v", err)
+				end, bounded := h.memberEnd(ctx, err, &rd)
+				if now := time.Now(); bounded && h.starved != nil && h.starved(now.Add(-presenceStarvedWindow), now) {
+					h.tally.presenceStarvedEnds.Add(1)
+				} else {
+					h.problem("slow presence member was closed: %s", end)
+				}
 			}
 			return nil
 		}
+		rd.read(len(msg))
 		if bytes.Contains(msg, []byte(`"resync":true`)) {
 			h.tally.presenceResyncs.Add(1)
 		}
@@ -447,6 +470,103 @@ func (h *hostile) presenceMember(ctx context.Context, a *hostileActor) error {
 		}
 	}
 	return nil
+}
+
+// presenceStall is how long a slow presence member reads nothing after
+// it joined: long enough for the churners' first burst to pass its
+// announcement bound, and well under the gateway's write timeout (10 s),
+// which a write blocked since the stall began must not reach once the
+// member reads again.
+const presenceStall = 3 * time.Second
+
+// presenceStarvedWindow is how far back a starved process excuses a slow
+// member's end by the gateway's write timeout or keepalive: the write
+// timeout, the stall and some margin.
+const presenceStarvedWindow = 15 * time.Second
+
+// memberReads is what a slow presence member read, for the account of
+// its end.
+type memberReads struct {
+	joined, resumed, last time.Time // subscribed, done stalling, the last message
+	msgs, bytes           int64
+	slowest               time.Duration // the longest wait for a message
+}
+
+func (r *memberReads) read(n int) {
+	now := time.Now()
+	prev := r.last
+	if prev.IsZero() {
+		prev = r.resumed
+	}
+	r.slowest = max(r.slowest, now.Sub(prev))
+	r.last, r.msgs, r.bytes = now, r.msgs+1, r.bytes+int64(n)
+}
+
+// presenceEndSeries are the gateway's counts of presence members' ends,
+// by reason (router/presence_churn.go).
+var presenceEndSeries = func() []string {
+	var out []string
+	for _, r := range []string{"peer", "closed", "write_timeout", "keepalive", "slow_consumer", "control_overflow", "message_timeout"} {
+		out = append(out, `switchyard_presence_member_sessions_ended_total{reason="`+r+`"}`)
+	}
+	return out
+}()
+
+// memberEnd describes how a slow presence member's connection ended: the
+// close frame's code and reason when there was one; otherwise where the
+// stream stopped (in the middle of a frame: the gateway gave up a write),
+// what the member had read and when, and the reasons the gateway counts
+// for its presence members' ends so far (a write timeout or a keepalive
+// ends a session without a close frame).
+//
+// bounded reports an end without a close frame while the gateway counts
+// a presence member ended by its write timeout or keepalive.
+func (h *hostile) memberEnd(ctx context.Context, err error, r *memberReads) (desc string, bounded bool) {
+	var gc errGatewayClose
+	if errors.As(err, &gc) {
+		return gc.Error(), false
+	}
+	now := time.Now()
+	where := "at a frame boundary"
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		where = "in the middle of a frame"
+	}
+	last := "none"
+	if !r.last.IsZero() {
+		last = now.Sub(r.last).Round(time.Millisecond).String() + " before"
+	}
+	out := fmt.Sprintf("%v, no close frame, %s; %v after it joined, %v after its stall; read %d messages (%d bytes), the last %s, the longest wait %v",
+		err, where, now.Sub(r.joined).Round(time.Millisecond), now.Sub(r.resumed).Round(time.Millisecond),
+		r.msgs, r.bytes, last, r.slowest.Round(time.Millisecond))
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var ends map[string]int64
+	var serr error
+	for range 10 { // the gateway counts the end once its session is torn down
+		if ends, serr = scrapeSeries(sctx, h.httpc, "http://"+h.host, presenceEndSeries); serr != nil {
+			break
+		}
+		var bounded int64
+		for _, name := range presenceEndSeries[2:] { // the gateway's own reasons
+			bounded += ends[name]
+		}
+		if bounded > 0 {
+			break
+		}
+		pause(sctx, 200*time.Millisecond)
+	}
+	if serr != nil {
+		return out + fmt.Sprintf("; the gateway's counts of presence ends unread: %v", serr), false
+	}
+	var counts []string
+	for _, name := range presenceEndSeries {
+		if n := ends[name]; n > 0 {
+			_, reason, _ := strings.Cut(name, `reason="`)
+			counts = append(counts, fmt.Sprintf("%s %d", strings.TrimSuffix(reason, `"}`), n))
+		}
+	}
+	bounded = ends[presenceEndSeries[2]]+ends[presenceEndSeries[3]] > 0 // write_timeout, keepalive
+	return out + "; presence members' sessions the gateway saw end, by reason: " + strings.Join(counts, ", "), bounded
 }
 
 // presenceChurner subscribes and unsubscribes with presence on the room,

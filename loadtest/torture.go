@@ -101,6 +101,7 @@ type tortureConfig struct {
 	cluster      bool
 	restartEvery time.Duration
 	ackTimeout   time.Duration // the groups' ack timeout; zero: tortureAckTimeout (tests only)
+	writeTimeout time.Duration // the sessions' write timeout; zero: the default (tests only)
 	quiet        bool
 	without      map[string]bool // behaviours left out
 }
@@ -273,6 +274,7 @@ func runTorture(ctx context.Context, cfg *tortureConfig, stdout, stderr io.Write
 		return false, err
 	}
 	over := &overloadWatch{}
+	h.starved = func(from, to time.Time) bool { return over.during(from.UnixNano(), to.UnixNano()) }
 	tr := &torture{cfg: cfg, gw: gw, hostile: h, groups: &groupLedger{recs: map[pkey]*grec{}},
 		sse: &http.Client{Transport: &http.Transport{}}}
 	all, err := tr.makeTopics(ctx, over)

@@ -149,7 +149,7 @@ func (g *tortureGateway) start(nd *tortureNode) error {
 		Registry:      prometheus.NewRegistry(),
 		StatsInterval: -1,
 		Logger:        logger,
-		Session:       session.Options{QueueMessages: 256, PingInterval: g.cfg.keepalive},
+		Session:       session.Options{QueueMessages: 256, PingInterval: g.cfg.keepalive, WriteTimeout: g.cfg.writeTimeout},
 	}
 	if g.hook != nil && nd.i == 0 {
 		opts.Hooks = *g.hook

@@ -195,6 +195,9 @@ func (rt *Router) presenceLeave(s *subscription) {
 	rt.presenceForget(s)
 	if s.c.ctx.Err() != nil {
 		rt.pres.forgetJoins(s.c) // the session is ending
+		if s.c.sess != nil {
+			rt.pres.memberEnded(rt.log, s)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), defaultHookTimeout)
 	defer cancel()

@@ -1,6 +1,8 @@
 package router
 
 import (
+	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -32,6 +34,12 @@ import (
 //     past it is refused with rate_limited (switchyard_limit_rejections_total
 //     {limit="presence_join_rate"}). Leaves follow joins, so a session's
 //     churn costs each member at most twice its join rate in frames.
+//
+// A member's session may still end by the bounds of every session (the
+// write timeout and the keepalive, without a close frame); each member's
+// end is counted by its reason (switchyard_presence_member_sessions_ended_total,
+// memberEnded) and an end by a bound is logged, so that a member dropped
+// without a close frame can be told apart from one the client closed.
 //
 // The presence op answers a member in order with its announcements: while
 // it lists, the member's announcements wait (at most presenceHeldFrames)
@@ -110,6 +118,7 @@ type presenceChurn struct {
 
 	dropped prometheus.Counter
 	resyncs prometheus.Counter
+	ends    *prometheus.CounterVec // presence members whose session ended, by reason (presenceEndReason)
 
 	done chan struct{}  // closed by closeChurn
 	wg   sync.WaitGroup // the sweeper
@@ -139,6 +148,9 @@ func (h *presenceHub) initChurn(rt *Router) {
 			Help: "Presence join and leave frames not queued to a member whose control queue held its presence share; the member is sent a resync frame."}),
 		resyncs: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "switchyard", Name: "presence_resyncs_total",
 			Help: "Presence resync frames sent to members whose announcements were dropped."}),
+		ends: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "switchyard", Name: "presence_member_sessions_ended_total",
+			Help: "Presence members whose session ended, by reason: peer (the client or the network), closed (the gateway, with a close frame), or the bound that ended it without one (write_timeout, keepalive) or with one (slow_consumer, control_overflow, message_timeout)."},
+			[]string{"reason"}),
 	}
 	if c.queueBytes <= 0 {
 		c.queueBytes = DefaultPresenceQueueBytes
@@ -153,7 +165,10 @@ func (h *presenceHub) initChurn(rt *Router) {
 	if c.joinBurst <= 0 {
 		c.joinBurst = DefaultPresenceJoinBurst
 	}
-	rt.opts.Registry.MustRegister(c.dropped, c.resyncs)
+	rt.opts.Registry.MustRegister(c.dropped, c.resyncs, c.ends)
+	for _, r := range presenceEndReasons {
+		c.ends.WithLabelValues(r)
+	}
 	rt.lim.limited.WithLabelValues(limitPresenceJoinRate)
 }
 
@@ -347,4 +362,47 @@ func (h *presenceHub) closeChurn() {
 	close(h.done)
 	h.mu.Unlock()
 	h.wg.Wait()
+}
+
+// presenceEndReasons label switchyard_presence_member_sessions_ended_total.
+var presenceEndReasons = []string{"peer", "closed", "write_timeout", "keepalive", "slow_consumer", "control_overflow", "message_timeout"}
+
+// presenceEndReason names why a presence member's session ended, from
+// session.Session.Cause: the gateway's own reasons first, then a Close of
+// the gateway (nil), then whatever the peer or the network did.
+func presenceEndReason(cause error) string {
+	switch {
+	case errors.Is(cause, session.ErrWriteTimeout):
+		return "write_timeout"
+	case errors.Is(cause, session.ErrKeepalive):
+		return "keepalive"
+	case errors.Is(cause, session.ErrSlowConsumer):
+		return "slow_consumer"
+	case errors.Is(cause, session.ErrControlOverflow):
+		return "control_overflow"
+	case errors.Is(cause, session.ErrMessageTimeout):
+		return "message_timeout"
+	case cause == nil:
+		return "closed"
+	}
+	return "peer"
+}
+
+// memberEnded counts the end of a presence member's session and logs it
+// when the gateway ended it for a bound: a member is never closed for
+// announcements (see above), so such an end names what did.
+func (h *presenceHub) memberEnded(log *slog.Logger, s *subscription) {
+	select {
+	case <-s.c.sess.Done():
+	default:
+		return // still running: not an end
+	}
+	cause := s.c.sess.Cause()
+	r := presenceEndReason(cause)
+	h.ends.WithLabelValues(r).Inc()
+	if r != "peer" && r != "closed" {
+		st := s.c.sess.Stats()
+		log.Info("presence member's session ended by a bound", "session", s.c.id, "topic", s.pattern, "reason", r, "err", cause,
+			"queued", st.Queued, "control_bytes", st.ControlBytes, "bytes_out", st.BytesOut)
+	}
 }

@@ -247,8 +247,15 @@ var (
 	ErrBinaryFrame = errors.New("session: binary frame")
 	// ErrInvalidUTF8: the peer sent a text frame that is not UTF-8 (1007).
 	ErrInvalidUTF8 = errors.New("session: invalid UTF-8")
-	// ErrWriteTimeout: a write took longer than Options.WriteTimeout.
+	// ErrWriteTimeout: a write took longer than Options.WriteTimeout. The
+	// connection is closed without a close frame (one cannot follow a
+	// frame cut short), so the peer sees it end in the middle of a frame.
 	ErrWriteTimeout = errors.New("session: write timeout")
+	// ErrKeepalive: a keepalive ping failed: no pong within
+	// Options.PongTimeout while the reader waited for the socket, or the
+	// ping could not be written. The connection is closed without a close
+	// frame.
+	ErrKeepalive = errors.New("session: keepalive")
 	// ErrControlOverflow: queued control items would exceed
 	// Options.ControlBytes (close status 1008).
 	ErrControlOverflow = errors.New("session: too many unread replies")

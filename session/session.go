@@ -233,6 +233,23 @@ func (s *Session) Close(code websocket.StatusCode, reason string) {
 	s.closeWith(code, reason, true, nil)
 }
 
+// Cause reports why the session ended, once Done is closed (nil before):
+// one of this package's sentinel errors (wrapped) when the session ended
+// the connection for a bound, the peer's close frame or the read error
+// when the peer or the network ended it, and nil when Close ended it.
+// Unlike Run's result, a normal or going-away close of the peer is not
+// reported as nil.
+func (s *Session) Cause() error {
+	select {
+	case <-s.done:
+	default:
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cause
+}
+
 // closeWith requests a close; cause is what Run will return.
 func (s *Session) closeWith(code websocket.StatusCode, reason string, flush bool, cause error) {
 	s.mu.Lock()

@@ -227,7 +227,7 @@ func (s *Session) control() (ended bool) {
 	case err := <-s.pingDone:
 		s.pinging = false
 		if err != nil {
-			s.abort(fmt.Errorf("session: keepalive: %w", err))
+			s.abort(fmt.Errorf("%w: %w", ErrKeepalive, err))
 			return true
 		}
 	default:

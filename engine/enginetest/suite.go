@@ -14,7 +14,8 @@
 //
 // Every test uses topic and group names derived from its own name, so a
 // factory may also hand out one shared engine where Config allows, except
-// to the Close test, which closes the engine it gets.
+// to the Close and Groups/SeekRacesClose tests, which close the engine
+// they get.
 //
 // The package also provides FakeClock, a deterministic engine.Clock for any
 // package's tests.
@@ -155,6 +156,7 @@ func Run(t *testing.T, f Features, newEngine Factory) {
 		{"DeadLetters/BoundedInAll", testDeadLettersBoundedInAll},
 		{"DeadLetters/LargeRecord", testLargeRecordLetter},
 		{"Close", testClose},
+		{"Groups/SeekRacesClose", testSeekRacesClose},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -72,7 +72,9 @@ func (e *Engine) watchConn() {
 // lost, for a call's NATS round trips: a request already sent when the
 // connection drops would otherwise wait for its timeout. done releases it
 // and turns the call's error into one wrapping engine.ErrUnavailable when
-// the connection was lost meanwhile.
+// the connection was lost meanwhile, or engine.ErrClosed when the engine
+// closed meanwhile (its Close ends the connection's context with
+// ErrClosed: the call was cut short by Close, not by NATS).
 func (e *Engine) onConn(ctx context.Context) (_ context.Context, done func(error) error) {
 	e.connMu.Lock()
 	conn := e.connCtx
@@ -81,10 +83,14 @@ func (e *Engine) onConn(ctx context.Context) (_ context.Context, done func(error
 	stop := context.AfterFunc(conn, func() { cancel(context.Cause(conn)) })
 	return cctx, func(err error) error {
 		stop()
-		lost := errors.Is(context.Cause(cctx), errConnLost)
+		cause := context.Cause(cctx)
 		cancel(nil)
-		if err != nil && lost && !errors.Is(err, engine.ErrUnavailable) {
+		switch {
+		case err == nil:
+		case errors.Is(cause, errConnLost) && !errors.Is(err, engine.ErrUnavailable):
 			err = fmt.Errorf("jsengine: %w: %w: %w", errConnLost, engine.ErrUnavailable, err)
+		case (errors.Is(cause, engine.ErrClosed) || e.closed.Load()) && !errors.Is(err, engine.ErrClosed):
+			err = fmt.Errorf("jsengine: %w: %w", engine.ErrClosed, err)
 		}
 		return err
 	}

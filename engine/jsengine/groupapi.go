@@ -188,8 +188,12 @@ func (e *Engine) Nack(ctx context.Context, groupName, member string, pos engine.
 // Seek moves the group's position on one partition, or on every partition
 // of the topic when partition < 0, dropping in-flight records. It works
 // from any node: the position is written to the group bucket and the
-// holding node adopts it.
+// holding node adopts it. Once Close has begun it fails with
+// engine.ErrClosed, and so does a Seek that Close cut short (onConn).
 func (e *Engine) Seek(ctx context.Context, groupName, topicName string, partition int, to engine.Start) (err error) {
+	if e.closed.Load() {
+		return closedErr()
+	}
 	ctx, done := e.onConn(ctx)
 	defer func() { err = done(err) }()
 	if err := e.reachable(); err != nil {

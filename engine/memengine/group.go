@@ -557,13 +557,22 @@ func (e *Engine) Nack(ctx context.Context, groupName, member string, pos engine.
 // Seek moves the group's position on one partition, or on every partition
 // of the topic when partition < 0, dropping in-flight records (acking them
 // afterwards fails with engine.ErrNotInFlight). Offsets are clamped to what
-// is retained.
+// is retained. Once Close has begun it fails with engine.ErrClosed: Close
+// sets closed before it takes each group's lock to hand its leases back,
+// so a Seek that holds the lock either finds closed set or is done before
+// Close reaches the group.
 func (e *Engine) Seek(ctx context.Context, groupName, topicName string, partition int, to engine.Start) error {
+	if e.closed.Load() {
+		return closedErr()
+	}
 	g, err := e.lockGroup(groupName)
 	if err != nil {
 		return err
 	}
 	defer g.mu.Unlock()
+	if e.closed.Load() {
+		return closedErr()
+	}
 	t := e.lookup(topicName)
 	if t == nil {
 		return e.topicErr(topicName)
