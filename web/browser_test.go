@@ -1,4 +1,4 @@
-package router_test
+package web_test
 
 import (
 	"bytes"
@@ -173,7 +173,7 @@ func TestBrowserDashboardShowsLiveRates(t *testing.T) {
 			default:
 			}
 			resp, err := client.Post(srv.URL+"/v1/publish", "application/json",
-				stringsReader(fmt.Sprintf(`{"topic":"shop.orders.eu","key":"k%d","data":{"n":%d}}`, i%7, i)))
+				strings.NewReader(fmt.Sprintf(`{"topic":"shop.orders.eu","key":"k%d","data":{"n":%d}}`, i%7, i)))
 			if err != nil {
 				return
 			}
@@ -211,7 +211,7 @@ func screenshotLoad(t *testing.T, srv *httptest.Server) {
 		wg.Wait()
 	})
 	if resp, err := srv.Client().Post(srv.URL+"/v1/topics", "application/json",
-		stringsReader(`{"name":"shop.payments.us","partitions":4}`)); err == nil {
+		strings.NewReader(`{"name":"shop.payments.us","partitions":4}`)); err == nil {
 		resp.Body.Close()
 	}
 	dial := func(sub map[string]any, ack bool) {
@@ -270,7 +270,7 @@ func screenshotLoad(t *testing.T, srv *httptest.Server) {
 			case <-tick.C:
 			}
 			resp, err := srv.Client().Post(srv.URL+"/v1/publish", "application/json",
-				stringsReader(fmt.Sprintf(`{"topic":"shop.payments.us","key":"c%d","data":{"amount":%d}}`, i%13, i)))
+				strings.NewReader(fmt.Sprintf(`{"topic":"shop.payments.us","key":"c%d","data":{"amount":%d}}`, i%13, i)))
 			if err != nil {
 				return
 			}
@@ -303,7 +303,7 @@ func TestBrowserClientRecoversAfterOutage(t *testing.T) {
 	publish := func(n int) {
 		t.Helper()
 		resp, err := srv.Client().Post(srv.URL+"/v1/publish", "application/json",
-			stringsReader(fmt.Sprintf(`{"topic":"outage.a","data":{"n":%d}}`, n)))
+			strings.NewReader(fmt.Sprintf(`{"topic":"outage.a","data":{"n":%d}}`, n)))
 		if err != nil {
 			t.Fatal(err)
 		}

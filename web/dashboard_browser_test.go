@@ -1,4 +1,4 @@
-package router_test
+package web_test
 
 import (
 	"context"
@@ -173,10 +173,8 @@ func TestBrowserDashboardSessions(t *testing.T) {
 	g := newAuthWebGateway(t, 100*time.Millisecond)
 	dctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	cl := claims(nil, []string{"rooms.#"}, nil)
-	cl["sub"] = "carol"
 	ws, _, err := websocket.Dial(dctx, "ws"+strings.TrimPrefix(g.srv.URL, "http")+"/v1/ws",
-		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + hs256(t, cl)}}})
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + userToken(t, "carol", "rooms.#")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,13 +247,11 @@ func TestBrowserDashboardHistoryOnLoad(t *testing.T) {
 func TestBrowserDashboardTokenNotAdmin(t *testing.T) {
 	ctx := browser(t)
 	g := newAuthWebGateway(t, 50*time.Millisecond)
-	cl := claims(nil, []string{"$sys.#"}, nil)
-	cl["sub"] = "dave"
 	if err := chromedp.Do(ctx, chromedp.Navigate(g.srv.URL+"/")); err != nil {
 		t.Fatal(err)
 	}
 	signInRequired(t, ctx)
-	signIn(t, ctx, hs256(t, cl))
+	signIn(t, ctx, userToken(t, "dave", "$sys.#"))
 	evalUntil(t, ctx, `document.body.dataset.auth === "signed-in" && document.getElementById("conn-state").dataset.state === "open"`, "signed in with a token")
 	evalUntil(t, ctx, `document.getElementById("sessions-page").textContent.includes("admin key")`, "the sessions view asking for the admin key")
 	evalUntil(t, ctx, `Number(document.getElementById("chart-publishes").dataset.points) >= 70`, "three seconds of statistics")

@@ -1,4 +1,4 @@
-package router_test
+package web_test
 
 import (
 	"context"
