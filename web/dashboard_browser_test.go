@@ -115,9 +115,7 @@ func TestBrowserDashboardSignIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An old link with the key in its address: the key is dropped unused.
-	if err := chromedp.Do(ctx, chromedp.Navigate(g.srv.URL+"/?admin_key=old-link-credential")); err != nil {
-		t.Fatal(err)
-	}
+	navigate(t, ctx, g.srv.URL+"/?admin_key=old-link-credential")
 	signInRequired(t, ctx)
 	evalUntil(t, ctx, `!location.search.includes("admin_key")`, "the key removed from the address")
 
@@ -150,9 +148,7 @@ func TestBrowserDashboardSignIn(t *testing.T) {
 func TestBrowserDashboardWrongKey(t *testing.T) {
 	ctx := browser(t)
 	g := newAuthWebGateway(t, -1)
-	if err := chromedp.Do(ctx, chromedp.Navigate(g.srv.URL+"/")); err != nil {
-		t.Fatal(err)
-	}
+	navigate(t, ctx, g.srv.URL+"/")
 	signInRequired(t, ctx)
 	signIn(t, ctx, "not-the-admin-key-at-all")
 	evalUntil(t, ctx, `document.getElementById("signin-status").textContent.startsWith("Wrong key or token") &&
@@ -195,9 +191,7 @@ func TestBrowserDashboardSessions(t *testing.T) {
 		}
 	}
 	id := strings.Fields(session)[0]
-	if err := chromedp.Do(ctx, chromedp.Navigate(g.srv.URL+"/")); err != nil {
-		t.Fatal(err)
-	}
+	navigate(t, ctx, g.srv.URL+"/")
 	signInRequired(t, ctx)
 	signIn(t, ctx, adminKey)
 	host, _ := os.Hostname()
@@ -231,9 +225,7 @@ func TestBrowserDashboardHistoryOnLoad(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	opened := time.Now()
-	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/")); err != nil {
-		t.Fatal(err)
-	}
+	navigate(t, ctx, srv.URL+"/")
 	// Records from before the page opened are replayed, not only live ones.
 	evalUntil(t, ctx, fmt.Sprintf(`(() => {
 		const d = document.getElementById("chart-publishes").dataset;
@@ -247,9 +239,7 @@ func TestBrowserDashboardHistoryOnLoad(t *testing.T) {
 func TestBrowserDashboardTokenNotAdmin(t *testing.T) {
 	ctx := browser(t)
 	g := newAuthWebGateway(t, 50*time.Millisecond)
-	if err := chromedp.Do(ctx, chromedp.Navigate(g.srv.URL+"/")); err != nil {
-		t.Fatal(err)
-	}
+	navigate(t, ctx, g.srv.URL+"/")
 	signInRequired(t, ctx)
 	signIn(t, ctx, userToken(t, "dave", "$sys.#"))
 	evalUntil(t, ctx, `document.body.dataset.auth === "signed-in" && document.getElementById("conn-state").dataset.state === "open"`, "signed in with a token")
