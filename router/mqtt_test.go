@@ -396,6 +396,24 @@ func (r *rawMQTT) subscribeQoS1(t *testing.T, filters ...string) packets.Packet 
 	return r.expect(t, packets.Suback)
 }
 
+// silentPastKeepAlive connects an MQTT 5 client over transport with a
+// keep alive of 1 s and sends nothing more: the gateway must end the
+// session with DISCONNECT 0x8D, not before 1.5 times the keep alive.
+func silentPastKeepAlive(t *testing.T, g *gateway, transport, id string) *rawMQTT {
+	t.Helper()
+	r := dialRaw(t, g, transport, 5)
+	start := time.Now()
+	r.connect(t, id, 1)
+	d := r.expect(t, packets.Disconnect)
+	if d.ReasonCode != 0x8D {
+		t.Fatalf("DISCONNECT %#x, want 0x8D", d.ReasonCode)
+	}
+	if el := time.Since(start); el < 1500*time.Millisecond {
+		t.Fatalf("closed after %v, before 1.5 times the keep alive", el)
+	}
+	return r
+}
+
 // TestMQTTConnectRefusals: each bad CONNECT gets the reason code MQTT
 // prescribes (the 3.1.1 return code for 3.1.1) and is counted.
 func TestMQTTConnectRefusals(t *testing.T) {
@@ -546,16 +564,7 @@ func TestMQTTSessionBasics(t *testing.T) {
 		second.expect(t, packets.Pingresp)
 	})
 	t.Run("keep alive", func(t *testing.T) {
-		r := dialRaw(t, g, "tcp", 5)
-		start := time.Now()
-		r.connect(t, "silent", 1)
-		d := r.expect(t, packets.Disconnect)
-		if d.ReasonCode != 0x8D {
-			t.Fatalf("DISCONNECT %#x, want 0x8D", d.ReasonCode)
-		}
-		if el := time.Since(start); el < 1500*time.Millisecond {
-			t.Fatalf("closed after %v, before 1.5 times the keep alive", el)
-		}
+		silentPastKeepAlive(t, g, "tcp", "silent")
 	})
 }
 
