@@ -390,5 +390,3 @@ func num(m map[string]any, k string) int64 {
 	f, _ := m[k].(float64)
 	return int64(f)
 }
-
-func stringsReader(s string) io.Reader { return strings.NewReader(s) }
