@@ -515,29 +515,14 @@ func (st *soak) wsPublisher(ctx context.Context, idx int, rate float64, deadline
 	}
 	r.connect.record(1_000_000+idx, took)
 	window := make(chan struct{}, r.cfg.window)
-	r.c.conns.Add(1)
-	r.wg.Add(1)
-	go func() { // the reply reader; exits when the connection closes
-		defer r.wg.Done()
-		defer r.c.conns.Add(-1)
-		_ = readFrames(context.Background(), conn, func(l []byte) bool {
-			switch {
-			case isOp(l, opPublished):
-				ti, _ := topicIndex(l)
-				p, _ := intAfter(l, keyPartition)
-				off, _ := intAfter(l, keyOffset)
-				st.wsPub.Add(1)
-				st.publishConfirmed(ti, int(p), off)
-				<-window
-			case isOp(l, opError):
-				<-window
-				if r.c.publishErrors.Add(1) <= 5 {
-					fmt.Fprintf(r.log, "publish error: %s\n", l)
-				}
-			}
-			return true
-		})
-	}()
+	r.readReplies(conn, func(l []byte) {
+		ti, _ := topicIndex(l)
+		p, _ := intAfter(l, keyPartition)
+		off, _ := intAfter(l, keyOffset)
+		st.wsPub.Add(1)
+		st.publishConfirmed(ti, int(p), off)
+		<-window
+	}, func() { <-window })
 	buf := make([]byte, 0, 160+r.cfg.size)
 	topics := len(r.topics)
 	paced(ctx, rate, deadline, func(n int64) bool {
