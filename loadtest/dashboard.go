@@ -54,19 +54,18 @@ type DashboardKind struct {
 	Rounds      []float64 `json:"cpu_us_per_delivery_rounds"`
 }
 
-// dashboardRound runs one round and returns deliveries, bytes, CPU.
+// dashboardRound runs one round and returns deliveries, bytes, CPU: it
+// subscribes cfg.subscribers WebSocket clients to the round's topic (with
+// fossil deltas when delta is set), publishes the states at cfg.rate,
+// waits up to cfg.drain for every delivery and measures the gateway's CPU
+// over the publishing and the drain.
 func dashboardRound(ctx context.Context, cfg *config, round int, delta bool) (deliveries, bytes, deltas int64, cpu time.Duration, err error) {
 	topic := fmt.Sprintf("loadtest.dash.r%d", round)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	var nDel, nBytes, nDelta, bad atomic.Int64
-	var firstErr atomic.Value
-	fail := func(e error) {
-		bad.Add(1)
-		firstErr.CompareAndSwap(nil, e)
-	}
+	var tally dashTally
 	conns := make([]*websocket.Conn, 0, cfg.subscribers)
 	defer func() {
 		for _, c := range conns {
@@ -74,87 +73,26 @@ func dashboardRound(ctx context.Context, cfg *config, round int, delta bool) (de
 		}
 	}()
 	for range cfg.subscribers {
-		c, _, err := websocket.Dial(ctx, cfg.url, nil)
+		c, err := dashSubscribe(ctx, cfg.url, topic, delta)
+		if c != nil {
+			conns = append(conns, c)
+		}
 		if err != nil {
 			return 0, 0, 0, 0, err
-		}
-		c.SetReadLimit(1 << 20)
-		conns = append(conns, c)
-		req := map[string]any{"op": "subscribe", "id": 1, "pattern": topic}
-		if delta {
-			req["delta"] = "fossil"
-		}
-		b, _ := json.Marshal(req)
-		if err := c.Write(ctx, websocket.MessageText, b); err != nil {
-			return 0, 0, 0, 0, err
-		}
-		// welcome, then subscribed
-		for seen := 0; seen < 2; {
-			_, data, err := c.Read(ctx)
-			if err != nil {
-				return 0, 0, 0, 0, err
-			}
-			seen += strings.Count(string(data), "\n") + 1
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var base []byte
-			for {
-				_, data, err := c.Read(ctx)
-				if err != nil {
-					return
-				}
-				nBytes.Add(int64(len(data)))
-				for _, line := range strings.Split(string(data), "\n") {
-					var f struct {
-						Op       string          `json:"op"`
-						Offset   int64           `json:"offset"`
-						Data     json.RawMessage `json:"data"`
-						Encoding string          `json:"encoding"`
-						Delta    bool            `json:"delta"`
-					}
-					if json.Unmarshal([]byte(line), &f) != nil || f.Op != "message" {
-						continue
-					}
-					nDel.Add(1)
-					payload := []byte(f.Data)
-					if f.Delta {
-						nDelta.Add(1)
-						var s string
-						_ = json.Unmarshal(f.Data, &s)
-						d := []byte(s)
-						if f.Encoding == "base64" {
-							d, _ = base64.StdEncoding.DecodeString(s)
-						}
-						if payload, err = fdelta.Apply(base, d); err != nil {
-							fail(fmt.Errorf("offset %d: %w", f.Offset, err))
-							continue
-						}
-					}
-					if string(payload) != string(dashboardState(f.Offset)) {
-						fail(fmt.Errorf("offset %d: payload differs from the state published", f.Offset))
-					}
-					base = payload
-				}
-			}
+			tally.read(ctx, c)
 		}()
 	}
-	pub, _, err := websocket.Dial(ctx, cfg.url, nil)
+	pub, err := dashPublisher(ctx, cfg.url)
+	if pub != nil {
+		defer pub.CloseNow()
+	}
 	if err != nil {
 		return 0, 0, 0, 0, err
 	}
-	defer pub.CloseNow()
-	if _, _, err := pub.Read(ctx); err != nil { // welcome
-		return 0, 0, 0, 0, err
-	}
-	go func() { // replies are read and dropped
-		for {
-			if _, _, err := pub.Read(ctx); err != nil {
-				return
-			}
-		}
-	}()
 	n := int64(cfg.rate * cfg.duration.Seconds())
 	if cfg.messages > 0 {
 		n = min(n, cfg.messages)
@@ -164,32 +102,163 @@ func dashboardRound(ctx context.Context, cfg *config, round int, delta bool) (de
 	if err != nil {
 		return 0, 0, 0, 0, err
 	}
+	if err := dashPublish(ctx, pub, topic, n, interval); err != nil {
+		return 0, 0, 0, 0, err
+	}
+	tally.wait(n*int64(cfg.subscribers), cfg.drain)
+	cpu1, err := dashboardCPU(cfg)
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	if tally.bad.Load() > 0 {
+		return 0, 0, 0, 0, fmt.Errorf("%d deliveries did not rebuild the state: %v", tally.bad.Load(), tally.firstErr.Load())
+	}
+	return tally.deliveries.Load(), tally.bytes.Load(), tally.deltas.Load(), cpu1 - cpu0, nil
+}
+
+// dashSubscribe dials url and subscribes to topic, with fossil deltas when
+// delta is set, returning once the subscription is confirmed. It returns
+// the connection, for the caller to close, whenever the dial succeeded.
+func dashSubscribe(ctx context.Context, url, topic string, delta bool) (*websocket.Conn, error) {
+	c, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	c.SetReadLimit(1 << 20)
+	req := map[string]any{"op": "subscribe", "id": 1, "pattern": topic}
+	if delta {
+		req["delta"] = "fossil"
+	}
+	b, _ := json.Marshal(req)
+	if err := c.Write(ctx, websocket.MessageText, b); err != nil {
+		return c, err
+	}
+	// welcome, then subscribed
+	for seen := 0; seen < 2; {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			return c, err
+		}
+		seen += strings.Count(string(data), "\n") + 1
+	}
+	return c, nil
+}
+
+// dashPublisher dials url for the round's publisher and reads its welcome;
+// its replies are then read and dropped by a goroutine that exits when the
+// connection or ctx ends. It returns the connection, for the caller to
+// close, whenever the dial succeeded.
+func dashPublisher(ctx context.Context, url string) (*websocket.Conn, error) {
+	pub, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := pub.Read(ctx); err != nil { // welcome
+		return pub, err
+	}
+	go func() { // replies are read and dropped
+		for {
+			if _, _, err := pub.Read(ctx); err != nil {
+				return
+			}
+		}
+	}()
+	return pub, nil
+}
+
+// dashPublish publishes versions 0 to n-1 of the state to topic, one per
+// interval.
+func dashPublish(ctx context.Context, pub *websocket.Conn, topic string, n int64, interval time.Duration) error {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for v := int64(0); v < n; v++ {
 		frame := fmt.Appendf(nil, `{"op":"publish","topic":%q,"data":%s}`, topic, dashboardState(v))
 		if err := pub.Write(ctx, websocket.MessageText, frame); err != nil {
-			return 0, 0, 0, 0, err
+			return err
 		}
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			return 0, 0, 0, 0, ctx.Err()
+			return ctx.Err()
 		}
 	}
-	want := n * int64(cfg.subscribers)
-	deadline := time.Now().Add(cfg.drain)
-	for nDel.Load() < want && time.Now().Before(deadline) {
+	return nil
+}
+
+// dashTally is what a round's subscribers received: deliveries, bytes and
+// deltas, and the deliveries that did not rebuild the state published
+// (bad), with the first one's error. Its methods are safe for concurrent
+// use by the subscribers' readers.
+type dashTally struct {
+	deliveries, bytes, deltas, bad atomic.Int64
+	firstErr                       atomic.Value
+}
+
+// fail counts a delivery that did not rebuild the state.
+func (t *dashTally) fail(e error) {
+	t.bad.Add(1)
+	t.firstErr.CompareAndSwap(nil, e)
+}
+
+// read counts and checks what c receives until it fails (c is closed or
+// ctx ends), applying each delta to the state before it.
+func (t *dashTally) read(ctx context.Context, c *websocket.Conn) {
+	var base []byte
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			return
+		}
+		t.bytes.Add(int64(len(data)))
+		for _, line := range strings.Split(string(data), "\n") {
+			base = t.message(line, base)
+		}
+	}
+}
+
+// message counts and checks one frame of a batch, a message whose state
+// (or whose delta applied to base) must be the state published at its
+// offset. It returns the state the next delta applies to: base again when
+// line is not a message or its delta could not be applied.
+func (t *dashTally) message(line string, base []byte) []byte {
+	var f struct {
+		Op       string          `json:"op"`
+		Offset   int64           `json:"offset"`
+		Data     json.RawMessage `json:"data"`
+		Encoding string          `json:"encoding"`
+		Delta    bool            `json:"delta"`
+	}
+	if json.Unmarshal([]byte(line), &f) != nil || f.Op != "message" {
+		return base
+	}
+	t.deliveries.Add(1)
+	payload := []byte(f.Data)
+	if f.Delta {
+		t.deltas.Add(1)
+		var s string
+		_ = json.Unmarshal(f.Data, &s)
+		d := []byte(s)
+		if f.Encoding == "base64" {
+			d, _ = base64.StdEncoding.DecodeString(s)
+		}
+		var err error
+		if payload, err = fdelta.Apply(base, d); err != nil {
+			t.fail(fmt.Errorf("offset %d: %w", f.Offset, err))
+			return base
+		}
+	}
+	if string(payload) != string(dashboardState(f.Offset)) {
+		t.fail(fmt.Errorf("offset %d: payload differs from the state published", f.Offset))
+	}
+	return payload
+}
+
+// wait waits, polling, until want deliveries are counted or drain passes.
+func (t *dashTally) wait(want int64, drain time.Duration) {
+	deadline := time.Now().Add(drain)
+	for t.deliveries.Load() < want && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond) // bounded by --drain
 	}
-	cpu1, err := dashboardCPU(cfg)
-	if err != nil {
-		return 0, 0, 0, 0, err
-	}
-	if bad.Load() > 0 {
-		return 0, 0, 0, 0, fmt.Errorf("%d deliveries did not rebuild the state: %v", bad.Load(), firstErr.Load())
-	}
-	return nDel.Load(), nBytes.Load(), nDelta.Load(), cpu1 - cpu0, nil
 }
 
 // dashboardCPU is the gateway's CPU time (this process's with --inprocess).

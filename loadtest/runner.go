@@ -608,27 +608,12 @@ func (r *runner) publish(ctx context.Context, topics []int) ([]*subscriber, erro
 			return nil, fmt.Errorf("publisher: %w", err)
 		}
 		r.connect.record(p.idx, took)
-		r.c.conns.Add(1)
 		p.conn = conn
 		fifo := inflight[i]
-		r.wg.Add(1)
-		go func() { // the reply reader; exits when the connection closes
-			defer r.wg.Done()
-			defer r.c.conns.Add(-1)
-			_ = readFrames(context.Background(), conn, func(l []byte) bool {
-				switch {
-				case isOp(l, opPublished):
-					r.sentTo[<-fifo].Add(1)
-					r.c.sent.Add(1)
-				case isOp(l, opError):
-					<-fifo
-					if r.c.publishErrors.Add(1) <= 5 {
-						fmt.Fprintf(r.log, "publish error: %s\n", l)
-					}
-				}
-				return true
-			})
-		}()
+		r.readReplies(conn, func([]byte) {
+			r.sentTo[<-fifo].Add(1)
+			r.c.sent.Add(1)
+		}, func() { <-fifo })
 	}
 	deadline, rate, quota := publisherShare(cfg)
 	for i, p := range pubs {
@@ -652,6 +637,32 @@ func (r *runner) publish(ctx context.Context, topics []int) ([]*subscriber, erro
 		}
 	}
 	return pubs, nil
+}
+
+// readReplies starts the reply reader of a publisher's connection, a
+// goroutine counted in r.wg and, while it runs, as an open connection: it
+// hands each "published" reply to published, and for each "error" reply
+// calls failed and counts a publish error (printing the first five). It
+// exits when the connection closes.
+func (r *runner) readReplies(conn *websocket.Conn, published func(l []byte), failed func()) {
+	r.c.conns.Add(1)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer r.c.conns.Add(-1)
+		_ = readFrames(context.Background(), conn, func(l []byte) bool {
+			switch {
+			case isOp(l, opPublished):
+				published(l)
+			case isOp(l, opError):
+				failed()
+				if r.c.publishErrors.Add(1) <= 5 {
+					fmt.Fprintf(r.log, "publish error: %s\n", l)
+				}
+			}
+			return true
+		})
+	}()
 }
 
 // pace is one publisher's send loop: write sends publish n to topic ti,

@@ -120,12 +120,9 @@ func (rd *soakReader) line(l []byte) bool {
 	switch {
 	case isOp(l, opMessage):
 		r.c.delivered.Add(1)
-		ti, _ := topicIndex(l)
-		p, _ := intAfter(l, keyPartition)
 		off, _ := intAfter(l, keyOffset)
-		nx := rd.slot(ti, int(p))
+		nx := rd.streamOf(l)
 		if nx == nil {
-			st.noteErrorFrame("subscriber "+itoa(rd.idx)+" (unknown stream)", l)
 			return true
 		}
 		cur := nx.Load()
@@ -150,16 +147,13 @@ func (rd *soakReader) line(l []byte) bool {
 			time.Sleep(r.cfg.slowDelay)
 		}
 	case isOp(l, opGap):
-		ti, _ := topicIndex(l)
-		p, _ := intAfter(l, keyPartition)
 		from, _ := intAfter(l, keyFrom)
 		to, _ := intAfter(l, keyTo)
 		r.c.gapEvents.Add(1)
 		r.c.gapRecords.Add(to - from)
 		rd.gaps.Add(1)
-		nx := rd.slot(ti, int(p))
+		nx := rd.streamOf(l)
 		if nx == nil {
-			st.noteErrorFrame("subscriber "+itoa(rd.idx)+" (unknown stream)", l)
 			return true
 		}
 		cur := nx.Load()
@@ -190,6 +184,21 @@ func (rd *soakReader) line(l []byte) bool {
 	return true
 }
 
+// streamOf returns the next offset rd expects on the stream (topic and
+// partition) frame l names; nil, noted as an error frame, for a stream
+// rd does not subscribe to.
+func (rd *soakReader) streamOf(l []byte) *atomic.Int64 {
+	ti, _ := topicIndex(l)
+	p, _ := intAfter(l, keyPartition)
+	nx := rd.slot(ti, int(p))
+	if nx == nil {
+		rd.st.noteErrorFrame("subscriber "+itoa(rd.idx)+" (unknown stream)", l)
+	}
+	return nx
+}
+
+// slot returns the next offset rd expects on partition p of its topic t,
+// nil when it has no such stream.
 func (rd *soakReader) slot(t, p int) *atomic.Int64 {
 	if t < 0 || t >= len(rd.next) || p < 0 || p >= len(rd.next[t]) {
 		return nil
@@ -506,29 +515,14 @@ func (st *soak) wsPublisher(ctx context.Context, idx int, rate float64, deadline
 	}
 	r.connect.record(1_000_000+idx, took)
 	window := make(chan struct{}, r.cfg.window)
-	r.c.conns.Add(1)
-	r.wg.Add(1)
-	go func() { // the reply reader; exits when the connection closes
-		defer r.wg.Done()
-		defer r.c.conns.Add(-1)
-		_ = readFrames(context.Background(), conn, func(l []byte) bool {
-			switch {
-			case isOp(l, opPublished):
-				ti, _ := topicIndex(l)
-				p, _ := intAfter(l, keyPartition)
-				off, _ := intAfter(l, keyOffset)
-				st.wsPub.Add(1)
-				st.publishConfirmed(ti, int(p), off)
-				<-window
-			case isOp(l, opError):
-				<-window
-				if r.c.publishErrors.Add(1) <= 5 {
-					fmt.Fprintf(r.log, "publish error: %s\n", l)
-				}
-			}
-			return true
-		})
-	}()
+	r.readReplies(conn, func(l []byte) {
+		ti, _ := topicIndex(l)
+		p, _ := intAfter(l, keyPartition)
+		off, _ := intAfter(l, keyOffset)
+		st.wsPub.Add(1)
+		st.publishConfirmed(ti, int(p), off)
+		<-window
+	}, func() { <-window })
 	buf := make([]byte, 0, 160+r.cfg.size)
 	topics := len(r.topics)
 	paced(ctx, rate, deadline, func(n int64) bool {

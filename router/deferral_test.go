@@ -21,6 +21,15 @@ type rawPublisher struct{ c net.Conn }
 // the extra request headers h.
 func (g *gateway) dialRawPublisher(t *testing.T, h http.Header) *rawPublisher {
 	t.Helper()
+	c, _ := g.upgradeRaw(t, h)
+	return &rawPublisher{c: c}
+}
+
+// upgradeRaw upgrades a TCP connection to the gateway's /v1/ws with the
+// extra request headers h, returning it (with a read deadline waitTimeout
+// away, closed when the test ends) and the upgrade reply.
+func (g *gateway) upgradeRaw(t *testing.T, h http.Header) (net.Conn, *http.Response) {
+	t.Helper()
 	c, err := net.Dial("tcp", strings.TrimPrefix(g.srv.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +58,7 @@ func (g *gateway) dialRawPublisher(t *testing.T, h http.Header) *rawPublisher {
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("upgrade: %d", resp.StatusCode)
 	}
-	return &rawPublisher{c: c}
+	return c, resp
 }
 
 // send writes the requests as masked text frames, all in one write.

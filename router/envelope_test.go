@@ -11,18 +11,7 @@ import (
 // dialLean connects with ?envelope=lean and reads the welcome.
 func (g *gateway) dialLean(t *testing.T) *client {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	conn, _, err := websocket.Dial(ctx, g.wsURL()+"?envelope=lean", nil)
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	c := &client{t: t, conn: conn, frames: make(chan map[string]any, 1<<10), raw: make(chan []byte, 1<<10), done: make(chan struct{})}
-	go c.readLoop()
-	t.Cleanup(func() {
-		c.conn.Close(websocket.StatusNormalClosure, "")
-		<-c.done
-	})
+	c := g.dialWith(t, "?envelope=lean", nil)
 	c.welcome = c.next(t)
 	if c.welcome["op"] != "welcome" || c.welcome["envelope"] != "lean" {
 		t.Fatalf("welcome %v, want one with envelope lean", c.welcome)

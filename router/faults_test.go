@@ -105,6 +105,24 @@ func drainGroup(t *testing.T, g *gateway, c *client, group, topic string, perPar
 	return got
 }
 
+// groupLoad creates topic on member's gateway with the given partitions,
+// written round robin, has a member join group there and publishes
+// partitions*perPartition records through pub's gateway. It returns the
+// member.
+func groupLoad(t *testing.T, member, pub *gateway, topic, group string, partitions, perPartition int) *client {
+	t.Helper()
+	if code, body, _ := member.httpDo(t, "POST", "/v1/topics", map[string]any{"name": topic, "partitions": partitions, "partitioner": "round_robin"}); code != 201 {
+		t.Fatalf("create: %d %v", code, body)
+	}
+	a := member.dial(t)
+	a.subscribe(t, topic, "group", group)
+	p := pub.dial(t)
+	for i := range partitions * perPartition {
+		p.publish(t, topic, i)
+	}
+	return a
+}
+
 // TestGroupMemberVanishes: a member holding one record per partition (after
 // an ack the gateway confirmed) disconnects, either right after sending an
 // ack without waiting for its reply, or with its records simply in flight.
@@ -127,15 +145,7 @@ func TestGroupMemberVanishes(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			g := newGateway(t)
-			if code, body, _ := g.httpDo(t, "POST", "/v1/topics", map[string]any{"name": topic, "partitions": partitions, "partitioner": "round_robin"}); code != 201 {
-				t.Fatalf("create: %d %v", code, body)
-			}
-			a := g.dial(t)
-			a.subscribe(t, topic, "group", group)
-			pub := g.dial(t)
-			for i := range partitions * perPartition {
-				pub.publish(t, topic, i)
-			}
+			a := groupLoad(t, g, g, topic, group, partitions, perPartition)
 			// One record per partition is in flight to a.
 			held := map[rec]bool{}
 			for range partitions {
@@ -332,15 +342,7 @@ func TestShutdownHandsInFlightToOtherNode(t *testing.T) {
 	// engine's runs last.
 	nodeB := newGatewayOn(t, eng)
 	nodeA := newGatewayOn(t, eng)
-	if code, body, _ := nodeA.httpDo(t, "POST", "/v1/topics", map[string]any{"name": topic, "partitions": partitions, "partitioner": "round_robin"}); code != 201 {
-		t.Fatalf("create: %d %v", code, body)
-	}
-	a := nodeA.dial(t)
-	a.subscribe(t, topic, "group", group)
-	pub := nodeB.dial(t)
-	for i := range partitions * perPartition {
-		pub.publish(t, topic, i)
-	}
+	a := groupLoad(t, nodeA, nodeB, topic, group, partitions, perPartition)
 	held := map[rec]bool{}
 	for range partitions {
 		held[recOf(a.nextOp(t, "message"))] = true

@@ -131,6 +131,26 @@ func (g *gateway) dialPaused(t *testing.T) *client {
 
 func (c *client) resume() { go c.readLoop() }
 
+// dialWith opens a session at the WebSocket URL followed by query (empty,
+// or starting with "?") with the dial options opts, and reads it; the
+// welcome is left for the caller to read and check.
+func (g *gateway) dialWith(t *testing.T, query string, opts *websocket.DialOptions) *client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	conn, _, err := websocket.Dial(ctx, g.wsURL()+query, opts)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	c := &client{t: t, conn: conn, frames: make(chan map[string]any, 1<<10), raw: make(chan []byte, 1<<10), done: make(chan struct{})}
+	go c.readLoop()
+	t.Cleanup(func() {
+		c.conn.Close(websocket.StatusNormalClosure, "")
+		<-c.done
+	})
+	return c
+}
+
 func (g *gateway) dialMaybePaused(t *testing.T, paused bool) *client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -370,5 +390,3 @@ func num(m map[string]any, k string) int64 {
 	f, _ := m[k].(float64)
 	return int64(f)
 }
-
-func stringsReader(s string) io.Reader { return strings.NewReader(s) }

@@ -1,7 +1,6 @@
 package router_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -77,18 +76,7 @@ func withHooks(b *backend, mods ...func(*router.HookOptions)) func(*gwConfig) {
 // dialHeader opens a session with extra handshake headers.
 func (g *gateway) dialWithHeader(t *testing.T, h http.Header) *client {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	conn, _, err := websocket.Dial(ctx, g.wsURL(), &websocket.DialOptions{HTTPHeader: h})
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	c := &client{t: t, conn: conn, frames: make(chan map[string]any, 1<<10), raw: make(chan []byte, 1<<10), done: make(chan struct{})}
-	go c.readLoop()
-	t.Cleanup(func() {
-		c.conn.Close(websocket.StatusNormalClosure, "")
-		<-c.done
-	})
+	c := g.dialWith(t, "", &websocket.DialOptions{HTTPHeader: h})
 	c.welcome = c.nextOp(t, "welcome")
 	return c
 }

@@ -6,8 +6,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/coder/websocket"
@@ -32,47 +30,12 @@ func BenchmarkMQTTvsNativeFanOut(b *testing.B) {
 			if _, err := rt.Publish(ctx, engine.Message{Topic: "bench.t", Data: []byte(`0`)}); err != nil {
 				b.Fatal(err)
 			}
-			var got atomic.Int64
-			progress := make(chan struct{}, 1)
-			count := func(n int64) {
-				if n == 0 {
-					return
-				}
-				got.Add(n)
-				select {
-				case progress <- struct{}{}:
-				default:
-				}
-			}
-			var wg sync.WaitGroup
-			defer wg.Wait()
+			f := newFanOut(streams)
+			defer f.wg.Wait()
 			defer cancel()
-			ready := make(chan struct{}, streams)
 			for range streams {
 				if transport == "native" {
-					conn, _, err := websocket.Dial(ctx, wsURL, nil)
-					if err != nil {
-						b.Fatal(err)
-					}
-					conn.SetReadLimit(16 << 20)
-					if err := conn.Write(ctx, websocket.MessageText, []byte(`{"op":"subscribe","id":1,"pattern":"bench.#"}`)); err != nil {
-						b.Fatal(err)
-					}
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						defer conn.CloseNow()
-						for {
-							_, data, err := conn.Read(ctx)
-							if err != nil {
-								return
-							}
-							if bytes.Contains(data, []byte(`"op":"subscribed"`)) {
-								ready <- struct{}{}
-							}
-							count(int64(bytes.Count(data, []byte(`{"op":"message"`))))
-						}
-					}()
+					f.subscribeWS(ctx, b, wsURL, true)
 					continue
 				}
 				conn, _, err := websocket.Dial(ctx, strings.TrimSuffix(wsURL, "/v1/ws")+"/mqtt",
@@ -81,19 +44,12 @@ func BenchmarkMQTTvsNativeFanOut(b *testing.B) {
 					b.Fatal(err)
 				}
 				conn.SetReadLimit(16 << 20)
-				var hello bytes.Buffer
-				con := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 5,
-					Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 60}}
-				_ = con.ConnectEncode(&hello)
-				sub := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, ProtocolVersion: 5,
-					PacketID: 1, Filters: packets.Subscriptions{{Filter: "bench/#"}}}
-				_ = sub.SubscribeEncode(&hello)
-				if err := conn.Write(ctx, websocket.MessageBinary, hello.Bytes()); err != nil {
+				if err := conn.Write(ctx, websocket.MessageBinary, mqttHello("", 60, "bench/#")); err != nil {
 					b.Fatal(err)
 				}
-				wg.Add(1)
+				f.wg.Add(1)
 				go func() {
-					defer wg.Done()
+					defer f.wg.Done()
 					defer conn.CloseNow()
 					var rest []byte
 					for {
@@ -112,35 +68,19 @@ func BenchmarkMQTTvsNativeFanOut(b *testing.B) {
 							case packets.Publish:
 								n++
 							case packets.Suback:
-								ready <- struct{}{}
+								f.ready <- struct{}{}
 							}
 							rest = rest[size:]
 						}
 						rest = append(rest[:0:0], rest...)
-						count(n)
+						f.count(n)
 					}
 				}()
 			}
-			for range streams {
-				<-ready
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu0 := cpuTime()
-			for i := range b.N {
-				for int64(i-window)*streams > got.Load() {
-					<-progress
-				}
-				if _, err := rt.Publish(ctx, engine.Message{Topic: "bench.t", Data: []byte(`{"v":1}`)}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			for got.Load() < int64(b.N)*streams {
-				<-progress
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N*streams), "cpu-ns/delivery")
-			b.ReportMetric(0, "ns/op")
+			f.run(b, window, true, func(int) error {
+				_, err := rt.Publish(ctx, engine.Message{Topic: "bench.t", Data: []byte(`{"v":1}`)})
+				return err
+			})
 		})
 	}
 }
@@ -190,14 +130,7 @@ func BenchmarkMQTTIdleMemory(b *testing.B) {
 					b.Fatal(err)
 				}
 				conns = append(conns, c)
-				var hello bytes.Buffer
-				con := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 5,
-					Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), ClientIdentifier: "idle-" + strconv.Itoa(i), Clean: true}}
-				_ = con.ConnectEncode(&hello)
-				sub := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, ProtocolVersion: 5,
-					PacketID: 1, Filters: packets.Subscriptions{{Filter: "idle/xxxxxxxx"}}}
-				_ = sub.SubscribeEncode(&hello)
-				if err := c.Write(ctx, websocket.MessageBinary, hello.Bytes()); err != nil {
+				if err := c.Write(ctx, websocket.MessageBinary, mqttHello("idle-"+strconv.Itoa(i), 0, "idle/xxxxxxxx")); err != nil {
 					b.Fatal(err)
 				}
 				var got []byte

@@ -384,6 +384,36 @@ func (r *rawMQTT) connect(t *testing.T, id string, keepAlive uint16) packets.Pac
 	return ack
 }
 
+// subscribeQoS1 sends a SUBSCRIBE (packet id 1) to the filters at QoS 1
+// and returns its SUBACK.
+func (r *rawMQTT) subscribeQoS1(t *testing.T, filters ...string) packets.Packet {
+	t.Helper()
+	subs := make(packets.Subscriptions, 0, len(filters))
+	for _, f := range filters {
+		subs = append(subs, packets.Subscription{Filter: f, Qos: 1})
+	}
+	r.send(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1, Filters: subs})
+	return r.expect(t, packets.Suback)
+}
+
+// silentPastKeepAlive connects an MQTT 5 client over transport with a
+// keep alive of 1 s and sends nothing more: the gateway must end the
+// session with DISCONNECT 0x8D, not before 1.5 times the keep alive.
+func silentPastKeepAlive(t *testing.T, g *gateway, transport, id string) *rawMQTT {
+	t.Helper()
+	r := dialRaw(t, g, transport, 5)
+	start := time.Now()
+	r.connect(t, id, 1)
+	d := r.expect(t, packets.Disconnect)
+	if d.ReasonCode != 0x8D {
+		t.Fatalf("DISCONNECT %#x, want 0x8D", d.ReasonCode)
+	}
+	if el := time.Since(start); el < 1500*time.Millisecond {
+		t.Fatalf("closed after %v, before 1.5 times the keep alive", el)
+	}
+	return r
+}
+
 // TestMQTTConnectRefusals: each bad CONNECT gets the reason code MQTT
 // prescribes (the 3.1.1 return code for 3.1.1) and is counted.
 func TestMQTTConnectRefusals(t *testing.T) {
@@ -534,16 +564,7 @@ func TestMQTTSessionBasics(t *testing.T) {
 		second.expect(t, packets.Pingresp)
 	})
 	t.Run("keep alive", func(t *testing.T) {
-		r := dialRaw(t, g, "tcp", 5)
-		start := time.Now()
-		r.connect(t, "silent", 1)
-		d := r.expect(t, packets.Disconnect)
-		if d.ReasonCode != 0x8D {
-			t.Fatalf("DISCONNECT %#x, want 0x8D", d.ReasonCode)
-		}
-		if el := time.Since(start); el < 1500*time.Millisecond {
-			t.Fatalf("closed after %v, before 1.5 times the keep alive", el)
-		}
+		silentPastKeepAlive(t, g, "tcp", "silent")
 	})
 }
 
@@ -557,9 +578,7 @@ func TestMQTTInFlightWindow(t *testing.T) {
 	pk.Properties.ReceiveMaximum = 2
 	r.send(t, pk)
 	r.expect(t, packets.Connack)
-	r.send(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
-		Filters: packets.Subscriptions{{Filter: "win/#", Qos: 1}}})
-	if ack := r.expect(t, packets.Suback); !bytes.Equal(ack.ReasonCodes, []byte{1}) {
+	if ack := r.subscribeQoS1(t, "win/#"); !bytes.Equal(ack.ReasonCodes, []byte{1}) {
 		t.Fatalf("SUBACK %v", ack.ReasonCodes)
 	}
 	native := g.dial(t)
@@ -772,9 +791,7 @@ func TestMQTTSharedSubscriptions(t *testing.T) {
 	// A raw member that takes a delivery and never acks it.
 	r := dialRaw(t, g, "tcp", 5)
 	r.connect(t, "shared-raw", 30)
-	r.send(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
-		Filters: packets.Subscriptions{{Filter: "$share/solo/solo/+", Qos: 1}}})
-	r.expect(t, packets.Suback)
+	r.subscribeQoS1(t, "$share/solo/solo/+")
 	pub.publish(t, "solo.x", "once")
 	p := r.expect(t, packets.Publish)
 	if string(p.Payload) != `"once"` || p.FixedHeader.Dup {
@@ -782,9 +799,7 @@ func TestMQTTSharedSubscriptions(t *testing.T) {
 	}
 	r2 := dialRaw(t, g, "ws", 4)
 	r2.connect(t, "shared-raw2", 30)
-	r2.send(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
-		Filters: packets.Subscriptions{{Filter: "$share/solo/solo/+", Qos: 1}}})
-	r2.expect(t, packets.Suback)
+	r2.subscribeQoS1(t, "$share/solo/solo/+")
 	r.nc.Close() // gone without acking: the record goes back to the group
 	p = r2.expect(t, packets.Publish)
 	if string(p.Payload) != `"once"` || !p.FixedHeader.Dup || p.FixedHeader.Qos != 1 {
@@ -802,9 +817,7 @@ func TestMQTTSharedSubscriptions(t *testing.T) {
 	// what comes next.
 	r3 := dialRaw(t, g, "tcp", 5)
 	r3.connect(t, "shared-raw3", 30)
-	r3.send(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
-		Filters: packets.Subscriptions{{Filter: "$share/solo/solo/+", Qos: 1}}})
-	r3.expect(t, packets.Suback)
+	r3.subscribeQoS1(t, "$share/solo/solo/+")
 	r2.write(t, []byte{packets.Disconnect << 4, 0})
 	r2.expectClosed(t)
 	pub.publish(t, "solo.x", "thrice")

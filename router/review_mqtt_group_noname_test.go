@@ -16,9 +16,7 @@ func TestReviewMQTTGroupUnnameableAcked(t *testing.T) {
 	g := newGateway(t, withMQTT)
 	r := dialRaw(t, g, "tcp", 5)
 	r.connect(t, "noname-member", 30)
-	r.send(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
-		Filters: packets.Subscriptions{{Filter: "$share/nn/x/+", Qos: 1}}})
-	r.expect(t, packets.Suback)
+	r.subscribeQoS1(t, "$share/nn/x/+")
 	native := g.dial(t)
 	native.publish(t, "x.:2F", "no name") // the level "/": no MQTT name
 	native.publish(t, "x.ok", "named")

@@ -22,9 +22,7 @@ func TestReviewMQTTGroupTooLargeKeepsWindow(t *testing.T) {
 	pk.Properties.MaximumPacketSize = 256
 	r.send(t, pk)
 	r.expect(t, packets.Connack)
-	r.send(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
-		Filters: packets.Subscriptions{{Filter: "$share/big/big/+", Qos: 1}, {Filter: "small/t", Qos: 1}}})
-	if ack := r.expect(t, packets.Suback); !bytes.Equal(ack.ReasonCodes, []byte{1, 1}) {
+	if ack := r.subscribeQoS1(t, "$share/big/big/+", "small/t"); !bytes.Equal(ack.ReasonCodes, []byte{1, 1}) {
 		t.Fatalf("SUBACK %v", ack.ReasonCodes)
 	}
 	native := g.dial(t)

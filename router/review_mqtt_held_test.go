@@ -23,9 +23,7 @@ func TestReviewMQTTHeldBytesBounded(t *testing.T) {
 	pk.Properties.ReceiveMaximum = 1
 	r.send(t, pk)
 	r.expect(t, packets.Connack)
-	r.send(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
-		Filters: packets.Subscriptions{{Filter: "held/t", Qos: 1}}})
-	if ack := r.expect(t, packets.Suback); !bytes.Equal(ack.ReasonCodes, []byte{1}) {
+	if ack := r.subscribeQoS1(t, "held/t"); !bytes.Equal(ack.ReasonCodes, []byte{1}) {
 		t.Fatalf("SUBACK %v", ack.ReasonCodes)
 	}
 	native := g.dial(t)

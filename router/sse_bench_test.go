@@ -7,11 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-
-	"github.com/coder/websocket"
 
 	"github.com/switchyard/switchyard/engine"
 )
@@ -42,48 +38,12 @@ func BenchmarkSSEvsWSDelivery(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				var got atomic.Int64
-				progress := make(chan struct{}, 1)
-				count := func(n int64) {
-					got.Add(n)
-					select {
-					case progress <- struct{}{}:
-					default:
-					}
-				}
-				var wg sync.WaitGroup
-				defer wg.Wait()
+				f := newFanOut(streams)
+				defer f.wg.Wait()
 				defer cancel()
-				ready := make(chan struct{}, streams)
 				for range streams {
 					if transport == "ws" {
-						conn, _, err := websocket.Dial(ctx, wsURL, nil)
-						if err != nil {
-							b.Fatal(err)
-						}
-						conn.SetReadLimit(16 << 20)
-						if err := conn.Write(ctx, websocket.MessageText, []byte(`{"op":"subscribe","id":1,"pattern":"bench.#"}`)); err != nil {
-							b.Fatal(err)
-						}
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							defer conn.CloseNow()
-							for {
-								_, data, err := conn.Read(ctx)
-								if err != nil {
-									return
-								}
-								if bytes.Contains(data, []byte(`"op":"subscribed"`)) {
-									ready <- struct{}{}
-									if !shape.reading {
-										<-ctx.Done()
-										return
-									}
-								}
-								count(int64(bytes.Count(data, []byte(`{"op":"message"`))))
-							}
-						}()
+						f.subscribeWS(ctx, b, wsURL, shape.reading)
 						continue
 					}
 					url := "http" + strings.TrimSuffix(strings.TrimPrefix(wsURL, "ws"), "/v1/ws") + "/v1/sse?pattern=bench.%23"
@@ -95,9 +55,9 @@ func BenchmarkSSEvsWSDelivery(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					wg.Add(1)
+					f.wg.Add(1)
 					go func() {
-						defer wg.Done()
+						defer f.wg.Done()
 						defer resp.Body.Close()
 						rd := bufio.NewReaderSize(resp.Body, 64<<10)
 						for {
@@ -107,9 +67,9 @@ func BenchmarkSSEvsWSDelivery(b *testing.B) {
 							}
 							switch {
 							case bytes.HasPrefix(line, []byte(`data: {"op":"message"`)):
-								count(1)
+								f.count(1)
 							case bytes.HasPrefix(line, []byte(`data: {"op":"subscribed"`)):
-								ready <- struct{}{}
+								f.ready <- struct{}{}
 								if !shape.reading {
 									<-ctx.Done()
 									return
@@ -118,26 +78,10 @@ func BenchmarkSSEvsWSDelivery(b *testing.B) {
 						}
 					}()
 				}
-				for range streams {
-					<-ready
-				}
-				b.ReportAllocs()
-				b.ResetTimer()
-				cpu0 := cpuTime()
-				for i := range b.N {
-					for shape.reading && int64(i-window)*streams > got.Load() {
-						<-progress
-					}
-					if _, err := rt.Publish(ctx, engine.Message{Topic: topic(i), Data: []byte(`{"v":1}`)}); err != nil {
-						b.Fatal(err)
-					}
-				}
-				for shape.reading && got.Load() < int64(b.N)*streams {
-					<-progress
-				}
-				b.StopTimer()
-				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N*streams), "cpu-ns/delivery")
-				b.ReportMetric(0, "ns/op")
+				f.run(b, window, shape.reading, func(i int) error {
+					_, err := rt.Publish(ctx, engine.Message{Topic: topic(i), Data: []byte(`{"v":1}`)})
+					return err
+				})
 			})
 		}
 	}

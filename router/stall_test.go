@@ -1,11 +1,9 @@
 package router_test
 
 import (
-	"bufio"
 	"bytes"
 	"compress/flate"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -172,28 +170,7 @@ func waitClosed(t *testing.T, what string, ch <-chan struct{}) {
 // without context takeover; it fails unless the gateway accepts it.
 func dialDeflatePublisher(t *testing.T, g *gateway) net.Conn {
 	t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(g.srv.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	key := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
-	req := "GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
-		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + key + "\r\n" +
-		"Sec-WebSocket-Extensions: permessage-deflate; client_no_context_takeover; server_no_context_takeover\r\n\r\n"
-	if _, err := c.Write([]byte(req)); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.SetReadDeadline(time.Now().Add(waitTimeout)); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("upgrade: %d", resp.StatusCode)
-	}
+	c, resp := g.upgradeRaw(t, http.Header{"Sec-WebSocket-Extensions": {"permessage-deflate; client_no_context_takeover; server_no_context_takeover"}})
 	if ext := resp.Header.Get("Sec-WebSocket-Extensions"); !strings.Contains(ext, "permessage-deflate") {
 		t.Fatalf("compression not accepted: %q", ext)
 	}

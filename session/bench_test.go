@@ -26,21 +26,7 @@ func benchItems(streams, prios int) []Item {
 func BenchmarkQueueSendDrain(b *testing.B) {
 	for _, prios := range []int{1, 4} {
 		b.Run("priorities="+strconv.Itoa(prios), func(b *testing.B) {
-			q := NewQueue(Options{EncodeGap: testGap})
-			items := benchItems(16, prios)
-			buf := make([]byte, 0, DefaultMaxBatchBytes+1024)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				it := items[i%len(items)]
-				it.Offset = int64(i)
-				q.Push(it)
-				if i%64 == 63 {
-					for n := 1; n > 0; {
-						buf, n = q.AppendBatch(buf[:0], DefaultMaxBatchBytes)
-					}
-				}
-			}
+			benchPushDrain(b, NewQueue(Options{EncodeGap: testGap}), prios, 64)
 		})
 	}
 }
@@ -49,8 +35,13 @@ func BenchmarkQueueSendDrain(b *testing.B) {
 // evicts a message and records a gap, and a drain every 256 pushes writes
 // the gaps.
 func BenchmarkQueueSendFull(b *testing.B) {
-	q := NewQueue(Options{QueueMessages: 128, EncodeGap: testGap})
-	items := benchItems(16, 4)
+	benchPushDrain(b, NewQueue(Options{QueueMessages: 128, EncodeGap: testGap}), 4, 256)
+}
+
+// benchPushDrain pushes b.N messages of 16 streams spread over prios
+// priorities into q, timed, and drains q whole every `every` pushes.
+func benchPushDrain(b *testing.B, q *Queue, prios, every int) {
+	items := benchItems(16, prios)
 	buf := make([]byte, 0, DefaultMaxBatchBytes+1024)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -58,7 +49,7 @@ func BenchmarkQueueSendFull(b *testing.B) {
 		it := items[i%len(items)]
 		it.Offset = int64(i)
 		q.Push(it)
-		if i%256 == 255 {
+		if i%every == every-1 {
 			for n := 1; n > 0; {
 				buf, n = q.AppendBatch(buf[:0], DefaultMaxBatchBytes)
 			}

@@ -16,10 +16,7 @@ import (
 // in one Deferral is not listed in another, so without the bound the
 // other publisher's flush would leave its item queued too.
 func TestDeferredWakeIsBounded(t *testing.T) {
-	f := newFakeSocket()
-	s := newSession("s", Options{EncodeGap: testGap}, f.socket())
-	done := startWriter(s)
-	waitFor(t, "the writer to park", parked(s))
+	f, s, done := parkedSession(t)
 	var stalled, other Deferral // the zero Deferral: the default bound
 	s.SendDeferred(msg(1, 0, 0, DropOld), &stalled)
 	s.SendDeferred(msg(1, 1, 0, DropOld), &other)

@@ -20,10 +20,7 @@ import (
 // without waking the parked writer; the Flush wakes it once and they go
 // out in one write.
 func TestSendDeferredWaitsForFlush(t *testing.T) {
-	f := newFakeSocket()
-	s := newSession("s", Options{EncodeGap: testGap}, f.socket())
-	done := startWriter(s)
-	waitFor(t, "the writer to park", parked(s))
+	f, s, done := parkedSession(t)
 	d := Deferral{maxWait: time.Hour} // only the flush wakes
 	for off := range int64(3) {
 		if !s.SendDeferred(msg(1, off, 0, DropOld), &d) {
@@ -52,10 +49,7 @@ func TestSendDeferredWaitsForFlush(t *testing.T) {
 // is not listed by another; its items go out with the first flush, after
 // which the other lists it again.
 func TestDeferralListsSessionOnce(t *testing.T) {
-	f := newFakeSocket()
-	s := newSession("s", Options{EncodeGap: testGap}, f.socket())
-	done := startWriter(s)
-	waitFor(t, "the writer to park", parked(s))
+	f, s, done := parkedSession(t)
 	d1, d2 := Deferral{maxWait: time.Hour}, Deferral{maxWait: time.Hour}
 	s.SendDeferred(msg(1, 0, 0, DropOld), &d1)
 	s.SendDeferred(msg(1, 1, 0, DropOld), &d2)

@@ -188,32 +188,27 @@ func TestSessionFramesBeforeUpgradeReply(t *testing.T) {
 	if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Sec-WebSocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]) {
 		t.Fatalf("upgrade reply %d %v", resp.StatusCode, resp.Header)
 	}
-	for _, want := range []string{"first", "second"} {
-		select {
-		case f := <-got:
-			if f != want {
-				t.Fatalf("frame %q, want %q", f, want)
+	handled := func(frames ...string) {
+		t.Helper()
+		for _, want := range frames {
+			select {
+			case f := <-got:
+				if f != want {
+					t.Fatalf("frame %q, want %q", f, want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("frame %q not handled", want)
 			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("frame %q not handled", want)
 		}
 	}
+	handled("first", "second")
 	// Two tiny frames in one segment: the second one waits in the
 	// library's small bufio.Reader while the first is handled, and must
 	// not wait for the socket to become readable again.
 	if _, err := c.Write(append(maskedText("x"), maskedText("y")...)); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"x", "y"} {
-		select {
-		case f := <-got:
-			if f != want {
-				t.Fatalf("frame %q, want %q", f, want)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("frame %q not handled", want)
-		}
-	}
+	handled("x", "y")
 	c.Close()
 	<-done
 }

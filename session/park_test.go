@@ -37,6 +37,18 @@ func parked(s *Session) func() bool {
 	return func() bool { return s.writer.Load() == writerParked }
 }
 
+// parkedSession makes a session on a fake socket and starts its writer,
+// returning once the writer has parked; done is closed when the writer
+// exits.
+func parkedSession(t *testing.T) (f *fakeSocket, s *Session, done <-chan struct{}) {
+	t.Helper()
+	f = newFakeSocket()
+	s = newSession("s", Options{EncodeGap: testGap}, f.socket())
+	done = startWriter(s)
+	waitFor(t, "the writer to park", parked(s))
+	return f, s, done
+}
+
 // TestWriterParksWhenIdle: with nothing to write the writer goroutine
 // exits; a Send starts it again and the frame is written; Close ends the
 // session from a parked writer.

@@ -29,6 +29,8 @@ type rawSession struct {
 	sess   *Session
 	client *rawClient
 	runErr chan error // what Run would return, once the session has ended
+	// extensions is the Sec-WebSocket-Extensions header of the upgrade reply.
+	extensions string
 }
 
 // rawServe accepts one session with opts, runs it with h and dials it with
@@ -48,6 +50,17 @@ func rawServeMode(t testing.TB, compressed bool, opts Options, h Handler) *rawSe
 		ao = &websocket.AcceptOptions{CompressionMode: websocket.CompressionNoContextTakeover}
 		ext = "Sec-WebSocket-Extensions: permessage-deflate; client_no_context_takeover; server_no_context_takeover\r\n"
 	}
+	rs := rawServeAccept(t, ao, ext, opts, h)
+	if got := strings.Contains(rs.extensions, "permessage-deflate"); got != compressed {
+		t.Fatalf("compression negotiated: %v, want %v", got, compressed)
+	}
+	return rs
+}
+
+// rawServeAccept is rawServe with the AcceptOptions ao, and the header
+// lines ext (each ending in CRLF) added to the client's upgrade request.
+func rawServeAccept(t testing.TB, ao *websocket.AcceptOptions, ext string, opts Options, h Handler) *rawSession {
+	t.Helper()
 	if opts.EncodeGap == nil {
 		opts.EncodeGap = testGap
 	}
@@ -84,9 +97,7 @@ func rawServeMode(t testing.TB, compressed bool, opts Options, h Handler) *rawSe
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("upgrade reply %d", resp.StatusCode)
 	}
-	if got := strings.Contains(resp.Header.Get("Sec-WebSocket-Extensions"), "permessage-deflate"); got != compressed {
-		t.Fatalf("compression negotiated: %v, want %v", got, compressed)
-	}
+	rs.extensions = resp.Header.Get("Sec-WebSocket-Extensions")
 	rs.sess = <-sessions
 	if rs.sess == nil {
 		t.FailNow()

@@ -76,7 +76,62 @@ func parseFrom(s string) (client.From, error) {
 	return client.FromTime(t), nil
 }
 
+// runSub is `switchyard sub`: it reads and checks the flags, dials,
+// subscribes and prints what arrives until interrupted, --count records
+// or the end of the subscription.
 func runSub(ctx context.Context, g *globals, args []string) error {
+	req, err := parseSub(g, args)
+	if err != nil {
+		return err
+	}
+	u, err := g.wsURL()
+	if err != nil {
+		return err
+	}
+	c, gaps, deleted, err := dialSub(ctx, g, u)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	start := req.start
+	if req.offset >= 0 {
+		// Positions name the last offset seen: start at offset means
+		// having seen offset-1; at 0, every partition starts at its
+		// earliest record.
+		var ps []client.Position
+		if req.offset > 0 {
+			ps = append(ps, client.Position{Topic: req.pattern, Partition: req.partition, Offset: req.offset - 1})
+		}
+		start = client.FromPositions(c.Welcome().Epoch, ps...)
+	}
+	sub, err := c.SubscribeChan(ctx, req.pattern, client.SubscribeOptions{Group: req.group, From: start, Filter: req.filter})
+	if err != nil {
+		return err
+	}
+	what := "subscribed to " + req.pattern
+	if req.group != "" {
+		what += " in group " + req.group
+	}
+	fmt.Fprintln(g.env.stderr, what)
+	return printSub(ctx, g, req, sub, gaps, deleted)
+}
+
+// subRequest is what `switchyard sub` was asked for, checked.
+type subRequest struct {
+	pattern string
+	group   string
+	ack     bool // acknowledge each record once printed
+	filter  keyValues
+	count   int         // records to print before exiting; 0: no bound
+	start   client.From // where to start, unless offset is set
+	// partition and offset, both -1 when not given: start at offset in
+	// this partition of the pattern's topic.
+	partition int
+	offset    int64
+}
+
+// parseSub reads sub's flags and checks how they combine.
+func parseSub(g *globals, args []string) (subRequest, error) {
 	fs := g.flagSet("sub")
 	from := fs.String("from", "", "where to start: earliest, latest, last, last:N, a duration before now (10m) or an RFC 3339 time (default: the gateway's, latest; earliest for a new group)")
 	since := fs.Duration("since", 0, "start with the records of this long ago, such as 10m (as --from 10m)")
@@ -89,44 +144,41 @@ func runSub(ctx context.Context, g *globals, args []string) error {
 	count := fs.Int("count", 0, "exit after this many records (0: until interrupted)")
 	pos, err := parse(fs, args, 1)
 	if err != nil {
-		return err
+		return subRequest{}, err
 	}
 	if len(pos) != 1 {
-		return usagef("sub needs a PATTERN")
+		return subRequest{}, usagef("sub needs a PATTERN")
 	}
 	if *ack && *group == "" {
-		return usagef("--ack needs --group")
+		return subRequest{}, usagef("--ack needs --group")
 	}
 	if *since > 0 {
 		if *from != "" {
-			return usagef("give --from or --since, not both")
+			return subRequest{}, usagef("give --from or --since, not both")
 		}
 		*from = since.String()
 	}
 	if (*partition >= 0) != (*offset >= 0) {
-		return usagef("--partition and --offset go together")
+		return subRequest{}, usagef("--partition and --offset go together")
 	}
 	if *offset >= 0 && *from != "" {
-		return usagef("give --from, --since or --partition with --offset, one of them")
+		return subRequest{}, usagef("give --from, --since or --partition with --offset, one of them")
 	}
 	start, err := parseFrom(*from)
 	if err != nil {
-		return err
+		return subRequest{}, err
 	}
-	u, err := g.wsURL()
-	if err != nil {
-		return err
-	}
-	jsonOut := g.jsonOut()
-	printGap := func(gp client.Gap) {
-		if jsonOut {
-			_ = g.emit(gapJSON{wire.OpGap, gp.Pattern, gp.Group, gp.Topic, gp.Partition, gp.From, gp.To, gp.Reason})
-			return
-		}
-		fmt.Fprintf(g.env.stderr, "gap %s [%d] offsets %d..%d not delivered (%s)\n", gp.Topic, gp.Partition, gp.From, gp.To, gp.Reason)
-	}
-	// Gaps arrive on the client's dispatcher goroutine, as messages do;
-	// hand them to the loop below so that output lines never interleave.
+	return subRequest{pattern: pos[0], group: *group, ack: *ack, filter: filter, count: *count,
+		start: start, partition: *partition, offset: *offset}, nil
+}
+
+// dialSub dials the gateway at u for sub. Gaps and deleted topics arrive
+// on the client's dispatcher goroutine, as messages do: they are handed
+// to printSub through the channels returned, so that output lines never
+// interleave (a gap past the channel's room, and every deleted topic
+// after the first, which ends the command, are printed to stderr or
+// dropped). Resets and disconnections are told on stderr.
+func dialSub(ctx context.Context, g *globals, u string) (*client.Client, <-chan client.Gap, <-chan client.TopicDeleted, error) {
 	gaps := make(chan client.Gap, 64)
 	deleted := make(chan client.TopicDeleted, 1)
 	c, err := client.Dial(ctx, u, &client.Options{
@@ -154,36 +206,26 @@ func runSub(ctx context.Context, g *globals, args []string) error {
 			}
 		},
 	})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if *offset >= 0 {
-		// Positions name the last offset seen: start at offset means
-		// having seen offset-1; at 0, every partition starts at its
-		// earliest record.
-		var ps []client.Position
-		if *offset > 0 {
-			ps = append(ps, client.Position{Topic: pos[0], Partition: *partition, Offset: *offset - 1})
-		}
-		start = client.FromPositions(c.Welcome().Epoch, ps...)
-	}
-	sub, err := c.SubscribeChan(ctx, pos[0], client.SubscribeOptions{Group: *group, From: start, Filter: filter})
-	if err != nil {
-		return err
-	}
-	what := "subscribed to " + pos[0]
-	if *group != "" {
-		what += " in group " + *group
-	}
-	fmt.Fprintln(g.env.stderr, what)
+	return c, gaps, deleted, err
+}
+
+// printSub prints the records of sub (acknowledging each once printed
+// with req.ack) and the gaps, as JSON lines or readable lines, until ctx
+// ends, req.count records are printed, a topic is deleted or the
+// subscription ends.
+func printSub(ctx context.Context, g *globals, req subRequest, sub *client.Subscription, gaps <-chan client.Gap, deleted <-chan client.TopicDeleted) error {
+	jsonOut := g.jsonOut()
 	n := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case gp := <-gaps:
-			printGap(gp)
+			if jsonOut {
+				_ = g.emit(gapJSON{wire.OpGap, gp.Pattern, gp.Group, gp.Topic, gp.Partition, gp.From, gp.To, gp.Reason})
+			} else {
+				fmt.Fprintf(g.env.stderr, "gap %s [%d] offsets %d..%d not delivered (%s)\n", gp.Topic, gp.Partition, gp.From, gp.To, gp.Reason)
+			}
 		case d := <-deleted:
 			if jsonOut {
 				_ = g.emit(map[string]string{"op": wire.OpTopicDeleted, "pattern": d.Pattern, "topic": d.Topic})
@@ -193,6 +235,7 @@ func runSub(ctx context.Context, g *globals, args []string) error {
 			if !ok {
 				return errors.New("the subscription ended")
 			}
+			var err error
 			if jsonOut {
 				err = g.emit(messageJSON{wire.OpMessage, m.Pattern, m.Topic, m.Partition, m.Offset, m.Key, m.Headers, m.Data, m.Encoding, m.Time.UTC().Format(wire.TimeFormat), m.Group, m.Attempt})
 			} else {
@@ -201,13 +244,13 @@ func runSub(ctx context.Context, g *globals, args []string) error {
 			if err != nil {
 				return err
 			}
-			if *ack {
+			if req.ack {
 				if err := m.Ack(ctx); err != nil {
 					return fmt.Errorf("ack %s [%d] #%d: %w", m.Topic, m.Partition, m.Offset, err)
 				}
 			}
 			n++
-			if *count > 0 && n >= *count {
+			if req.count > 0 && n >= req.count {
 				return nil
 			}
 		}

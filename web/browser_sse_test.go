@@ -1,31 +1,12 @@
-package router_test
+package web_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"strconv"
 	"testing"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/switchyard/switchyard/engine"
 )
-
-// browserStrings evaluates expr (a JSON.stringify of a string array) in
-// the page.
-func browserStrings(t *testing.T, ctx context.Context, expr string) []string {
-	t.Helper()
-	raw, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	if err := json.Unmarshal([]byte(raw), &out); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // TestBrowserEventSourceResumes: a plain EventSource on /v1/sse receives,
 // loses its connection while records are appended, reconnects by itself
@@ -33,9 +14,7 @@ func browserStrings(t *testing.T, ctx context.Context, expr string) []string {
 func TestBrowserEventSourceResumes(t *testing.T) {
 	ctx := browser(t)
 	srv, cut, eng := newWebGateway(t, -1)
-	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/example.html")); err != nil {
-		t.Fatal(err)
-	}
+	navigate(t, ctx, srv.URL+"/example.html")
 	setup := `(() => {
 		window.got = [];
 		window.events = [];
@@ -50,31 +29,16 @@ func TestBrowserEventSourceResumes(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](setup)); err != nil {
 		t.Fatalf("setup: %v", err)
 	}
-	appendN := func(from, to int) {
-		for i := from; i < to; i++ {
-			if _, err := eng.Append(context.Background(), engine.Message{Topic: "feed.a", Data: []byte(fmt.Sprintf(`{"n":%d}`, i))}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	appendN(0, 5)
+	appendNumbers(t, eng, "feed.a", 0, 5)
 	evalUntil(t, ctx, `got.length >= 5`, "the first five records")
 	cut.cut(true)
 	evalUntil(t, ctx, `events.includes("error")`, "the browser noticing the drop")
-	appendN(5, 10)
+	appendNumbers(t, eng, "feed.a", 5, 10)
 	cut.cut(false)
 	evalUntil(t, ctx, `got.length >= 10`, "the records appended while disconnected")
-	appendN(10, 11) // a barrier: anything repeated would arrive before it
+	appendNumbers(t, eng, "feed.a", 10, 11) // a barrier: anything repeated would arrive before it
 	evalUntil(t, ctx, `got.length >= 11`, "a record after the resume")
-	got := browserStrings(t, ctx, `JSON.stringify(got)`)
-	if len(got) != 11 {
-		t.Fatalf("got %d records, want 11 exactly once: %v", len(got), got)
-	}
-	for i, g := range got {
-		if want := "feed.a/" + strconv.Itoa(i) + "/" + strconv.Itoa(i); g != want {
-			t.Fatalf("record %d = %q, want %q (in order, once)", i, g, want)
-		}
-	}
+	gotInOrder(t, ctx, "feed.a", 11)
 	events := browserStrings(t, ctx, `JSON.stringify(events)`)
 	resumed := false
 	for _, e := range events {
@@ -97,9 +61,7 @@ func TestBrowserEventSourceResumes(t *testing.T) {
 func TestBrowserClientFallsBackToSSE(t *testing.T) {
 	ctx := browser(t)
 	srv, cut, eng := newWebGateway(t, -1)
-	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/example.html")); err != nil {
-		t.Fatal(err)
-	}
+	navigate(t, ctx, srv.URL+"/example.html")
 	setup := `(async () => {
 		const { connect } = await import("/switchyard.js");
 		// A WebSocket that a proxy refuses: it closes before it opens.
@@ -124,33 +86,34 @@ func TestBrowserClientFallsBackToSSE(t *testing.T) {
 	if !ok {
 		t.Fatal("the client did not publish over SSE's HTTP fallback")
 	}
-	appendN := func(from, to int) {
-		for i := from; i < to; i++ {
-			if _, err := eng.Append(context.Background(), engine.Message{Topic: "fall.a", Data: []byte(fmt.Sprintf(`{"n":%d}`, i))}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	appendN(1, 5)
+	appendNumbers(t, eng, "fall.a", 1, 5)
 	evalUntil(t, ctx, `got.length >= 5`, "the first five records")
 	cut.cut(true)
-	appendN(5, 10)
+	appendNumbers(t, eng, "fall.a", 5, 10)
 	cut.cut(false)
 	evalUntil(t, ctx, `got.length >= 10`, "the records appended while disconnected")
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`sy.publish("fall.a", { n: 10 }).then(() => true)`, chromedp.EvalAwaitPromise)); err != nil {
 		t.Fatal(err)
 	}
 	evalUntil(t, ctx, `got.length >= 11`, "a record after the resume")
-	got := browserStrings(t, ctx, `JSON.stringify(got)`)
-	if len(got) != 11 {
-		t.Fatalf("got %d records, want 11 exactly once: %v", len(got), got)
-	}
-	for i, g := range got {
-		if want := "fall.a/" + strconv.Itoa(i) + "/" + strconv.Itoa(i); g != want {
-			t.Fatalf("record %d = %q, want %q (in order, once)", i, g, want)
-		}
-	}
+	gotInOrder(t, ctx, "fall.a", 11)
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`sy.close(), true`)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// gotInOrder checks that the page's got lists the records of topic with
+// offsets 0 to n-1, as "topic/offset/n" (n equal to the offset), each once
+// and in order.
+func gotInOrder(t *testing.T, ctx context.Context, topic string, n int) {
+	t.Helper()
+	got := browserStrings(t, ctx, `JSON.stringify(got)`)
+	if len(got) != n {
+		t.Fatalf("got %d records, want %d exactly once: %v", len(got), n, got)
+	}
+	for i, g := range got {
+		if want := topic + "/" + strconv.Itoa(i) + "/" + strconv.Itoa(i); g != want {
+			t.Fatalf("record %d = %q, want %q (in order, once)", i, g, want)
+		}
 	}
 }

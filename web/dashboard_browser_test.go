@@ -1,4 +1,4 @@
-package router_test
+package web_test
 
 import (
 	"context"
@@ -115,9 +115,7 @@ func TestBrowserDashboardSignIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An old link with the key in its address: the key is dropped unused.
-	if err := chromedp.Do(ctx, chromedp.Navigate(g.srv.URL+"/?admin_key=old-link-credential")); err != nil {
-		t.Fatal(err)
-	}
+	navigate(t, ctx, g.srv.URL+"/?admin_key=old-link-credential")
 	signInRequired(t, ctx)
 	evalUntil(t, ctx, `!location.search.includes("admin_key")`, "the key removed from the address")
 
@@ -150,9 +148,7 @@ func TestBrowserDashboardSignIn(t *testing.T) {
 func TestBrowserDashboardWrongKey(t *testing.T) {
 	ctx := browser(t)
 	g := newAuthWebGateway(t, -1)
-	if err := chromedp.Do(ctx, chromedp.Navigate(g.srv.URL+"/")); err != nil {
-		t.Fatal(err)
-	}
+	navigate(t, ctx, g.srv.URL+"/")
 	signInRequired(t, ctx)
 	signIn(t, ctx, "not-the-admin-key-at-all")
 	evalUntil(t, ctx, `document.getElementById("signin-status").textContent.startsWith("Wrong key or token") &&
@@ -173,10 +169,8 @@ func TestBrowserDashboardSessions(t *testing.T) {
 	g := newAuthWebGateway(t, 100*time.Millisecond)
 	dctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	cl := claims(nil, []string{"rooms.#"}, nil)
-	cl["sub"] = "carol"
 	ws, _, err := websocket.Dial(dctx, "ws"+strings.TrimPrefix(g.srv.URL, "http")+"/v1/ws",
-		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + hs256(t, cl)}}})
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + userToken(t, "carol", "rooms.#")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,9 +191,7 @@ func TestBrowserDashboardSessions(t *testing.T) {
 		}
 	}
 	id := strings.Fields(session)[0]
-	if err := chromedp.Do(ctx, chromedp.Navigate(g.srv.URL+"/")); err != nil {
-		t.Fatal(err)
-	}
+	navigate(t, ctx, g.srv.URL+"/")
 	signInRequired(t, ctx)
 	signIn(t, ctx, adminKey)
 	host, _ := os.Hostname()
@@ -233,9 +225,7 @@ func TestBrowserDashboardHistoryOnLoad(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	opened := time.Now()
-	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/")); err != nil {
-		t.Fatal(err)
-	}
+	navigate(t, ctx, srv.URL+"/")
 	// Records from before the page opened are replayed, not only live ones.
 	evalUntil(t, ctx, fmt.Sprintf(`(() => {
 		const d = document.getElementById("chart-publishes").dataset;
@@ -249,13 +239,9 @@ func TestBrowserDashboardHistoryOnLoad(t *testing.T) {
 func TestBrowserDashboardTokenNotAdmin(t *testing.T) {
 	ctx := browser(t)
 	g := newAuthWebGateway(t, 50*time.Millisecond)
-	cl := claims(nil, []string{"$sys.#"}, nil)
-	cl["sub"] = "dave"
-	if err := chromedp.Do(ctx, chromedp.Navigate(g.srv.URL+"/")); err != nil {
-		t.Fatal(err)
-	}
+	navigate(t, ctx, g.srv.URL+"/")
 	signInRequired(t, ctx)
-	signIn(t, ctx, hs256(t, cl))
+	signIn(t, ctx, userToken(t, "dave", "$sys.#"))
 	evalUntil(t, ctx, `document.body.dataset.auth === "signed-in" && document.getElementById("conn-state").dataset.state === "open"`, "signed in with a token")
 	evalUntil(t, ctx, `document.getElementById("sessions-page").textContent.includes("admin key")`, "the sessions view asking for the admin key")
 	evalUntil(t, ctx, `Number(document.getElementById("chart-publishes").dataset.points) >= 70`, "three seconds of statistics")

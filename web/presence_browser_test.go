@@ -1,4 +1,4 @@
-package router_test
+package web_test
 
 import (
 	"context"
@@ -33,9 +33,7 @@ func TestBrowserDashboardPresence(t *testing.T) {
 			break
 		}
 	}
-	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/")); err != nil {
-		t.Fatal(err)
-	}
+	navigate(t, ctx, srv.URL+"/")
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](`document.getElementById("presence-topic").value = "rooms.42";
 		document.getElementById("presence-watch").click()`)); err != nil {
 		t.Fatal(err)

@@ -1,14 +1,12 @@
-package router_test
+package web_test
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,144 +15,14 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/coder/websocket"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/engine/memengine"
-	"github.com/switchyard/switchyard/router"
-	"github.com/switchyard/switchyard/web"
 )
-
-// cutListener lets a test drop every open connection and refuse new ones,
-// as a network outage would.
-type cutListener struct {
-	net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-	down  bool
-}
-
-func (l *cutListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		l.mu.Lock()
-		if l.down {
-			l.mu.Unlock()
-			c.Close()
-			continue
-		}
-		l.conns = append(l.conns, c)
-		l.mu.Unlock()
-		return c, nil
-	}
-}
-
-func (l *cutListener) cut(down bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.down = down
-	if down {
-		for _, c := range l.conns {
-			c.Close()
-		}
-		l.conns = nil
-	}
-}
-
-// browser starts headless chromium, or skips when it is absent (unless
-// SWITCHYARD_REQUIRE_BROWSER is set, as in CI).
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	path := os.Getenv("SWITCHYARD_CHROMIUM")
-	if path == "" {
-		path = "/usr/bin/chromium"
-	}
-	if _, err := exec.LookPath(path); err != nil {
-		if os.Getenv("SWITCHYARD_REQUIRE_BROWSER") != "" {
-			t.Fatalf("chromium required but not found at %s", path)
-		}
-		t.Skipf("no chromium at %s", path)
-	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(path),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.WindowSize(1440, 1000),
-	}
-	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	ctx, tcancel := context.WithTimeout(ctx, 90*time.Second)
-	t.Cleanup(func() {
-		tcancel()
-		cancel()
-		acancel()
-	})
-	// Start the browser now so that a failure is reported here.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("starting chromium: %v", err)
-	}
-	return ctx
-}
-
-func newWebGateway(t *testing.T, stats time.Duration) (*httptest.Server, *cutListener, engine.Engine) {
-	t.Helper()
-	eng := memengine.New(memengine.Options{})
-	rt, err := router.New(router.Options{Engine: eng, Registry: prometheus.NewRegistry(), Static: web.FS(), StatsInterval: stats})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := &cutListener{Listener: ln}
-	srv := httptest.NewUnstartedServer(rt)
-	srv.Listener = cl
-	srv.Start()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		_ = rt.Shutdown(ctx)
-		srv.Close()
-		_ = eng.Close(ctx)
-	})
-	return srv, cl, eng
-}
-
-// evalUntil evaluates expr until it returns true or the deadline passes.
-func evalUntil(t *testing.T, ctx context.Context, expr string, what string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if ok {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
 
 func TestBrowserDashboardShowsLiveRates(t *testing.T) {
 	ctx := browser(t)
 	srv, _, _ := newWebGateway(t, 200*time.Millisecond)
-	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/")); err != nil {
-		t.Fatal(err)
-	}
+	navigate(t, ctx, srv.URL+"/")
 	evalUntil(t, ctx, `document.getElementById("conn-state").dataset.state === "open"`, "dashboard connected")
 	screenshot := os.Getenv("SWITCHYARD_SCREENSHOT")
 	if screenshot != "" {
@@ -173,7 +41,7 @@ func TestBrowserDashboardShowsLiveRates(t *testing.T) {
 			default:
 			}
 			resp, err := client.Post(srv.URL+"/v1/publish", "application/json",
-				stringsReader(fmt.Sprintf(`{"topic":"shop.orders.eu","key":"k%d","data":{"n":%d}}`, i%7, i)))
+				strings.NewReader(fmt.Sprintf(`{"topic":"shop.orders.eu","key":"k%d","data":{"n":%d}}`, i%7, i)))
 			if err != nil {
 				return
 			}
@@ -211,7 +79,7 @@ func screenshotLoad(t *testing.T, srv *httptest.Server) {
 		wg.Wait()
 	})
 	if resp, err := srv.Client().Post(srv.URL+"/v1/topics", "application/json",
-		stringsReader(`{"name":"shop.payments.us","partitions":4}`)); err == nil {
+		strings.NewReader(`{"name":"shop.payments.us","partitions":4}`)); err == nil {
 		resp.Body.Close()
 	}
 	dial := func(sub map[string]any, ack bool) {
@@ -270,7 +138,7 @@ func screenshotLoad(t *testing.T, srv *httptest.Server) {
 			case <-tick.C:
 			}
 			resp, err := srv.Client().Post(srv.URL+"/v1/publish", "application/json",
-				stringsReader(fmt.Sprintf(`{"topic":"shop.payments.us","key":"c%d","data":{"amount":%d}}`, i%13, i)))
+				strings.NewReader(fmt.Sprintf(`{"topic":"shop.payments.us","key":"c%d","data":{"amount":%d}}`, i%13, i)))
 			if err != nil {
 				return
 			}
@@ -282,9 +150,7 @@ func screenshotLoad(t *testing.T, srv *httptest.Server) {
 func TestBrowserClientRecoversAfterOutage(t *testing.T) {
 	ctx := browser(t)
 	srv, cut, eng := newWebGateway(t, -1)
-	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/example.html")); err != nil {
-		t.Fatal(err)
-	}
+	navigate(t, ctx, srv.URL+"/example.html")
 	setup := `(async () => {
 		const { connect } = await import("/switchyard.js");
 		window.got = [];
@@ -303,7 +169,7 @@ func TestBrowserClientRecoversAfterOutage(t *testing.T) {
 	publish := func(n int) {
 		t.Helper()
 		resp, err := srv.Client().Post(srv.URL+"/v1/publish", "application/json",
-			stringsReader(fmt.Sprintf(`{"topic":"outage.a","data":{"n":%d}}`, n)))
+			strings.NewReader(fmt.Sprintf(`{"topic":"outage.a","data":{"n":%d}}`, n)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -320,11 +186,7 @@ func TestBrowserClientRecoversAfterOutage(t *testing.T) {
 	// while more is appended to the log, then let it back in.
 	cut.cut(true)
 	evalUntil(t, ctx, `events.includes("reconnect")`, "the client noticing the outage")
-	for i := 5; i < 10; i++ {
-		if _, err := eng.Append(context.Background(), engine.Message{Topic: "outage.a", Data: []byte(fmt.Sprintf(`{"n":%d}`, i))}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	appendNumbers(t, eng, "outage.a", 5, 10)
 	cut.cut(false)
 	evalUntil(t, ctx, `got.length >= 10`, "messages published during the outage")
 	raw, err := chromedp.Run(ctx, chromedp.Evaluate[[]byte](`JSON.stringify({got, events})`))
@@ -368,9 +230,7 @@ func TestBrowserDashboardPagesTopics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/")); err != nil {
-		t.Fatal(err)
-	}
+	navigate(t, ctx, srv.URL+"/")
 	evalUntil(t, ctx, `document.querySelectorAll("#topics tbody tr").length === 50 && !document.getElementById("topics-next").disabled`, "a first page of 50 topics")
 	evalUntil(t, ctx, `document.getElementById("topics-status").textContent.includes("topics")`, "the summary's totals")
 	// Page 1 is the $sys topics and page.t000 to page.t046, in name order.
