@@ -25,7 +25,7 @@ export class ClientFrames {
       case "gap":
         return this._onGap(f);
       case "topic_deleted":
-        return this._emit("topic_deleted", f, this._subs.get(subKey(f.pattern, f.group)));
+        return this._onTopicDeleted(f);
       case "refresh_required":
         return this._onRefreshRequired(f);
       case "join":
@@ -112,7 +112,11 @@ export class ClientFrames {
     } else if (typeof m.offset === "number") {
       const k = tpKey(m.topic, m.partition);
       const last = sub._last.get(k);
-      if (last && m.offset <= last.offset) {
+      // After a topic_deleted on this connection an offset at or below
+      // the last is the topic made again (from 0), not a duplicate: the
+      // gateway writes the frame ahead of the deleted topic's queued
+      // messages, and sends each offset of one incarnation once, in order.
+      if (last && m.offset <= last.offset && !(sub._deleted && sub._deleted.has(m.topic))) {
         sub.duplicates++;
         this.stats.duplicates++;
         return;
@@ -160,6 +164,13 @@ export class ClientFrames {
       /* already closing */
     }
     this._onSocketGone(ws, { code: 4000, reason: "bad delta" });
+  }
+
+  /** @private */
+  _onTopicDeleted(f) {
+    const sub = this._subs.get(subKey(f.pattern, f.group));
+    if (sub && !sub.group) sub._forgetTopic(f.topic);
+    this._emit("topic_deleted", f, sub);
   }
 
   /** @private */

@@ -52,6 +52,9 @@ import { SSESocket } from "./sse_transport.js";
 import { ClientFrames } from "./client_frames.js";
 import { SwitchyardError, AsyncQueue, MessageStream, RecentSet, splitFrame, abortError, onAbort, gatewayURL, buildURL, binaryBytes, toBase64, subKey, tpKey } from "./client_base.js";
 
+/** The most deleted topics a subscription remembers per connection (see _forgetTopic); past it the marks start again. */
+const maxDeletedTopics = 1024;
+
 export { SwitchyardError, MessageStream, splitFrame, backoffDelay, RecentSet, AsyncQueue, buildURL } from "./client_base.js";
 
 /** Default options; every option of {@link connect} falls back to these. */
@@ -188,6 +191,13 @@ export class Subscription {
      * @private @type {{epoch: string|undefined, last: Map<string, object>}|null}
      */
     this._stale = null;
+    /**
+     * Topics deleted while this connection was read: their offsets may go
+     * back (the topic made again). Forgotten on the next connection, at
+     * most maxDeletedTopics.
+     * @private @type {Set<string>|null}
+     */
+    this._deleted = null;
     /** Group subscriptions: recently handled records, value "handling" or "acked". @private */
     this._recent = this.group ? new RecentSet(client._opts.recentGroupRecords) : null;
 
@@ -237,8 +247,21 @@ export class Subscription {
     if (this._queue) this._queue.end(err);
   }
 
+  /**
+   * A topic this plain subscription matched was deleted: its positions and
+   * delta bases go, and until the next connection its offsets may restart.
+   * @private
+   */
+  _forgetTopic(topic) {
+    if (this._deleted === null || this._deleted.size >= maxDeletedTopics) this._deleted = new Set();
+    this._deleted.add(topic);
+    for (const [k, p] of this._last) if (p.topic === topic) this._last.delete(k);
+    if (this._fossil) for (const k of this._fossil.keys()) if (k.startsWith(topic + "\u0000")) this._fossil.delete(k);
+  }
+
   /** The `subscribe` frame for the current connection. @private */
   _frame() {
+    this._deleted = null; // a new connection resumes from the positions
     const f = { op: "subscribe", pattern: this.pattern };
     if (this.group) f.group = this.group;
     const o = this._opts;
