@@ -150,6 +150,13 @@ type mqttSession struct {
 
 	filters  map[string]*mqttFilter  // reader goroutine only
 	patterns map[string]*mqttPattern // reader goroutine only
+	// noLocal counts the filters with no local (reader goroutine only):
+	// while there are any, the session's publishes carry its id
+	// (mqtt_retain.go).
+	noLocal int
+	// retainSeq numbers the retained messages queued (reader goroutine
+	// only), the offsets of their stream.
+	retainSeq int64
 
 	closed    chan struct{} // closed with the connection
 	closeOnce sync.Once
@@ -177,6 +184,8 @@ type mqttSession struct {
 // native patterns (mqttPattern).
 type mqttFilter struct {
 	qos      byte
+	noLocal  bool // MQTT 5's no local
+	rap      bool // MQTT 5's retain as published
 	patterns []string
 }
 
@@ -354,6 +363,9 @@ func (s *mqttSession) connack() []byte {
 		p.ReceiveMaximum = uint16(min(s.rt.opts.PublishPipeline, 65535))
 		p.MaximumPacketSize = uint32(s.rt.mq.opts.MaxPacketBytes)
 		p.RetainAvailable, p.RetainAvailableFlag = 0, true
+		if s.rt.retainer() != nil {
+			p.RetainAvailable = 1
+		}
 		p.SubIDAvailable, p.SubIDAvailableFlag = 0, true
 		p.WildcardSubAvailable, p.WildcardSubAvailableFlag = 1, true
 	}

@@ -152,6 +152,8 @@ func TestFlagDefaults(t *testing.T) {
 		"mqtt-max-client-id-bytes":    router.DefaultMQTTMaxClientIDBytes,
 		"mqtt-connect-timeout":        router.DefaultMQTTConnectTimeout,
 		"mqtt-max-held-bytes":         router.DefaultMQTTMaxHeldBytes,
+		"mqtt-max-retained":           router.DefaultMQTTMaxRetained,
+		"mqtt-max-retained-bytes":     int64(router.DefaultMQTTMaxRetainedBytes),
 		"max-group-bytes":             router.DefaultMaxGroupBytes,
 		"max-groups-per-client":       router.DefaultMaxGroupsPerClient,
 		"max-group-bytes-per-client":  router.DefaultMaxGroupBytesPerClient,
