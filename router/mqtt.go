@@ -74,6 +74,10 @@ type MQTTOptions struct {
 	// MaxRetainedBytes bounds their bytes likewise. Default
 	// DefaultMQTTMaxRetainedBytes.
 	MaxRetainedBytes int64
+	// MaxPendingWills bounds the will messages held for their will delay
+	// (MQTT 5), over all client ids: past it a will is published at once.
+	// Default DefaultMQTTMaxPendingWills.
+	MaxPendingWills int
 }
 
 // Defaults of MQTTOptions.
@@ -108,6 +112,9 @@ func (o MQTTOptions) withDefaults(maxMessage int) MQTTOptions {
 	if o.MaxRetainedBytes <= 0 {
 		o.MaxRetainedBytes = DefaultMQTTMaxRetainedBytes
 	}
+	if o.MaxPendingWills <= 0 {
+		o.MaxPendingWills = DefaultMQTTMaxPendingWills
+	}
 	return o
 }
 
@@ -123,13 +130,15 @@ type mqttState struct {
 	wg   sync.WaitGroup // the accept loop and every connection's reader
 	m    *mqttMetrics
 	rm   *retainMetrics
+	wm   *willMetrics
 	// writeTimeout bounds one write to a connection (the sessions' write
 	// timeout).
 	writeTimeout time.Duration
 
 	mu      sync.Mutex // leaf; guards the fields below
 	clients map[string]*mqttSession
-	opening map[net.Conn]struct{} // connections before their CONNECT was taken
+	opening map[net.Conn]struct{}   // connections before their CONNECT was taken
+	wills   map[string]*pendingWill // delayed wills by client id (mqtt_will.go)
 	stopped bool
 }
 
@@ -167,7 +176,7 @@ func newMQTTMetrics(reg prometheus.Registerer) *mqttMetrics {
 		m.connects.WithLabelValues(r)
 	}
 	for _, rc := range []byte{rcProtocolError, rcUnsupportedVersion, rcBadClientID, rcBadCredentials, rcNotAuthorized,
-		rcServerBusy, rcShuttingDown, rcQuotaExceeded, rcConnectRate} {
+		rcServerBusy, rcShuttingDown, rcQuotaExceeded, rcConnectRate, rcBadTopic, rcRetainUnsupported} {
 		m.connects.WithLabelValues(reasonName(rc))
 	}
 	for _, rc := range []byte{rcUnspecified, rcMalformed, rcProtocolError, rcNotAuthorized, rcShuttingDown, rcKeepAliveTimeout,
@@ -189,7 +198,7 @@ func newMQTTMetrics(reg prometheus.Registerer) *mqttMetrics {
 // when one is configured.
 func (rt *Router) startMQTT() error {
 	o := rt.opts.MQTT.withDefaults(rt.opts.MaxMessageBytes)
-	rt.mq = &mqttState{opts: o, m: newMQTTMetrics(rt.opts.Registry), rm: newRetainMetrics(rt.opts.Registry),
+	rt.mq = &mqttState{opts: o, m: newMQTTMetrics(rt.opts.Registry), rm: newRetainMetrics(rt.opts.Registry), wm: newWillMetrics(rt.opts.Registry), wills: make(map[string]*pendingWill),
 		clients: make(map[string]*mqttSession), opening: make(map[net.Conn]struct{}),
 		writeTimeout: rt.opts.Session.WriteTimeout}
 	if rt.mq.writeTimeout <= 0 {
@@ -233,6 +242,7 @@ func (rt *Router) stopMQTT() {
 	if mq.ln != nil {
 		_ = mq.ln.Close()
 	}
+	rt.flushWills() // mqtt_will.go
 }
 
 // waitMQTT waits for the accept loop and the readers: Shutdown's last step.
@@ -309,6 +319,7 @@ func (mq *mqttState) claim(s *mqttSession) *mqttSession {
 	defer mq.mu.Unlock()
 	old := mq.clients[s.clientID]
 	mq.clients[s.clientID] = s
+	mq.cancelWill(s.clientID) // [MQTT-3.1.3-9]
 	return old
 }
 

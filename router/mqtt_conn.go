@@ -144,6 +144,10 @@ type mqttSession struct {
 	maxOut    int           // the client's Maximum Packet Size; 0: MQTT's
 	window    int           // the in-flight bound of QoS 1 and 2 deliveries
 
+	// will is the session's will message, nil when none or discarded
+	// (mqtt_will.go).
+	will atomic.Pointer[mqttWill]
+
 	// disc is the reason code of the DISCONNECT the transport sends when
 	// the session closes (0: derived from the close status).
 	disc atomic.Uint32
@@ -302,6 +306,10 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 	if rc != rcSuccess {
 		return refuse(rc)
 	}
+	will, rc := rt.admitWill(pk, who) // mqtt_will.go
+	if rc != rcSuccess {
+		return refuse(rc)
+	}
 	s := &mqttSession{rt: rt, nc: nc, version: v, clientID: id,
 		window: mq.opts.MaxInFlight, filters: make(map[string]*mqttFilter), patterns: make(map[string]*mqttPattern),
 		closed: make(chan struct{}), inflight: make(map[uint16]struct{}), rx: make(map[uint16]struct{}), groupAcks: make(map[uint16]groupAck)}
@@ -317,6 +325,7 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 	if assigned {
 		s.assigned = id
 	}
+	s.will.Store(will)
 	s.cn = rt.newConn(c, transportMQTT, who, false)
 	s.cn.mqtt = s
 	return s
@@ -401,6 +410,7 @@ func (s *mqttSession) run(release func()) {
 	if err := cn.sess.Start(cn.ctx, nil, func(err error) {
 		cn.runEnd(err, release)
 		rt.mq.release(s)
+		s.endWill()
 		close(ended)
 	}); err != nil {
 		cn.runEnd(err, release) // not started before: cannot happen
@@ -487,6 +497,7 @@ func (s *mqttSession) handle(pk *packets.Packet) bool {
 		s.cn.sess.Send(session.Item{Frame: pingresp})
 	case packets.Disconnect:
 		// A normal end: no DISCONNECT goes back.
+		s.disconnected(pk.ReasonCode) // mqtt_will.go
 		s.disc.Store(uint32(rcSuccess) | discNone)
 		s.cn.sess.Close(closeStatusMQTT, "client disconnected")
 		return false

@@ -153,6 +153,7 @@ func TestFlagDefaults(t *testing.T) {
 		"mqtt-connect-timeout":        router.DefaultMQTTConnectTimeout,
 		"mqtt-max-held-bytes":         router.DefaultMQTTMaxHeldBytes,
 		"mqtt-max-retained":           router.DefaultMQTTMaxRetained,
+		"mqtt-max-pending-wills":      router.DefaultMQTTMaxPendingWills,
 		"mqtt-max-retained-bytes":     int64(router.DefaultMQTTMaxRetainedBytes),
 		"max-group-bytes":             router.DefaultMaxGroupBytes,
 		"max-groups-per-client":       router.DefaultMaxGroupsPerClient,
