@@ -141,6 +141,7 @@ type mqttSession struct {
 	clientID  string
 	assigned  string        // the client id the gateway chose, for the CONNACK
 	keepAlive time.Duration // 1.5 × the client's keep alive; 0: none
+	expiry    uint32        // MQTT 5's session expiry interval, seconds (reader goroutine)
 	maxOut    int           // the client's Maximum Packet Size; 0: MQTT's
 	window    int           // the in-flight bound of QoS 1 and 2 deliveries
 
@@ -321,6 +322,7 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 			s.window = min(s.window, rm)
 		}
 		s.maxOut = int(pk.Properties.MaximumPacketSize)
+		s.expiry = pk.Properties.SessionExpiryInterval
 	}
 	if assigned {
 		s.assigned = id
@@ -497,7 +499,10 @@ func (s *mqttSession) handle(pk *packets.Packet) bool {
 		s.cn.sess.Send(session.Item{Frame: pingresp})
 	case packets.Disconnect:
 		// A normal end: no DISCONNECT goes back.
-		s.disconnected(pk.ReasonCode) // mqtt_will.go
+		if !s.disconnected(pk) { // mqtt_will.go
+			s.end(rcProtocolError, "session expiry set by DISCONNECT after 0 in CONNECT")
+			return false
+		}
 		s.disc.Store(uint32(rcSuccess) | discNone)
 		s.cn.sess.Close(closeStatusMQTT, "client disconnected")
 		return false

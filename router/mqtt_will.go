@@ -51,6 +51,9 @@ type mqttWill struct {
 	qos    byte
 	retain bool
 	delay  time.Duration // the lower of the will delay and the session expiry
+	// willDelay is the will delay interval as the CONNECT gave it, for a
+	// DISCONNECT that changes the session expiry.
+	willDelay time.Duration
 }
 
 // pendingWill is a delayed will waiting for its delay or a reconnect.
@@ -116,22 +119,37 @@ func (rt *Router) admitWill(pk *packets.Packet, who *principal) (*mqttWill, byte
 		if checkPublishSizes(&rt.opts.Bounds, &w.msg) != nil {
 			return nil, rcQuotaExceeded
 		}
-		delay := min(c.WillProperties.WillDelayInterval, pk.Properties.SessionExpiryInterval)
-		w.delay = time.Duration(delay) * time.Second
+		w.willDelay = time.Duration(c.WillProperties.WillDelayInterval) * time.Second
+		w.delay = min(w.willDelay, time.Duration(pk.Properties.SessionExpiryInterval)*time.Second)
 	}
 	w.msg.Headers = wire.MarkBinary(w.msg.Headers, w.msg.Data)
 	return w, rcSuccess
 }
 
 // disconnected handles a client's DISCONNECT for the will: reason 0x04
-// keeps it, any other discards it.
-func (s *mqttSession) disconnected(rc byte) {
+// keeps it, any other discards it. An MQTT 5 DISCONNECT may change the
+// session expiry interval, and so the will's delay, but not from 0
+// [MQTT-3.14.2-2]: that is a protocol error, reported as false.
+func (s *mqttSession) disconnected(pk *packets.Packet) bool {
+	rc := pk.ReasonCode
+	if s.version == mqtt.Version5 && pk.Properties.SessionExpiryIntervalFlag {
+		if s.expiry == 0 && pk.Properties.SessionExpiryInterval != 0 {
+			return false
+		}
+		s.expiry = pk.Properties.SessionExpiryInterval
+		if w := s.will.Load(); w != nil {
+			nw := *w // the end reads the will on another goroutine
+			nw.delay = min(w.willDelay, time.Duration(s.expiry)*time.Second)
+			s.will.CompareAndSwap(w, &nw)
+		}
+	}
 	if s.version == mqtt.Version5 && rc == rcDisconnectWithWill {
-		return
+		return true
 	}
 	if s.will.Swap(nil) != nil {
 		s.rt.mq.wm.wills.WithLabelValues("discarded").Inc()
 	}
+	return true
 }
 
 // endWill publishes the session's will, or holds it for its delay, once

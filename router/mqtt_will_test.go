@@ -124,6 +124,23 @@ func TestMQTTWill(t *testing.T) {
 		r.nc.Close()
 		expect(t, "at once")
 	})
+	t.Run("disconnect shortens the delay", func(t *testing.T) {
+		r := dialRaw(t, g, "tcp", 5)
+		willConnect(t, r, "shortened", "will/shortened", "expiry 0", false, 3600, 3600)
+		// DISCONNECT 0x04 with Session Expiry Interval 0.
+		r.write(t, []byte{packets.Disconnect << 4, 7, 0x04, 5, 0x11, 0, 0, 0, 0})
+		r.expectClosed(t)
+		expect(t, "expiry 0")
+	})
+	t.Run("disconnect sets an expiry after 0", func(t *testing.T) {
+		r := dialRaw(t, g, "tcp", 5)
+		willConnect(t, r, "badexpiry", "will/badexpiry", "protocol error", false, 0, 0)
+		r.write(t, []byte{packets.Disconnect << 4, 7, 0x00, 5, 0x11, 0, 0, 0, 60})
+		if d := r.expect(t, packets.Disconnect); d.ReasonCode != 0x82 {
+			t.Fatalf("DISCONNECT %#x, want 0x82", d.ReasonCode)
+		}
+		expect(t, "protocol error")
+	})
 	t.Run("refused", func(t *testing.T) {
 		for _, c := range []struct {
 			name, topic, payload string
@@ -138,7 +155,7 @@ func TestMQTTWill(t *testing.T) {
 			}
 		}
 	})
-	for result, want := range map[string]float64{"published": 7, "discarded": 2, "cancelled": 1} {
+	for result, want := range map[string]float64{"published": 9, "discarded": 2, "cancelled": 1} {
 		if got := metricValue(t, g.reg, "switchyard_mqtt_wills_total", map[string]string{"result": result}); got != want {
 			t.Errorf("switchyard_mqtt_wills_total{result=%s} = %v, want %v", result, got, want)
 		}
