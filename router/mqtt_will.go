@@ -185,7 +185,7 @@ func (s *mqttSession) endWill() {
 		mq.wm.pending.Dec()
 	}
 	pw := &pendingWill{w: w}
-	id := s.clientID
+	id, rt := s.clientID, s.rt // not s: a held will keeps no session alive
 	pw.timer = time.AfterFunc(w.delay, func() {
 		mq.mu.Lock()
 		mine := mq.wills[id] == pw
@@ -195,7 +195,7 @@ func (s *mqttSession) endWill() {
 		}
 		mq.mu.Unlock()
 		if mine {
-			s.rt.publishWill(w, "published")
+			rt.publishWill(w, "published")
 		}
 	})
 	mq.wills[id] = pw
