@@ -116,7 +116,7 @@ func TestMQTTRetained(t *testing.T) {
 // properties of deliveries.
 func TestMQTTRetainOptions(t *testing.T) {
 	g := newGateway(t, withMQTT)
-	dial := func(id string) *mqttClient {
+	dial := func(t *testing.T, id string) *mqttClient {
 		t.Helper()
 		c, err := dialMQTT(t, g, 5, "tcp", id, "")
 		if err != nil {
@@ -124,8 +124,8 @@ func TestMQTTRetainOptions(t *testing.T) {
 		}
 		return c
 	}
-	pub := dial("opt-pub")
-	marked := func(c *mqttClient, want ...mqttMsg) {
+	pub := dial(t, "opt-pub")
+	marked := func(t *testing.T, c *mqttClient, want ...mqttMsg) {
 		t.Helper()
 		pub.publish(t, "optm", 0, "m")
 		c.expectMsgs(t, append(want, mqttMsg{topic: "optm", payload: "m"})...)
@@ -134,20 +134,20 @@ func TestMQTTRetainOptions(t *testing.T) {
 	t.Run("retain handling", func(t *testing.T) {
 		pub.publishRetained(t, "optr/x", 1, "kept")
 		retained := mqttMsg{topic: "optr/x", payload: "kept", qos: 1, retain: true}
-		sub := dial("opt-rh")
+		sub := dial(t, "opt-rh")
 		sub.subscribe(t, "optm", 0)
 		sub.subscribeWith(t, paho.SubscribeOptions{Topic: "optr/+", QoS: 1, RetainHandling: 2})
-		marked(sub)
+		marked(t, sub)
 		sub.subscribeWith(t, paho.SubscribeOptions{Topic: "optr/#", QoS: 1, RetainHandling: 1})
-		marked(sub, retained)
+		marked(t, sub, retained)
 		sub.subscribeWith(t, paho.SubscribeOptions{Topic: "optr/#", QoS: 1, RetainHandling: 1})
-		marked(sub)
+		marked(t, sub)
 		sub.subscribeWith(t, paho.SubscribeOptions{Topic: "optr/#", QoS: 1, RetainHandling: 0})
-		marked(sub, retained)
+		marked(t, sub, retained)
 	})
 
 	t.Run("retain as published", func(t *testing.T) {
-		rap, plain := dial("opt-rap"), dial("opt-plain")
+		rap, plain := dial(t, "opt-rap"), dial(t, "opt-plain")
 		rap.subscribeWith(t, paho.SubscribeOptions{Topic: "rap/#", QoS: 1, RetainAsPublished: true})
 		plain.subscribeWith(t, paho.SubscribeOptions{Topic: "rap/#", QoS: 1})
 		pub.publishRetained(t, "rap/x", 1, "r")
@@ -159,7 +159,7 @@ func TestMQTTRetainOptions(t *testing.T) {
 	})
 
 	t.Run("no local", func(t *testing.T) {
-		self, watch := dial("opt-nl"), dial("opt-watch")
+		self, watch := dial(t, "opt-nl"), dial(t, "opt-watch")
 		self.subscribeWith(t, paho.SubscribeOptions{Topic: "nl/#", QoS: 1, NoLocal: true})
 		watch.subscribe(t, "nl/#", 1)
 		self.publish(t, "nl/self", 1, "mine")
