@@ -67,6 +67,17 @@ type MQTTOptions struct {
 	// bound): past it the oldest is dropped, counted. One delivery is
 	// always held. Default DefaultMQTTMaxHeldBytes.
 	MaxHeldBytes int
+	// MaxRetained bounds the retained messages of the whole store (every
+	// node's, on JetStream): a retained PUBLISH for a topic without one
+	// past it is refused (0x97). Default DefaultMQTTMaxRetained.
+	MaxRetained int
+	// MaxRetainedBytes bounds their bytes likewise. Default
+	// DefaultMQTTMaxRetainedBytes.
+	MaxRetainedBytes int64
+	// MaxPendingWills bounds the will messages held for their will delay
+	// (MQTT 5), over all client ids: past it a will is published at once.
+	// Default DefaultMQTTMaxPendingWills.
+	MaxPendingWills int
 }
 
 // Defaults of MQTTOptions.
@@ -95,6 +106,15 @@ func (o MQTTOptions) withDefaults(maxMessage int) MQTTOptions {
 	if o.MaxHeldBytes <= 0 {
 		o.MaxHeldBytes = DefaultMQTTMaxHeldBytes
 	}
+	if o.MaxRetained <= 0 {
+		o.MaxRetained = DefaultMQTTMaxRetained
+	}
+	if o.MaxRetainedBytes <= 0 {
+		o.MaxRetainedBytes = DefaultMQTTMaxRetainedBytes
+	}
+	if o.MaxPendingWills <= 0 {
+		o.MaxPendingWills = DefaultMQTTMaxPendingWills
+	}
 	return o
 }
 
@@ -109,13 +129,16 @@ type mqttState struct {
 	ln   net.Listener
 	wg   sync.WaitGroup // the accept loop and every connection's reader
 	m    *mqttMetrics
+	rm   *retainMetrics
+	wm   *willMetrics
 	// writeTimeout bounds one write to a connection (the sessions' write
 	// timeout).
 	writeTimeout time.Duration
 
 	mu      sync.Mutex // leaf; guards the fields below
 	clients map[string]*mqttSession
-	opening map[net.Conn]struct{} // connections before their CONNECT was taken
+	opening map[net.Conn]struct{}   // connections before their CONNECT was taken
+	wills   map[string]*pendingWill // delayed wills by client id (mqtt_will.go)
 	stopped bool
 }
 
@@ -140,7 +163,7 @@ func newMQTTMetrics(reg prometheus.Registerer) *mqttMetrics {
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_refused_total",
 			Help: "MQTT requests answered with a failure reason code (PUBACK, SUBACK, UNSUBACK), by reason."}, []string{"reason"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_skipped_total",
-			Help: "Deliveries not written to MQTT sessions, by why: no_mqtt_name (a native topic MQTT cannot name), too_large (over the client's maximum packet size), native_frame (a frame of the native protocol), window_full (the oldest held delivery, past the queue bound), ack_backlog (a QoS 0 group delivery left to the ack timeout), no_packet_id (a group delivery while all 65,535 packet identifiers are in flight, left to the ack timeout)."}, []string{"why"}),
+			Help: "Deliveries not written to MQTT sessions, by why: no_mqtt_name (a native topic MQTT cannot name), too_large (over the client's maximum packet size), native_frame (a frame of the native protocol), window_full (the oldest held delivery, past the queue bound), ack_backlog (a QoS 0 group delivery left to the ack timeout), no_packet_id (a group delivery while all 65,535 packet identifiers are in flight, left to the ack timeout), no_local (a publish of the session itself to its no-local subscription)."}, []string{"why"}),
 		windowWaits: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_mqtt_inflight_waits_total",
 			Help: "Times an MQTT session's writer waited for a PUBACK because its in-flight window was full."}),
 		takeovers: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_mqtt_takeovers_total",
@@ -153,7 +176,7 @@ func newMQTTMetrics(reg prometheus.Registerer) *mqttMetrics {
 		m.connects.WithLabelValues(r)
 	}
 	for _, rc := range []byte{rcProtocolError, rcUnsupportedVersion, rcBadClientID, rcBadCredentials, rcNotAuthorized,
-		rcServerBusy, rcShuttingDown, rcQuotaExceeded, rcConnectRate} {
+		rcServerBusy, rcShuttingDown, rcQuotaExceeded, rcConnectRate, rcBadTopic, rcRetainUnsupported} {
 		m.connects.WithLabelValues(reasonName(rc))
 	}
 	for _, rc := range []byte{rcUnspecified, rcMalformed, rcProtocolError, rcNotAuthorized, rcShuttingDown, rcKeepAliveTimeout,
@@ -165,7 +188,7 @@ func newMQTTMetrics(reg prometheus.Registerer) *mqttMetrics {
 		rcQuotaExceeded} {
 		m.refused.WithLabelValues(reasonName(rc))
 	}
-	for _, w := range []string{"no_mqtt_name", "too_large", "native_frame", "window_full", "ack_backlog", "no_packet_id"} {
+	for _, w := range []string{"no_mqtt_name", "too_large", "native_frame", "window_full", "ack_backlog", "no_packet_id", "no_local"} {
 		m.skipped.WithLabelValues(w)
 	}
 	return m
@@ -175,7 +198,7 @@ func newMQTTMetrics(reg prometheus.Registerer) *mqttMetrics {
 // when one is configured.
 func (rt *Router) startMQTT() error {
 	o := rt.opts.MQTT.withDefaults(rt.opts.MaxMessageBytes)
-	rt.mq = &mqttState{opts: o, m: newMQTTMetrics(rt.opts.Registry),
+	rt.mq = &mqttState{opts: o, m: newMQTTMetrics(rt.opts.Registry), rm: newRetainMetrics(rt.opts.Registry), wm: newWillMetrics(rt.opts.Registry), wills: make(map[string]*pendingWill),
 		clients: make(map[string]*mqttSession), opening: make(map[net.Conn]struct{}),
 		writeTimeout: rt.opts.Session.WriteTimeout}
 	if rt.mq.writeTimeout <= 0 {
@@ -219,6 +242,7 @@ func (rt *Router) stopMQTT() {
 	if mq.ln != nil {
 		_ = mq.ln.Close()
 	}
+	rt.flushWills() // mqtt_will.go
 }
 
 // waitMQTT waits for the accept loop and the readers: Shutdown's last step.
@@ -295,6 +319,7 @@ func (mq *mqttState) claim(s *mqttSession) *mqttSession {
 	defer mq.mu.Unlock()
 	old := mq.clients[s.clientID]
 	mq.clients[s.clientID] = s
+	mq.cancelWill(s.clientID) // [MQTT-3.1.3-9]
 	return old
 }
 

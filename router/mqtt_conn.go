@@ -141,8 +141,13 @@ type mqttSession struct {
 	clientID  string
 	assigned  string        // the client id the gateway chose, for the CONNACK
 	keepAlive time.Duration // 1.5 × the client's keep alive; 0: none
+	expiry    uint32        // MQTT 5's session expiry interval, seconds (reader goroutine)
 	maxOut    int           // the client's Maximum Packet Size; 0: MQTT's
 	window    int           // the in-flight bound of QoS 1 and 2 deliveries
+
+	// will is the session's will message, nil when none or discarded
+	// (mqtt_will.go).
+	will atomic.Pointer[mqttWill]
 
 	// disc is the reason code of the DISCONNECT the transport sends when
 	// the session closes (0: derived from the close status).
@@ -150,6 +155,13 @@ type mqttSession struct {
 
 	filters  map[string]*mqttFilter  // reader goroutine only
 	patterns map[string]*mqttPattern // reader goroutine only
+	// noLocal counts the filters with no local (reader goroutine only):
+	// while there are any, the session's publishes carry its id
+	// (mqtt_retain.go).
+	noLocal int
+	// retainSeq numbers the retained messages queued (reader goroutine
+	// only), the offsets of their stream.
+	retainSeq int64
 
 	closed    chan struct{} // closed with the connection
 	closeOnce sync.Once
@@ -177,6 +189,8 @@ type mqttSession struct {
 // native patterns (mqttPattern).
 type mqttFilter struct {
 	qos      byte
+	noLocal  bool // MQTT 5's no local
+	rap      bool // MQTT 5's retain as published
 	patterns []string
 }
 
@@ -293,6 +307,10 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 	if rc != rcSuccess {
 		return refuse(rc)
 	}
+	will, rc := rt.admitWill(pk, who) // mqtt_will.go
+	if rc != rcSuccess {
+		return refuse(rc)
+	}
 	s := &mqttSession{rt: rt, nc: nc, version: v, clientID: id,
 		window: mq.opts.MaxInFlight, filters: make(map[string]*mqttFilter), patterns: make(map[string]*mqttPattern),
 		closed: make(chan struct{}), inflight: make(map[uint16]struct{}), rx: make(map[uint16]struct{}), groupAcks: make(map[uint16]groupAck)}
@@ -304,10 +322,12 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 			s.window = min(s.window, rm)
 		}
 		s.maxOut = int(pk.Properties.MaximumPacketSize)
+		s.expiry = pk.Properties.SessionExpiryInterval
 	}
 	if assigned {
 		s.assigned = id
 	}
+	s.will.Store(will)
 	s.cn = rt.newConn(c, transportMQTT, who, false)
 	s.cn.mqtt = s
 	return s
@@ -354,6 +374,9 @@ func (s *mqttSession) connack() []byte {
 		p.ReceiveMaximum = uint16(min(s.rt.opts.PublishPipeline, 65535))
 		p.MaximumPacketSize = uint32(s.rt.mq.opts.MaxPacketBytes)
 		p.RetainAvailable, p.RetainAvailableFlag = 0, true
+		if s.rt.retainer() != nil {
+			p.RetainAvailable = 1
+		}
 		p.SubIDAvailable, p.SubIDAvailableFlag = 0, true
 		p.WildcardSubAvailable, p.WildcardSubAvailableFlag = 1, true
 	}
@@ -389,6 +412,7 @@ func (s *mqttSession) run(release func()) {
 	if err := cn.sess.Start(cn.ctx, nil, func(err error) {
 		cn.runEnd(err, release)
 		rt.mq.release(s)
+		s.endWill()
 		close(ended)
 	}); err != nil {
 		cn.runEnd(err, release) // not started before: cannot happen
@@ -475,6 +499,10 @@ func (s *mqttSession) handle(pk *packets.Packet) bool {
 		s.cn.sess.Send(session.Item{Frame: pingresp})
 	case packets.Disconnect:
 		// A normal end: no DISCONNECT goes back.
+		if !s.disconnected(pk) { // mqtt_will.go
+			s.end(rcProtocolError, "session expiry set by DISCONNECT after 0 in CONNECT")
+			return false
+		}
 		s.disc.Store(uint32(rcSuccess) | discNone)
 		s.cn.sess.Close(closeStatusMQTT, "client disconnected")
 		return false

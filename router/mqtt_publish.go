@@ -50,7 +50,7 @@ func (s *mqttSession) publish(pk *packets.Packet) bool {
 		}
 	}
 	if s.version == mqtt.Version5 {
-		if pk.FixedHeader.Retain {
+		if pk.FixedHeader.Retain && s.rt.retainer() == nil {
 			s.end(rcRetainUnsupported, "retained messages are not supported") // the CONNACK said Retain Available 0
 			return false
 		}
@@ -69,9 +69,18 @@ func (s *mqttSession) publish(pk *packets.Packet) bool {
 		return s.refusePublish(pk, rcBadTopic)
 	}
 	msg, rc := s.message(native, pk)
+	if rc == rcSuccess && pk.FixedHeader.Retain && s.rt.retainer() != nil {
+		rc = s.retain(&msg, q) // mqtt_retain.go
+	}
 	if rc != rcSuccess {
 		s.forgetRx(pk)
 		return s.refusePublish(pk, rc)
+	}
+	if pk.FixedHeader.Retain {
+		msg.Headers = withHeader(msg.Headers, mqttRetainHeader, "1")
+	}
+	if s.noLocal > 0 {
+		msg.Headers = withHeader(msg.Headers, mqttOriginHeader, s.cn.id)
 	}
 	s.appendPublish(msg, q, pk.PacketID)
 	return true
@@ -102,7 +111,8 @@ func (s *mqttSession) message(native string, pk *packets.Packet) (engine.Message
 				msg.Key = u.Val
 				continue
 			}
-			if u.Key == wire.BinaryHeader || !utf8.ValidString(u.Key) || !utf8.ValidString(u.Val) {
+			if u.Key == wire.BinaryHeader || u.Key == mqttRetainHeader || u.Key == mqttOriginHeader ||
+				!utf8.ValidString(u.Key) || !utf8.ValidString(u.Val) {
 				continue
 			}
 			if msg.Headers == nil {
@@ -219,4 +229,13 @@ func (s *mqttSession) ackPacket(typ byte, id uint16, rc byte) []byte {
 		return []byte{first, 2, byte(id >> 8), byte(id)}
 	}
 	return []byte{first, 3, byte(id >> 8), byte(id), rc}
+}
+
+// withHeader returns h with k set to v, h itself when it is not nil.
+func withHeader(h map[string]string, k, v string) map[string]string {
+	if h == nil {
+		h = make(map[string]string, 1)
+	}
+	h[k] = v
+	return h
 }

@@ -42,8 +42,20 @@ func (s *mqttSession) subscribe(pk *packets.Packet) bool {
 	}
 	codes := make([]byte, len(pk.Filters))
 	var started, joined []*subscription
+	var retained []retainedFor
 	for i := range pk.Filters {
-		rc := s.subscribeOne(&pk.Filters[i], &started, &joined)
+		f := &pk.Filters[i]
+		if s.version == mqtt.Version5 && f.NoLocal && strings.HasPrefix(f.Filter, "$share/") {
+			s.end(rcProtocolError, "no local on a shared subscription") // [MQTT-3.8.3-4]
+			return false
+		}
+		_, existed := s.filters[f.Filter]
+		rc := s.subscribeOne(f, &started, &joined)
+		if !strings.HasPrefix(f.Filter, "$share/") && s.wantsRetained(f, rc, existed) {
+			if mf := s.filters[f.Filter]; mf != nil {
+				retained = append(retained, retainedFor{patterns: mf.patterns, qos: mf.qos})
+			}
+		}
 		if rc > 2 {
 			s.rt.mq.m.refused.WithLabelValues(reasonName(rc)).Inc()
 			if s.version != mqtt.Version5 {
@@ -75,6 +87,9 @@ func (s *mqttSession) subscribe(pk *packets.Packet) bool {
 	s.cn.sess.Send(session.Item{Frame: b.Bytes()})
 	for _, sub := range joined {
 		sub.release() // the group's deliveries waited for the SUBACK
+	}
+	if len(retained) > 0 {
+		s.sendRetained(retained) // after the SUBACK (mqtt_retain.go)
 	}
 	return true
 }
@@ -136,10 +151,16 @@ func (s *mqttSession) subscribeOne(f *packets.Subscription, started, joined *[]*
 		s.patterns[p] = &mqttPattern{sub: sub}
 	}
 	mf := &mqttFilter{qos: qos, patterns: patterns}
+	if s.version == mqtt.Version5 {
+		mf.noLocal, mf.rap = f.NoLocal, f.RetainAsPublished
+	}
+	if mf.noLocal {
+		s.noLocal++
+	}
 	for _, p := range patterns {
 		mp := s.patterns[p]
-		mp.users[qos]++
-		mp.sub.mqttQoS.Store(uint32(mp.qos()))
+		mp.add(mf, 1)
+		mp.sub.mqttQoS.Store(mp.options())
 	}
 	s.filters[strings.Clone(f.Filter)] = mf
 	*started = append(*started, made...)
@@ -147,10 +168,39 @@ func (s *mqttSession) subscribeOne(f *packets.Subscription, started, joined *[]*
 }
 
 // mqttPattern is a native pattern an MQTT session subscribes to, shared by
-// the filters that map to it: it delivers at the highest of their QoS.
+// the filters that map to it: it delivers at the highest of their QoS,
+// leaves out the session's own publishes only if every one of them has no
+// local, and keeps RETAIN if one of them has retain as published.
 type mqttPattern struct {
-	sub   *subscription
-	users [3]int // the filters using it, by granted QoS
+	sub     *subscription
+	users   [3]int // the filters using it, by granted QoS
+	noLocal int    // of those, the ones with no local
+	rap     int    // and with retain as published
+}
+
+// add counts filter mf among the pattern's users (n 1) or takes it off
+// (n -1).
+func (mp *mqttPattern) add(mf *mqttFilter, n int) {
+	mp.users[mf.qos] += n
+	if mf.noLocal {
+		mp.noLocal += n
+	}
+	if mf.rap {
+		mp.rap += n
+	}
+}
+
+// options is the pattern's subscription.mqttQoS: its QoS and the option
+// bits (mqtt_retain.go).
+func (mp *mqttPattern) options() uint32 {
+	o := uint32(mp.qos())
+	if mp.noLocal > 0 && mp.noLocal == mp.users[0]+mp.users[1]+mp.users[2] {
+		o |= mqttNoLocal
+	}
+	if mp.rap > 0 {
+		o |= mqttRetainPub
+	}
+	return o
 }
 
 func (mp *mqttPattern) qos() byte {
@@ -171,14 +221,17 @@ func (cn *conn) holds(sub *subscription) bool {
 
 // release gives up a filter's patterns, ending those no other filter uses.
 func (s *mqttSession) release(mf *mqttFilter) {
+	if mf.noLocal {
+		s.noLocal--
+	}
 	for _, p := range mf.patterns {
 		mp := s.patterns[p]
 		if mp == nil {
 			continue
 		}
-		mp.users[mf.qos]--
+		mp.add(mf, -1)
 		if mp.users[0]+mp.users[1]+mp.users[2] > 0 {
-			mp.sub.mqttQoS.Store(uint32(mp.qos()))
+			mp.sub.mqttQoS.Store(mp.options())
 			continue
 		}
 		delete(s.patterns, p)

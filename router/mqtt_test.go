@@ -31,6 +31,7 @@ type mqttMsg struct {
 	topic   string
 	payload string
 	qos     byte
+	retain  bool
 	props   map[string]string
 }
 
@@ -56,7 +57,7 @@ func dialMQTT(t *testing.T, g *gateway, version byte, transport, id, pw string) 
 		}
 		c.v5 = paho.NewClient(paho.ClientConfig{Conn: nc,
 			OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
-				m := mqttMsg{topic: pr.Packet.Topic, payload: string(pr.Packet.Payload), qos: pr.Packet.QoS, props: map[string]string{}}
+				m := mqttMsg{topic: pr.Packet.Topic, payload: string(pr.Packet.Payload), qos: pr.Packet.QoS, retain: pr.Packet.Retain, props: map[string]string{}}
 				if pr.Packet.Properties != nil {
 					for _, u := range pr.Packet.Properties.User {
 						m.props[u.Key] = u.Value
@@ -91,7 +92,7 @@ func dialMQTT(t *testing.T, g *gateway, version byte, transport, id, pw string) 
 		SetCleanSession(true).SetAutoReconnect(false).SetOrderMatters(true).SetKeepAlive(30 * time.Second).
 		SetConnectTimeout(waitTimeout).
 		SetDefaultPublishHandler(func(_ mqtt311.Client, m mqtt311.Message) {
-			c.msgs <- mqttMsg{topic: m.Topic(), payload: string(m.Payload()), qos: m.Qos()}
+			c.msgs <- mqttMsg{topic: m.Topic(), payload: string(m.Payload()), qos: m.Qos(), retain: m.Retained()}
 		})
 	if pw != "" {
 		opts.SetUsername("u").SetPassword(pw)
@@ -546,7 +547,7 @@ func TestMQTTSessionBasics(t *testing.T) {
 		if !strings.HasPrefix(ack.Properties.AssignedClientID, "switchyard-") {
 			t.Fatalf("assigned client id %q", ack.Properties.AssignedClientID)
 		}
-		if ack.Properties.MaximumQosFlag || ack.Properties.RetainAvailable != 0 || !ack.Properties.RetainAvailableFlag {
+		if ack.Properties.MaximumQosFlag || ack.Properties.RetainAvailable != 1 || !ack.Properties.RetainAvailableFlag {
 			t.Fatalf("CONNACK properties %+v", ack.Properties)
 		}
 	})

@@ -33,7 +33,6 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/mqtt"
 	"github.com/switchyard/switchyard/session"
 )
@@ -277,11 +276,12 @@ func (s *mqttSession) encodeGap(dst []byte, _ session.Stream, _, _ int64) []byte
 }
 
 // mqttFrames are one record's PUBLISH packets for MQTT sessions, made on
-// first use during its fan-out: per protocol level (3.1.1, 5) and QoS.
+// first use during its fan-out: per protocol level (3.1.1, 5) and QoS,
+// and with RETAIN for subscriptions with retain as published.
 type mqttFrames struct {
-	topic  string // the MQTT name; "" before the first use
-	noName bool   // the native topic has no MQTT name
-	frames [2][3][]byte
+	topic  string          // the MQTT name; "" before the first use
+	noName bool            // the native topic has no MQTT name
+	frames [2][2][3][]byte // by RETAIN (retain as published), level, QoS
 }
 
 // frame returns the packet for a subscription of an MQTT session, nil
@@ -299,21 +299,26 @@ func (f *mqttFrames) frame(rec *engine.Record, s *subscription) []byte {
 		}
 		f.topic = t
 	}
-	v, q := 0, int(s.mqttQoS.Load())
+	opts := s.mqttQoS.Load()
+	v, q, r := 0, int(opts&mqttQoSMask), 0
+	if opts&(mqttNoLocal|mqttRetainPub) != 0 { // MQTT 5 options (mqtt_retain.go)
+		if opts&mqttNoLocal != 0 && fromSelf(rec, s) {
+			s.c.rt.mq.m.skipped.WithLabelValues("no_local").Inc()
+			return nil
+		}
+		if _, ok := rec.Headers[mqttRetainHeader]; ok && opts&mqttRetainPub != 0 {
+			r = 1
+		}
+	}
 	if s.c.mqtt.version == mqtt.Version5 {
 		v = 1
 	}
-	if b := f.frames[v][q]; b != nil {
+	if b := f.frames[r][v][q]; b != nil {
 		return b
 	}
 	pk := packets.Packet{TopicName: f.topic, Payload: rec.Data, FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: byte(q)}}
 	if v == 1 {
-		for k, val := range wire.UserHeaders(rec.Headers) {
-			pk.Properties.User = append(pk.Properties.User, packets.UserProperty{Key: k, Val: val})
-		}
-		if rec.Key != "" {
-			pk.Properties.User = append(pk.Properties.User, packets.UserProperty{Key: mqttKeyProperty, Val: rec.Key})
-		}
+		pk.Properties.User = userProperties(rec.Headers, rec.Key)
 	}
 	b, err := mqtt.EncodePublishFrame(pk, s.c.mqtt.version)
 	if err != nil {
@@ -321,6 +326,7 @@ func (f *mqttFrames) frame(rec *engine.Record, s *subscription) []byte {
 		f.noName = true
 		return nil
 	}
-	f.frames[v][q] = b
+	b[0] |= byte(r) // RETAIN, for retain as published
+	f.frames[r][v][q] = b
 	return b
 }

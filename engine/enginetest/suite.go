@@ -155,6 +155,8 @@ func Run(t *testing.T, f Features, newEngine Factory) {
 		{"DeadLetters/BoundedPerGroup", testDeadLettersBoundedPerGroup},
 		{"DeadLetters/BoundedInAll", testDeadLettersBoundedInAll},
 		{"DeadLetters/LargeRecord", testLargeRecordLetter},
+		{"Retained/StoreReplaceRemove", testRetained},
+		{"Retained/Bounds", testRetainedBounds},
 		{"Close", testClose},
 		{"Groups/SeekRacesClose", testSeekRacesClose},
 	}

@@ -34,6 +34,8 @@
 //   - Dead letters: the <prefix>_dl stream (deadletter.go, redrive.go,
 //     their encoding letterenc.go; see Dead letters below).
 //   - Presence: the <prefix>_presence bucket (presence.go).
+//   - Retained messages: the <prefix>_retained bucket and each node's
+//     view of it (retained.go).
 //   - Replicas of every stream and bucket: replicas.go; the record
 //     stream's count as it is now, which the pipeline follows:
 //     replicas_live.go. Opening them and
@@ -128,7 +130,7 @@
 // letterQueue.lmu and dlBounds.mu (deadletter.go), topicList.topicsMu
 // (listing.go), the mutexes in Engine.life and Engine.observers, and
 // presence's two, taken in the order presence.notifyMu, presence.mu
-// (presence.go).
+// (presence.go), and retained.mu (retained.go).
 //
 // No NATS round trip happens under gmu: records missing from the cache are
 // fetched by a goroutine per cursor, dead letters are stored by the letter

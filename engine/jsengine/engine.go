@@ -40,7 +40,8 @@ type Options struct {
 	Conn *nats.Conn
 	// Prefix namespaces everything the engine creates in NATS: the streams
 	// <Prefix>_rec and <Prefix>_dl, the buckets <Prefix>_topics,
-	// <Prefix>_groups, <Prefix>_live and <Prefix>_dedupe, and the subjects
+	// <Prefix>_groups, <Prefix>_live and <Prefix>_dedupe (and, once used,
+	// <Prefix>_presence and <Prefix>_retained), and the subjects
 	// <Prefix>.rec.> and <Prefix>.dl.>. Gateway nodes that share a Prefix
 	// share one log; tests use a unique Prefix to isolate themselves.
 	// Letters, digits, '_' and '-' only. Default: "switchyard".
@@ -143,6 +144,7 @@ type Engine struct {
 
 	observers lifecycle.Observers
 	pres      presence // see presence.go
+	ret       retained // see retained.go
 
 	// beforeMemberBeat, when set (by tests), runs in the heartbeat after
 	// it has listed this node's members and before it writes their keys.

@@ -56,6 +56,7 @@ type Engine struct {
 	life lifecycle.Guard // engine-closed flag and running timer callbacks
 
 	pres presence // see presence.go
+	ret  retained // see retained.go
 
 	gmu     sync.Mutex // guards following (not the groups' own state)
 	groups  map[string]*group

@@ -13,11 +13,12 @@ import (
 )
 
 // switchyardFeatures is what Switchyard's MQTT transport offers today
-// (docs/mqtt.md, "Left out"), less its shared subscriptions: a consumer
+// (docs/mqtt.md, "Left out"), retained messages included, less its
+// shared subscriptions: a consumer
 // group keeps the records published while it has no member and delivers
 // them to the next one, where Mosquitto drops them, a difference no
 // tolerance names yet.
-var switchyardFeatures = Features{QoS2: true}
+var switchyardFeatures = Features{QoS2: true, Retained: true}
 
 // startSwitchyard runs a gateway on the memory engine with its MQTT TCP
 // listener on a free loopback port and returns that port's address.

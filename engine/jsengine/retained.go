@@ -1,0 +1,246 @@
+package jsengine
+
+// Retained messages on JetStream (engine.Retainer): the bucket
+// <prefix>_retained holds one key per topic, hex(topic), whose value is
+// the message (retainedVal), and every node keeps the bucket's view in
+// memory, fed by a watcher, as presence does: the view answers Retained
+// and RetainedStats and checks the bounds. A call first reads the bucket
+// stream's last sequence and waits until the view has applied it, so it
+// sees every write that returned before it began, on any node. The view
+// holds at most the store's bound of bytes (RetainLimits.MaxBytes), on
+// every node.
+//
+// The bucket and its watcher start with the first retained call, tracked
+// by the engine's WaitGroup; the watcher exits when the engine closes.
+//
+// Lock order: retained.mu is a leaf lock.
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/trie"
+)
+
+var _ engine.Retainer = (*Engine)(nil)
+
+type retained struct {
+	once     sync.Once
+	startErr error
+	kv       jetstream.KeyValue
+
+	mu       sync.Mutex // leaf; guards the fields below
+	view     map[string]engine.RetainedMessage
+	bytes    int64
+	applied  uint64        // last revision applied to view
+	progress chan struct{} // closed and replaced when applied grows
+}
+
+type retainedVal struct {
+	Topic   string            `json:"t"`
+	Key     string            `json:"k,omitempty"`
+	Headers map[string]string `json:"h,omitempty"`
+	Data    []byte            `json:"d"`
+	QoS     uint8             `json:"q,omitempty"`
+	Time    time.Time         `json:"ts"`
+}
+
+func retainedKey(topic string) string { return hex.EncodeToString([]byte(topic)) }
+
+// retainedStart opens the bucket and starts its watcher once.
+func (e *Engine) retainedStart() (*retained, error) {
+	r := &e.ret
+	r.once.Do(func() {
+		if e.closed.Load() {
+			r.startErr = engine.ErrClosed
+			return
+		}
+		r.view = map[string]engine.RetainedMessage{}
+		r.progress = make(chan struct{})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		kv, err := e.openKV(ctx, jetstream.KeyValueConfig{Bucket: e.prefix + "_retained"})
+		if err != nil {
+			r.startErr = unavailable("retained bucket", err)
+			return
+		}
+		r.kv = kv
+		kw, err := e.watch(kv, 0)
+		if err != nil {
+			r.startErr = unavailable("retained watch", err)
+			return
+		}
+		ready := make(chan struct{}, 1)
+		e.wg.Add(1)
+		go e.watchLoop(kv, kw, e.retainedEvent, ready) // exits when the engine closes
+		select {
+		case <-ready:
+		case <-ctx.Done():
+		case <-e.closeCh:
+		}
+	})
+	if r.startErr != nil {
+		return nil, r.startErr
+	}
+	return r, nil
+}
+
+// retainedEvent applies one change of the bucket (watch loop goroutine).
+func (e *Engine) retainedEvent(ent jetstream.KeyValueEntry, _ bool) {
+	r := &e.ret
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var v retainedVal
+	put := ent.Operation() == jetstream.KeyValuePut && json.Unmarshal(ent.Value(), &v) == nil
+	if old, had := r.viewByKey(ent.Key()); had {
+		delete(r.view, old.Topic)
+		r.bytes -= old.Size()
+	}
+	if put && len(v.Data) > 0 {
+		m := engine.RetainedMessage{Topic: v.Topic, Key: v.Key, Headers: v.Headers, Data: v.Data, QoS: v.QoS, Time: v.Time}
+		r.view[m.Topic] = m
+		r.bytes += m.Size()
+	}
+	r.applied = max(r.applied, ent.Revision())
+	close(r.progress)
+	r.progress = make(chan struct{})
+}
+
+// viewByKey finds the view's message of a bucket key.
+func (r *retained) viewByKey(key string) (engine.RetainedMessage, bool) {
+	b, err := hex.DecodeString(key)
+	if err != nil {
+		return engine.RetainedMessage{}, false
+	}
+	m, ok := r.view[string(b)]
+	return m, ok
+}
+
+// sync waits until the view holds every write made to the bucket before
+// it was called.
+func (r *retained) sync(ctx context.Context) error {
+	st, err := r.kv.Status(ctx)
+	if err != nil {
+		return unavailable("retained bucket status", err)
+	}
+	var last uint64
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		last = bs.StreamInfo().State.LastSeq
+	}
+	return r.waitApplied(ctx, last)
+}
+
+// waitApplied waits until the view holds revision rev.
+func (r *retained) waitApplied(ctx context.Context, rev uint64) error {
+	for {
+		r.mu.Lock()
+		done, ch := r.applied >= rev, r.progress
+		r.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return unavailable("retained view", ctx.Err())
+		}
+	}
+}
+
+// SetRetained implements engine.Retainer.
+func (e *Engine) SetRetained(ctx context.Context, m engine.RetainedMessage, lim engine.RetainLimits) error {
+	r, err := e.retainedStart()
+	if err != nil {
+		return err
+	}
+	if err := r.sync(ctx); err != nil {
+		return err
+	}
+	key := retainedKey(m.Topic)
+	var rev uint64
+	if len(m.Data) == 0 {
+		r.mu.Lock()
+		_, had := r.view[m.Topic]
+		r.mu.Unlock()
+		if !had {
+			return nil
+		}
+		if err := r.kv.Delete(ctx, key); err != nil {
+			return unavailable("retained delete", err)
+		}
+		return r.sync(ctx)
+	}
+	r.mu.Lock()
+	old, had := r.view[m.Topic]
+	ok := lim.Admits(len(r.view), r.bytes, had, old.Size(), &m)
+	n, b := len(r.view), r.bytes
+	r.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("jsengine: %d retained messages of %d bytes held: %w", n, b, engine.ErrRetainedFull)
+	}
+	val, err := json.Marshal(retainedVal{Topic: m.Topic, Key: m.Key, Headers: m.Headers, Data: m.Data, QoS: m.QoS, Time: m.Time})
+	if err != nil {
+		return err
+	}
+	if rev, err = r.kv.Put(ctx, key, val); err != nil {
+		return unavailable("retained put", err)
+	}
+	return r.waitApplied(ctx, rev)
+}
+
+// Retained implements engine.Retainer.
+func (e *Engine) Retained(ctx context.Context, pattern string, fn func(engine.RetainedMessage) bool) error {
+	r, err := e.retainedStart()
+	if err != nil {
+		return err
+	}
+	if err := r.sync(ctx); err != nil {
+		return err
+	}
+	var out []engine.RetainedMessage
+	r.mu.Lock()
+	for t, m := range r.view {
+		if trie.Matches(pattern, t) {
+			out = append(out, m)
+		}
+	}
+	r.mu.Unlock()
+	for _, m := range out {
+		// The view's messages are never changed in place (an event
+		// replaces them), so handing them out shares nothing writable
+		// but the caller's own copy of the maps and slices.
+		m.Data = append([]byte(nil), m.Data...)
+		if m.Headers != nil {
+			h := make(map[string]string, len(m.Headers))
+			for k, v := range m.Headers {
+				h[k] = v
+			}
+			m.Headers = h
+		}
+		if !fn(m) {
+			break
+		}
+	}
+	return nil
+}
+
+// RetainedStats implements engine.Retainer.
+func (e *Engine) RetainedStats(ctx context.Context) (int, int64, error) {
+	r, err := e.retainedStart()
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := r.sync(ctx); err != nil {
+		return 0, 0, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.view), r.bytes, nil
+}
