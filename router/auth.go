@@ -237,29 +237,25 @@ func (rt *Router) requirePoll(next echo.HandlerFunc) echo.HandlerFunc {
 // DefaultJWKSRefresh is AuthOptions.JWKSRefresh's default.
 const DefaultJWKSRefresh = auth.DefaultJWKSRefresh
 
-// startJWKS registers the key set's metrics (at zero without a JWKS),
-// which follow the key set in force across reloads, and starts the
-// refresh goroutine of the first (runJWKS, reload.go).
+// startJWKS registers the key set's metrics: the fetch counters go on
+// across reloads (Router.jwksCounts counts the fetches of every key set
+// the Router has had), the key count follows the set in force (zero
+// without one). It starts the refresh goroutine of the first key set
+// (runJWKS, reload.go).
 func (rt *Router) startJWKS() {
 	jwks := func() *auth.JWKS { return rt.settings().auth.JWKS() }
 	const ns = "switchyard"
 	for _, outcome := range []string{"ok", "error", "rate_limited"} {
+		n := &rt.jwksCounts.OK
+		switch outcome {
+		case "error":
+			n = &rt.jwksCounts.Failed
+		case "rate_limited":
+			n = &rt.jwksCounts.Limited
+		}
 		rt.opts.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "jwks_fetches_total",
 			Help:        "JWKS fetches by outcome (rate_limited: an unknown kid arrived within the minimum interval).",
-			ConstLabels: prometheus.Labels{"outcome": outcome}}, func() float64 {
-			j := jwks()
-			if j == nil {
-				return 0
-			}
-			ok, failed, limited := j.Fetches()
-			switch outcome {
-			case "ok":
-				return float64(ok)
-			case "error":
-				return float64(failed)
-			}
-			return float64(limited)
-		}))
+			ConstLabels: prometheus.Labels{"outcome": outcome}}, func() float64 { return float64(n.Load()) }))
 	}
 	rt.opts.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "jwks_keys",
 		Help: "Keys in the current JWKS."}, func() float64 {

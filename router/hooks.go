@@ -54,6 +54,12 @@ func newHooks(o HookOptions, m *hookc.Metrics) (*hookc.Client, error) {
 	return hookc.New(o, m)
 }
 
+// use puts h (nil: no hook) in force and makes m's gauges show it.
+func (h *hooks) use(c *hookc.Client, m *hookc.Metrics) {
+	h.cur.Store(c)
+	m.Track(c)
+}
+
 // client returns the hook client in force; nil when no hook is enabled.
 func (h *hooks) client() *hookc.Client { return h.cur.Load() }
 

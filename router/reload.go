@@ -46,6 +46,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/switchyard/switchyard/router/internal/auth"
 	"github.com/switchyard/switchyard/router/internal/limit"
 )
 
@@ -70,8 +71,10 @@ type liveSettings struct {
 
 // newLiveSettings builds the live settings of opts (defaults applied);
 // reuse, when not nil, are the running ones whose per-address connect
-// buckets are kept when the rate is unchanged.
-func newLiveSettings(opts Options, reuse *liveSettings) (*liveSettings, error) {
+// buckets are kept when the rate is unchanged; jwks counts the fetches of
+// the key set, if any, across reloads (the jwks_fetches_total counters).
+func newLiveSettings(opts Options, reuse *liveSettings, jwks *auth.FetchCounts) (*liveSettings, error) {
+	opts.Auth.JWKSCounts = jwks
 	a, err := newAuthenticator(opts.Auth)
 	if err != nil {
 		return nil, err
@@ -118,7 +121,7 @@ func (rt *Router) Reload(opts Options) error {
 		return errors.New("router: shutting down")
 	}
 	old := rt.settings()
-	next, err := newLiveSettings(opts, old)
+	next, err := newLiveSettings(opts, old, rt.jwksCounts)
 	if err != nil {
 		return err
 	}
@@ -132,7 +135,7 @@ func (rt *Router) Reload(opts Options) error {
 		return err
 	}
 	rt.limits.conns.SetMax(next.maxConns, next.maxConnsPerIP)
-	rt.hooks.cur.Store(h)
+	rt.hooks.use(h, rt.hookm)
 	rt.set.Store(next)
 	close(old.jwksStop)
 	rt.runJWKS(next)

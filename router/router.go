@@ -170,6 +170,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/router/internal/auth"
 	hookc "github.com/switchyard/switchyard/router/internal/hooks"
 	"github.com/switchyard/switchyard/session"
 	"github.com/switchyard/switchyard/trie"
@@ -428,9 +429,12 @@ type Router struct {
 	reloadMu sync.Mutex     // serializes Reload (reload.go); a leaf lock
 	hooks    *hooks         // the hook client in force (Reload swaps it)
 	hookm    *hookc.Metrics // the hooks' metrics, for the clients Reload makes
-	pres     *presenceHub
-	limits   *limiter
-	lim      *limitMetrics
+	// jwksCounts count the fetches of every key set the Router has had,
+	// so that jwks_fetches_total goes on across reloads (auth.go).
+	jwksCounts *auth.FetchCounts
+	pres       *presenceHub
+	limits     *limiter
+	lim        *limitMetrics
 
 	httpm        *httpMetrics
 	writeTimeout atomic.Int64 // the NewServer's write timeout, for long polls
@@ -459,24 +463,26 @@ func New(opts Options) (*Router, error) {
 		// A message of ReadLimit bytes could never finish arriving.
 		return nil, fmt.Errorf("router: the inbound read budget (%d bytes) must be at least the largest frame (%d bytes)", b.Max(), opts.Session.ReadLimit)
 	}
-	set, err := newLiveSettings(opts, nil)
+	jwks := new(auth.FetchCounts)
+	set, err := newLiveSettings(opts, nil, jwks)
 	if err != nil {
 		return nil, err
 	}
 	rt := &Router{
-		opts:    opts,
-		eng:     opts.Engine,
-		log:     opts.Logger,
-		subs:    trie.New[*subscription](),
-		conns:   make(map[*conn]struct{}),
-		pulls:   make(map[string]*pullMember),
-		pullsBy: make(map[string]int),
-		local:   make(map[*LocalSubscription]struct{}),
-		stopBG:  make(chan struct{}),
-		dlq:     make(chan engine.DeadLetter, deadLetterBuffer),
-		hooks:   &hooks{},
-		limits:  newLimiter(opts),
-		sse:     newSSEResume(opts.SSE.withDefaults(), opts.Registry),
+		opts:       opts,
+		eng:        opts.Engine,
+		log:        opts.Logger,
+		subs:       trie.New[*subscription](),
+		conns:      make(map[*conn]struct{}),
+		pulls:      make(map[string]*pullMember),
+		pullsBy:    make(map[string]int),
+		local:      make(map[*LocalSubscription]struct{}),
+		stopBG:     make(chan struct{}),
+		dlq:        make(chan engine.DeadLetter, deadLetterBuffer),
+		hooks:      &hooks{},
+		jwksCounts: jwks,
+		limits:     newLimiter(opts),
+		sse:        newSSEResume(opts.SSE.withDefaults(), opts.Registry),
 	}
 	rt.set.Store(set)
 	rt.hookm = rt.registerMetrics()
@@ -484,7 +490,7 @@ func New(opts Options) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt.hooks.cur.Store(h)
+	rt.hooks.use(h, rt.hookm)
 	rt.ctx, rt.cancel = context.WithCancel(context.Background())
 	rt.echo = rt.routes()
 	if err := rt.startMQTT(); err != nil {

@@ -81,6 +81,11 @@ type Options struct {
 	JWKSMinInterval time.Duration
 	// JWKSClient fetches JWKSURL. Default: a client with a 5s timeout.
 	JWKSClient *http.Client
+	// JWKSCounts, when not nil, counts the key set's fetches too, beside
+	// the set's own count (JWKS.Fetches): counts that go on across the key
+	// sets of several Authenticators, as a gateway's reloads make them.
+	// Default: none.
+	JWKSCounts *FetchCounts
 	// Claims names the token claims that carry the grants, for identity
 	// providers that put custom claims under namespaced keys. Default:
 	// "publish", "subscribe" and "groups".
