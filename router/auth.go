@@ -130,7 +130,7 @@ func (rt *Router) unauthorized(c echo.Context, ae *authError, hint string) error
 // the token query parameter.
 func (rt *Router) authWS(c echo.Context) (*principal, error) {
 	hook := rt.hooks.enabled(hookConnect)
-	a := rt.settings().auth
+	a := rt.authSettings(c).auth
 	if !a.enabled {
 		if hook {
 			return rt.hookConnect(c)

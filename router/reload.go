@@ -18,9 +18,10 @@ package router
 //   - Keys (HMAC secrets, public and named keys, JWKS URL or file,
 //     audience, issuer, claim names, admin key, anonymous grants): every
 //     credential checked after the swap (a connect, an HTTP call, a
-//     refresh) is checked with the new keys. A session already open keeps
-//     the principal it was admitted with until it refreshes or ends; its
-//     token is not checked again.
+//     refresh) is checked with the new keys, and so is the credential of
+//     every open session (recheck.go): a session whose credential is
+//     refused is closed (1008), one whose grants shrank loses the
+//     subscriptions they no longer allow.
 //   - Hooks (URL, which hooks, timeout, fail-open, headers, cookies, slots,
 //     cache): calls made after the swap use the new client and an empty
 //     cache; calls in flight finish on the old one.
@@ -139,6 +140,7 @@ func (rt *Router) Reload(opts Options) error {
 	rt.set.Store(next)
 	close(old.jwksStop)
 	rt.runJWKS(next)
+	rt.recheckStart(next)
 	return nil
 }
 

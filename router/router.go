@@ -429,6 +429,9 @@ type Router struct {
 	reloadMu sync.Mutex     // serializes Reload (reload.go); a leaf lock
 	hooks    *hooks         // the hook client in force (Reload swaps it)
 	hookm    *hookc.Metrics // the hooks' metrics, for the clients Reload makes
+	// rechecks are the reloads' re-checks of open sessions under way
+	// (recheck.go).
+	rechecks sync.WaitGroup
 	// jwksCounts count the fetches of every key set the Router has had,
 	// so that jwks_fetches_total goes on across reloads (auth.go).
 	jwksCounts *auth.FetchCounts
