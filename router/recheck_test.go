@@ -8,6 +8,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/switchyard/switchyard/router"
 )
@@ -137,4 +138,29 @@ func TestReloadNarrowsGrants(t *testing.T) {
 		t.Fatal(err)
 	}
 	closedWith(t, c, websocket.StatusPolicyViolation, router.CloseCredentialRefusedReason)
+}
+
+// TestReloadEndsMQTTSession: an MQTT session whose password's token a
+// reload no longer accepts is ended with a DISCONNECT of reason "not
+// authorized" (MQTT 5).
+func TestReloadEndsMQTTSession(t *testing.T) {
+	gone := []byte("a-secret-the-reload-removes-0123456789abcd")
+	g := newGateway(t, withMQTT, func(c *gwConfig) {
+		c.router.Auth = router.AuthOptions{HMACSecrets: [][]byte{hmacSecret, gone}, AdminKey: adminKey}
+	})
+	r := dialRaw(t, g, "tcp", 5)
+	pk := connectPacket("recheck-5", 30)
+	pk.Connect.PasswordFlag = true
+	pk.Connect.Password = []byte(sign(t, jwt.SigningMethodHS256, gone, claims([]string{"m.#"}, []string{"m.#"}, nil)))
+	r.send(t, pk)
+	if ack := r.expect(t, packets.Connack); ack.ReasonCode != 0 {
+		t.Fatalf("CONNACK %#x", ack.ReasonCode)
+	}
+	if err := g.rt.Reload(router.Options{Auth: router.AuthOptions{HMACSecrets: [][]byte{hmacSecret}, AdminKey: adminKey}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := r.expect(t, packets.Disconnect); d.ReasonCode != 0x87 {
+		t.Fatalf("DISCONNECT %#x, want 0x87 (not authorized)", d.ReasonCode)
+	}
+	r.expectClosed(t)
 }
