@@ -30,16 +30,18 @@ package router
 // configures the first key ends them unless anonymous clients are
 // allowed, and then narrows them to the anonymous grants.
 //
-// The re-check runs on a goroutine of its own (Shutdown waits for it),
-// over a copy of the session list taken under the router's lock, in
-// batches of recheckBatch sessions, with no lock held while tokens are
-// verified; sessions sharing a credential within a batch verify it once.
-// A newer reload stops it: that reload's re-check covers every session.
+// A reload whose key options are unchanged (and which reads no key set)
+// checks nothing. The re-check runs on a goroutine of its own (Shutdown
+// waits for it), over a copy of the session list taken under the router's
+// lock, in batches of recheckBatch sessions, with no lock held while
+// tokens are verified; sessions sharing a credential within a batch verify
+// it once. A newer re-check stops it: that one covers every session.
 // A session listed after the copy was taken checks itself when it starts
 // (runStart), and a refresh checked with the settings a reload replaced
 // is checked again (refresh.go), so no credential escapes both.
 
 import (
+	"reflect"
 	"slices"
 	"sync/atomic"
 
@@ -97,22 +99,31 @@ func (rt *Router) admittedWith(c echo.Context) *liveSettings {
 	return rt.settings()
 }
 
+// keysChanged reports whether next may judge a credential otherwise than
+// old: its auth options differ, or it reads a key set (whose keys may
+// have changed whatever the options say).
+func keysChanged(old, next *liveSettings) bool {
+	return next.auth.JWKS() != nil || !reflect.DeepEqual(old.authOpts, next.authOpts)
+}
+
 // recheckStart starts the re-check of every open session with set, the
 // settings Reload has just put in force. Called with reloadMu held, so
 // that Shutdown (which takes it before it waits) sees the goroutine.
 func (rt *Router) recheckStart(set *liveSettings) {
+	gen := rt.recheckGen.Add(1)
 	rt.wg.Add(1)
 	rt.rechecks.Add(1)
 	go func() {
 		defer rt.wg.Done()
 		defer rt.rechecks.Done()
-		rt.recheckAll(set)
+		rt.recheckAll(set, gen)
 	}()
 }
 
 // recheckAll checks every open session's credential with set, a batch at
-// a time, until done, set is replaced or the Router shuts down.
-func (rt *Router) recheckAll(set *liveSettings) {
+// a time, until done, a newer re-check starts (rt.recheckGen is no longer
+// gen) or the Router shuts down.
+func (rt *Router) recheckAll(set *liveSettings, gen uint64) {
 	conns := rt.connList()
 	for batch := range slices.Chunk(conns, recheckBatch) {
 		select {
@@ -120,8 +131,8 @@ func (rt *Router) recheckAll(set *liveSettings) {
 			return
 		default:
 		}
-		if rt.settings() != set {
-			return // a newer reload checks them all again
+		if rt.recheckGen.Load() != gen {
+			return // a newer re-check checks them all
 		}
 		memo := make(map[string]verdict, len(batch))
 		for _, cn := range batch {

@@ -55,6 +55,7 @@ import (
 // never modified once stored in Router.set.
 type liveSettings struct {
 	auth             *authenticator
+	authOpts         AuthOptions // what auth was made from, to tell whether a reload changed it
 	origins          []string
 	maxSubscriptions int
 	publishRate      float64
@@ -82,6 +83,7 @@ func newLiveSettings(opts Options, reuse *liveSettings, jwks *auth.FetchCounts) 
 	}
 	s := &liveSettings{
 		auth:             a,
+		authOpts:         opts.Auth,
 		origins:          slices.Clone(opts.OriginPatterns),
 		maxSubscriptions: opts.MaxSubscriptions,
 		publishRate:      opts.PublishRate,
@@ -140,7 +142,9 @@ func (rt *Router) Reload(opts Options) error {
 	rt.set.Store(next)
 	close(old.jwksStop)
 	rt.runJWKS(next)
-	rt.recheckStart(next)
+	if keysChanged(old, next) {
+		rt.recheckStart(next)
+	}
 	return nil
 }
 

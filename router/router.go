@@ -98,7 +98,9 @@
 // replaying subscription runs one catch-up goroutine until it is live. An
 // MQTT connection runs its reader goroutine (mqtt_conn.go) until the
 // connection closes, and, once it has a shared subscription, an
-// acker goroutine until the session ends (mqtt_group.go).
+// acker goroutine until the session ends (mqtt_group.go). A reload that
+// changes the keys runs one goroutine that checks the open sessions'
+// credentials again until it is done (recheck.go).
 // Shutdown waits for all of them.
 //
 // Lock order. A lock is taken only while holding locks of earlier entries,
@@ -431,7 +433,8 @@ type Router struct {
 	hookm    *hookc.Metrics // the hooks' metrics, for the clients Reload makes
 	// rechecks are the reloads' re-checks of open sessions under way
 	// (recheck.go).
-	rechecks sync.WaitGroup
+	rechecks   sync.WaitGroup
+	recheckGen atomic.Uint64 // bumped by each re-check started
 	// jwksCounts count the fetches of every key set the Router has had,
 	// so that jwks_fetches_total goes on across reloads (auth.go).
 	jwksCounts *auth.FetchCounts
