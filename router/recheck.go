@@ -13,7 +13,8 @@ package router
 //     is closed with 1008 and the reason CloseCredentialRefusedReason, an
 //     SSE stream gets the same code and reason in its close event, an MQTT
 //     client a DISCONNECT of reason "not authorized" (MQTT 5). Counted in
-//     switchyard_reload_sessions_ended_total.
+//     switchyard_reload_sessions_ended_total (the sessions checked are
+//     counted in switchyard_reload_sessions_checked_total).
 //   - A credential still accepted whose grants no longer allow some of the
 //     session's subscriptions narrows the session as a refresh with fewer
 //     grants does (refresh.go): each such subscription ends with
@@ -138,6 +139,7 @@ func (rt *Router) recheckAll(set *liveSettings, gen uint64) {
 		for _, cn := range batch {
 			cn.recheck(set, memo)
 		}
+		rt.lim.reloadChecked.Add(float64(len(batch)))
 	}
 }
 

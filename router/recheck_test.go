@@ -164,3 +164,31 @@ func TestReloadEndsMQTTSession(t *testing.T) {
 	}
 	r.expectClosed(t)
 }
+
+// TestReloadChecksOnlyWhenKeysChange: a reload of limits alone checks no
+// session; one that changes the keys checks every open session once.
+func TestReloadChecksOnlyWhenKeysChange(t *testing.T) {
+	auth := router.AuthOptions{HMACSecrets: [][]byte{hmacSecret}, AdminKey: adminKey}
+	g := newGateway(t, func(c *gwConfig) { c.router.Auth = auth })
+	tok := hs256(t, claims(nil, []string{"c.#"}, nil))
+	for range 3 {
+		g.dialToken(t, tok)
+	}
+	checked := func() float64 { return metricValue(t, g.reg, "switchyard_reload_sessions_checked_total", nil) }
+	if err := g.rt.Reload(router.Options{Auth: auth, MaxConnections: 50}); err != nil {
+		t.Fatal(err)
+	}
+	g.rt.WaitRechecks()
+	if n := checked(); n != 0 {
+		t.Fatalf("sessions checked after a reload of limits: %v, want 0", n)
+	}
+	more := auth
+	more.HMACSecrets = [][]byte{hmacSecret, []byte("a-second-secret-0123456789abcdef-0123")}
+	if err := g.rt.Reload(router.Options{Auth: more, MaxConnections: 50}); err != nil {
+		t.Fatal(err)
+	}
+	g.rt.WaitRechecks()
+	if n := checked(); n != 3 {
+		t.Fatalf("sessions checked after a reload of the keys: %v, want 3", n)
+	}
+}
