@@ -48,6 +48,8 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
+
+	"github.com/switchyard/switchyard/router/internal/auth"
 )
 
 // CloseCredentialRefusedReason is the close reason (code 1008) of a
@@ -168,6 +170,9 @@ func (cn *conn) recheck(set *liveSettings, memo map[string]verdict) {
 			memo[old.Credential] = v
 		}
 	}
+	if v.ae == auth.ErrExpired {
+		return // its expiry timer closes it, as "token expired"
+	}
 	if v.ae != nil {
 		cn.endRefused()
 		return
@@ -185,8 +190,14 @@ func (cn *conn) recheck(set *liveSettings, memo map[string]verdict) {
 	cn.revoke("reload")
 }
 
-// endRefused closes the session because a reload refused its credential.
+// endRefused closes the session because a reload refused its credential;
+// a session already closing is left as it is, and not counted.
 func (cn *conn) endRefused() {
+	select {
+	case <-cn.sess.Closing():
+		return
+	default:
+	}
 	cn.rt.lim.reloadEnded.Inc()
 	cn.rt.log.Info("session ended: a reload no longer accepts its credential", "session", cn.id, "user", cn.info.user, "remote", cn.info.remote)
 	cn.sess.Close(websocket.StatusPolicyViolation, CloseCredentialRefusedReason)
