@@ -18,6 +18,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard/switchyard/internal/wire"
 	"github.com/switchyard/switchyard/router/internal/auth"
 	"github.com/switchyard/switchyard/trie"
 )
@@ -109,10 +110,19 @@ func bearer(r *http.Request) (string, bool) {
 	return strings.TrimSpace(cred), true
 }
 
-// unauthorized counts a refused credential and returns the 401 error.
-func (rt *Router) unauthorized(c echo.Context, ae *authError) error {
+// errNotBearer refuses an Authorization header of another scheme than
+// Bearer (counted as an invalid credential).
+var errNotBearer = &authError{Reason: auth.ErrBadCredential.Reason, Msg: "the Authorization header is not a bearer credential"}
+
+// unauthorized counts a refused credential and returns the 401 error. A
+// missing credential, or one not sent as a bearer one, is answered with
+// hint (wire.HintToken, wire.HintUpgradeToken): how to send one.
+func (rt *Router) unauthorized(c echo.Context, ae *authError, hint string) error {
 	rt.lim.authFailures.WithLabelValues(ae.Reason).Inc()
 	c.Response().Header().Set("WWW-Authenticate", `Bearer realm="switchyard"`)
+	if ae == auth.ErrNoCredential || ae == errNotBearer {
+		return perr(codeUnauthorized, "%s%s", ae.Msg, hint)
+	}
 	return perr(codeUnauthorized, "%s", ae.Msg)
 }
 
@@ -120,7 +130,7 @@ func (rt *Router) unauthorized(c echo.Context, ae *authError) error {
 // the token query parameter.
 func (rt *Router) authWS(c echo.Context) (*principal, error) {
 	hook := rt.hooks.enabled(hookConnect)
-	a := rt.settings().auth
+	a := rt.authSettings(c).auth
 	if !a.enabled {
 		if hook {
 			return rt.hookConnect(c)
@@ -129,7 +139,7 @@ func (rt *Router) authWS(c echo.Context) (*principal, error) {
 	}
 	cred, ok := bearer(c.Request())
 	if !ok {
-		return nil, rt.unauthorized(c, auth.ErrBadCredential)
+		return nil, rt.unauthorized(c, errNotBearer, wire.HintUpgradeToken)
 	}
 	if cred == "" {
 		cred = c.QueryParam("token")
@@ -140,7 +150,7 @@ func (rt *Router) authWS(c echo.Context) (*principal, error) {
 	}
 	p, ae := a.authenticate(cred)
 	if ae != nil {
-		return nil, rt.unauthorized(c, ae)
+		return nil, rt.unauthorized(c, ae, wire.HintUpgradeToken)
 	}
 	return p, nil
 }
@@ -157,11 +167,11 @@ func (rt *Router) authAPI(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		cred, ok := bearer(c.Request())
 		if !ok {
-			return rt.unauthorized(c, auth.ErrBadCredential)
+			return rt.unauthorized(c, errNotBearer, wire.HintToken)
 		}
 		p, ae := a.authenticate(cred)
 		if ae != nil {
-			return rt.unauthorized(c, ae)
+			return rt.unauthorized(c, ae, wire.HintToken)
 		}
 		c.Set(principalKey, p)
 		return next(c)
@@ -185,7 +195,7 @@ func (rt *Router) principalOf(c echo.Context) *principal {
 func (rt *Router) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if !rt.principalOf(c).Admin {
-			return rt.forbidden("admin", "this call needs the admin key")
+			return rt.forbidden("admin", "%s", "this call needs the admin key"+wire.HintAdminKey)
 		}
 		return next(c)
 	}
@@ -237,29 +247,25 @@ func (rt *Router) requirePoll(next echo.HandlerFunc) echo.HandlerFunc {
 // DefaultJWKSRefresh is AuthOptions.JWKSRefresh's default.
 const DefaultJWKSRefresh = auth.DefaultJWKSRefresh
 
-// startJWKS registers the key set's metrics (at zero without a JWKS),
-// which follow the key set in force across reloads, and starts the
-// refresh goroutine of the first (runJWKS, reload.go).
+// startJWKS registers the key set's metrics: the fetch counters go on
+// across reloads (Router.jwksCounts counts the fetches of every key set
+// the Router has had), the key count follows the set in force (zero
+// without one). It starts the refresh goroutine of the first key set
+// (runJWKS, reload.go).
 func (rt *Router) startJWKS() {
 	jwks := func() *auth.JWKS { return rt.settings().auth.JWKS() }
 	const ns = "switchyard"
 	for _, outcome := range []string{"ok", "error", "rate_limited"} {
+		n := &rt.jwksCounts.OK
+		switch outcome {
+		case "error":
+			n = &rt.jwksCounts.Failed
+		case "rate_limited":
+			n = &rt.jwksCounts.Limited
+		}
 		rt.opts.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "jwks_fetches_total",
 			Help:        "JWKS fetches by outcome (rate_limited: an unknown kid arrived within the minimum interval).",
-			ConstLabels: prometheus.Labels{"outcome": outcome}}, func() float64 {
-			j := jwks()
-			if j == nil {
-				return 0
-			}
-			ok, failed, limited := j.Fetches()
-			switch outcome {
-			case "ok":
-				return float64(ok)
-			case "error":
-				return float64(failed)
-			}
-			return float64(limited)
-		}))
+			ConstLabels: prometheus.Labels{"outcome": outcome}}, func() float64 { return float64(n.Load()) }))
 	}
 	rt.opts.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "jwks_keys",
 		Help: "Keys in the current JWKS."}, func() float64 {

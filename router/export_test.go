@@ -31,3 +31,7 @@ func UnsentGroupDeliveries(rt *Router) int {
 	}
 	return n
 }
+
+// WaitRechecks waits for the re-checks of open sessions that reloads
+// started (recheck.go).
+func (rt *Router) WaitRechecks() { rt.rechecks.Wait() }

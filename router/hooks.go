@@ -54,6 +54,12 @@ func newHooks(o HookOptions, m *hookc.Metrics) (*hookc.Client, error) {
 	return hookc.New(o, m)
 }
 
+// use puts h (nil: no hook) in force and makes m's gauges show it.
+func (h *hooks) use(c *hookc.Client, m *hookc.Metrics) {
+	h.cur.Store(c)
+	m.Track(c)
+}
+
 // client returns the hook client in force; nil when no hook is enabled.
 func (h *hooks) client() *hookc.Client { return h.cur.Load() }
 
@@ -142,7 +148,7 @@ func (rt *Router) hookConnect(c echo.Context) (*principal, error) {
 // the subscribe hook (cached per user, pattern and group). viaHook reports
 // that the hook allowed it.
 func (cn *conn) authorizeSubscribe(pattern, group string) (viaHook bool, pe *protoError) {
-	who := cn.who
+	who := cn.who.load()
 	grantsOK := who.CanSubscribe(pattern)
 	groupOK := group == "" || who.CanJoin(group)
 	if grantsOK && groupOK {
@@ -205,7 +211,7 @@ func (cn *conn) authorizePublish(req *request, data *[]byte, headers *map[string
 		return cn.rt.forbidden("publish", "not allowed to publish to %q", topic)
 	}
 	cn.flushDeferred() // before the round trip (deferral.go)
-	return cn.rt.hookPublish(cn.ctx, cn.id, cn.who, req.Key, data, headers, topic)
+	return cn.rt.hookPublish(cn.ctx, cn.id, cn.who.load(), req.Key, data, headers, topic)
 }
 
 // hookPublish asks the publish hook about a publish the grants of who do

@@ -41,8 +41,8 @@ type conn struct {
 	rt      *Router
 	sess    *session.Session
 	id      string
-	who     *principal    // what the session's credential allows; reader goroutine only (refresh replaces it)
-	set     *liveSettings // the live settings at admission: its per-session limits (reload.go)
+	who     heldPrincipal // what the session's credential allows; a refresh or a reload replaces it (recheck.go)
+	set     *liveSettings // the live settings its credential was checked with at admission: its per-session limits (reload.go)
 	client  string        // clientKey at connect, for the bounds on groups (groupcount.go)
 	expiry  *sessionExpiry
 	limiter *rate.Limiter // nil: unlimited (or a session without ops)
@@ -119,9 +119,10 @@ func (k transportKind) String() string {
 // session (cn.sess) with cn.sessionOptions, lists it (addConn), starts it
 // (runStart) and tears it down once it has ended (runEnd).
 func (rt *Router) newConn(c echo.Context, k transportKind, who *principal, lean bool) *conn {
-	cn := &conn{rt: rt, kind: k, id: newID(), who: who, lean: lean, set: rt.settings(),
+	cn := &conn{rt: rt, kind: k, id: newID(), lean: lean, set: rt.admittedWith(c),
 		client: clientKey(who, c.RealIP()), info: newSessionInfo(c, k.String(), who),
 		subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription)}
+	cn.who.p.Store(who)
 	if k.ops() {
 		cn.pipe = newPubPipe(rt.opts.PublishPipeline, rt.opts.PublishPipelineBytes, rt.opts.Session.ControlBytes)
 		if cn.set.publishRate > 0 {
@@ -165,8 +166,9 @@ func (cn *conn) welcomeFrame(sopts session.Options) []byte {
 	return encodeReply("welcome", nil, welcome)
 }
 
-// runStart counts the session, makes its context, queues the welcome and
-// starts the token's expiry timers. Every transport's session starts here
+// runStart counts the session, makes its context, queues the welcome,
+// starts the token's expiry timers and checks the credential again if a
+// reload came since it was checked (recheck.go). Every transport's session starts here
 // (WebSocket: serveWS; SSE: serveSSE), once it holds its connection-limit
 // slot (reserveConn) and is listed (addConn), and ends with runEnd.
 func (cn *conn) runStart(welcome []byte) {
@@ -178,6 +180,11 @@ func (cn *conn) runStart(welcome []byte) {
 	// The session ends when its token does unless it is refreshed (see
 	// refresh.go); the timers stop when the session ends first.
 	cn.expiry = cn.startExpiry()
+	// A reload after the credential was checked and before the session
+	// was listed (where Reload's re-check finds it): check it again now.
+	if s := rt.settings(); s != cn.set {
+		cn.recheck(s, nil)
+	}
 }
 
 // runEnd tears the session down once it has ended with err, in the

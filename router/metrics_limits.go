@@ -15,6 +15,8 @@ type limitMetrics struct {
 	authFailures    *prometheus.CounterVec // reason
 	forbidden       *prometheus.CounterVec // op: publish|subscribe|group|admin
 	sessionsExpired prometheus.Counter
+	reloadEnded     prometheus.Counter     // sessions a reload's re-check closed (recheck.go)
+	reloadChecked   prometheus.Counter     // sessions whose credential a reload's re-check checked
 	refreshes       *prometheus.CounterVec // outcome: required|ok|refused
 	limited         *prometheus.CounterVec // limit
 }
@@ -30,6 +32,10 @@ func newLimitMetrics(reg prometheus.Registerer) *limitMetrics {
 			[]string{"op"}),
 		sessionsExpired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "sessions_expired_total",
 			Help: "WebSocket sessions closed with 1008 because their token expired."}),
+		reloadEnded: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "reload_sessions_ended_total",
+			Help: "Sessions closed with 1008 because a reload's keys no longer accept their credential."}),
+		reloadChecked: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "reload_sessions_checked_total",
+			Help: "Open sessions whose credential was checked again because a reload changed the keys."}),
 		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "token_refreshes_total",
 			Help: "Token refresh events on open sessions: required (refresh_required sent), ok (refreshed), refused."},
 			[]string{"outcome"}),
@@ -37,7 +43,7 @@ func newLimitMetrics(reg prometheus.Registerer) *limitMetrics {
 			Help: "Requests refused by a configured limit (connections, connections_per_ip, connect_rate_per_ip, connect_hook_per_ip, topics, partitions, http_publish_rate, redrive_ids, publish_batch_records, publish_batch_bytes)."},
 			[]string{"limit"}),
 	}
-	reg.MustRegister(m.authFailures, m.forbidden, m.sessionsExpired, m.refreshes, m.limited)
+	reg.MustRegister(m.authFailures, m.forbidden, m.sessionsExpired, m.reloadEnded, m.reloadChecked, m.refreshes, m.limited)
 	return m
 }
 

@@ -339,7 +339,7 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 func (rt *Router) authMQTT(c echo.Context, pk *packets.Packet) (*principal, byte) {
 	hook := rt.hooks.enabled(hookConnect)
 	cred := string(pk.Connect.Password)
-	a := rt.settings().auth
+	a := rt.authSettings(c).auth // the session's settings (recheck.go)
 	if !a.enabled || cred == "" && hook {
 		if !hook {
 			return openPrincipal, rcSuccess

@@ -248,7 +248,7 @@ func closeReason(code websocket.StatusCode, reason string) byte {
 	case websocket.StatusTryAgainLater: // a slow consumer
 		return rcQuotaExceeded
 	case websocket.StatusPolicyViolation:
-		if reason == "token expired" {
+		if reason == "token expired" || reason == CloseCredentialRefusedReason {
 			return rcNotAuthorized
 		}
 		return rcQuotaExceeded

@@ -167,7 +167,8 @@ func (rt *Router) presenceJoin(ctx context.Context, s *subscription) *protoError
 	}
 	set[s] = &presenceMember{s: s}
 	h.mu.Unlock()
-	m := engine.PresenceMember{Topic: s.pattern, Session: s.c.id, User: s.c.who.Subject, Info: s.c.who.Info, Hidden: n >= h.max}
+	who := s.c.who.load()
+	m := engine.PresenceMember{Topic: s.pattern, Session: s.c.id, User: who.Subject, Info: who.Info, Hidden: n >= h.max}
 	if err := h.eng.PresenceJoin(ctx, m); err != nil {
 		rt.presenceForget(s)
 		return toProto(err)

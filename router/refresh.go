@@ -27,8 +27,9 @@ import (
 // A refresh whose token is refused leaves the session on its old credential
 // (and its old deadline); a refresh may not change the token's subject.
 //
-// Concurrency: the session's principal (conn.who) is read and replaced only
-// on the session's reader goroutine; the expiry timers run on their own
+// Concurrency: the session's principal (conn.who) is replaced by a refresh
+// on the session's reader goroutine, or by a reload's re-check
+// (recheck.go), and read from any; the expiry timers run on their own
 // goroutines and touch only the sessionExpiry under its mutex and the
 // session's (concurrency-safe) Send and Close.
 
@@ -47,7 +48,7 @@ type sessionExpiry struct {
 // startExpiry arms the timers for the session's current principal.
 func (cn *conn) startExpiry() *sessionExpiry {
 	e := &sessionExpiry{cn: cn}
-	e.arm(cn.who)
+	e.arm(cn.who.load())
 	return e
 }
 
@@ -114,20 +115,26 @@ func (cn *conn) refresh(req *request) *protoError {
 	if req.Token == nil {
 		return perr(codeBadRequest, `missing field "token"`)
 	}
-	p, ae := cn.rt.settings().auth.authenticate(*req.Token)
+	set := cn.rt.settings()
+	p, ae := set.auth.authenticate(*req.Token)
 	if ae != nil {
 		cn.rt.lim.refreshes.WithLabelValues("refused").Inc()
 		cn.rt.lim.authFailures.WithLabelValues(ae.Reason).Inc()
 		return perr(codeUnauthorized, "%s", ae.Msg)
 	}
-	if old := cn.who; !old.Admin && old != cn.set.auth.anonymous && old.Subject != p.Subject {
+	if old := cn.who.load(); !old.Admin && !old.Anonymous && old.Subject != p.Subject {
 		cn.rt.lim.refreshes.WithLabelValues("refused").Inc()
 		return cn.rt.forbidden("refresh", "a refresh must keep the token's subject")
 	}
-	cn.who = p
-	cn.revoke()
+	cn.who.store(p)
+	cn.revoke("refresh")
 	if cn.expiry != nil {
 		cn.expiry.arm(p)
+	}
+	// A reload during the check: the new token is checked again with the
+	// new settings, as Reload's re-check may have seen the old one.
+	if now := cn.rt.settings(); now != set {
+		cn.recheck(now, nil)
 	}
 	cn.rt.lim.refreshes.WithLabelValues("ok").Inc()
 	fields := map[string]any{}
@@ -139,12 +146,14 @@ func (cn *conn) refresh(req *request) *protoError {
 }
 
 // revoke ends every subscription the session's principal no longer allows,
-// each with an unsubscribed frame of reason "forbidden".
-func (cn *conn) revoke() {
+// each with an unsubscribed frame of reason "forbidden"; op (refresh,
+// reload) labels them in forbidden_total.
+func (cn *conn) revoke(op string) {
 	var gone []*subscription
+	who := cn.who.load()
 	cn.mu.Lock()
 	for _, s := range cn.subs {
-		if cn.allowedStill(s) {
+		if allowedStill(who, s) {
 			continue
 		}
 		cn.removeLocked(s)
@@ -153,7 +162,7 @@ func (cn *conn) revoke() {
 	cn.mu.Unlock()
 	for _, s := range gone {
 		cn.rt.dropSub(s)
-		cn.rt.lim.forbidden.WithLabelValues("refresh").Inc()
+		cn.rt.lim.forbidden.WithLabelValues(op).Inc()
 		fields := map[string]any{"pattern": s.pattern, "reason": codeForbidden}
 		if s.group != "" {
 			fields["group"] = s.group
@@ -162,15 +171,15 @@ func (cn *conn) revoke() {
 	}
 }
 
-// allowedStill reports whether the session's principal still allows s: by
-// its grants, or because the subscribe hook allowed it for this user (a
-// refresh keeps the user).
-func (cn *conn) allowedStill(s *subscription) bool {
+// allowedStill reports whether who still allows s: by its grants, or
+// because the subscribe hook allowed it for this user (a refresh keeps the
+// user).
+func allowedStill(who *principal, s *subscription) bool {
 	if s.hookAllowed {
 		return true
 	}
-	if s.group != "" && !cn.who.CanJoin(s.group) {
+	if s.group != "" && !who.CanJoin(s.group) {
 		return false
 	}
-	return cn.who.CanSubscribe(s.pattern)
+	return who.CanSubscribe(s.pattern)
 }

@@ -18,9 +18,10 @@ package router
 //   - Keys (HMAC secrets, public and named keys, JWKS URL or file,
 //     audience, issuer, claim names, admin key, anonymous grants): every
 //     credential checked after the swap (a connect, an HTTP call, a
-//     refresh) is checked with the new keys. A session already open keeps
-//     the principal it was admitted with until it refreshes or ends; its
-//     token is not checked again.
+//     refresh) is checked with the new keys, and so is the credential of
+//     every open session (recheck.go): a session whose credential is
+//     refused is closed (1008), one whose grants shrank loses the
+//     subscriptions they no longer allow.
 //   - Hooks (URL, which hooks, timeout, fail-open, headers, cookies, slots,
 //     cache): calls made after the swap use the new client and an empty
 //     cache; calls in flight finish on the old one.
@@ -46,6 +47,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/switchyard/switchyard/router/internal/auth"
 	"github.com/switchyard/switchyard/router/internal/limit"
 )
 
@@ -53,6 +55,7 @@ import (
 // never modified once stored in Router.set.
 type liveSettings struct {
 	auth             *authenticator
+	authOpts         AuthOptions // what auth was made from, to tell whether a reload changed it
 	origins          []string
 	maxSubscriptions int
 	publishRate      float64
@@ -70,14 +73,17 @@ type liveSettings struct {
 
 // newLiveSettings builds the live settings of opts (defaults applied);
 // reuse, when not nil, are the running ones whose per-address connect
-// buckets are kept when the rate is unchanged.
-func newLiveSettings(opts Options, reuse *liveSettings) (*liveSettings, error) {
+// buckets are kept when the rate is unchanged; jwks counts the fetches of
+// the key set, if any, across reloads (the jwks_fetches_total counters).
+func newLiveSettings(opts Options, reuse *liveSettings, jwks *auth.FetchCounts) (*liveSettings, error) {
+	opts.Auth.JWKSCounts = jwks
 	a, err := newAuthenticator(opts.Auth)
 	if err != nil {
 		return nil, err
 	}
 	s := &liveSettings{
 		auth:             a,
+		authOpts:         opts.Auth,
 		origins:          slices.Clone(opts.OriginPatterns),
 		maxSubscriptions: opts.MaxSubscriptions,
 		publishRate:      opts.PublishRate,
@@ -118,7 +124,7 @@ func (rt *Router) Reload(opts Options) error {
 		return errors.New("router: shutting down")
 	}
 	old := rt.settings()
-	next, err := newLiveSettings(opts, old)
+	next, err := newLiveSettings(opts, old, rt.jwksCounts)
 	if err != nil {
 		return err
 	}
@@ -132,10 +138,13 @@ func (rt *Router) Reload(opts Options) error {
 		return err
 	}
 	rt.limits.conns.SetMax(next.maxConns, next.maxConnsPerIP)
-	rt.hooks.cur.Store(h)
+	rt.hooks.use(h, rt.hookm)
 	rt.set.Store(next)
 	close(old.jwksStop)
 	rt.runJWKS(next)
+	if keysChanged(old, next) {
+		rt.recheckStart(next)
+	}
 	return nil
 }
 

@@ -19,8 +19,8 @@ import (
 
 // TestReloadRotatesKeys: after a reload with a new HMAC secret, a token
 // signed with the new secret is admitted and one signed with the old is
-// refused, over WebSocket and HTTP, while the session admitted with the old
-// token stays open and keeps its grants.
+// refused, over WebSocket and HTTP, and the session admitted with the old
+// token is closed (1008) while one opened with the new token works.
 func TestReloadRotatesKeys(t *testing.T) {
 	oldSecret := []byte("the-old-secret-0123456789abcdef-0123")
 	newSecret := []byte("the-new-secret-0123456789abcdef-0123")
@@ -32,8 +32,8 @@ func TestReloadRotatesKeys(t *testing.T) {
 		return sign(t, jwt.SigningMethodHS256, secret, claims([]string{"orders.#"}, []string{"orders.#"}, nil))
 	}
 	oldTok := tok(oldSecret)
-	kept := g.dialToken(t, oldTok)
-	kept.subscribe(t, "orders.#")
+	ended := g.dialToken(t, oldTok)
+	ended.subscribe(t, "orders.#")
 
 	if err := g.rt.Reload(opts(newSecret)); err != nil {
 		t.Fatal(err)
@@ -48,15 +48,12 @@ func TestReloadRotatesKeys(t *testing.T) {
 	if st, _ := g.httpAuth(t, http.MethodGet, "/v1/topics", tok(newSecret), nil); st != http.StatusOK {
 		t.Fatalf("new token over HTTP: %d", st)
 	}
-	// The session admitted before keeps its principal: it still publishes
-	// and receives.
-	kept.publish(t, "orders.a", 1)
-	if m := kept.nextOp(t, "message"); m["topic"] != "orders.a" {
-		t.Fatalf("kept session: %v", m)
-	}
+	// The session admitted with the old token is closed by the reload.
+	closedWith(t, ended, websocket.StatusPolicyViolation, router.CloseCredentialRefusedReason)
+	fresh.subscribe(t, "orders.#")
 	fresh.publish(t, "orders.b", 2)
-	if m := kept.nextOp(t, "message"); m["topic"] != "orders.b" {
-		t.Fatalf("kept session, second message: %v", m)
+	if m := fresh.nextOp(t, "message"); m["topic"] != "orders.b" {
+		t.Fatalf("fresh session: %v", m)
 	}
 }
 

@@ -98,7 +98,9 @@
 // replaying subscription runs one catch-up goroutine until it is live. An
 // MQTT connection runs its reader goroutine (mqtt_conn.go) until the
 // connection closes, and, once it has a shared subscription, an
-// acker goroutine until the session ends (mqtt_group.go).
+// acker goroutine until the session ends (mqtt_group.go). A reload that
+// changes the keys runs one goroutine that checks the open sessions'
+// credentials again until it is done (recheck.go).
 // Shutdown waits for all of them.
 //
 // Lock order. A lock is taken only while holding locks of earlier entries,
@@ -170,6 +172,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/router/internal/auth"
 	hookc "github.com/switchyard/switchyard/router/internal/hooks"
 	"github.com/switchyard/switchyard/session"
 	"github.com/switchyard/switchyard/trie"
@@ -428,9 +431,16 @@ type Router struct {
 	reloadMu sync.Mutex     // serializes Reload (reload.go); a leaf lock
 	hooks    *hooks         // the hook client in force (Reload swaps it)
 	hookm    *hookc.Metrics // the hooks' metrics, for the clients Reload makes
-	pres     *presenceHub
-	limits   *limiter
-	lim      *limitMetrics
+	// rechecks are the reloads' re-checks of open sessions under way
+	// (recheck.go).
+	rechecks   sync.WaitGroup
+	recheckGen atomic.Uint64 // bumped by each re-check started
+	// jwksCounts count the fetches of every key set the Router has had,
+	// so that jwks_fetches_total goes on across reloads (auth.go).
+	jwksCounts *auth.FetchCounts
+	pres       *presenceHub
+	limits     *limiter
+	lim        *limitMetrics
 
 	httpm        *httpMetrics
 	writeTimeout atomic.Int64 // the NewServer's write timeout, for long polls
@@ -459,24 +469,26 @@ func New(opts Options) (*Router, error) {
 		// A message of ReadLimit bytes could never finish arriving.
 		return nil, fmt.Errorf("router: the inbound read budget (%d bytes) must be at least the largest frame (%d bytes)", b.Max(), opts.Session.ReadLimit)
 	}
-	set, err := newLiveSettings(opts, nil)
+	jwks := new(auth.FetchCounts)
+	set, err := newLiveSettings(opts, nil, jwks)
 	if err != nil {
 		return nil, err
 	}
 	rt := &Router{
-		opts:    opts,
-		eng:     opts.Engine,
-		log:     opts.Logger,
-		subs:    trie.New[*subscription](),
-		conns:   make(map[*conn]struct{}),
-		pulls:   make(map[string]*pullMember),
-		pullsBy: make(map[string]int),
-		local:   make(map[*LocalSubscription]struct{}),
-		stopBG:  make(chan struct{}),
-		dlq:     make(chan engine.DeadLetter, deadLetterBuffer),
-		hooks:   &hooks{},
-		limits:  newLimiter(opts),
-		sse:     newSSEResume(opts.SSE.withDefaults(), opts.Registry),
+		opts:       opts,
+		eng:        opts.Engine,
+		log:        opts.Logger,
+		subs:       trie.New[*subscription](),
+		conns:      make(map[*conn]struct{}),
+		pulls:      make(map[string]*pullMember),
+		pullsBy:    make(map[string]int),
+		local:      make(map[*LocalSubscription]struct{}),
+		stopBG:     make(chan struct{}),
+		dlq:        make(chan engine.DeadLetter, deadLetterBuffer),
+		hooks:      &hooks{},
+		jwksCounts: jwks,
+		limits:     newLimiter(opts),
+		sse:        newSSEResume(opts.SSE.withDefaults(), opts.Registry),
 	}
 	rt.set.Store(set)
 	rt.hookm = rt.registerMetrics()
@@ -484,7 +496,7 @@ func New(opts Options) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt.hooks.cur.Store(h)
+	rt.hooks.use(h, rt.hookm)
 	rt.ctx, rt.cancel = context.WithCancel(context.Background())
 	rt.echo = rt.routes()
 	if err := rt.startMQTT(); err != nil {

@@ -76,9 +76,35 @@ function parse(s) {
   }
 }
 
-/** Replays one session of a transcript against a client. */
-async function replaySession(steps) {
+/**
+ * How long one transcript's test may take: far more than any needs (they
+ * take milliseconds), so that a reply the client never resolves fails the
+ * test instead of leaving it waiting.
+ */
+const testTimeout = { timeout: 5_000 };
+
+/**
+ * Opens a client for test t that is closed however the test ends: a
+ * client left open by a failed assertion, or by a test stopped at its
+ * timeout, keeps its timers, and node with them, running.
+ */
+async function openFor(t) {
   const { client, ws } = await open();
+  t.signal.addEventListener("abort", () => client.close(), { once: true });
+  return { client, ws };
+}
+
+/** Replays one session of a transcript against a client. */
+async function replaySession(t, steps) {
+  const { client, ws } = await openFor(t);
+  try {
+    return await replay(client, ws, steps);
+  } finally {
+    client.close();
+  }
+}
+
+async function replay(client, ws, steps) {
   const messages = []; // what the handlers received
   const gaps = [];
   const errors = [];
@@ -155,13 +181,12 @@ async function replaySession(steps) {
     errors.map((e) => ({ code: e.code, message: e.message })),
     want.errors.map((e) => ({ code: e.code, message: e.message })),
   );
-  client.close();
   return checked;
 }
 
 const names = readdirSync(dir).filter((n) => n.endsWith(".txtar")).sort();
 
-test("the golden transcripts are found", () => {
+test("the golden transcripts are found", testTimeout, () => {
   assert.ok(names.length >= 10, `transcripts in ${dir}: ${names}`);
 });
 
@@ -169,25 +194,28 @@ for (const name of names) {
   const tr = load(name);
   const sessions = [...new Set(tr.steps.map((s) => s.session))].filter((s) => !tr.query[s]);
   for (const s of sessions) {
-    test(`golden ${tr.name} session ${s}`, async () => {
-      const checked = await replaySession(tr.steps.filter((st) => st.session === s));
+    test(`golden ${tr.name} session ${s}`, testTimeout, async (t) => {
+      const checked = await replaySession(t, tr.steps.filter((st) => st.session === s));
       assert.ok(checked > 0);
     });
   }
   if (tr.frames.length > 0) {
-    test(`golden ${tr.name} frames`, async () => {
+    test(`golden ${tr.name} frames`, testTimeout, async (t) => {
       // Error frames for every code: a request's error rejects with the
       // frame's code and message.
-      const { client, ws } = await open();
-      for (const line of tr.frames) {
-        const f = JSON.parse(line);
-        assert.equal(f.op, "error");
-        const p = client._request({ op: "publish", topic: "t", data: 1 });
-        const sent = ws.sent[ws.sent.length - 1];
-        ws.recv({ op: "error", id: sent.id, code: f.code, message: f.message });
-        await assert.rejects(p, (err) => err instanceof SwitchyardError && err.code === f.code && err.message === f.message);
+      const { client, ws } = await openFor(t);
+      try {
+        for (const line of tr.frames) {
+          const f = JSON.parse(line);
+          assert.equal(f.op, "error");
+          const p = client._request({ op: "publish", topic: "t", data: 1 });
+          const sent = ws.sent[ws.sent.length - 1];
+          ws.recv({ op: "error", id: sent.id, code: f.code, message: f.message });
+          await assert.rejects(p, (err) => err instanceof SwitchyardError && err.code === f.code && err.message === f.message);
+        }
+      } finally {
+        client.close();
       }
-      client.close();
     });
   }
 }

@@ -52,6 +52,9 @@ func (g *globals) withHint(code, msg string) string {
 	if msg == "" {
 		msg = strings.ReplaceAll(code, "_", " ")
 	}
+	// The gateway says how to send a credential over HTTP; this client
+	// sends it itself, and names its flags instead.
+	msg = wire.CutAuthHint(msg)
 	switch code {
 	case wire.CodeUnauthorized:
 		if g.token == "" && g.adminKey == "" {

@@ -81,6 +81,11 @@ type Options struct {
 	JWKSMinInterval time.Duration
 	// JWKSClient fetches JWKSURL. Default: a client with a 5s timeout.
 	JWKSClient *http.Client
+	// JWKSCounts, when not nil, counts the key set's fetches too, beside
+	// the set's own count (JWKS.Fetches): counts that go on across the key
+	// sets of several Authenticators, as a gateway's reloads make them.
+	// Default: none.
+	JWKSCounts *FetchCounts
 	// Claims names the token claims that carry the grants, for identity
 	// providers that put custom claims under namespaced keys. Default:
 	// "publish", "subscribe" and "groups".
@@ -275,7 +280,7 @@ func New(o Options) (*Authenticator, error) {
 		if err != nil {
 			return nil, fmt.Errorf("router: anonymous grants: %w", err)
 		}
-		a.anonymous = &Principal{Grants: g, Subject: "anonymous"}
+		a.anonymous = &Principal{Grants: g, Subject: "anonymous", Anonymous: true}
 	}
 	if len(methods) > 0 {
 		popts := []jwt.ParserOption{
@@ -371,6 +376,13 @@ type Principal struct {
 	Expires time.Time       // zero: never (admin, anonymous)
 	Issued  time.Time       // the token's iat; zero when absent
 	Info    json.RawMessage // the connect hook's info, compact JSON; nil when none
+	// Credential is the token or admin key the principal was made from,
+	// kept so that it can be checked again with other keys (a gateway's
+	// reload); "" for Open, anonymous and connect-hook principals.
+	Credential string
+	// Anonymous marks the principal of clients without a credential
+	// (Authenticator.Anonymous).
+	Anonymous bool
 }
 
 // Open is the principal of every client when no key is configured.
@@ -415,7 +427,7 @@ func (a *Authenticator) Authenticate(cred string) (*Principal, *Error) {
 		return nil, ErrNoCredential
 	}
 	if a.admin != nil && subtle.ConstantTimeCompare([]byte(cred), a.admin) == 1 {
-		return &Principal{Admin: true, Subject: "admin"}, nil
+		return &Principal{Admin: true, Subject: "admin", Credential: cred}, nil
 	}
 	if a.parser == nil {
 		return nil, ErrBadCredential
@@ -442,7 +454,7 @@ func (a *Authenticator) Authenticate(cred string) (*Principal, *Error) {
 	if g, err = ValidGrants(g); err != nil {
 		return nil, ErrBadTokenClaims
 	}
-	p := &Principal{Subject: sub, Grants: g}
+	p := &Principal{Subject: sub, Grants: g, Credential: cred}
 	if exp, _ := cl.GetExpirationTime(); exp != nil {
 		p.Expires = exp.Time
 	}

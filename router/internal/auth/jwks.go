@@ -94,12 +94,19 @@ type JWKS struct {
 	fetchMu   sync.Mutex // serializes fetches; guards lastFetch
 	lastFetch time.Time
 
-	ok, failed, limited atomic.Uint64 // fetch outcomes, for the metrics
+	ok, failed, limited atomic.Uint64 // fetch outcomes of this set
+	total               *FetchCounts  // Options.JWKSCounts; nil: none
 	lastErr             atomic.Pointer[string]
 }
 
+// FetchCounts count key set fetches by outcome (see Options.JWKSCounts).
+// It is safe for concurrent use.
+type FetchCounts struct {
+	OK, Failed, Limited atomic.Uint64
+}
+
 func newJWKS(o Options) *JWKS {
-	j := &JWKS{url: o.JWKSURL, file: o.JWKSFile, client: o.JWKSClient, every: o.JWKSRefresh, minInterval: o.JWKSMinInterval}
+	j := &JWKS{url: o.JWKSURL, file: o.JWKSFile, total: o.JWKSCounts, client: o.JWKSClient, every: o.JWKSRefresh, minInterval: o.JWKSMinInterval}
 	if j.client == nil {
 		j.client = &http.Client{Timeout: jwksFetchTimeout}
 	}
@@ -156,11 +163,17 @@ func (j *JWKS) fetchLocked(ctx context.Context) error {
 	set, err := j.read(ctx)
 	if err != nil {
 		j.failed.Add(1)
+		if j.total != nil {
+			j.total.Failed.Add(1)
+		}
 		msg := err.Error()
 		j.lastErr.Store(&msg)
 		return err
 	}
 	j.ok.Add(1)
+	if j.total != nil {
+		j.total.OK.Add(1)
+	}
 	j.set.Store(set)
 	return nil
 }
@@ -176,6 +189,9 @@ func (j *JWKS) refreshForKID(ctx context.Context, kid string) bool {
 	}
 	if time.Since(j.lastFetch) < j.minInterval {
 		j.limited.Add(1)
+		if j.total != nil {
+			j.total.Limited.Add(1)
+		}
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, jwksFetchTimeout)

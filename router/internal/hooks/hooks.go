@@ -195,17 +195,23 @@ func New(o Options, m *Metrics) (*Client, error) {
 	}
 	h.cache = NewCache(o.CacheEntries, o.CacheBytes)
 	h.calls, h.latency = m.calls, m.latency
-	m.hooks.Store(h)
 	return h, nil
 }
 
 // Metrics are registered whether or not hooks are configured, so that
-// dashboards and alerts find their series at zero.
+// dashboards and alerts find their series at zero. The counters go on
+// across the clients made with them; the gauges show the client in force
+// (Track).
 type Metrics struct {
 	calls   *prometheus.CounterVec   // hook, outcome
 	latency *prometheus.HistogramVec // hook
-	hooks   atomic.Pointer[Client]   // nil without hooks
+	hooks   atomic.Pointer[Client]   // the client the gauges show; nil without hooks
 }
+
+// Track makes the gauges show h, the client now in force; nil (no hook
+// enabled) sets them to zero, so that a client replaced or removed leaves
+// no value of its own behind.
+func (m *Metrics) Track(h *Client) { m.hooks.Store(h) }
 
 // NewMetrics registers the hooks' metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
