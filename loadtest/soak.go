@@ -148,6 +148,7 @@ type soak struct {
 	ends                       [][]int64     // [topic][partition] the log's end after the load
 	logBytes                   int64         // what the log holds after the load
 	lag, deadLetters           int64         // the group's after the drain
+	drainTook                  time.Duration // how long the drain waited
 }
 
 func (st *soak) noteErrorFrame(who string, l []byte) {
@@ -474,10 +475,21 @@ func (st *soak) drain(ctx context.Context) error {
 		return err
 	}
 	st.ends, st.logBytes = ends, logBytes
-	drainUntil := time.Now().Add(st.r.cfg.drain)
+	// --drain bounds a wait without progress: while the subscribers still
+	// owed records keep reading (a loaded machine), the wait goes on, up
+	// to drainProgressMax times --drain in all. What is still owed at the
+	// end counts as lost.
+	start := time.Now()
+	drainUntil := start.Add(st.r.cfg.drain)
+	owed := st.owed()
 	for !st.drained() && time.Now().Before(drainUntil) && ctx.Err() == nil {
 		time.Sleep(50 * time.Millisecond)
+		if now := st.owed(); now < owed {
+			owed = now
+			drainUntil = time.Now().Add(min(st.r.cfg.drain, time.Until(start.Add(drainProgressMax*st.r.cfg.drain))))
+		}
 	}
+	st.drainTook = time.Since(start)
 	// The committed offsets follow the acks at once, but a mid-ack close
 	// whose ack the gateway never read is settled by a redelivery.
 	for {
@@ -491,6 +503,24 @@ func (st *soak) drain(ctx context.Context) error {
 		st.sr.violate("group state: %v", err)
 	}
 	return nil
+}
+
+// drainProgressMax bounds a drain that keeps progressing, in --drain.
+const drainProgressMax = 6
+
+// owed is the records the subscribers still connected have not reached.
+func (st *soak) owed() (n int64) {
+	for _, rd := range st.readers {
+		if rd.dropped.Load() {
+			continue
+		}
+		for _, t := range rd.topics {
+			for p := range rd.next[t] {
+				n += max(0, st.ends[t][p]-rd.next[t][p].Load())
+			}
+		}
+	}
+	return n
 }
 
 // drained reports whether every subscriber still connected has reached
@@ -662,6 +692,7 @@ func (st *soak) groupFigures() {
 	g.LateAcks, g.AckedRedelivered = st.lateAcks.Load(), st.ackedRedelivered.Load()
 	g.Unacked = missing(groupEnds, &st.acked, &st.midAck)
 	g.Lag, g.DeadLetters = st.lag, st.deadLetters
+	sr.DrainS = st.drainTook.Seconds()
 	for _, m := range st.members {
 		if m.dropped.Load() {
 			sr.violate("the gateway closed group member %d's connection", m.idx-2_000_000)

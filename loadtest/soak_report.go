@@ -18,6 +18,7 @@ type SoakReport struct {
 	LogRecords int64          `json:"log_records"`
 	LogBytes   int64          `json:"log_bytes"`
 	WSPublish  int64          `json:"ws_publishes"`
+	DrainS     float64        `json:"drain_s"` // how long the drain waited for the subscribers and the group
 	HTTPPub    int64          `json:"http_publishes"`
 	Classes    []SoakClass    `json:"classes"`
 	Group      SoakGroup      `json:"group"`
@@ -114,6 +115,7 @@ func (s *SoakReport) writeTable(p func(string, any)) {
 	p("heap", fmt.Sprintf("after warm-up %s, final %s (%+.1f MiB)", mib(s.Heap.Baseline), mib(s.Heap.Final), float64(s.Heap.Growth)/(1<<20)))
 	p("log", fmt.Sprintf("%d records, %s", s.LogRecords, mib(s.LogBytes)))
 	p("publishes ws / http", fmt.Sprintf("%d / %d", s.WSPublish, s.HTTPPub))
+	p("drain", fmt.Sprintf("%.2fs", s.DrainS))
 	for _, c := range s.Classes {
 		p("subscribers "+c.Name, fmt.Sprintf("n=%d expected=%d delivered=%d dups=%d unaccounted=%d gap_records=%d bad_gaps=%d with_gaps=%d disconnects=%d reconnects=%d not_recovered=%d",
 			c.Subscribers, c.Expected, c.Delivered, c.Duplicates, c.Unaccounted, c.GapRecords, c.BadGaps, c.WithGaps, c.Disconnects, c.Reconnects, c.NotRecovered))
