@@ -402,12 +402,15 @@ func (s *mqttSession) run(release func()) {
 		rt.mq.m.connects.WithLabelValues(reasonName(rcShuttingDown)).Inc()
 		return
 	}
+	// The CONNACK is queued before the session can be taken over: a
+	// takeover's close flushes what is queued, and MQTT's first packet
+	// from the server is always the CONNACK, never a DISCONNECT.
+	rt.mq.m.connects.WithLabelValues("accepted").Inc()
+	cn.runStart(s.connack())
 	if old := rt.mq.claim(s); old != nil {
 		rt.mq.m.takeovers.Inc()
 		old.end(rcTakenOver, "session taken over")
 	}
-	rt.mq.m.connects.WithLabelValues("accepted").Inc()
-	cn.runStart(s.connack())
 	ended := make(chan struct{})
 	if err := cn.sess.Start(cn.ctx, nil, func(err error) {
 		cn.runEnd(err, release)
