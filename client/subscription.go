@@ -57,6 +57,11 @@ type Subscription struct {
 	// deleted: the topics deleted while this connection was read (see
 	// advance), at most maxDeletedTopics; cleared with each connection.
 	deleted map[string]struct{}
+	// stragglers: per partition of a deleted topic not yet seen made
+	// again, the last offset of the deleted incarnation delivered (before
+	// the delete or after it, a straggler). Never resumed from; cleared
+	// with each connection.
+	stragglers map[partKey]int64
 }
 
 // maxDeletedTopics bounds Subscription.deleted: past it the oldest marks
@@ -291,10 +296,23 @@ func (s *Subscription) resumed(recovered *bool) (reset, epochChanged bool) {
 // an offset at or below the last one of a deleted topic is the next
 // incarnation's, not a duplicate: it starts the partition's positions
 // again.
+//
+// A straggler (an offset above the deleted incarnation's last) moves no
+// position: a resume must not name the deleted incarnation's offsets, or
+// the gateway would skip the next incarnation's records up to them.
 func (s *Subscription) advance(topic string, partition int, offset int64) bool {
 	k := partKey{topic, partition}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if last, ok := s.stragglers[k]; ok {
+		if offset > last {
+			s.stragglers[k] = offset
+			return true
+		}
+		delete(s.stragglers, k) // the next incarnation, from its first offset
+		s.positions[k] = offset
+		return true
+	}
 	if last, ok := s.positions[k]; ok && offset <= last {
 		if _, again := s.deleted[topic]; !again {
 			return false
@@ -310,7 +328,7 @@ func (s *Subscription) advance(topic string, partition int, offset int64) bool {
 func (s *Subscription) newConnection() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.deleted = nil
+	s.deleted, s.stragglers = nil, nil
 }
 
 func (s *Subscription) forgetTopic(topic string) {
@@ -325,8 +343,14 @@ func (s *Subscription) forgetTopic(topic string) {
 			delete(s.bases, k)
 		}
 	}
-	for k := range s.positions {
+	for k, off := range s.positions {
 		if k.topic == topic {
+			if len(s.stragglers) < maxDeletedTopics {
+				if s.stragglers == nil {
+					s.stragglers = make(map[partKey]int64)
+				}
+				s.stragglers[k] = off
+			}
 			delete(s.positions, k)
 		}
 	}

@@ -111,18 +111,32 @@ export class ClientFrames {
       sub._recent.set(k, "handling");
     } else if (typeof m.offset === "number") {
       const k = tpKey(m.topic, m.partition);
-      const last = sub._last.get(k);
-      // After a topic_deleted on this connection an offset at or below
-      // the last is the topic made again (from 0), not a duplicate: the
-      // gateway writes the frame ahead of the deleted topic's queued
-      // messages, and sends each offset of one incarnation once, in order.
-      if (last && m.offset <= last.offset && !(sub._deleted && sub._deleted.has(m.topic))) {
-        sub.duplicates++;
-        this.stats.duplicates++;
-        return;
+      // A partition of a deleted topic not yet seen made again: an offset
+      // above the deleted incarnation's last is a straggler of it and
+      // moves no position (a resume must not name it); one at or below
+      // is the next incarnation's first.
+      const straggled = sub._stragglers ? sub._stragglers.get(k) : undefined;
+      if (straggled !== undefined) {
+        if (m.offset > straggled) {
+          sub._stragglers.set(k, m.offset);
+        } else {
+          sub._stragglers.delete(k);
+          sub._last.set(k, { topic: m.topic, partition: m.partition, offset: m.offset });
+        }
+      } else {
+        const last = sub._last.get(k);
+        // After a topic_deleted on this connection an offset at or below
+        // the last is the topic made again (from 0), not a duplicate: the
+        // gateway writes the frame ahead of the deleted topic's queued
+        // messages, and sends each offset of one incarnation once, in order.
+        if (last && m.offset <= last.offset && !(sub._deleted && sub._deleted.has(m.topic))) {
+          sub.duplicates++;
+          this.stats.duplicates++;
+          return;
+        }
+        if (sub._epoch === undefined) sub._epoch = this.epoch;
+        sub._last.set(k, { topic: m.topic, partition: m.partition, offset: m.offset });
       }
-      if (sub._epoch === undefined) sub._epoch = this.epoch;
-      sub._last.set(k, { topic: m.topic, partition: m.partition, offset: m.offset });
     }
     sub.delivered++;
     let result;

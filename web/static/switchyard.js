@@ -198,6 +198,13 @@ export class Subscription {
      * @private @type {Set<string>|null}
      */
     this._deleted = null;
+    /**
+     * Per partition of a deleted topic not yet seen made again: the last
+     * offset of the deleted incarnation delivered. Never resumed from;
+     * forgotten on the next connection.
+     * @private @type {Map<string, number>|null}
+     */
+    this._stragglers = null;
     /** Group subscriptions: recently handled records, value "handling" or "acked". @private */
     this._recent = this.group ? new RecentSet(client._opts.recentGroupRecords) : null;
 
@@ -255,13 +262,19 @@ export class Subscription {
   _forgetTopic(topic) {
     if (this._deleted === null || this._deleted.size >= maxDeletedTopics) this._deleted = new Set();
     this._deleted.add(topic);
-    for (const [k, p] of this._last) if (p.topic === topic) this._last.delete(k);
+    for (const [k, p] of this._last) {
+      if (p.topic !== topic) continue;
+      if (this._stragglers === null) this._stragglers = new Map();
+      if (this._stragglers.size < maxDeletedTopics) this._stragglers.set(k, p.offset);
+      this._last.delete(k);
+    }
     if (this._fossil) for (const k of this._fossil.keys()) if (k.startsWith(topic + "\u0000")) this._fossil.delete(k);
   }
 
   /** The `subscribe` frame for the current connection. @private */
   _frame() {
     this._deleted = null; // a new connection resumes from the positions
+    this._stragglers = null;
     const f = { op: "subscribe", pattern: this.pattern };
     if (this.group) f.group = this.group;
     const o = this._opts;
