@@ -42,7 +42,8 @@ import (
 // per client id that went away with a will delay, a small record each.
 const DefaultMQTTMaxPendingWills = 10_000
 
-// rcDisconnectWithWill is the DISCONNECT reason that keeps the will.
+// rcDisconnectWithWill is the DISCONNECT reason that asks for the will
+// (error reasons, 0x80 and above, keep it too).
 const rcDisconnectWithWill byte = 0x04
 
 // mqttWill is a session's will message.
@@ -71,12 +72,12 @@ type willMetrics struct {
 func newWillMetrics(reg prometheus.Registerer) *willMetrics {
 	m := &willMetrics{
 		wills: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_wills_total",
-			Help: "MQTT will messages, by result: published, discarded (a DISCONNECT with reason 0), cancelled (the client id connected again within the will delay), immediate (published at once, past --mqtt-max-pending-wills), failed (the append or the retained store refused it)."}, []string{"result"}),
+			Help: "MQTT will messages, by result: published, discarded (a DISCONNECT with reason 0), cancelled (the client id connected again within the will delay), immediate (published at once, past --mqtt-max-pending-wills), failed (the append or the retained store refused it), forbidden (the session's credential or grants no longer allowed it when it ended)."}, []string{"result"}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "switchyard_mqtt_wills_pending",
 			Help: "MQTT will messages held for their will delay."}),
 	}
 	reg.MustRegister(m.wills, m.pending)
-	for _, r := range []string{"published", "discarded", "cancelled", "immediate", "failed"} {
+	for _, r := range []string{"published", "discarded", "cancelled", "immediate", "failed", "forbidden"} {
 		m.wills.WithLabelValues(r)
 	}
 	return m
@@ -126,8 +127,9 @@ func (rt *Router) admitWill(pk *packets.Packet, who *principal) (*mqttWill, byte
 	return w, rcSuccess
 }
 
-// disconnected handles a client's DISCONNECT for the will: reason 0x04
-// keeps it, any other discards it. An MQTT 5 DISCONNECT may change the
+// disconnected handles a client's DISCONNECT for the will: reason 0x00
+// (and a 3.1.1 DISCONNECT) discards it, any other (0x04, or an error the
+// client reports) keeps it. An MQTT 5 DISCONNECT may change the
 // session expiry interval, and so the will's delay, but not from 0
 // [MQTT-3.14.2-2]: that is a protocol error, reported as false.
 func (s *mqttSession) disconnected(pk *packets.Packet) bool {
@@ -143,8 +145,8 @@ func (s *mqttSession) disconnected(pk *packets.Packet) bool {
 			s.will.CompareAndSwap(w, &nw)
 		}
 	}
-	if s.version == mqtt.Version5 && rc == rcDisconnectWithWill {
-		return true
+	if s.version == mqtt.Version5 && (rc == rcDisconnectWithWill || rc >= 0x80) {
+		return true // the will stands [MQTT-3.1.2-8]
 	}
 	if s.will.Swap(nil) != nil {
 		s.rt.mq.wm.wills.WithLabelValues("discarded").Inc()
@@ -161,6 +163,13 @@ func (s *mqttSession) endWill() {
 		return
 	}
 	mq := s.rt.mq
+	// The will is the session's publish: not once its credential is no
+	// longer accepted (a reload refused it, its token expired), nor to a
+	// topic its grants in force no longer cover.
+	if s.disc.Load()&0xff == uint32(rcNotAuthorized) || !s.cn.who.CanPublish(w.msg.Topic) {
+		mq.wm.wills.WithLabelValues("forbidden").Inc()
+		return
+	}
 	if w.delay > 0 && s.disc.Load()&0xff == uint32(rcTakenOver) {
 		mq.wm.wills.WithLabelValues("cancelled").Inc()
 		return

@@ -227,6 +227,7 @@ func (s *mqttSession) close(code websocket.StatusCode, reason string) error {
 		rc := byte(d)
 		if rc == 0 {
 			rc = closeReason(code, reason)
+			s.disc.CompareAndSwap(0, uint32(rc)) // the end (endWill) reads why
 		}
 		s.rt.mq.m.disconnects.WithLabelValues(reasonName(rc)).Inc()
 		if s.version == mqtt.Version5 {
