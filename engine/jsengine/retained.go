@@ -32,14 +32,20 @@ import (
 var _ engine.Retainer = (*Engine)(nil)
 
 type retained struct {
-	once     sync.Once
-	startErr error
-	kv       jetstream.KeyValue
+	// startMu is held while the bucket is opened; started says it is. A
+	// failed start (NATS unreachable) is tried again by the next call.
+	startMu sync.Mutex
+	started bool
+	kv      jetstream.KeyValue
 
 	mu       sync.Mutex // leaf; guards the fields below
 	view     map[string]engine.RetainedMessage
 	bytes    int64
 	applied  uint64        // last revision applied to view
+	// pendingN and pendingB are this node's puts on their way: the bound
+	// counts them, so writers of one node cannot pass it together.
+	pendingN int
+	pendingB int64
 	progress chan struct{} // closed and replaced when applied grows
 }
 
@@ -54,41 +60,45 @@ type retainedVal struct {
 
 func retainedKey(topic string) string { return hex.EncodeToString([]byte(topic)) }
 
-// retainedStart opens the bucket and starts its watcher once.
+// retainedStart opens the bucket and starts its watcher, on the first
+// call that finds NATS reachable; while it is not, calls fail at once.
 func (e *Engine) retainedStart() (*retained, error) {
 	r := &e.ret
-	r.once.Do(func() {
-		if e.closed.Load() {
-			r.startErr = engine.ErrClosed
-			return
-		}
-		r.view = map[string]engine.RetainedMessage{}
-		r.progress = make(chan struct{})
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		kv, err := e.openKV(ctx, jetstream.KeyValueConfig{Bucket: e.prefix + "_retained"})
-		if err != nil {
-			r.startErr = unavailable("retained bucket", err)
-			return
-		}
-		r.kv = kv
-		kw, err := e.watch(kv, 0)
-		if err != nil {
-			r.startErr = unavailable("retained watch", err)
-			return
-		}
-		ready := make(chan struct{}, 1)
-		e.wg.Add(1)
-		go e.watchLoop(kv, kw, e.retainedEvent, ready) // exits when the engine closes
-		select {
-		case <-ready:
-		case <-ctx.Done():
-		case <-e.closeCh:
-		}
-	})
-	if r.startErr != nil {
-		return nil, r.startErr
+	r.startMu.Lock()
+	defer r.startMu.Unlock()
+	if r.started {
+		return r, nil
 	}
+	if e.closed.Load() {
+		return nil, engine.ErrClosed
+	}
+	if err := e.reachable(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := e.openKV(ctx, jetstream.KeyValueConfig{Bucket: e.prefix + "_retained"})
+	if err != nil {
+		return nil, unavailable("retained bucket", err)
+	}
+	kw, err := e.watch(kv, 0)
+	if err != nil {
+		return nil, unavailable("retained watch", err)
+	}
+	r.mu.Lock()
+	r.kv = kv
+	r.view = map[string]engine.RetainedMessage{}
+	r.progress = make(chan struct{})
+	r.mu.Unlock()
+	ready := make(chan struct{}, 1)
+	e.wg.Add(1)
+	go e.watchLoop(kv, kw, e.retainedEvent, ready) // exits when the engine closes
+	select {
+	case <-ready:
+	case <-ctx.Done():
+	case <-e.closeCh:
+	}
+	r.started = true
 	return r, nil
 }
 
@@ -179,12 +189,24 @@ func (e *Engine) SetRetained(ctx context.Context, m engine.RetainedMessage, lim 
 	}
 	r.mu.Lock()
 	old, had := r.view[m.Topic]
-	ok := lim.Admits(len(r.view), r.bytes, had, old.Size(), &m)
-	n, b := len(r.view), r.bytes
+	n, b := len(r.view)+r.pendingN, r.bytes+r.pendingB
+	ok := lim.Admits(n, b, had, old.Size(), &m)
+	addN, addB := 1, int64(m.Size())
+	if had {
+		addN = 0
+	}
+	if ok {
+		r.pendingN, r.pendingB = r.pendingN+addN, r.pendingB+addB
+	}
 	r.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("jsengine: %d retained messages of %d bytes held: %w", n, b, engine.ErrRetainedFull)
 	}
+	defer func() {
+		r.mu.Lock()
+		r.pendingN, r.pendingB = r.pendingN-addN, r.pendingB-addB
+		r.mu.Unlock()
+	}()
 	val, err := json.Marshal(retainedVal{Topic: m.Topic, Key: m.Key, Headers: m.Headers, Data: m.Data, QoS: m.QoS, Time: m.Time})
 	if err != nil {
 		return err
