@@ -38,10 +38,10 @@ type retained struct {
 	started bool
 	kv      jetstream.KeyValue
 
-	mu       sync.Mutex // leaf; guards the fields below
-	view     map[string]engine.RetainedMessage
-	bytes    int64
-	applied  uint64        // last revision applied to view
+	mu      sync.Mutex // leaf; guards the fields below
+	view    map[string]engine.RetainedMessage
+	bytes   int64
+	applied uint64 // last revision applied to view
 	// pendingN and pendingB are this node's puts on their way: the bound
 	// counts them, so writers of one node cannot pass it together.
 	pendingN int
