@@ -70,7 +70,16 @@ func (s *mqttSession) publish(pk *packets.Packet) bool {
 	}
 	msg, rc := s.message(native, pk)
 	if rc == rcSuccess && pk.FixedHeader.Retain && s.rt.retainer() != nil {
-		rc = s.retain(&msg, q) // mqtt_retain.go
+		// The retained store comes first (a subscriber that gets the
+		// record live finds it stored), so the append's own refusals
+		// (--max-topics) are asked before it; an append that fails after
+		// the store (NATS unreachable) leaves it stored, as docs/mqtt.md
+		// says.
+		if err := s.rt.checkTopicLimit(s.cn.ctx, native); err != nil {
+			rc = appendReason(err)
+		} else {
+			rc = s.retain(&msg, q) // mqtt_retain.go
+		}
 	}
 	if rc != rcSuccess {
 		s.forgetRx(pk)

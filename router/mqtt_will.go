@@ -248,6 +248,13 @@ func (rt *Router) publishWill(w *mqttWill, result string) {
 	m := rt.mq.wm
 	ctx, cancel := context.WithTimeout(context.Background(), retainTimeout)
 	if w.retain {
+		// A topic the append would refuse (--max-topics) gets no
+		// retained message either.
+		if err := rt.checkTopicLimit(ctx, w.msg.Topic); err != nil {
+			cancel()
+			m.wills.WithLabelValues("failed").Inc()
+			return
+		}
 		rm := engine.RetainedMessage{Topic: w.msg.Topic, Key: w.msg.Key, Headers: w.msg.Headers, Data: w.msg.Data, QoS: w.qos, Time: time.Now()}
 		lim := engine.RetainLimits{MaxCount: rt.mq.opts.MaxRetained, MaxBytes: rt.mq.opts.MaxRetainedBytes}
 		err := rt.retainer().SetRetained(ctx, rm, lim)
