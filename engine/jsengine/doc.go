@@ -130,7 +130,9 @@
 // letterQueue.lmu and dlBounds.mu (deadletter.go), topicList.topicsMu
 // (listing.go), the mutexes in Engine.life and Engine.observers, and
 // presence's two, taken in the order presence.notifyMu, presence.mu
-// (presence.go), and retained.mu (retained.go).
+// (presence.go), and retained's two, taken in the order retained.startMu
+// (held across the retained bucket's opening, once), retained.mu
+// (retained.go).
 //
 // No NATS round trip happens under gmu: records missing from the cache are
 // fetched by a goroutine per cursor, dead letters are stored by the letter
