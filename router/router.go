@@ -57,7 +57,9 @@
 // an admission from CONNECT, a session.NewOneWay whose Transport turns the
 // queue's batches back into packets, and a case of its own in fanOut
 // (mqttFrames), and in subscription.Deliver for the group deliveries of
-// shared subscriptions (mqtt_group.go). What it needs of them, beyond
+// shared subscriptions (mqtt_group.go); retained messages on the engine's
+// engine.Retainer (mqtt_retain.go) and wills (mqtt_will.go) are its own.
+// What it needs of them, beyond
 // what WebSocket and SSE use (built so far: all but the persistent
 // sessions; docs/mqtt.md):
 //
