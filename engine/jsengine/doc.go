@@ -80,7 +80,8 @@
 // An Engine is safe for concurrent use by multiple goroutines. New starts
 // these goroutines, and Close stops them and waits for them: the tail
 // (nats.go's consumer hands each message to the engine's tail goroutine,
-// tail.go), one watcher loop per bucket (topics, groups, live), the
+// tail.go), one watcher loop per bucket (topics, groups, live, and retained once
+// the first retained call opens it: retained.go), the
 // connection watcher (tracks the connection's status for the fail-fast and
 // watcher-resume rules, conn.go), the committer (writes positions, claims
 // and releases, up to 16 keys at once from goroutines it waits for before
