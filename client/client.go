@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -83,7 +82,7 @@ type reply struct {
 // goroutines; Close stops them. ctx bounds only the first connection.
 func Dial(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
 	o := opts.withDefaults()
-	u, err := wsURL(rawURL, "")
+	u, err := wsURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +112,7 @@ func Dial(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
 	return c, nil
 }
 
-func wsURL(raw, token string) (string, error) {
+func wsURL(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "", fmt.Errorf("client: bad url: %w", err)
@@ -130,11 +129,6 @@ func wsURL(raw, token string) (string, error) {
 	if u.Path == "" || u.Path == "/" {
 		u.Path = "/v1/ws"
 	}
-	if token != "" {
-		q := u.Query()
-		q.Set("token", token)
-		u.RawQuery = q.Encode()
-	}
 	return u.String(), nil
 }
 
@@ -146,10 +140,20 @@ func (c *Client) connect(ctx context.Context) (*websocket.Conn, Welcome, error) 
 	if err != nil {
 		return nil, Welcome{}, err
 	}
-	u, _ := wsURL(c.url, token) // c.url was checked by Dial
+	u, _ := wsURL(c.url) // c.url was checked by Dial
+	header := c.opts.Header
+	if token != "" {
+		// In the handshake's header, never the URL, where proxies and
+		// access logs keep it.
+		header = header.Clone()
+		if header == nil {
+			header = http.Header{}
+		}
+		header.Set("Authorization", "Bearer "+token)
+	}
 	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{
 		HTTPClient: c.opts.HTTPClient,
-		HTTPHeader: c.opts.Header,
+		HTTPHeader: header,
 	})
 	if err != nil {
 		if resp != nil && resp.StatusCode >= 400 {
@@ -283,141 +287,6 @@ func (c *Client) run(conn *websocket.Conn) {
 		if conn = c.redial(); conn == nil {
 			return
 		}
-	}
-}
-
-// lost forgets conn and fails the requests sent on it. It reports whether
-// the client has stopped.
-func (c *Client) lost(conn *websocket.Conn, cause error) bool {
-	conn.CloseNow()
-	c.mu.Lock()
-	var calls []*call
-	if c.conn == conn {
-		c.conn = nil
-		if c.stopped == nil {
-			c.ready = make(chan struct{})
-		}
-	}
-	for id, cl := range c.pending {
-		if cl.conn == conn {
-			calls = append(calls, cl)
-			delete(c.pending, id)
-			c.replied(cl)
-		}
-	}
-	stopped := c.stopped
-	c.mu.Unlock()
-	err := fmt.Errorf("%w: %v", ErrConnectionLost, cause)
-	if stopped != nil {
-		err = stopped
-	}
-	for _, cl := range calls {
-		cl.finish(nil, err)
-	}
-	if stopped != nil || c.ctx.Err() != nil {
-		return true
-	}
-	c.log.Info("switchyard: connection lost", "err", cause)
-	c.disp.push(event{kind: evState, state: StateDisconnected, err: cause})
-	return false
-}
-
-// redial connects again with backoff and resubscribes; nil means the client
-// was closed meanwhile.
-func (c *Client) redial() *websocket.Conn {
-	p := c.opts.Reconnect
-	delay := p.MinDelay
-	for attempt := 1; ; attempt++ {
-		d := delay
-		if p.Jitter > 0 {
-			d -= time.Duration(rand.Float64() * p.Jitter * float64(d))
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-c.ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-		conn, w, err := c.connect(c.ctx)
-		if err == nil {
-			c.resume(conn, w)
-			return conn
-		}
-		if c.ctx.Err() != nil {
-			return nil
-		}
-		c.log.Info("switchyard: redial failed", "attempt", attempt, "err", err)
-		delay = min(2*delay, p.MaxDelay)
-	}
-}
-
-// resume installs a new connection and resends every active subscription.
-// It runs on the reader goroutine before the connection is read, so the
-// replies' callbacks run in order with the deliveries that follow them.
-func (c *Client) resume(conn *websocket.Conn, w Welcome) {
-	type resub struct {
-		s   *Subscription
-		req subscribeReq
-	}
-	var list []resub
-	c.mu.Lock()
-	if c.stopped != nil {
-		// Close ran while dialing.
-		c.mu.Unlock()
-		conn.CloseNow()
-		return
-	}
-	c.conn, c.welcome = conn, w
-	close(c.ready)
-	for _, s := range c.subs {
-		if !s.isActive() {
-			continue
-		}
-		id := c.nextID.Add(1)
-		s.forgetBases() // the gateway starts again with full messages
-		s.newConnection()
-		req := s.request(id, true, w.Epoch)
-		c.pending[id] = &call{conn: conn, fn: func(f *inFrame, err error) { c.resubscribed(s, f, err) }}
-		list = append(list, resub{s, req})
-	}
-	c.mu.Unlock()
-	for _, r := range list {
-		b, _ := json.Marshal(r.req) // only strings, maps of strings and numbers
-		if err := conn.Write(c.ctx, websocket.MessageText, b); err != nil {
-			break // the reader sees the broken connection and starts over
-		}
-	}
-	c.log.Info("switchyard: reconnected", "session", w.Session, "subscriptions", len(list))
-	c.disp.push(event{kind: evState, state: StateConnected})
-}
-
-// resubscribed handles the reply to a resubscription.
-func (c *Client) resubscribed(s *Subscription, f *inFrame, err error) {
-	var e *Error
-	switch {
-	case errors.As(err, &e):
-		c.removeSub(s)
-		c.disp.push(event{kind: evError, err: fmt.Errorf("client: resubscribing %q: %w", s.pattern, err)})
-	case err != nil:
-		// The connection dropped again; the next one retries.
-	default:
-		if reset, epochChanged := s.resumed(f.Recovered); reset {
-			c.disp.push(event{kind: evReset, sub: s, reset: &Reset{Pattern: s.pattern, Group: s.group, EpochChanged: epochChanged}})
-		}
-	}
-}
-
-// removeSub forgets s and ends it.
-func (c *Client) removeSub(s *Subscription) {
-	c.mu.Lock()
-	k := subKey{s.pattern, s.group}
-	if c.subs[k] == s {
-		delete(c.subs, k)
-	}
-	c.mu.Unlock()
-	if s.end() {
-		c.disp.push(event{kind: evEnd, sub: s})
 	}
 }
 
@@ -721,7 +590,11 @@ func (c *Client) Publish(ctx context.Context, topic string, data any, opts ...Pu
 		}
 		raw = b
 	}
-	req := publishReq{Op: wire.OpPublish, Topic: topic, Data: raw}
+	return c.publish(ctx, publishReq{Op: wire.OpPublish, Topic: topic, Data: raw}, opts)
+}
+
+// publish sends req with opts applied and returns its reply.
+func (c *Client) publish(ctx context.Context, req publishReq, opts []PublishOption) (PublishResult, error) {
 	for _, o := range opts {
 		o(&req)
 	}
@@ -738,15 +611,7 @@ func (c *Client) Publish(ctx context.Context, topic string, data any, opts ...Pu
 // with Message.Encoding "base64" (Message.Payload returns the bytes in
 // both cases). Errors are those of Publish.
 func (c *Client) PublishBytes(ctx context.Context, topic string, payload []byte, opts ...PublishOption) (PublishResult, error) {
-	req := bytesPublish(topic, payload)
-	for _, o := range opts {
-		o(&req)
-	}
-	f, err := c.roundTrip(ctx, func(id uint64) any { req.ID = id; return &req }, nil, nil)
-	if err != nil {
-		return PublishResult{}, err
-	}
-	return f.published(), nil
+	return c.publish(ctx, bytesPublish(topic, payload), opts)
 }
 
 // bytesPublish is the publish request of PublishBytes.

@@ -58,19 +58,10 @@ func TestDeltaSubscription(t *testing.T) {
 // OnError and makes the client reconnect and resume from its positions.
 func TestDeltaFrames(t *testing.T) {
 	froms := make(chan any, 4)
-	g := newFakeGateway(t, func(n int, fc *fakeConn) {
-		if !fc.welcome("e1") {
-			return
-		}
-		req := fc.request()
-		if req == nil {
-			return
-		}
+	g := deltaGateway(t, froms, func(n int, fc *fakeConn, req map[string]any) {
 		if req["delta"] != "fossil" {
 			t.Errorf("subscribe %v, want delta fossil", req)
 		}
-		froms <- req["from"]
-		fc.send(map[string]any{"op": "subscribed", "id": req["id"], "pattern": "dash"})
 		if n > 1 {
 			fc.message("dash", "dash", 4, dashState(4)) // full, after the resume
 			fc.hold()
@@ -90,19 +81,7 @@ func TestDeltaFrames(t *testing.T) {
 		fc.hold()
 	})
 	errs := make(chan error, 4)
-	c, err := client.Dial(testCtx(t), g.URL, &client.Options{
-		Reconnect: client.ReconnectPolicy{MinDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
-		OnError:   func(err error) { errs <- err },
-		OnGap:     func(client.Gap) {},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	sub, err := c.SubscribeChan(testCtx(t), "dash", client.SubscribeOptions{Delta: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := dialDelta(t, g, func(err error) { errs <- err })
 	if from := <-froms; from != nil {
 		t.Fatalf("first subscribe from %v", from)
 	}
@@ -131,4 +110,43 @@ func TestDeltaFrames(t *testing.T) {
 	if m := recv(t, sub.C); m.Offset != 4 || string(m.Data) != string(dashState(4)) {
 		t.Fatalf("after the resume: offset %d %.80s", m.Offset, m.Data)
 	}
+}
+
+// deltaGateway is a fake gateway whose every connection is welcomed and
+// sends one subscribe, to "dash": its "from" goes to froms, it is
+// confirmed, and script plays the rest (n counts the connections from 1).
+func deltaGateway(t *testing.T, froms chan<- any, script func(n int, fc *fakeConn, req map[string]any)) *fakeGateway {
+	return newFakeGateway(t, func(n int, fc *fakeConn) {
+		if !fc.welcome("e1") {
+			return
+		}
+		req := fc.request()
+		if req == nil {
+			return
+		}
+		froms <- req["from"]
+		fc.send(map[string]any{"op": "subscribed", "id": req["id"], "pattern": "dash"})
+		script(n, fc, req)
+	})
+}
+
+// dialDelta dials g, reconnecting within 20ms, with onError as its
+// OnError, and subscribes to "dash" with Delta; the client closes when
+// the test ends.
+func dialDelta(t *testing.T, g *fakeGateway, onError func(error)) *client.Subscription {
+	t.Helper()
+	c, err := client.Dial(testCtx(t), g.URL, &client.Options{
+		Reconnect: client.ReconnectPolicy{MinDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
+		OnError:   onError,
+		OnGap:     func(client.Gap) {},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	sub, err := c.SubscribeChan(testCtx(t), "dash", client.SubscribeOptions{Delta: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub
 }

@@ -84,10 +84,11 @@ func frameBack(t *testing.T, f *inFrame) (string, bool) {
 			Headers   map[string]string `json:"headers,omitempty"`
 			Data      json.RawMessage   `json:"data"`
 			Encoding  string            `json:"encoding,omitempty"`
+			Delta     bool              `json:"delta,omitempty"`
 			Time      string            `json:"time"`
 			Group     string            `json:"group,omitempty"`
 			Attempt   int               `json:"attempt,omitempty"`
-		}{f.Op, m.Pattern, m.Topic, m.Partition, m.Offset, m.Key, m.Headers, m.Data, m.Encoding, tm, m.Group, m.Attempt}), true
+		}{f.Op, m.Pattern, m.Topic, m.Partition, m.Offset, m.Key, m.Headers, m.Data, m.Encoding, f.Delta, tm, m.Group, m.Attempt}), true
 	case wire.OpGap:
 		g := f.gap()
 		return render(t, struct {
@@ -206,6 +207,13 @@ func clientRequest(t *testing.T, req *wire.Request) (any, bool) {
 			return nil, false
 		}
 		r := subscribeReq{Op: req.Op, ID: id, Pattern: *req.Pattern, Group: str(req.Group), OnFull: OnFull(str(req.OnFull))}
+		if req.Delta != nil {
+			// Options.Delta asks for "fossil", on plain subscriptions only.
+			if *req.Delta != wire.DeltaFossil || r.Group != "" {
+				return nil, false
+			}
+			r.Delta = wire.DeltaFossil
+		}
 		if req.Presence != nil {
 			r.Presence = *req.Presence
 		}

@@ -16,11 +16,11 @@ import (
 // was published during the cut arrives, in order and once.
 func TestSilentCutIsDetected(t *testing.T) {
 	g := newGateway(t, engine.GroupPolicy{})
-	p := newCutProxy(t, g.srv.Listener.Addr().String())
+	p := newLinkProxy(t, g.srv.Listener.Addr().String())
 	states := make(chan client.State, 16)
 	lostErr := make(chan error, 16)
 	const pingInterval, pongTimeout = 100 * time.Millisecond, 500 * time.Millisecond
-	c := dial(t, &testGateway{URL: "ws://" + p.Addr + "/v1/ws"}, &client.Options{
+	c := dial(t, &testGateway{URL: "ws://" + p.Addr() + "/v1/ws"}, &client.Options{
 		PingInterval: pingInterval,
 		PongTimeout:  pongTimeout,
 		Reconnect:    client.ReconnectPolicy{MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond},
@@ -53,7 +53,7 @@ func TestSilentCutIsDetected(t *testing.T) {
 	}
 	eventually(t, "deliveries before the cut", func() bool { return count() == 5 })
 
-	if n := p.cutAll(); n != 1 {
+	if n := p.Silence(); n != 1 {
 		t.Fatalf("cut %d links, want 1", n)
 	}
 	cut := time.Now()

@@ -11,7 +11,8 @@ import (
 // Options configure a Client. A nil *Options, and the zero value of each
 // field, mean the default stated on the field.
 type Options struct {
-	// Token is sent as the token query parameter when the gateway requires
+	// Token is sent in the handshake's Authorization header ("Bearer
+	// <token>", never in the URL) when the gateway requires
 	// authentication. Default: none.
 	Token string
 	// TokenFunc, when set, is called for a token before every connection

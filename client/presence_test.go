@@ -19,16 +19,7 @@ func TestPresence(t *testing.T) {
 	if _, err := c2.SubscribeChan(testCtx(t), "rooms.7", client.SubscribeOptions{Presence: true}); err != nil {
 		t.Fatal(err)
 	}
-	next := func() client.PresenceEvent {
-		t.Helper()
-		select {
-		case e := <-events:
-			return e
-		case <-time.After(wait):
-			t.Fatal("no presence event")
-		}
-		return client.PresenceEvent{}
-	}
+	next := func() client.PresenceEvent { t.Helper(); return nextPresence(t, events) }
 	if e := next(); !e.Joined || e.Topic != "rooms.7" || e.Member.Session != c2.Welcome().Session {
 		t.Fatalf("join %+v", e)
 	}
@@ -80,16 +71,7 @@ func TestPresenceResync(t *testing.T) {
 	if _, err := c.SubscribeChan(testCtx(t), "rooms.7", client.SubscribeOptions{Presence: true}); err != nil {
 		t.Fatal(err)
 	}
-	next := func() client.PresenceEvent {
-		t.Helper()
-		select {
-		case e := <-events:
-			return e
-		case <-time.After(wait):
-			t.Fatal("no presence event")
-		}
-		return client.PresenceEvent{}
-	}
+	next := func() client.PresenceEvent { t.Helper(); return nextPresence(t, events) }
 	if e := next(); !e.Joined || e.Member.Session != "x" || e.Resync {
 		t.Fatalf("first event %+v, want x's join", e)
 	}
@@ -108,4 +90,17 @@ func TestPresenceResync(t *testing.T) {
 	if e := next(); e.Joined || e.Resync || e.Member.Session != "y" {
 		t.Fatalf("third event %+v, want y's leave", e)
 	}
+}
+
+// nextPresence returns the next event of events, failing the test when
+// none comes within wait.
+func nextPresence(t *testing.T, events <-chan client.PresenceEvent) client.PresenceEvent {
+	t.Helper()
+	select {
+	case e := <-events:
+		return e
+	case <-time.After(wait):
+		t.Fatal("no presence event")
+	}
+	return client.PresenceEvent{}
 }

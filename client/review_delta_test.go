@@ -8,8 +8,6 @@ import (
 
 	"github.com/centrifugal/fdelta"
 	"github.com/coder/websocket"
-
-	"github.com/switchyard/switchyard/client"
 )
 
 // TestReviewDeltaFailedStopsTheBatch: a delta without its base makes the
@@ -19,16 +17,7 @@ import (
 // resume then never asks for: a loss without a gap.
 func TestReviewDeltaFailedStopsTheBatch(t *testing.T) {
 	froms := make(chan any, 4)
-	g := newFakeGateway(t, func(n int, fc *fakeConn) {
-		if !fc.welcome("e1") {
-			return
-		}
-		req := fc.request()
-		if req == nil {
-			return
-		}
-		froms <- req["from"]
-		fc.send(map[string]any{"op": "subscribed", "id": req["id"], "pattern": "dash"})
+	g := deltaGateway(t, froms, func(n int, fc *fakeConn, _ map[string]any) {
 		if n > 1 {
 			fc.message("dash", "dash", 0, dashState(0))
 			fc.message("dash", "dash", 1, dashState(1))
@@ -49,19 +38,7 @@ func TestReviewDeltaFailedStopsTheBatch(t *testing.T) {
 		}
 		fc.hold()
 	})
-	c, err := client.Dial(testCtx(t), g.URL, &client.Options{
-		Reconnect: client.ReconnectPolicy{MinDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
-		OnError:   func(error) {},
-		OnGap:     func(client.Gap) {},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	sub, err := c.SubscribeChan(testCtx(t), "dash", client.SubscribeOptions{Delta: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := dialDelta(t, g, func(error) {})
 	<-froms
 	select {
 	case from := <-froms:

@@ -468,30 +468,14 @@ var DefaultGroupPolicy = GroupPolicy{
 
 // WithDefaults returns p with every zero field taken from d.
 func (p GroupPolicy) WithDefaults(d GroupPolicy) GroupPolicy {
-	if p.AckTimeout == 0 {
-		p.AckTimeout = d.AckTimeout
-	}
-	if p.MaxAttempts == 0 {
-		p.MaxAttempts = d.MaxAttempts
-	}
-	if p.BackoffMin == 0 {
-		p.BackoffMin = d.BackoffMin
-	}
-	if p.BackoffMax == 0 {
-		p.BackoffMax = d.BackoffMax
-	}
-	if p.MaxInFlight == 0 {
-		p.MaxInFlight = d.MaxInFlight
-	}
-	if p.DedupeWindow == 0 {
-		p.DedupeWindow = d.DedupeWindow
-	}
-	if p.DeadLetterLimit == 0 {
-		p.DeadLetterLimit = d.DeadLetterLimit
-	}
-	if p.IdleTTL == 0 {
-		p.IdleTTL = d.IdleTTL
-	}
+	p.AckTimeout = cmp.Or(p.AckTimeout, d.AckTimeout)
+	p.MaxAttempts = cmp.Or(p.MaxAttempts, d.MaxAttempts)
+	p.BackoffMin = cmp.Or(p.BackoffMin, d.BackoffMin)
+	p.BackoffMax = cmp.Or(p.BackoffMax, d.BackoffMax)
+	p.MaxInFlight = cmp.Or(p.MaxInFlight, d.MaxInFlight)
+	p.DedupeWindow = cmp.Or(p.DedupeWindow, d.DedupeWindow)
+	p.DeadLetterLimit = cmp.Or(p.DeadLetterLimit, d.DeadLetterLimit)
+	p.IdleTTL = cmp.Or(p.IdleTTL, d.IdleTTL)
 	p.MaxGroupDeadLetters = cmp.Or(p.MaxGroupDeadLetters, d.MaxGroupDeadLetters)
 	p.MaxDeadLetters = cmp.Or(p.MaxDeadLetters, d.MaxDeadLetters)
 	p.MaxDeadLetterBytes = cmp.Or(p.MaxDeadLetterBytes, d.MaxDeadLetterBytes)

@@ -5,6 +5,7 @@ package faults
 // process) whose NATS connections run through proxies of their own.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,7 +49,9 @@ type Cluster struct {
 	servers []*natsServer
 	// routes[i][j] carries the route connections server i dials to
 	// server j.
-	routes   [][]*Proxy
+	routes [][]*Proxy
+	gmu    sync.Mutex // guards the elements of gateways
+	// gateways is made once by NewCluster; RestartGateway replaces one.
 	gateways []*Gateway
 }
 
@@ -70,9 +73,12 @@ type Gateway struct {
 	Links []*Proxy
 	Eng   *jsengine.Engine
 
-	rt   *router.Router
-	srv  *http.Server
-	done chan struct{}
+	rt     *router.Router
+	srv    *http.Server
+	conns  *connSet // its clients' connections (see Cluster.KillGateway)
+	done   chan struct{}
+	killed bool // by KillGateway, which stopped it; set before it is shared again
+
 }
 
 // WSURL is the gateway's WebSocket URL.
@@ -147,7 +153,7 @@ func newCluster(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return c, err
 	}
 	for g := range opts.Gateways {
-		gw, err := c.startGateway(ctx, g)
+		gw, err := c.startGateway(ctx, g, "")
 		if err != nil {
 			return c, err
 		}
@@ -344,8 +350,13 @@ func (c *Cluster) allLinks() []*Proxy {
 	return ps
 }
 
-// Gateways is the running gateways.
-func (c *Cluster) Gateways() []*Gateway { return c.gateways }
+// Gateways is the gateways. A gateway restarted later
+// (RestartGateway) takes its index in the slice returned.
+func (c *Cluster) Gateways() []*Gateway {
+	c.gmu.Lock()
+	defer c.gmu.Unlock()
+	return c.gateways
+}
 
 // Leader is the index of the server leading the stream in the global
 // account, or -1 when none does.
@@ -392,8 +403,10 @@ func (c *Cluster) WaitHealthy(ctx context.Context) error {
 	}
 }
 
-func (c *Cluster) startGateway(ctx context.Context, g int) (*Gateway, error) {
-	gw := &Gateway{I: g, done: make(chan struct{})}
+// startGateway starts gateway g listening on addr (any free port when
+// empty).
+func (c *Cluster) startGateway(ctx context.Context, g int, addr string) (*Gateway, error) {
+	gw := &Gateway{I: g, done: make(chan struct{}), conns: &connSet{m: map[net.Conn]struct{}{}}}
 	var urls []string
 	for i, s := range c.servers {
 		p, err := NewProxy(fmt.Sprintf("gateway %d->nats %d", g, i), fmt.Sprintf("127.0.0.1:%d", s.port))
@@ -436,7 +449,7 @@ func (c *Cluster) startGateway(ctx context.Context, g int) (*Gateway, error) {
 		gw.closeLinks()
 		return nil, fmt.Errorf("faults: gateway %d: router: %w", g, err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", cmp.Or(addr, "127.0.0.1:0"))
 	if err != nil {
 		_ = rt.Shutdown(ctx)
 		_ = eng.Close(ctx)
@@ -444,7 +457,7 @@ func (c *Cluster) startGateway(ctx context.Context, g int) (*Gateway, error) {
 		return nil, err
 	}
 	gw.rt, gw.srv, gw.Addr = rt, rt.NewServer(router.ServerOptions{}), ln.Addr().String()
-	ln = rt.Listener(ln)
+	ln = rt.Listener(&trackListener{Listener: ln, set: gw.conns})
 	go func() { // exits when stop closes the server
 		defer close(gw.done)
 		_ = gw.srv.Serve(ln)
@@ -459,7 +472,11 @@ func (gw *Gateway) closeLinks() {
 }
 
 // stop shuts the gateway down: sessions, HTTP server, engine, links.
+// A killed gateway (KillGateway) is stopped already.
 func (gw *Gateway) stop() {
+	if gw.killed {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	_ = gw.rt.Shutdown(ctx)
@@ -476,7 +493,10 @@ func (gw *Gateway) stop() {
 // Close stops the gateways, the servers and the proxies, and removes the
 // stores.
 func (c *Cluster) Close() {
-	for _, g := range c.gateways {
+	c.gmu.Lock()
+	gws := append([]*Gateway(nil), c.gateways...)
+	c.gmu.Unlock()
+	for _, g := range gws {
 		g.stop()
 	}
 	for i := range c.servers {

@@ -17,13 +17,13 @@ import (
 // leading the log is cut off, and checks what the gateway relies on to
 // answer a publish: every append returns within PublishBound, and every
 // failure wraps engine.ErrUnavailable (anything else reaches clients as
-// `internal`). It lists each distinct error text it saw. It can fail today
-// on the first count: no single round trip waits past 5 s any more, but an
-// append's several round trips can add up past the bound (docs/faults.md,
-// "Known defects" 2), so it runs only with -faults.strict.
+// `internal`). It lists each distinct error text it saw, and logs the
+// slowest append. An append's several round trips used to add up past the
+// bound (docs/faults.md, "Known defects" 2: 10.15 s seen); the engine now
+// bounds the whole append (8 s).
 func TestEngineAppendsDuringLeaderIsolation(t *testing.T) {
-	if testing.Short() || !*strict {
-		t.Skip("known engine defects (docs/faults.md); run with -faults.strict")
+	if testing.Short() {
+		t.Skip("a cluster of three NATS servers and three gateways")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -40,6 +40,7 @@ func TestEngineAppendsDuringLeaderIsolation(t *testing.T) {
 	other := map[string]int{}
 	var slow []string
 	acked, unavailable := 0, 0
+	var slowest time.Duration
 	lctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for i, gw := range c.Gateways() {
@@ -58,6 +59,7 @@ func TestEngineAppendsDuringLeaderIsolation(t *testing.T) {
 					acancel()
 					took := time.Since(start)
 					mu.Lock()
+					slowest = max(slowest, took)
 					switch {
 					case lctx.Err() != nil:
 						if took > PublishBound {
@@ -103,7 +105,7 @@ func TestEngineAppendsDuringLeaderIsolation(t *testing.T) {
 	if herr != nil {
 		t.Fatal(herr)
 	}
-	t.Logf("%d acked, %d unavailable", acked, unavailable)
+	t.Logf("%d acked, %d unavailable, slowest append %v", acked, unavailable, slowest)
 	var texts []string
 	for s, n := range other {
 		texts = append(texts, fmt.Sprintf("%d× %s", n, s))

@@ -166,6 +166,7 @@ type frame struct {
 	Offset    int64  `json:"offset"`
 	Duplicate bool   `json:"duplicate"`
 	Data      string `json:"data"`
+	Reason    string `json:"reason"`
 	From, To  int64
 }
 
@@ -193,12 +194,18 @@ func (w *wsClient) read(ctx context.Context) (frame, error) {
 
 func (w *wsClient) close() { _ = w.c.CloseNow() }
 
-// publisher publishes to gateway url until ctx ends, keeping up to window
+// publisher publishes to gateway urls[0] until ctx ends, keeping up to window
 // publishes in flight (pipelined; replies come in request order); every
-// publish has a msg_id and is retried with it until it is published. Once
+// publish has a msg_id and is retried with it until it is published. When
+// its connection fails (or cannot be made) it goes on through the next
+// gateway of urls, in turn, retrying there. Once
 // ctx ends it sends nothing more and returns once the publishes in flight
 // are answered (each within PublishBound) or its connection fails.
-func (l *load) publisher(ctx context.Context, i int, url string, window int) {
+// It is one loop of about 130 lines on purpose: the connection, the
+// window in flight and the retries are its locals, shared by the loop,
+// the drop on a failed connection and the drain once stopped.
+func (l *load) publisher(ctx context.Context, i int, urls []string, window int) {
+	url, next := urls[0], 1 // after a failed connection: the next of urls
 	defer l.pubs.Done()
 	type inflight struct {
 		id    int64
@@ -239,6 +246,9 @@ func (l *load) publisher(ctx context.Context, i int, url string, window int) {
 		}
 	}()
 	drop := func() { // the connection failed: everything in flight is unknown
+		l.mu.Lock()
+		l.stats.Failed["closed"] += len(flight)
+		l.mu.Unlock()
 		for _, f := range flight {
 			f.pend.Failed()
 			retry = append(retry, f.data)
@@ -248,6 +258,7 @@ func (l *load) publisher(ctx context.Context, i int, url string, window int) {
 			w.close()
 			w = nil
 		}
+		url, next = urls[next%len(urls)], next+1
 		backoff = true
 	}
 	topic := l.topicOf(i)
@@ -417,11 +428,12 @@ func (l *load) subscriber(ctx context.Context, client int, url string) {
 				l.subNext[client] = max(l.subNext[client], next)
 				l.mu.Unlock()
 			case "subscribed":
-			case "error":
-				if f.Code != "unavailable" {
-					l.violate("subscriber %d: error %s %s", client, f.Code, f.Message)
+			case "error", "unsubscribed":
+				if f.Code != "unavailable" && f.Reason != "unavailable" {
+					l.violate("subscriber %d: %s %s%s %s", client, f.Op, f.Code, f.Reason, f.Message)
 				}
-				// Refused while NATS is unreachable: subscribe again.
+				// Refused, or its replay given up, while NATS is
+				// unreachable: subscribe again.
 				pause(ctx, retryPause)
 				w.close()
 			}

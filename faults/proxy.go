@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -133,6 +134,20 @@ func (p *Proxy) Reset() {
 	}
 }
 
+// Silence makes every connection open now go silent both ways for good:
+// what either side sends is read and discarded, and nothing is closed or
+// passed on, as with a NAT that forgot the flow or a peer that slept.
+// Connections accepted later forward as before. It returns how many
+// connections it silenced.
+func (p *Proxy) Silence() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.silenced.Store(true)
+	}
+	return len(p.conns)
+}
+
 // Conns is the number of connections open through the proxy.
 func (p *Proxy) Conns() int {
 	p.mu.Lock()
@@ -220,6 +235,8 @@ type proxyConn struct {
 	p     *Proxy
 	sides [2]net.Conn
 
+	silenced atomic.Bool // Silence: discard both ways, pass no end on
+
 	once     sync.Once
 	done     chan struct{} // closed when the connection closes
 	mu       sync.Mutex    // guards finished
@@ -284,6 +301,12 @@ func (c *proxyConn) write(d Dir, ch <-chan chunk) {
 		case ck, ok = <-ch:
 		case <-c.done:
 			return
+		}
+		if c.silenced.Load() {
+			if !ok {
+				return // a silenced link passes no end on
+			}
+			continue
 		}
 		if !ok {
 			c.sourceEnded(d)

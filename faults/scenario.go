@@ -4,7 +4,9 @@ package faults
 // and the whole history checked.
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -24,6 +26,9 @@ type Scenario struct {
 	// Window, when set, is the publishers' window for this scenario
 	// (see RunOptions.Window).
 	Window int
+	// Failover: a publisher whose connection fails goes on through the
+	// next gateway (else it dials its own again).
+	Failover bool
 }
 
 // RunOptions shape a run.
@@ -88,26 +93,12 @@ func (r *Report) String() string {
 // publisher has Recover more acknowledged, stops the load, reads the log
 // whole and checks the history. The error is for a run that could not be
 // made (the cluster did not start, the load made no progress); what the
-// run found is in the report.
+// run found is in the report. It is about 120 lines on purpose: the
+// phases of a run (start, warm up, inject, hold, heal, recover, stop, read
+// whole, check) follow one another in it as in this paragraph, sharing the
+// cluster, the load and the history.
 func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
-	if o.Warmup == 0 {
-		o.Warmup = 5
-	}
-	if o.Recover == 0 {
-		o.Recover = 5
-	}
-	if sc.Window > 0 {
-		o.Window = sc.Window
-	}
-	if o.Window == 0 {
-		o.Window = 1
-	}
-	if o.PublishersPerGateway == 0 {
-		o.PublishersPerGateway = 2
-	}
-	if o.HistoryDir == "" {
-		o.HistoryDir = os.TempDir()
-	}
+	o = o.withDefaults(sc)
 	start := time.Now()
 	c, err := NewCluster(ctx, Options{Logger: o.Logger})
 	if err != nil {
@@ -116,13 +107,8 @@ func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
 	defer c.Close()
 	const topic, jobs = "faults.feed", "faults.jobs"
 	gws := c.Gateways()
-	for _, name := range []string{topic, jobs} {
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err = gws[0].Eng.CreateTopic(cctx, engine.TopicConfig{Name: name, Partitions: 1})
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("faults: create %s: %w", name, err)
-		}
+	if err := createTopics(ctx, gws[0].Eng, topic, jobs); err != nil {
+		return nil, err
 	}
 
 	h := NewHistory()
@@ -138,7 +124,11 @@ func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
 	}()
 	for i := range pubs {
 		l.pubs.Add(1)
-		go l.publisher(pctx, i, gws[i%len(gws)].WSURL(), o.Window) // exits when the publishers stop
+		urls := []string{gws[i%len(gws)].WSURL()}
+		if sc.Failover {
+			urls = append(urls, gws[(i+1)%len(gws)].WSURL())
+		}
+		go l.publisher(pctx, i, urls, o.Window) // exits when the publishers stop
 	}
 	var subs []int
 	for g, gw := range gws {
@@ -205,8 +195,17 @@ func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
 	if err := l.waitSubscribers(wctx, subs, int64(len(all.data))); err != nil {
 		l.violate("fan-out: %v", err)
 	}
+	cancel()
+	// The group's check has its own minute: a fan-out that failed does
+	// not fail it too.
+	wctx, cancel = context.WithTimeout(ctx, 60*time.Second)
 	dead := map[int64]bool{}
-	if dls, err := gws[0].Eng.DeadLetters(wctx, engine.DeadLetterFilter{Group: groupName}); err == nil {
+	var dls []engine.DeadLetter
+	err = whenAvailable(wctx, func() (err error) {
+		dls, err = gws[0].Eng.DeadLetters(wctx, engine.DeadLetterFilter{Group: groupName})
+		return err
+	})
+	if err == nil {
 		for _, dl := range dls {
 			dead[dl.Record.Offset] = true
 		}
@@ -234,6 +233,35 @@ func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
 	return r, nil
 }
 
+// withDefaults returns o with each zero field set to its default (see
+// RunOptions), and the scenario's Window when it sets one.
+func (o RunOptions) withDefaults(sc Scenario) RunOptions {
+	o.Warmup = cmp.Or(o.Warmup, 5)
+	o.Recover = cmp.Or(o.Recover, 5)
+	if sc.Window > 0 {
+		o.Window = sc.Window
+	}
+	o.Window = cmp.Or(o.Window, 1)
+	o.PublishersPerGateway = cmp.Or(o.PublishersPerGateway, 2)
+	if o.HistoryDir == "" {
+		o.HistoryDir = os.TempDir()
+	}
+	return o
+}
+
+// createTopics creates the run's topics, one partition each, on eng.
+func createTopics(ctx context.Context, eng engine.Engine, names ...string) error {
+	for _, name := range names {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := eng.CreateTopic(cctx, engine.TopicConfig{Name: name, Partitions: 1})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("faults: create %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // logRead is a whole partition read at the end of a run.
 type logRead struct {
 	start time.Time
@@ -243,10 +271,18 @@ type logRead struct {
 // readAll reads partition 0 of topic whole through gateway gw's engine.
 func readAll(ctx context.Context, gw *Gateway, topic string) (logRead, error) {
 	lr := logRead{start: time.Now()}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	for from := int64(0); ; {
-		recs, next, err := gw.Eng.Read(ctx, topic, 0, from, 1000)
+		var recs []*engine.Record
+		var next int64
+		// Each read of up to 1,000 records has its own 30 s: the engine
+		// reads a record a round trip, so a long log under -race on a
+		// loaded machine outran one bound for the whole read.
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := whenAvailable(rctx, func() (err error) {
+			recs, next, err = gw.Eng.Read(rctx, topic, 0, from, 1000)
+			return err
+		})
+		cancel()
 		if err != nil {
 			return lr, err
 		}
@@ -264,5 +300,23 @@ func readAll(ctx context.Context, gw *Gateway, topic string) (logRead, error) {
 			return lr, nil
 		}
 		from = next
+	}
+}
+
+// whenAvailable runs fn until it does not fail with engine.ErrUnavailable
+// or ctx ends: the checks read the log once the cluster is whole, but
+// JetStream may still be electing its leaders for a moment after a heal
+// ("JetStream system temporarily unavailable").
+func whenAvailable(ctx context.Context, fn func() error) error {
+	for {
+		err := fn()
+		if !errors.Is(err, engine.ErrUnavailable) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }

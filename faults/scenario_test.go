@@ -21,8 +21,11 @@ var (
 // shows only these is logged, not failed. A history that is not
 // linearizable always fails.
 var knownDefects = []*regexp.Regexp{
-	// An append over a NATS connection that went silent waits past the
-	// bound instead of failing.
+	// A publish queued on its session behind others appended one at a
+	// time (a repeat of a msg_id into a replicated stream; first
+	// publishes of a msg_id go in batches since pipeline_msgid_batch.go)
+	// can be answered past the bound: the engine bounds each append
+	// (8 s), not the wait before it.
 	regexp.MustCompile(`publish p\d+-\d+ unanswered after`),
 	// A gateway cut off NATS delivers again, once it is back, a record
 	// another gateway's member acked while it was away.
@@ -44,7 +47,7 @@ func unexpected(vs []string) []string {
 	return out
 }
 
-func runScenario(t *testing.T, sc Scenario) {
+func runScenario(t *testing.T, sc Scenario) *Report {
 	t.Helper()
 	o := RunOptions{HistoryDir: os.Getenv("FAULTS_HISTORY_DIR")}
 	if *verbose {
@@ -70,6 +73,7 @@ func runScenario(t *testing.T, sc Scenario) {
 	for _, v := range vs {
 		t.Errorf("violation: %s", v)
 	}
+	return r
 }
 
 // A run with no fault: the harness itself finds nothing wrong.
@@ -87,6 +91,13 @@ func TestScenarios(t *testing.T) {
 		t.Skip("six faults on a cluster of three NATS servers and three gateways")
 	}
 	for _, sc := range Scenarios() {
-		t.Run(sc.Name, func(t *testing.T) { runScenario(t, sc) })
+		t.Run(sc.Name, func(t *testing.T) {
+			r := runScenario(t, sc)
+			if sc.Failover && r.Failed["closed"] == 0 {
+				// kill-gateway-mid-pipeline: the history check covers the
+				// publishes cut off only if some were.
+				t.Errorf("no publish was in flight when the gateway died")
+			}
+		})
 	}
 }

@@ -23,6 +23,9 @@ func Scenarios() []Scenario {
 		{Name: "slow-links-200ms", Hold: 5 * time.Second, Inject: slowLinks},
 		// Pipelined publishers: connections reset with publishes in flight.
 		{Name: "lossy-gateway-links", Hold: 5 * time.Second, Inject: lossyGatewayLinks, Window: 4},
+		// Pipelined publishers whose gateway dies under them retry
+		// through another.
+		{Name: "kill-gateway-mid-pipeline", Hold: 2 * time.Second, Inject: killGateway, Window: 4, Failover: true},
 	}
 }
 
@@ -97,4 +100,13 @@ func lossyGatewayLinks(_ context.Context, c *Cluster) (func(context.Context) err
 		}
 		return nil
 	}, nil
+}
+
+// killGateway kills gateway 2 (KillGateway: its NATS connections end
+// without a drain) with its publishers' pipelined publishes in flight;
+// they go on through gateway 0. The heal starts it again on its address.
+// Gateway 0, which the run's final reads use, stays up.
+func killGateway(_ context.Context, c *Cluster) (func(context.Context) error, error) {
+	c.KillGateway(2)
+	return func(ctx context.Context) error { return c.RestartGateway(ctx, 2) }, nil
 }

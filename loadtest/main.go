@@ -91,6 +91,7 @@ type config struct {
 	drain       time.Duration
 	rate        float64
 	messages    int64
+	topicPrefix string // the run's topic prefix; empty: lt.<time>
 	subscribers int
 	publishers  int
 	size        int
@@ -131,6 +132,8 @@ type config struct {
 	hostile         bool
 	hostileHeapMB   int
 	hostileLimits   bool
+
+	mqttConfig // --target mqtt (mqtt_compare.go)
 }
 
 var scenarios = []string{"fanout", "wildcard", "groups", "slow", "connect", "idle", "smoke", "soak", "dashboard"}
@@ -169,6 +172,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		return 0
+	}
+	if cfg.target == targetMQTT {
+		return mqttCommand(ctx, cfg, stdout, stderr)
 	}
 	rep, err := execute(ctx, cfg, stderr)
 	if err != nil {
@@ -220,13 +226,15 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	d := defaultsFor(cfg.scenario)
 	fs.StringVar(&cfg.url, "url", "ws://127.0.0.1:8080", "gateway WebSocket URL (loopback only); the path defaults to /v1/ws (--target switchyard)")
-	fs.StringVar(&cfg.target, "target", targetSwitchyard, "what --url is: switchyard, or nats for a NATS server's WebSocket listener (fanout and idle; see nats.go)")
+	fs.StringVar(&cfg.target, "target", targetSwitchyard, "what --url is: switchyard, nats for a NATS server's WebSocket listener (fanout and idle; see nats.go), or mqtt: the gateway's native and MQTT-over-WebSocket subscribers and Mosquitto's, in phases (fanout and idle; see mqtt_compare.go)")
+	mqttFlags(fs, &cfg.mqttConfig)
 	fs.BoolVar(&cfg.lean, "lean", false, "subscribers connect with ?envelope=lean: messages without time, and without pattern on literal subscriptions (--target switchyard)")
 	fs.StringVar(&cfg.subURLsRaw, "sub-urls", "", "comma-separated WebSocket URLs of further gateway nodes; subscribers are spread round-robin over --url and these (publishers stay on --url)")
 	fs.StringVar(&cfg.httpURL, "http", "", "gateway HTTP base URL (default: derived from --url)")
 	fs.DurationVar(&cfg.duration, "duration", d.duration, "how long to publish (or hold connections)")
 	fs.DurationVar(&cfg.drain, "drain", d.drain, "how long to wait for deliveries after publishing stops")
 	fs.Float64Var(&cfg.rate, "rate", d.rate, "publishes per second over all publishers; 0: as fast as the window allows")
+	fs.StringVar(&cfg.topicPrefix, "topic-prefix", "", "prefix of the run's topics (default lt.<start time>); two loadtests given the same one publish into the same topics, e.g. through two gateway nodes")
 	fs.Int64Var(&cfg.messages, "messages", 0, "stop after this many publishes; 0: no count bound besides --duration")
 	fs.IntVar(&cfg.subscribers, "subscribers", d.subscribers, "subscribers (connections, for connect and idle)")
 	fs.IntVar(&cfg.publishers, "publishers", 1, "publishing connections")
@@ -260,7 +268,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&cfg.sampleInterval, "sample-interval", 5*time.Second, "how often the gateway's goroutines and memory are sampled (soak)")
 	fs.IntVar(&cfg.goroutineSlack, "goroutine-slack", 10, "goroutines the gateway may keep above its baseline once the load has stopped (soak)")
 	fs.IntVar(&cfg.maxHeapGrowthMB, "max-heap-growth-mib", 64, "heap growth in MiB allowed from the first sample after warm-up to the last (soak)")
-	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds of plain and of delta subscriptions, alternating (dashboard)")
+	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds of plain and of delta subscriptions, alternating (dashboard); rounds of the phases (--target mqtt)")
 	fs.BoolVar(&cfg.hostile, "hostile", false, "run hostile clients beside the load (soak; see hostile.go)")
 	fs.BoolVar(&cfg.hostileLimits, "hostile-require-limits", true, "with --hostile: fail unless every targeted limit was met; a run of a few seconds under the race detector may end before the slowest one is (soak)")
 	fs.IntVar(&cfg.hostileHeapMB, "hostile-heap-mib", 128, "with --hostile: peak live heap in MiB allowed above the baseline during the load (soak)")

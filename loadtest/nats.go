@@ -219,21 +219,31 @@ func (s *subscriber) startNATS(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.conn = conn
+	s.serve(took, func() bool {
+		return websocket.CloseStatus(nr.run(context.Background(), s.natsLine)) == websocket.StatusNormalClosure
+	})
+	return nil
+}
+
+// serve counts a subscriber connected after took and runs its connection
+// on a goroutine of the run's (r.wg); run reports whether the connection
+// ended cleanly, and one that did not while the subscriber was not
+// closing counts as dropped.
+func (s *subscriber) serve(took time.Duration, run func() (clean bool)) {
+	r := s.r
 	r.connect.record(s.idx, took)
 	r.c.conns.Add(1)
-	s.conn = conn
 	s.readyMet = true
 	r.wg.Add(1)
-	go func() {
+	go func() { // ends with the connection
 		defer r.wg.Done()
 		defer r.c.conns.Add(-1)
-		err := nr.run(context.Background(), s.natsLine)
-		if websocket.CloseStatus(err) != websocket.StatusNormalClosure && !s.closing.Load() {
+		if !run() && !s.closing.Load() {
 			s.dropped.Store(true)
 			r.c.disconnects.Add(1)
 		}
 	}()
-	return nil
 }
 
 // natsLine handles one protocol message of a subscriber.
@@ -357,6 +367,8 @@ func (c *config) checkTarget() error {
 	switch c.target {
 	case targetSwitchyard:
 		return nil
+	case targetMQTT:
+		return c.checkMQTT()
 	case targetNATS:
 		for _, s := range natsScenarios {
 			if s == c.scenario {
@@ -368,5 +380,5 @@ func (c *config) checkTarget() error {
 		}
 		return fmt.Errorf("--target nats runs the scenarios %v, not %q", natsScenarios, c.scenario)
 	}
-	return fmt.Errorf("--target %q: want %s or %s", c.target, targetSwitchyard, targetNATS)
+	return fmt.Errorf("--target %q: want %s, %s or %s", c.target, targetSwitchyard, targetNATS, targetMQTT)
 }

@@ -69,6 +69,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -105,6 +106,9 @@ var (
 // fields without a comment are set before any connection starts.
 type soak struct {
 	r *runner
+	// goroutines counts the process's goroutines in an in-process run
+	// (runtime.NumGoroutine; a test sets its own).
+	goroutines func() int
 	// failedConn is the first error of a connection that failed for good
 	// during the load (a churner's reconnect, a member's rejoin), so the
 	// verdict names it when the progress lines are off.
@@ -203,7 +207,7 @@ func newSoak(r *runner) *soak {
 	cfg := r.cfg
 	r.setTopics("soak", cfg.topics+1)
 	st := &soak{
-		r: r, gtopic: cfg.topics, group: r.prefix + ".workers", start: time.Now(),
+		r: r, gtopic: cfg.topics, group: r.prefix + ".workers", start: time.Now(), goroutines: runtime.NumGoroutine,
 		parts:         make([]int, len(r.topics)),
 		confirmed:     make([]atomic.Int64, len(r.topics)),
 		lastOffset:    make([][]atomic.Int64, len(r.topics)),
@@ -542,8 +546,10 @@ func (st *soak) drained() bool {
 }
 
 // settle stops the load: it closes every connection, stops the sampler
-// and the progress line, waits up to settleTimeout for the goroutines to
-// come back within the slack of the baseline, and takes the final sample.
+// and the progress line, and takes the final sample once its goroutines
+// are back within the slack of the baseline, or after settleTimeout. The
+// sample judged is the one kept: a count taken again afterwards could
+// catch a burst of timer callbacks the clock fired together.
 func (st *soak) settle(ctx context.Context) {
 	r := st.r
 	st.closeClients()
@@ -551,16 +557,17 @@ func (st *soak) settle(ctx context.Context) {
 	st.stopSampling()
 	r.httpc.CloseIdleConnections()
 	st.phase.Store("final")
+	bound := st.baseline.Goroutines + int64(r.cfg.goroutineSlack)
 	settle := time.Now().Add(settleTimeout)
 	for {
-		g := st.sampleQuiet(ctx)
-		if g <= st.baseline.Goroutines+int64(r.cfg.goroutineSlack) || !time.Now().Before(settle) || ctx.Err() != nil {
+		s := st.measure(ctx, "final")
+		if s.Goroutines <= bound || !time.Now().Before(settle) || ctx.Err() != nil {
+			st.final = st.record(s)
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	st.final = st.sample(ctx, "final")
-	if r.cfg.inprocess && st.final.Goroutines > st.baseline.Goroutines+int64(r.cfg.goroutineSlack) {
+	if r.cfg.inprocess && st.final.Goroutines > bound {
 		st.leftStacks = goroutineStacks(4 << 10)
 	}
 }

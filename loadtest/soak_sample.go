@@ -15,16 +15,21 @@ import (
 	"time"
 )
 
-// sample looks at the gateway once. In-process it collects garbage first,
-// so the heap figure is the live heap.
+// sample looks at the gateway once and records what it saw.
 func (st *soak) sample(ctx context.Context, phase string) Sample {
+	return st.record(st.measure(ctx, phase))
+}
+
+// measure looks at the gateway once. In-process it collects garbage
+// first, so the heap figure is the live heap.
+func (st *soak) measure(ctx context.Context, phase string) Sample {
 	r := st.r
 	s := Sample{T: time.Since(st.start).Seconds(), Phase: phase, Sent: r.c.sent.Load(), Delivered: r.c.delivered.Load()}
 	if r.cfg.inprocess {
 		runtime.GC()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		s.Goroutines, s.HeapBytes = int64(runtime.NumGoroutine()), int64(ms.HeapAlloc)
+		s.Goroutines, s.HeapBytes = int64(st.goroutines()), int64(ms.HeapAlloc)
 		s.RSSBytes, _ = procRSS(os.Getpid())
 	} else {
 		g, h, err := st.scrape(ctx)
@@ -36,6 +41,11 @@ func (st *soak) sample(ctx context.Context, phase string) Sample {
 			s.RSSBytes, _ = procRSS(r.cfg.serverPID)
 		}
 	}
+	return s
+}
+
+// record keeps s among the run's samples and returns it.
+func (st *soak) record(s Sample) Sample {
 	st.sampleMu.Lock()
 	st.samples = append(st.samples, s)
 	st.sampleMu.Unlock()
@@ -116,13 +126,4 @@ func procRSS(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
-}
-
-// sampleQuiet counts goroutines without recording a sample.
-func (st *soak) sampleQuiet(ctx context.Context) int64 {
-	if st.r.cfg.inprocess {
-		return int64(runtime.NumGoroutine())
-	}
-	g, _, _ := st.scrape(ctx)
-	return g
 }

@@ -392,7 +392,7 @@ func (nn *tortureNATS) waitStreams(ctx context.Context, d time.Duration) error {
 				break
 			}
 			ci := s.CachedInfo().Cluster
-			if !replicasCurrent(ci, len(nn.servers)) {
+			if !jsengine.Settled(ci, len(nn.servers)) {
 				unsettled = name
 				break
 			}
@@ -403,19 +403,6 @@ func (nn *tortureNATS) waitStreams(ctx context.Context, d time.Duration) error {
 		pause(ctx, 100*time.Millisecond) // the servers tell no event for it
 	}
 	return fmt.Errorf("embedded nats cluster: stream %s not settled on %d replicas within %v", unsettled, len(nn.servers), d)
-}
-
-// replicasCurrent reports whether ci names a leader and n-1 current replicas.
-func replicasCurrent(ci *jetstream.ClusterInfo, n int) bool {
-	if ci == nil || ci.Leader == "" || len(ci.Replicas) != n-1 {
-		return false
-	}
-	for _, r := range ci.Replicas {
-		if !r.Current || r.Offline {
-			return false
-		}
-	}
-	return true
 }
 
 // running reports whether server i runs.

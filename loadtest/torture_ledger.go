@@ -15,7 +15,12 @@ package main
 //   - every checkInterval: a reading subscriber has received (or been told
 //     of a gap over) every record acknowledged more than --stall ago that
 //     was published after it subscribed, unless the machine was overloaded
-//     meanwhile (overloadWatch);
+//     meanwhile (overloadWatch). A resumed subscription is first replayed
+//     what it missed while away; the records published after it
+//     resubscribed queue behind that replay, so their clock starts when
+//     the replay is done (sview.caughtUp), and while it runs the bound is
+//     on the replay's progress: no reading subscriber owed records goes
+//     --stall without receiving one of a partition its replay still owes;
 //   - at the end: every live subscriber has received every record its
 //     pattern matches that was published after it first subscribed, in a
 //     generation of the topic that was not deleted.
@@ -100,6 +105,9 @@ type ledger struct {
 	over        *overloadWatch
 	stall       time.Duration
 	worstWait   atomic.Int64 // nanoseconds, over stall-checked records
+	// worstCatchUp is the longest replay of a resumed subscription, from
+	// its confirmation to the last record it had missed (nanoseconds).
+	worstCatchUp atomic.Int64
 }
 
 func newLedger(topics []*tortureTopic, stall time.Duration, over *overloadWatch) *ledger {
@@ -248,6 +256,16 @@ type sview struct {
 	loose   map[tpart][][2]int64 // gaps of a deleted topic that continue no generation seen
 	guess   map[tpart]guessedGap // the last gap, when another generation could have had it
 	conns   int                  // connections so far (the confirmations)
+	// owe holds, while the current subscription's replay runs, per
+	// partition the last offset acknowledged before it was confirmed that
+	// the subscriber had not received then; caughtUp is when the last of
+	// them arrived (zero while any is owed). lastRecv is the arrival of
+	// the last frame of a partition still owed, the replay's progress: the
+	// live records of a partition whose replay is done do not excuse
+	// another partition whose replay froze.
+	owe      map[pkey]int64
+	caughtUp time.Time
+	lastRecv time.Time
 }
 
 // spos is a subscriber's range of one (topic, generation, partition).
@@ -261,7 +279,7 @@ func (l *ledger) newView(name, pattern string, reading bool) *sview {
 	v := &sview{name: name, pattern: pattern, l: l, reading: reading, base: map[pkey]int64{},
 		pos: map[pkey]*spos{}, prev: map[pkey][]spos{}, blind: map[string]blindSpot{}, curGen: map[string]int64{}, stalled: map[pkey]int64{},
 		recent: map[tpart]*[historyLen]event{}, loose: map[tpart][][2]int64{},
-		guess: map[tpart]guessedGap{}}
+		guess: map[tpart]guessedGap{}, owe: map[pkey]int64{}}
 	l.mu.Lock()
 	l.subs = append(l.subs, v)
 	l.mu.Unlock()
@@ -277,17 +295,31 @@ func (v *sview) confirmed(at time.Time) {
 	defer v.mu.Unlock()
 	v.live, v.since = true, at
 	v.conns++
-	if !v.first.IsZero() {
-		return
+	clear(v.owe)
+	v.caughtUp = time.Time{}
+	if v.first.IsZero() {
+		v.first = at
+		for _, pl := range logs {
+			pl.mu.Lock()
+			if n := len(pl.entries); n > 0 {
+				v.base[pl.key] = pl.entries[n-1].off
+			}
+			pl.mu.Unlock()
+		}
 	}
-	v.first = at
+	// What the replay owes: per partition, the newest record acknowledged
+	// before the confirmation that the subscriber has not received.
 	for _, pl := range logs {
 		pl.mu.Lock()
-		if n := len(pl.entries); n > 0 {
-			v.base[pl.key] = pl.entries[n-1].off
+		i := sort.Search(len(pl.entries), func(i int) bool { return pl.entries[i].sent > at.UnixNano() })
+		if pl.deleted == 0 && i > 0 {
+			if e := pl.entries[i-1]; v.owed(pl, e, false) {
+				v.owe[pl.key] = e.off
+			}
 		}
 		pl.mu.Unlock()
 	}
+	v.settleCatchUp(at)
 }
 
 // unrecovered notes a subscribe answered "recovered": false: the gateway
@@ -394,16 +426,26 @@ func (v *sview) setReading(r bool) {
 // message checks one delivery; appended is the record's append time (zero:
 // unknown).
 func (v *sview) message(topic string, gen int64, part int, off int64, appended time.Time) {
+	v.messageAt(topic, gen, part, off, appended, time.Now())
+}
+
+// messageAt is message received at now.
+func (v *sview) messageAt(topic string, gen int64, part int, off int64, appended, now time.Time) {
 	v.l.delivered.Add(1)
 	k := pkey{topic, gen, part}
-	now := time.Now()
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	defer func() { // the replay's progress, under v.mu
+		if v.replaying(topic, part) {
+			v.lastRecv = now
+			v.settleCatchUp(now)
+		}
+	}()
 	v.note(topic, part, event{kind: 'm', conn: v.conns, gen: gen, a: off})
 	if v.live && v.reading && appended.After(v.since) && !v.catchingUp(k) {
 		// A record appended while the subscription was live reaches a
 		// reading subscriber within the stall bound.
-		wait := now.Sub(appended)
+		wait := now.Sub(v.clockStart(appended))
 		if !v.l.over.during(appended.UnixNano(), now.UnixNano()) {
 			if int64(wait) > v.l.worstWait.Load() {
 				v.l.worstWait.Store(int64(wait))
@@ -443,6 +485,13 @@ func (v *sview) gap(topic string, part int, from, to int64) {
 	v.l.gapped.Add(to - from)
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	defer func() { // the replay's progress, under v.mu
+		now := time.Now()
+		if v.replaying(topic, part) {
+			v.lastRecv = now
+		}
+		v.settleCatchUp(now)
+	}()
 	// A gap names no generation: it belongs to the generation whose
 	// offsets it continues. A topic never deleted has one generation; for
 	// one that was deleted and created again, a gap that continues none is
@@ -544,46 +593,6 @@ func (v *sview) owed(pl *partLog, e entry, stall bool) bool {
 	return p == nil || e.off < p.first || e.off > p.hw
 }
 
-// checkStalls reports records v has waited for longer than the stall
-// bound. It looks at each partition's oldest owed record only.
-func (v *sview) checkStalls(now time.Time) {
-	logs := v.l.matching(v.pattern)
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if !v.live || !v.reading {
-		return
-	}
-	for _, pl := range logs {
-		pl.mu.Lock()
-		if pl.deleted != 0 || v.catchingUp(pl.key) {
-			pl.mu.Unlock()
-			continue
-		}
-		hw := int64(-1)
-		if p := v.pos[pl.key]; p != nil {
-			hw = p.hw
-		}
-		i := sort.Search(len(pl.entries), func(i int) bool { return pl.entries[i].off > hw })
-		for n := 0; i < len(pl.entries) && n < 512; i, n = i+1, n+1 {
-			e := pl.entries[i]
-			if !v.owed(pl, e, true) || v.coveredLoose(pl.key.topic, pl.key.part, e.off, e.off+1) {
-				continue
-			}
-			wait := now.UnixNano() - e.acked
-			if wait > v.l.worstWait.Load() && !v.l.over.during(e.sent, now.UnixNano()) {
-				v.l.worstWait.Store(wait)
-			}
-			if wait > int64(v.l.stall) && v.stalled[pl.key] < e.off+1 && !v.l.over.during(e.sent, now.UnixNano()) {
-				v.stalled[pl.key] = e.off + 1
-				v.l.v2.add("%s (%s): %s/%d offset %d not received %v after its publish was acknowledged",
-					v.name, v.pattern, pl.key.topic, pl.key.part, e.off, time.Duration(wait).Round(time.Millisecond))
-			}
-			break
-		}
-		pl.mu.Unlock()
-	}
-}
-
 // missing counts the records owed to v that it has not received, in live
 // generations; with report it reports them as violations.
 func (v *sview) missing(report bool) int64 {
@@ -622,53 +631,6 @@ func (v *sview) missing(report bool) int64 {
 		pl.mu.Unlock()
 	}
 	return n
-}
-
-// overloadWatch notices when this process is starved of CPU: a ticker
-// that fires late by more than a bound marks the time it missed as
-// overloaded. It is safe for concurrent use.
-type overloadWatch struct {
-	mu    sync.Mutex // guards following
-	spans [][2]int64 // [from, to] unix nanoseconds
-	total time.Duration
-}
-
-// run ticks until stop is closed.
-func (o *overloadWatch) run(stop <-chan struct{}) {
-	const tick, late = 20 * time.Millisecond, 150 * time.Millisecond
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	last := time.Now()
-	for {
-		select {
-		case <-stop:
-			return
-		case now := <-t.C:
-			if d := now.Sub(last); d > tick+late {
-				o.mu.Lock()
-				o.spans = append(o.spans, [2]int64{last.UnixNano(), now.UnixNano()})
-				o.total += d
-				o.mu.Unlock()
-			}
-			last = now
-		}
-	}
-}
-
-// during reports whether an overloaded span touches [from, to].
-func (o *overloadWatch) during(from, to int64) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for i := len(o.spans) - 1; i >= 0; i-- {
-		s := o.spans[i]
-		if s[1] < from {
-			return false
-		}
-		if s[0] <= to {
-			return true
-		}
-	}
-	return false
 }
 
 // historyLen is how many frames of one (topic, partition) a subscriber

@@ -225,3 +225,162 @@ func TestTorturePositionsBeforeAGuessedGap(t *testing.T) {
 		t.Fatalf("%d violations, want none: %q", n, l.v1.examples())
 	}
 }
+
+// resumedFixture is a subscriber of tt.k.0 (stall bound 2 s) that received
+// offsets 0-4, was away while 5-9 were acknowledged, and resubscribed at
+// t1; 10-14 were published after it, from t1+100ms. Nothing of the replay
+// has arrived yet.
+func resumedFixture(t *testing.T) (l *ledger, v *sview, t1 time.Time) {
+	t.Helper()
+	const topic = "tt.k.0"
+	l = newLedger([]*tortureTopic{{name: topic, parts: 1}}, 2*time.Second, &overloadWatch{})
+	t0 := time.Now()
+	v = l.newView("raw0", topic, true)
+	v.confirmed(t0)
+	for off := range int64(5) {
+		at := t0.Add(time.Duration(off+1) * time.Millisecond)
+		l.published(topic, 1, 0, off, at)
+		v.messageAt(topic, 1, 0, off, at, at.Add(time.Millisecond))
+	}
+	v.lost()
+	for off := int64(5); off < 10; off++ {
+		l.published(topic, 1, 0, off, t0.Add(10*time.Second+time.Duration(off)*time.Millisecond))
+	}
+	t1 = t0.Add(20 * time.Second)
+	v.confirmed(t1)
+	for off := int64(10); off < 15; off++ {
+		l.published(topic, 1, 0, off, t1.Add(100*time.Millisecond+time.Duration(off)*time.Millisecond))
+	}
+	return l, v, t1
+}
+
+// TestLedgerStallClockStartsWhenTheResumeCaughtUp: a record published
+// after a resubscribe queues behind the replay of what the subscriber
+// missed; its stall clock starts when the replay is done, not when it was
+// published (a cluster run saw a resumed SSE stream's live records 2.2 s
+// after their publish, behind 5 s of replay).
+func TestLedgerStallClockStartsWhenTheResumeCaughtUp(t *testing.T) {
+	const topic = "tt.k.0"
+	l, v, t1 := resumedFixture(t)
+	// The replay: one record every 500 ms, the last at t1+3s.
+	for off := int64(5); off < 10; off++ {
+		v.messageAt(topic, 1, 0, off, time.Time{}, t1.Add(time.Duration(off-4)*500*time.Millisecond+500*time.Millisecond))
+	}
+	// Offset 10, published at t1+110ms, arrives 100 ms after the replay.
+	v.messageAt(topic, 1, 0, 10, t1.Add(110*time.Millisecond), t1.Add(3100*time.Millisecond))
+	v.checkStalls(t1.Add(3200 * time.Millisecond))
+	if n := l.v2.count(); n != 0 {
+		t.Fatalf("%d stalls, want none: %q", n, l.v2.examples())
+	}
+	if got := time.Duration(l.worstCatchUp.Load()); got != 3*time.Second {
+		t.Fatalf("longest catch-up %v, want 3s", got)
+	}
+	// After the replay the bound holds again: offset 11 still missing
+	// 2.5 s after the replay was done.
+	v.checkStalls(t1.Add(5500 * time.Millisecond))
+	if ex := l.v2.examples(); len(ex) != 1 || !strings.Contains(ex[0], "offset 11 not received 2.5s after the resume's replay was done") {
+		t.Fatalf("stalls %q, want offset 11 after the replay", ex)
+	}
+}
+
+// TestLedgerStalledReplayIsAStall: while a resume's replay runs, a reading
+// subscriber owed live records must keep receiving; 2.5 s with nothing is
+// a stall, 1 s since the last replayed record is not.
+func TestLedgerStalledReplayIsAStall(t *testing.T) {
+	const topic = "tt.k.0"
+	l, v, t1 := resumedFixture(t)
+	v.messageAt(topic, 1, 0, 5, time.Time{}, t1.Add(1500*time.Millisecond))
+	v.checkStalls(t1.Add(2500 * time.Millisecond))
+	if n := l.v2.count(); n != 0 {
+		t.Fatalf("%d stalls 1 s after the replay's last record, want none: %q", n, l.v2.examples())
+	}
+	v.checkStalls(t1.Add(4 * time.Second))
+	if ex := l.v2.examples(); len(ex) != 1 || !strings.Contains(ex[0], "offset 10 not received 2.5s with nothing received meanwhile") {
+		t.Fatalf("stalls %q, want offset 10 with nothing received", ex)
+	}
+}
+
+// twoPartResume is a subscriber of tt.k.0, two partitions, stall bound
+// 2 s, that received offsets 0-4 of both, was away while 5-9 of both were
+// acknowledged, and resubscribed at t1. The replay of partition 1 then
+// arrives in full by t1+500ms; partition 0 never gets a frame.
+func twoPartResume(t *testing.T) (l *ledger, v *sview, t1 time.Time) {
+	t.Helper()
+	const topic = "tt.k.0"
+	l = newLedger([]*tortureTopic{{name: topic, parts: 2}}, 2*time.Second, &overloadWatch{})
+	t0 := time.Now()
+	v = l.newView("raw0", topic, true)
+	v.confirmed(t0)
+	for off := range int64(5) {
+		for part := range 2 {
+			at := t0.Add(time.Duration(off+1) * time.Millisecond)
+			l.published(topic, 1, part, off, at)
+			v.messageAt(topic, 1, part, off, at, at.Add(time.Millisecond))
+		}
+	}
+	v.lost()
+	for off := int64(5); off < 10; off++ {
+		for part := range 2 {
+			l.published(topic, 1, part, off, t0.Add(10*time.Second+time.Duration(off)*time.Millisecond))
+		}
+	}
+	t1 = t0.Add(20 * time.Second)
+	v.confirmed(t1)
+	for off := int64(5); off < 10; off++ {
+		v.messageAt(topic, 1, 1, off, time.Time{}, t1.Add(time.Duration(off)*50*time.Millisecond))
+	}
+	return l, v, t1
+}
+
+// TestLedgerFrozenPartitionDuringReplayIsAStall: after a resume, one
+// partition's replay never arrives while the other partition's live
+// records keep coming, one a second. Those frames are not the frozen
+// partition's replay making progress: partition 0's records published
+// after the resume, owed and never received, are a stall once nothing of
+// partition 0 came for the bound, as they would be without the resume.
+func TestLedgerFrozenPartitionDuringReplayIsAStall(t *testing.T) {
+	const topic = "tt.k.0"
+	l, v, t1 := twoPartResume(t)
+	for s := int64(1); s <= 20; s++ {
+		at := t1.Add(time.Duration(s) * time.Second)
+		for part := range 2 {
+			l.published(topic, 1, part, 9+s, at)
+		}
+		v.messageAt(topic, 1, 1, 9+s, at, at.Add(10*time.Millisecond))
+		v.checkStalls(at.Add(500 * time.Millisecond))
+	}
+	ex := l.v2.examples()
+	if len(ex) == 0 || !strings.Contains(ex[0], topic+"/0 offset 10 not received") {
+		t.Fatalf("stalls %q, want partition 0's offset 10 (nothing of partition 0 for 19.5 s)", ex)
+	}
+}
+
+// TestLedgerResumeOwedNothingKeepsTheBound: a subscriber that resumes
+// having missed nothing is caught up at once; a record published after
+// the resume and not received within the bound is a stall.
+func TestLedgerResumeOwedNothingKeepsTheBound(t *testing.T) {
+	const topic = "tt.k.0"
+	l := newLedger([]*tortureTopic{{name: topic, parts: 1}}, 2*time.Second, &overloadWatch{})
+	t0 := time.Now()
+	v := l.newView("raw0", topic, true)
+	v.confirmed(t0)
+	for off := range int64(5) {
+		at := t0.Add(time.Duration(off+1) * time.Millisecond)
+		l.published(topic, 1, 0, off, at)
+		v.messageAt(topic, 1, 0, off, at, at.Add(time.Millisecond))
+	}
+	v.lost()
+	t1 := t0.Add(20 * time.Second)
+	v.confirmed(t1)
+	l.published(topic, 1, 0, 5, t1.Add(100*time.Millisecond))
+	// The fixture's acknowledgements carry the wall clock, before t1: the
+	// clock starts at the resume, which was caught up at once.
+	v.checkStalls(t1.Add(2 * time.Second))
+	if n := l.v2.count(); n != 0 {
+		t.Fatalf("%d stalls 2 s after the resume, want none: %q", n, l.v2.examples())
+	}
+	v.checkStalls(t1.Add(2200 * time.Millisecond))
+	if ex := l.v2.examples(); len(ex) != 1 || !strings.Contains(ex[0], "offset 5 not received 2.2s") {
+		t.Fatalf("stalls %q, want offset 5 2.2 s after the resume", ex)
+	}
+}

@@ -1,4 +1,4 @@
-// Package mqtt holds the parts of Switchyard's MQTT 3.1.1 and 5.0
+// Package mqtt holds the parts of Switchyard's MQTT 3.1, 3.1.1 and 5.0
 // transport that do not depend on the session core: the mapping between
 // MQTT topic names and filters and Switchyard's topics and patterns, and
 // the packet codec layer (reading a packet with a size bound, encoding a
@@ -30,8 +30,10 @@
 // into a Publish whose bytes any number of sessions write, each with its
 // own packet identifier and flags; EncodePublishFrame gives those bytes
 // for a queue of frames, and Span and PatchPublish let a session's writer
-// find a queued packet's end and write its own identifier. docs/mqtt.md gives the measurements
-// behind both choices.
+// find a queued packet's end and write its own identifier;
+// AppendPublishAlias makes that same copy with an MQTT 5 topic alias
+// (PublishTopic reads the name it stands for). docs/mqtt.md gives the
+// measurements behind these choices.
 //
 // # Concurrency
 //

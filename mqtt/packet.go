@@ -177,6 +177,11 @@ func decodeBody(fh packets.FixedHeader, body []byte, version byte) (pk packets.P
 		}
 	case packets.Disconnect:
 		err = pk.DisconnectDecode(body)
+		if err == nil && version == Version5 && len(body) == 1 {
+			// A reason code without properties: the codec reads the
+			// reason only when properties follow [MQTT-3.14.2.1].
+			pk.ReasonCode = body[0]
+		}
 	case packets.Auth:
 		err = pk.AuthDecode(body)
 	}

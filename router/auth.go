@@ -12,6 +12,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -75,6 +76,34 @@ func newAuthenticator(o AuthOptions) (*authenticator, error) {
 	return &authenticator{Authenticator: a, enabled: a.Enabled(), anonymous: a.Anonymous()}, nil
 }
 
+// withPolicyGrants returns o with the anonymous grants of the topic
+// policies added to o.Anonymous: the pattern of every policy granting
+// anonymous publish to its publish patterns, of every one granting
+// anonymous subscribe to its subscribe patterns, after the global ones.
+// Grants combine as a token's do, any pattern allowing, so a policy's
+// grant adds to what the global patterns (and the other policies) allow
+// and a policy without one takes nothing away. Without anonymous access
+// (o.Anonymous nil: --allow-anonymous off) the policies grant nothing,
+// and with no key configured every client may do everything anyway.
+// o.Anonymous is copied, never modified.
+func withPolicyGrants(o AuthOptions, policies []TopicPolicy) AuthOptions {
+	if o.Anonymous == nil {
+		return o
+	}
+	g := *o.Anonymous
+	g.Publish, g.Subscribe = slices.Clone(g.Publish), slices.Clone(g.Subscribe)
+	for _, p := range policies {
+		if p.Anonymous.Publish && !slices.Contains(g.Publish, p.Pattern) {
+			g.Publish = append(g.Publish, p.Pattern)
+		}
+		if p.Anonymous.Subscribe && !slices.Contains(g.Subscribe, p.Pattern) {
+			g.Subscribe = append(g.Subscribe, p.Pattern)
+		}
+	}
+	o.Anonymous = &g
+	return o
+}
+
 // authenticate turns a credential (a JWT or the admin key; "" for none) into
 // a principal.
 func (a *authenticator) authenticate(cred string) (*principal, *authError) {
@@ -126,7 +155,8 @@ func (rt *Router) unauthorized(c echo.Context, ae *authError, hint string) error
 	return perr(codeUnauthorized, "%s", ae.Msg)
 }
 
-// authWS authenticates a WebSocket upgrade: the Authorization header, else
+// authWS authenticates a WebSocket upgrade or SSE stream: the
+// Authorization header, else the credential of a ticket (ticket.go), else
 // the token query parameter.
 func (rt *Router) authWS(c echo.Context) (*principal, error) {
 	hook := rt.hooks.enabled(hookConnect)
@@ -142,12 +172,24 @@ func (rt *Router) authWS(c echo.Context) (*principal, error) {
 		return nil, rt.unauthorized(c, errNotBearer, wire.HintUpgradeToken)
 	}
 	if cred == "" {
+		tcred, err := rt.ticketCredential(c)
+		if err != nil {
+			return nil, err
+		}
+		if tcred != "" {
+			return rt.authenticateWS(c, a, tcred)
+		}
 		cred = c.QueryParam("token")
 	}
 	if cred == "" && hook {
 		// A token's grants, else the application's answer.
 		return rt.hookConnect(c)
 	}
+	return rt.authenticateWS(c, a, cred)
+}
+
+// authenticateWS authenticates an upgrade's credential.
+func (rt *Router) authenticateWS(c echo.Context, a *authenticator, cred string) (*principal, error) {
 	p, ae := a.authenticate(cred)
 	if ae != nil {
 		return nil, rt.unauthorized(c, ae, wire.HintUpgradeToken)

@@ -101,18 +101,7 @@ func withAuth(t *testing.T) func(*gwConfig) {
 // welcome arrives.
 func (g *gateway) dialToken(t *testing.T, token string) *client {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	conn, _, err := websocket.Dial(ctx, g.wsURL()+"?token="+url.QueryEscape(token), nil)
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	c := &client{t: t, conn: conn, frames: make(chan map[string]any, 1<<10), raw: make(chan []byte, 1<<10), done: make(chan struct{})}
-	go c.readLoop()
-	t.Cleanup(func() {
-		c.conn.Close(websocket.StatusNormalClosure, "")
-		<-c.done
-	})
+	c := g.dialWith(t, "?token="+url.QueryEscape(token), nil)
 	c.welcome = c.next(t)
 	if c.welcome["op"] != "welcome" {
 		t.Fatalf("first frame = %v, want welcome", c.welcome)

@@ -265,7 +265,7 @@ func (rt *Router) welcomeLimits(sopts session.Options, set *liveSettings) map[st
 	b := &rt.opts.Bounds
 	return map[string]any{
 		"max_frame_bytes":          sopts.ReadLimit,
-		"max_message_bytes":        rt.opts.MaxMessageBytes,
+		"max_message_bytes":        set.maxMessageBytes,
 		"max_subscriptions":        set.maxSubscriptions,
 		"queue_messages":           sopts.QueueMessages,
 		"publish_rate":             set.publishRate,

@@ -133,7 +133,7 @@ func (cn *conn) publish(req *request) *protoError {
 		cn.rt.m.publishes.WithLabelValues("ws", codeRateLimited).Inc()
 		return perr(codeRateLimited, "publish rate limit of %g/s exceeded", cn.set.publishRate)
 	}
-	msg, pe := parsePublish(req, cn.rt.opts.MaxMessageBytes, &cn.rt.opts.Bounds)
+	msg, pe := parsePublish(req, cn.set.maxMessageBytes, &cn.rt.opts.Bounds)
 	if pe != nil {
 		return pe
 	}

@@ -13,7 +13,7 @@ package router
 // HTTP publishes (POST /v1/publish, one record or a batch) share one
 // Deferral of the router's, flushed when the last HTTP publish being
 // appended is done, so that overlapping requests reach each subscriber
-// as one batch too (httppublish.go).
+// as one batch too (http_publish.go).
 //
 // Records an engine announces from a goroutine of its own (the JetStream
 // tail, which brings every record on a multi-node deployment) come in runs

@@ -79,8 +79,8 @@ func (rt *Router) Publish(ctx context.Context, m engine.Message) (engine.Appende
 	if trie.IsSystem(m.Topic) {
 		return engine.Appended{}, perr(codeForbidden, "topics starting with $ are reserved for the server")
 	}
-	if len(m.Data) > rt.opts.MaxMessageBytes {
-		return engine.Appended{}, perr(codeTooLarge, "data is %d bytes; the limit is %d", len(m.Data), rt.opts.MaxMessageBytes)
+	if max := rt.settings().maxMessageBytes; len(m.Data) > max {
+		return engine.Appended{}, perr(codeTooLarge, "data is %d bytes; the limit is %d", len(m.Data), max)
 	}
 	return rt.append(ctx, m, "local")
 }

@@ -10,6 +10,9 @@ import (
 // encode builds the subscription's message frame for rec in its session's
 // envelope (the catch-up and replay paths; live fan-out shares frames).
 func (s *subscription) encode(rec *engine.Record) []byte {
+	if s.c.kind == transportMQTT {
+		return s.c.mqtt.replayFrame(rec, s) // a resumed MQTT session (mqtt_session_track.go)
+	}
 	body, lean := recordBody(nil, rec)
 	if s.c.lean {
 		return encodeLeanMessage(s.pattern, rec.Topic, body[:lean])

@@ -1,5 +1,7 @@
 package router
 
+import "time"
+
 // CatchingUp returns how many plain subscriptions of rt's sessions have not
 // switched to the live tail yet.
 func CatchingUp(rt *Router) int {
@@ -14,4 +16,12 @@ func CatchingUp(rt *Router) int {
 		c.mu.Unlock()
 	}
 	return n
+}
+
+// SetReplayRetryMax sets how long a catch-up retries an unavailable read,
+// until the returned function puts the default back.
+func SetReplayRetryMax(d time.Duration) (restore func()) {
+	old := replayRetryMax
+	replayRetryMax = d
+	return func() { replayRetryMax = old }
 }

@@ -9,8 +9,8 @@ import (
 )
 
 // TestGroupGrantNames checks that a group grant that is not a pattern is
-// accepted exactly when the router accepts it as a group name: auth keeps
-// its own copy of the rule (it cannot import the router).
+// accepted exactly when the router accepts it as a group name (both use
+// auth.ValidateGroupName).
 func TestGroupGrantNames(t *testing.T) {
 	names := []string{"", "billing", "a b", "a/b", "é", "a\xff", "team.*", "x:y-z_0.1", strings.Repeat("g", 255), strings.Repeat("g", 256)}
 	for c := range 256 {

@@ -254,7 +254,7 @@ func (rt *Router) hookPublish(ctx context.Context, session string, who *principa
 		if json.Compact(&buf, a.Data) != nil {
 			return h.Failed(hookPublish)
 		}
-		if max := rt.opts.MaxMessageBytes; max > 0 && buf.Len() > max {
+		if max := rt.settings().maxMessageBytes; max > 0 && buf.Len() > max {
 			return perr(codeTooLarge, "the data the application returned is %d bytes; the limit is %d", buf.Len(), max)
 		}
 		*data, binary = buf.Bytes(), false

@@ -50,6 +50,7 @@ func (rt *Router) routes() *echo.Echo {
 	e.POST("/v1/deadletters/redrive", rt.httpRedrive, admin)
 	rt.sessionRoutes(e, admin)
 	rt.apiDocRoutes(e)
+	rt.ticketRoutes(e)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(rt.opts.Registry, promhttp.HandlerOpts{})))
 	e.GET("/healthz", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok", "version": rt.opts.Version})
@@ -109,6 +110,7 @@ type topicJSON struct {
 	BlockTimeout string          `json:"block_timeout"`
 	Created      string          `json:"created"`
 	Offsets      []partitionJSON `json:"offsets"`
+	Policy       string          `json:"policy,omitempty"` // the topic policy whose settings it has (topic_policies.go)
 }
 
 type retentionJSON struct {
@@ -222,7 +224,11 @@ func (rt *Router) httpTopics(c echo.Context) error {
 	ctx := c.Request().Context()
 	err = fillPage(pw, pr.after, func(after string, limit int) ([]engine.TopicInfo, bool, error) {
 		return rt.eng.TopicsPage(ctx, after, limit)
-	}, func(t engine.TopicInfo) string { return t.Config.Name }, func(t engine.TopicInfo) any { return topicView(t) })
+	}, func(t engine.TopicInfo) string { return t.Config.Name }, func(t engine.TopicInfo) any {
+		v := topicView(t)
+		v.Policy = rt.policyOf(t)
+		return v
+	})
 	if err != nil {
 		return err
 	}
@@ -234,7 +240,9 @@ func (rt *Router) httpTopic(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, topicView(t))
+	v := topicView(t)
+	v.Policy = rt.policyOf(t)
+	return c.JSON(http.StatusOK, v)
 }
 
 func (rt *Router) httpDeleteTopic(c echo.Context) error {

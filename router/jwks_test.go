@@ -132,8 +132,9 @@ func TestJWKSKidAudienceIssuer(t *testing.T) {
 
 // TestJWKSRotationMidSession: the provider rotates to a new key; a session
 // refreshes with a token of the new kid (the gateway reads the set again on
-// the unknown kid), tokens of the retired key are refused, and a provider
-// outage keeps the last good set.
+// the unknown kid) and stays open once the old key is retired, tokens of
+// the retired key are refused, and a provider outage keeps the last good
+// set.
 func TestJWKSRotationMidSession(t *testing.T) {
 	k1, k2 := mustEC(), mustEC()
 	p := newIDP(t, jwkOf("k1", &k1.PublicKey))
@@ -141,13 +142,26 @@ func TestJWKSRotationMidSession(t *testing.T) {
 	c := g.dialToken(t, idpToken(t, jwt.SigningMethodES256, k1, "k1"))
 	c.subscribe(t, "a.x")
 
-	p.setKeys(jwkOf("k2", &k2.PublicKey))
+	// As providers rotate: the new key is published beside the old one,
+	// the session refreshes onto it, then the old one is retired (a
+	// refresh that drops it ends the sessions still on it, see
+	// TestJWKSRefreshDropEndsSessions).
+	p.setKeys(jwkOf("k1", &k1.PublicKey), jwkOf("k2", &k2.PublicKey))
 	c.mustOK(t, map[string]any{"op": "refresh", "token": idpToken(t, jwt.SigningMethodES256, k2, "k2")}, "refreshed")
+	p.setKeys(jwkOf("k2", &k2.PublicKey))
+	for i := 0; ; i++ {
+		st, _ := g.httpAuth(t, "GET", "/v1/topics", idpToken(t, jwt.SigningMethodES256, k1, "k1"), nil)
+		if st == http.StatusUnauthorized {
+			break
+		}
+		if i > 1000 {
+			t.Fatalf("token of the retired key: %d", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	g.rt.WaitRechecks()
 	c.publish(t, "a.x", 1)
 	c.nextOp(t, "message")
-	if st, _ := g.httpAuth(t, "GET", "/v1/topics", idpToken(t, jwt.SigningMethodES256, k1, "k1"), nil); st != http.StatusUnauthorized {
-		t.Fatalf("token of the retired key: %d", st)
-	}
 
 	p.failing.Store(true)
 	// The provider counts a fetch when the request arrives, the gateway

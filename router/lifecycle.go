@@ -43,7 +43,7 @@ type conn struct {
 	id      string
 	who     heldPrincipal // what the session's credential allows; a refresh or a reload replaces it (recheck.go)
 	set     *liveSettings // the live settings its credential was checked with at admission: its per-session limits (reload.go)
-	client  string        // clientKey at connect, for the bounds on groups (groupcount.go)
+	client  string        // clientKey at connect, for the bounds on groups (group_count.go)
 	expiry  *sessionExpiry
 	limiter *rate.Limiter // nil: unlimited (or a session without ops)
 	pipe    *pubPipe      // publishes in flight and replies owed (publish.go); nil without ops
@@ -70,7 +70,7 @@ type conn struct {
 	// (bounded by Bounds.MaxSessionFilterBytes).
 	filterBytes int
 	// leases and leaseBytes are what the group memberships reserved
-	// (groupleases.go).
+	// (group_leases.go).
 	leases     int
 	leaseBytes int64
 }

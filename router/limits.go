@@ -45,19 +45,17 @@ const (
 // slot and bucket mechanisms are in router/internal/limit. It is safe for
 // concurrent use.
 // The bounds a reload may change are in the live settings (reload.go):
-// the topic bound and the connect buckets there, the connection bounds
-// set on conns.
+// the topic bound, the connect and HTTP publish buckets there, the
+// connection bounds set on conns.
 type limiter struct {
-	conns       *limit.Conns
-	httpPublish *limit.PerIP
+	conns *limit.Conns
 
 	known sync.Map // topic -> struct{}: topics seen to exist (for maxTopics)
 }
 
 func newLimiter(o Options) *limiter {
 	return &limiter{
-		conns:       limit.NewConns(o.MaxConnections, o.MaxConnectionsPerIP),
-		httpPublish: limit.NewPerIP(o.HTTPPublishRate),
+		conns: limit.NewConns(o.MaxConnections, o.MaxConnectionsPerIP),
 	}
 }
 
@@ -65,11 +63,6 @@ func newLimiter(o Options) *limiter {
 // release gives it back. It fails with the limit's name.
 func (l *limiter) acquireConn(ip string) (release func(), refused string) {
 	return l.conns.Acquire(ip)
-}
-
-// allowHTTPPublish takes a token from ip's HTTP publish bucket.
-func (l *limiter) allowHTTPPublish(ip string, now time.Time) bool {
-	return l.httpPublish.Allow(ip, now)
 }
 
 // Limits of a connect (limit_rejections_total labels) checked before its
@@ -125,7 +118,8 @@ func (rt *Router) reserveConn(c echo.Context) func() {
 	return nil
 }
 
-// checkTopicLimit refuses to auto-create a topic past Options.MaxTopics. It
+// checkTopicLimit refuses to auto-create a topic past Options.MaxTopics,
+// and creates one a topic policy names with its settings. It
 // counts the engine's topics (not $ topics) only when topic is not known to
 // exist, so the steady state costs one map lookup. Concurrent first
 // publishes to different new topics may each see room and all create: the
@@ -133,7 +127,8 @@ func (rt *Router) reserveConn(c echo.Context) func() {
 // at once, per gateway node.
 func (rt *Router) checkTopicLimit(ctx context.Context, topic string) error {
 	l := rt.limits
-	if rt.settings().maxTopics <= 0 {
+	set := rt.settings()
+	if set.maxTopics <= 0 && len(set.policies) == 0 {
 		return nil
 	}
 	if _, ok := l.known.Load(topic); ok {
@@ -145,7 +140,10 @@ func (rt *Router) checkTopicLimit(ctx context.Context, topic string) error {
 	} else if !errors.Is(err, engine.ErrUnknownTopic) {
 		return err
 	}
-	return rt.roomForTopic(ctx)
+	if err := rt.roomForTopic(ctx); err != nil {
+		return err
+	}
+	return rt.createByPolicy(ctx, set, topic) // topic_policies.go
 }
 
 // roomForTopic fails with too_many_topics when MaxTopics topics exist.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	hookc "github.com/switchyard/switchyard/router/internal/hooks"
+	"github.com/switchyard/switchyard/session"
 )
 
 // registerMetrics makes the router's collectors and registers them on
@@ -39,7 +40,43 @@ func (rt *Router) registerMetrics() *hookc.Metrics {
 		_, out := rt.sessionBytes()
 		return float64(out)
 	}))
+	registerIdleMetrics(reg, rt)
 	return newHookMetrics(reg)
+}
+
+// registerIdleMetrics registers the idle poller's figures: the sockets
+// of this gateway's idle sessions parked in it now (the poller is the
+// process's, shared by every gateway it embeds: parkedSessions counts
+// this one's own), and the poller's fallbacks to a goroutine per idle
+// session, which are the process's (session.IdlePollerStats).
+func registerIdleMetrics(reg prometheus.Registerer, rt *Router) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "switchyard", Name: "sessions_parked",
+		Help: "This gateway's idle sessions whose socket waits in the idle poller now, holding no goroutine (0 with --idle-park off or where epoll is missing)."}, func() float64 {
+		return float64(rt.parkedSessions())
+	}), prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "switchyard", Name: "idle_poller_fallbacks_total",
+		Help: "Times the process's idle poller (shared by every gateway in the process) failed and resumed every parked session; idle sessions then wait on goroutines of their own (at most 1 per process)."}, func() float64 {
+		_, fallbacks := session.IdlePollerStats()
+		return float64(fallbacks)
+	}))
+}
+
+// parkedSessions counts the gateway's sessions whose reader is parked in
+// the idle poller now: native sessions' own, MQTT sessions' IdleSocket.
+// It runs per scrape, as sessionBytes does.
+func (rt *Router) parkedSessions() int {
+	rt.mu.Lock()
+	conns := make([]*conn, 0, len(rt.conns))
+	for c := range rt.conns {
+		conns = append(conns, c)
+	}
+	rt.mu.Unlock()
+	n := 0
+	for _, c := range conns {
+		if c.sess != nil && c.sess.Parked() || c.mqtt != nil && c.mqtt.idle != nil && c.mqtt.idle.Parked() {
+			n++
+		}
+	}
+	return n
 }
 
 // metrics are the gateway's Prometheus collectors. Labels are bounded: no
@@ -79,51 +116,32 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	const ns = "switchyard"
 	m := &metrics{
-		connections: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "connections",
-			Help: "Open WebSocket sessions."}),
-		connectsTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "connects_total",
-			Help: "WebSocket sessions accepted."}),
-		subscriptions: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "subscriptions",
-			Help: "Active subscriptions by kind (plain or group)."}, []string{"kind"}),
-		publishes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "publishes_total",
-			Help: "Publish requests by transport and result (ok, duplicate, or the error code)."}, []string{"transport", "result"}),
-		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "deliveries_total",
-			Help: "Message frames queued to sessions, by subscription kind."}, []string{"kind"}),
+		connections:   newGauge("connections", "Open WebSocket sessions."),
+		connectsTotal: newCounter("connects_total", "WebSocket sessions accepted."),
+		subscriptions: newGaugeVec("subscriptions", "Active subscriptions by kind (plain or group).", "kind"),
+		publishes:     newCounterVec("publishes_total", "Publish requests by transport and result (ok, duplicate, or the error code).", "transport", "result"),
+		deliveries:    newCounterVec("deliveries_total", "Message frames queued to sessions, by subscription kind.", "kind"),
 		queueDepth: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "outbound_queue_depth",
 			Help:    "Outbound queue depth of each session, sampled every stats interval.",
 			Buckets: []float64{0, 1, 8, 64, 256, 512, 1024, 4096}}),
-		drops: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "drops_total",
-			Help: "Messages dropped by full outbound queues, by the subscription's on_full policy."}, []string{"policy"}),
-		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "gaps_total",
-			Help: "Gap frames sent, by reason."}, []string{"reason"}),
-		redeliveries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "redeliveries_total",
-			Help: "Consumer-group deliveries with attempt > 1."}),
-		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "dead_letters_total",
-			Help: "Dead letters recorded by this node, by reason (queue_full: drops of plain subscriptions; max_attempts letters are counted by the engine and listed at /v1/deadletters)."}, []string{"reason"}),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "rejected_frames_total",
-			Help: "Client requests answered with an error, by error code."}, []string{"code"}),
-		backpressure: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "backpressure_total",
-			Help: "Publishes refused because a block-policy topic stayed full."}),
+		drops:        newCounterVec("drops_total", "Messages dropped by full outbound queues, by the subscription's on_full policy.", "policy"),
+		gaps:         newCounterVec("gaps_total", "Gap frames sent, by reason.", "reason"),
+		redeliveries: newCounter("redeliveries_total", "Consumer-group deliveries with attempt > 1."),
+		deadLetters:  newCounterVec("dead_letters_total", "Dead letters recorded by this node, by reason (queue_full: drops of plain subscriptions; max_attempts letters are counted by the engine and listed at /v1/deadletters).", "reason"),
+		rejected:     newCounterVec("rejected_frames_total", "Client requests answered with an error, by error code.", "code"),
+		backpressure: newCounter("backpressure_total", "Publishes refused because a block-policy topic stayed full."),
 		appendLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "append_seconds",
 			Help:    "Time to append a publish to the log.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12)}),
 		deliveryLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "publish_to_write_seconds",
 			Help:    "Time from a record's append to the socket write that carried it, sampled.",
 			Buckets: prometheus.ExponentialBuckets(1e-5, 4, 12)}),
-		slowDisconnects: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "slow_consumer_disconnects_total",
-			Help: "Sessions closed with 1013 because their queue was full under the disconnect policy."}),
-		deadLettersLost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "dead_letters_unrecorded_total",
-			Help: "queue_full dead letters that could not be recorded (buffer full or engine error)."}),
-		groupLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "group_lag",
-			Help: "Records a consumer group has not yet committed, per topic partition (refreshed every stats interval)."},
-			[]string{"group", "topic", "partition"}),
-		deadLettersHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "dead_letters_stored",
-			Help: "Dead letters the engine holds (as listed at /v1/deadletters), by reason: max_attempts or queue_full (refreshed with group lag)."},
-			[]string{"reason"}),
-		publishesInFlight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "publishes_in_flight",
-			Help: "WebSocket publishes handed to the engine and not yet answered, over all sessions (each session holds at most --publish-pipeline)."}),
-		pipelineWaits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "publish_pipeline_waits_total",
-			Help: "Times a session's reader stopped reading because its publishes in flight reached a bound: count (--publish-pipeline) or bytes (--publish-pipeline-bytes)."}, []string{"bound"}),
+		slowDisconnects:   newCounter("slow_consumer_disconnects_total", "Sessions closed with 1013 because their queue was full under the disconnect policy."),
+		deadLettersLost:   newCounter("dead_letters_unrecorded_total", "queue_full dead letters that could not be recorded (buffer full or engine error)."),
+		groupLag:          newGaugeVec("group_lag", "Records a consumer group has not yet committed, per topic partition (refreshed every stats interval).", "group", "topic", "partition"),
+		deadLettersHeld:   newGaugeVec("dead_letters_stored", "Dead letters the engine holds (as listed at /v1/deadletters), by reason: max_attempts or queue_full (refreshed with group lag).", "reason"),
+		publishesInFlight: newGauge("publishes_in_flight", "WebSocket publishes handed to the engine and not yet answered, over all sessions (each session holds at most --publish-pipeline)."),
+		pipelineWaits:     newCounterVec("publish_pipeline_waits_total", "Times a session's reader stopped reading because its publishes in flight reached a bound: count (--publish-pipeline) or bytes (--publish-pipeline-bytes).", "bound"),
 	}
 	m.deliveriesPlain = m.deliveries.WithLabelValues("plain")
 	m.deliveriesGroup = m.deliveries.WithLabelValues("group")
@@ -191,8 +209,7 @@ func (rt *Router) initMetrics() {
 	touch(lim.refreshes, metricRefreshOutcomes)
 	touch(lim.limited, metricLimits)
 	touch(m.pipelineWaits, metricPipelineBounds)
-	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "switchyard", Name: "build_info",
-		Help: "Always 1; the version label is the gateway's version (as /healthz reports it)."}, []string{"version"})
+	build := newGaugeVec("build_info", "Always 1; the version label is the gateway's version (as /healthz reports it).", "version")
 	build.WithLabelValues(rt.opts.Version).Set(1)
 	rt.opts.Registry.MustRegister(build)
 	rt.opts.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -257,4 +274,23 @@ func touch[M any](vec interface{ WithLabelValues(...string) M }, values []string
 	for _, v := range values {
 		vec.WithLabelValues(v)
 	}
+}
+
+// newCounter, newCounterVec, newGauge and newGaugeVec make a collector of
+// the gateway's namespace (switchyard_<name>) with its help text and, for
+// a vector, its label names.
+func newCounter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "switchyard", Name: name, Help: help})
+}
+
+func newCounterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "switchyard", Name: name, Help: help}, labels)
+}
+
+func newGauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "switchyard", Name: name, Help: help})
+}
+
+func newGaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "switchyard", Name: name, Help: help}, labels)
 }

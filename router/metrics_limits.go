@@ -22,26 +22,14 @@ type limitMetrics struct {
 }
 
 func newLimitMetrics(reg prometheus.Registerer) *limitMetrics {
-	const ns = "switchyard"
 	m := &limitMetrics{
-		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "auth_failures_total",
-			Help: "Requests and WebSocket upgrades refused with 401, by reason (missing, invalid, invalid_claims, expired, not_yet_valid)."},
-			[]string{"reason"}),
-		forbidden: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "forbidden_total",
-			Help: "Operations refused with forbidden because the credential does not grant them, by operation."},
-			[]string{"op"}),
-		sessionsExpired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "sessions_expired_total",
-			Help: "WebSocket sessions closed with 1008 because their token expired."}),
-		reloadEnded: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "reload_sessions_ended_total",
-			Help: "Sessions closed with 1008 because a reload's keys no longer accept their credential."}),
-		reloadChecked: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "reload_sessions_checked_total",
-			Help: "Open sessions whose credential was checked again because a reload changed the keys."}),
-		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "token_refreshes_total",
-			Help: "Token refresh events on open sessions: required (refresh_required sent), ok (refreshed), refused."},
-			[]string{"outcome"}),
-		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "limit_rejections_total",
-			Help: "Requests refused by a configured limit (connections, connections_per_ip, connect_rate_per_ip, connect_hook_per_ip, topics, partitions, http_publish_rate, redrive_ids, publish_batch_records, publish_batch_bytes)."},
-			[]string{"limit"}),
+		authFailures:    newCounterVec("auth_failures_total", "Requests and WebSocket upgrades refused with 401, by reason (missing, invalid, invalid_claims, expired, not_yet_valid).", "reason"),
+		forbidden:       newCounterVec("forbidden_total", "Operations refused with forbidden because the credential does not grant them, by operation.", "op"),
+		sessionsExpired: newCounter("sessions_expired_total", "WebSocket sessions closed with 1008 because their token expired."),
+		reloadEnded:     newCounter("reload_sessions_ended_total", "Sessions closed with 1008 because a reload's keys no longer accept their credential."),
+		reloadChecked:   newCounter("reload_sessions_checked_total", "Open sessions whose credential was checked again because a reload changed the keys."),
+		refreshes:       newCounterVec("token_refreshes_total", "Token refresh events on open sessions: required (refresh_required sent), ok (refreshed), refused.", "outcome"),
+		limited:         newCounterVec("limit_rejections_total", "Requests refused by a configured limit (connections, connections_per_ip, connect_rate_per_ip, connect_hook_per_ip, topics, partitions, http_publish_rate, redrive_ids, publish_batch_records, publish_batch_bytes).", "limit"),
 	}
 	reg.MustRegister(m.authFailures, m.forbidden, m.sessionsExpired, m.reloadEnded, m.reloadChecked, m.refreshes, m.limited)
 	return m
@@ -55,14 +43,9 @@ type httpMetrics struct {
 }
 
 func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
-	const ns = "switchyard"
 	m := &httpMetrics{
-		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "http_timeouts_total",
-			Help: "HTTP connections closed by a server timeout, by phase (read_header: headers not sent in time; read: body not sent in time; write: response not taken in time)."},
-			[]string{"phase"}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "http_refused_total",
-			Help: "HTTP requests refused before reaching their handler, by reason (content_type, origin, preflight_origin)."},
-			[]string{"reason"}),
+		timeouts: newCounterVec("http_timeouts_total", "HTTP connections closed by a server timeout, by phase (read_header: headers not sent in time; read: body not sent in time; write: response not taken in time).", "phase"),
+		refused:  newCounterVec("http_refused_total", "HTTP requests refused before reaching their handler, by reason (content_type, origin, preflight_origin).", "reason"),
 	}
 	for _, p := range []string{"read_header", "read", "write"} {
 		m.timeouts.WithLabelValues(p)
@@ -92,8 +75,7 @@ var boundLimits = []string{
 func newBoundMetrics(rt *Router) *boundMetrics {
 	reg, m, lim := rt.opts.Registry, rt.m, rt.lim
 	bm := &boundMetrics{
-		deadLettersSkipped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "switchyard", Name: "dead_letters_skipped_total",
-			Help: "queue_full drops not recorded as dead letters because the subscription's dead-letter rate was exceeded (the drops are still counted and reported as gaps)."}),
+		deadLettersSkipped: newCounter("dead_letters_skipped_total", "queue_full drops not recorded as dead letters because the subscription's dead-letter rate was exceeded (the drops are still counted and reported as gaps)."),
 	}
 	for p := session.DropOld; p <= session.Disconnect; p++ {
 		bm.drops[p] = m.drops.WithLabelValues(p.String())
@@ -135,20 +117,18 @@ func newBoundMetrics(rt *Router) *boundMetrics {
 }
 
 // groupMetrics are the collectors of the bounds on consumer groups
-// (groupbounds.go).
+// (group_bounds.go).
 type groupMetrics struct {
 	seekDrainTimeouts prometheus.Counter
 	leasesReserved    prometheus.Gauge
-	made              *groupLedger // the groups made through this gateway (groupcount.go)
+	made              *groupLedger // the groups made through this gateway (group_count.go)
 }
 
 func newGroupMetrics(rt *Router, reg prometheus.Registerer) *groupMetrics {
 	const ns = "switchyard"
 	m := &groupMetrics{
-		seekDrainTimeouts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "group_seek_drain_timeouts_total",
-			Help: "Seeks that went ahead after waiting 5s for a member of the group on this node to write the deliveries already queued for it."}),
-		leasesReserved: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "group_session_leases_reserved",
-			Help: "Leases the WebSocket group memberships of this node may hold, summed over sessions (each session at most --max-session-leases)."}),
+		seekDrainTimeouts: newCounter("group_seek_drain_timeouts_total", "Seeks that went ahead after waiting 5s for a member of the group on this node to write the deliveries already queued for it."),
+		leasesReserved:    newGauge("group_session_leases_reserved", "Leases the WebSocket group memberships of this node may hold, summed over sessions (each session at most --max-session-leases)."),
 	}
 	reg.MustRegister(m.seekDrainTimeouts, m.leasesReserved, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "pull_members",
 		Help: "HTTP pull members this node holds (at most --max-pull-members)."}, func() float64 {

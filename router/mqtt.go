@@ -4,10 +4,11 @@ package router
 // options, metrics and the index of client ids.
 //
 // Two listeners take MQTT connections: GET /mqtt on the gateway's own
-// address (a WebSocket with subprotocol "mqtt" whose binary messages carry
-// the packets, with the origin rules, limits and TLS of /v1/ws), and, when
-// MQTTOptions.Addr is set, a TCP listener of its own. Both hand a byte
-// stream (for the WebSocket, websocket.NetConn) to serveMQTT
+// address (a WebSocket with subprotocol "mqtt", or "mqttv3.1" as MQTT 3.1
+// clients offer, whose binary messages carry the packets, with the origin rules, limits and TLS of /v1/ws), and, when
+// MQTTOptions.Addr is set, a TCP listener of its own (over TLS with
+// MQTTOptions.TLS: mqtt_tls.go). Both hand a byte
+// stream (for the WebSocket, session.Upgraded.NetConn) to serveMQTT
 // (mqtt_conn.go), which reads CONNECT, admits the client through the
 // session core's steps (the connect rate and connection limits, then the
 // password as the credential), and runs the session like any other:
@@ -23,11 +24,13 @@ package router
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -78,6 +81,37 @@ type MQTTOptions struct {
 	// (MQTT 5), over all client ids: past it a will is published at once.
 	// Default DefaultMQTTMaxPendingWills.
 	MaxPendingWills int
+	// MaxSessions bounds the persistent sessions stored (every node's, on
+	// JetStream): a CONNECT that would store one more is refused (0x97;
+	// 3.1.1: return code 3). Default DefaultMQTTMaxSessions.
+	MaxSessions int
+	// MaxSessionBytes bounds one stored session (its filters and
+	// positions, engine.MQTTSession.Size): a SUBSCRIBE past it gets 0x97
+	// for the filter. Default DefaultMQTTMaxSessionBytes.
+	MaxSessionBytes int64
+	// MaxSessionExpiry bounds every session expiry: an MQTT 5 client's
+	// longer interval is lowered to it (and said in the CONNACK), and a
+	// 3.1.1 session that is not clean lasts this long once its connection
+	// is gone. Default DefaultMQTTMaxSessionExpiry.
+	MaxSessionExpiry time.Duration
+	// MaxTopicAliases is the Topic Alias Maximum an MQTT 5 CONNACK
+	// announces: the aliases a client may set (mqtt_alias.go). Negative:
+	// none. Default DefaultMQTTMaxTopicAliases.
+	MaxTopicAliases int
+	// MaxSentTopicAliases bounds the topic aliases the gateway gives an
+	// MQTT 5 connection (mqtt_alias.go), within the client's Topic Alias
+	// Maximum. Negative: none. Default DefaultMQTTMaxSentTopicAliases.
+	MaxSentTopicAliases int
+	// MaxSentTopicAliasBytes bounds the bytes of the topic names those
+	// aliases stand for, per connection. Default
+	// DefaultMQTTMaxSentTopicAliasBytes.
+	MaxSentTopicAliasBytes int
+	// SessionSweep is how often expired sessions are removed from the
+	// store. Default DefaultMQTTSessionSweep.
+	SessionSweep time.Duration
+	// TLS, when set, makes the TCP listener (Addr or Listener) serve MQTT
+	// over TLS with it (mqtt_tls.go); nil: plain TCP.
+	TLS *tls.Config
 }
 
 // Defaults of MQTTOptions.
@@ -93,28 +127,28 @@ func (o MQTTOptions) withDefaults(maxMessage int) MQTTOptions {
 	if o.MaxPacketBytes <= 0 {
 		o.MaxPacketBytes = max(maxMessage, 0) + mqttPacketOverhead
 	}
-	if o.MaxInFlight <= 0 {
-		o.MaxInFlight = DefaultMQTTMaxInFlight
-	}
+	o.MaxInFlight = positiveOr(o.MaxInFlight, DefaultMQTTMaxInFlight)
 	o.MaxInFlight = min(o.MaxInFlight, 65535)
-	if o.MaxClientIDBytes <= 0 {
-		o.MaxClientIDBytes = DefaultMQTTMaxClientIDBytes
+	o.MaxClientIDBytes = positiveOr(o.MaxClientIDBytes, DefaultMQTTMaxClientIDBytes)
+	o.ConnectTimeout = positiveOr(o.ConnectTimeout, DefaultMQTTConnectTimeout)
+	o.MaxHeldBytes = positiveOr(o.MaxHeldBytes, DefaultMQTTMaxHeldBytes)
+	o.MaxRetained = positiveOr(o.MaxRetained, DefaultMQTTMaxRetained)
+	o.MaxRetainedBytes = positiveOr(o.MaxRetainedBytes, DefaultMQTTMaxRetainedBytes)
+	o.MaxPendingWills = positiveOr(o.MaxPendingWills, DefaultMQTTMaxPendingWills)
+	o.MaxSessions = positiveOr(o.MaxSessions, DefaultMQTTMaxSessions)
+	o.MaxSessionBytes = positiveOr(o.MaxSessionBytes, DefaultMQTTMaxSessionBytes)
+	o.MaxSessionExpiry = positiveOr(o.MaxSessionExpiry, DefaultMQTTMaxSessionExpiry)
+	o.MaxSessionExpiry = min(o.MaxSessionExpiry, time.Duration(0xfffffffe)*time.Second)
+	if o.MaxTopicAliases == 0 {
+		o.MaxTopicAliases = DefaultMQTTMaxTopicAliases
 	}
-	if o.ConnectTimeout <= 0 {
-		o.ConnectTimeout = DefaultMQTTConnectTimeout
+	o.MaxTopicAliases = min(max(o.MaxTopicAliases, 0), 65535)
+	if o.MaxSentTopicAliases == 0 {
+		o.MaxSentTopicAliases = DefaultMQTTMaxSentTopicAliases
 	}
-	if o.MaxHeldBytes <= 0 {
-		o.MaxHeldBytes = DefaultMQTTMaxHeldBytes
-	}
-	if o.MaxRetained <= 0 {
-		o.MaxRetained = DefaultMQTTMaxRetained
-	}
-	if o.MaxRetainedBytes <= 0 {
-		o.MaxRetainedBytes = DefaultMQTTMaxRetainedBytes
-	}
-	if o.MaxPendingWills <= 0 {
-		o.MaxPendingWills = DefaultMQTTMaxPendingWills
-	}
+	o.MaxSentTopicAliases = min(max(o.MaxSentTopicAliases, 0), 65535)
+	o.MaxSentTopicAliasBytes = positiveOr(o.MaxSentTopicAliasBytes, DefaultMQTTMaxSentTopicAliasBytes)
+	o.SessionSweep = positiveOr(o.SessionSweep, DefaultMQTTSessionSweep)
 	return o
 }
 
@@ -127,10 +161,20 @@ const maxPacketIDs = 0xffff
 type mqttState struct {
 	opts MQTTOptions
 	ln   net.Listener
-	wg   sync.WaitGroup // the accept loop and every connection's reader
+	wg   sync.WaitGroup // the accept loop and every connection, until its session has ended
 	m    *mqttMetrics
 	rm   *retainMetrics
 	wm   *willMetrics
+	sm   *sessionMetrics
+	// sweepStop stops the sweeper of expired sessions (mqtt_session.go);
+	// nil without one.
+	sweepStop chan struct{}
+	// unwatch removes the handler of the store's changes
+	// (mqtt_takeover.go); nil without one.
+	unwatch func()
+	// beforeRun, when set (by tests), runs after a CONNECT was admitted
+	// (its stored session claimed) and before its session runs.
+	beforeRun atomic.Pointer[func(clientID string)]
 	// writeTimeout bounds one write to a connection (the sessions' write
 	// timeout).
 	writeTimeout time.Duration
@@ -151,7 +195,9 @@ type mqttMetrics struct {
 	refused     *prometheus.CounterVec // a negative reason code in a PUBACK, SUBACK or UNSUBACK, by reason
 	skipped     *prometheus.CounterVec // deliveries not written, by why
 	windowWaits prometheus.Counter
-	takeovers   prometheus.Counter
+	takeovers   *prometheus.CounterVec // by where the earlier connection was: local, remote
+	aliasesSet  prometheus.Counter     // topic aliases the gateway gave (mqtt_alias.go)
+	aliasesFull prometheus.Counter     // connections whose sent-alias table filled
 }
 
 func newMQTTMetrics(reg prometheus.Registerer) *mqttMetrics {
@@ -163,20 +209,24 @@ func newMQTTMetrics(reg prometheus.Registerer) *mqttMetrics {
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_refused_total",
 			Help: "MQTT requests answered with a failure reason code (PUBACK, SUBACK, UNSUBACK), by reason."}, []string{"reason"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_skipped_total",
-			Help: "Deliveries not written to MQTT sessions, by why: no_mqtt_name (a native topic MQTT cannot name), too_large (over the client's maximum packet size), native_frame (a frame of the native protocol), window_full (the oldest held delivery, past the queue bound), ack_backlog (a QoS 0 group delivery left to the ack timeout), no_packet_id (a group delivery while all 65,535 packet identifiers are in flight, left to the ack timeout), no_local (a publish of the session itself to its no-local subscription)."}, []string{"why"}),
+			Help: "Deliveries not written to MQTT sessions, by why: no_mqtt_name (a native topic MQTT cannot name), too_large (over the client's maximum packet size), native_frame (a frame of the native protocol), window_full (the oldest held delivery, past the queue bound), ack_backlog (a QoS 0 group delivery left to the ack timeout), no_packet_id (a group delivery while all 65,535 packet identifiers are in flight, left to the ack timeout), no_local (a publish of the session itself to its no-local subscription), expired (past its MQTT 5 message expiry interval)."}, []string{"why"}),
 		windowWaits: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_mqtt_inflight_waits_total",
 			Help: "Times an MQTT session's writer waited for a PUBACK because its in-flight window was full."}),
-		takeovers: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_mqtt_takeovers_total",
-			Help: "MQTT sessions ended by a new connection with the same client identifier."}),
+		takeovers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_takeovers_total",
+			Help: "MQTT sessions ended by a new connection with the same client identifier, by where that connection came: local (this gateway) or remote (another gateway of the cluster)."}, []string{"where"}),
+		aliasesSet: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_mqtt_sent_topic_aliases_total",
+			Help: "Topic aliases the gateway gave MQTT 5 connections (a PUBLISH with the topic name and a new alias)."}),
+		aliasesFull: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_mqtt_sent_topic_aliases_full_total",
+			Help: "MQTT 5 connections that got a topic without an alias because their aliases (the client's Topic Alias Maximum, --mqtt-max-sent-topic-aliases or --mqtt-max-sent-topic-alias-bytes) were all given; counted once per connection."}),
 	}
-	reg.MustRegister(m.connects, m.disconnects, m.refused, m.skipped, m.windowWaits, m.takeovers)
+	reg.MustRegister(m.connects, m.disconnects, m.refused, m.skipped, m.windowWaits, m.takeovers, m.aliasesSet, m.aliasesFull)
 	// Every series whose label values are known exists from the start
 	// (docs/metrics.md, "From start-up").
 	for _, r := range []string{"accepted", "not_connect", "malformed_packet", "packet_too_large", "connect_timeout", "closed"} {
 		m.connects.WithLabelValues(r)
 	}
 	for _, rc := range []byte{rcProtocolError, rcUnsupportedVersion, rcBadClientID, rcBadCredentials, rcNotAuthorized,
-		rcServerBusy, rcShuttingDown, rcQuotaExceeded, rcConnectRate, rcBadTopic, rcRetainUnsupported} {
+		rcServerBusy, rcShuttingDown, rcQuotaExceeded, rcConnectRate, rcBadTopic, rcRetainUnsupported, rcServerUnavailable, rcPayloadFormat} {
 		m.connects.WithLabelValues(reasonName(rc))
 	}
 	for _, rc := range []byte{rcUnspecified, rcMalformed, rcProtocolError, rcNotAuthorized, rcShuttingDown, rcKeepAliveTimeout,
@@ -185,10 +235,13 @@ func newMQTTMetrics(reg prometheus.Registerer) *mqttMetrics {
 		m.disconnects.WithLabelValues(reasonName(rc))
 	}
 	for _, rc := range []byte{rcUnspecified, rcNotAuthorized, rcServerUnavailable, rcBadFilter, rcBadTopic, rcRateTooHigh,
-		rcQuotaExceeded} {
+		rcQuotaExceeded, rcPayloadFormat} {
 		m.refused.WithLabelValues(reasonName(rc))
 	}
-	for _, w := range []string{"no_mqtt_name", "too_large", "native_frame", "window_full", "ack_backlog", "no_packet_id", "no_local"} {
+	for _, w := range []string{"local", "remote"} {
+		m.takeovers.WithLabelValues(w)
+	}
+	for _, w := range []string{"no_mqtt_name", "too_large", "native_frame", "window_full", "ack_backlog", "no_packet_id", "no_local", "expired"} {
 		m.skipped.WithLabelValues(w)
 	}
 	return m
@@ -199,6 +252,7 @@ func newMQTTMetrics(reg prometheus.Registerer) *mqttMetrics {
 func (rt *Router) startMQTT() error {
 	o := rt.opts.MQTT.withDefaults(rt.opts.MaxMessageBytes)
 	rt.mq = &mqttState{opts: o, m: newMQTTMetrics(rt.opts.Registry), rm: newRetainMetrics(rt.opts.Registry), wm: newWillMetrics(rt.opts.Registry), wills: make(map[string]*pendingWill),
+		sm:      newSessionMetrics(rt.opts.Registry, rt.eng),
 		clients: make(map[string]*mqttSession), opening: make(map[net.Conn]struct{}),
 		writeTimeout: rt.opts.Session.WriteTimeout}
 	if rt.mq.writeTimeout <= 0 {
@@ -211,8 +265,13 @@ func (rt *Router) startMQTT() error {
 			return err
 		}
 	}
+	rt.startSweeper() // mqtt_session.go
+	rt.watchHolders() // mqtt_takeover.go
 	if ln == nil {
 		return nil
+	}
+	if o.TLS != nil {
+		ln = tls.NewListener(ln, o.TLS)
 	}
 	rt.mq.ln = ln
 	rt.mq.wg.Add(1)
@@ -234,11 +293,19 @@ func (rt *Router) MQTTAddr() net.Addr {
 func (rt *Router) stopMQTT() {
 	mq := rt.mq
 	mq.mu.Lock()
+	if mq.sweepStop != nil && !mq.stopped {
+		close(mq.sweepStop)
+	}
+	unwatch := mq.unwatch
+	mq.unwatch = nil
 	mq.stopped = true
 	for nc := range mq.opening {
 		_ = nc.Close()
 	}
 	mq.mu.Unlock()
+	if unwatch != nil {
+		unwatch()
+	}
 	if mq.ln != nil {
 		_ = mq.ln.Close()
 	}
@@ -272,15 +339,15 @@ func (rt *Router) acceptMQTT(ln net.Listener) {
 			continue
 		}
 		go func() {
-			defer rt.mq.wg.Done()
 			c := rt.mqttContext(nc.RemoteAddr().String())
 			release := rt.reserveMQTT(c.RealIP())
 			if release == nil {
 				rt.mq.untrack(nc)
 				_ = nc.Close()
+				rt.mq.wg.Done()
 				return
 			}
-			rt.serveMQTT(nc, c, release)
+			rt.serveMQTT(nc, nil, c, release, rt.mq.wg.Done)
 		}()
 	}
 }
@@ -351,7 +418,8 @@ func (d discardResponse) Write(p []byte) (int, error) { return len(p), nil }
 func (d discardResponse) WriteHeader(int)             {}
 
 // serveMQTTWS is GET /mqtt: MQTT over a WebSocket whose binary messages
-// carry the packets (subprotocol "mqtt"), with /v1/ws's origin rules.
+// carry the packets (subprotocol "mqtt", or "mqttv3.1" as MQTT 3.1 clients
+// offer; the answer names the one offered), with /v1/ws's origin rules.
 func (rt *Router) serveMQTTWS(c echo.Context) error {
 	if rt.closing.Load() {
 		return perr(codeShuttingDown, "server is shutting down")
@@ -360,8 +428,9 @@ func (rt *Router) serveMQTTWS(c echo.Context) error {
 	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(r, o) && !originAllowed(rt.opts.OriginPatterns, o) {
 		return perr(codeForbidden, "a page of origin %s may not open a WebSocket to this gateway: add its host to --allowed-origins", quoteInput(o))
 	}
-	if !offersMQTT(r.Header.Values("Sec-WebSocket-Protocol")) {
-		return perr(codeBadRequest, `GET /mqtt is MQTT over WebSocket: offer the subprotocol "mqtt"`)
+	sub := offeredMQTT(r.Header.Values("Sec-WebSocket-Protocol"))
+	if sub == "" {
+		return perr(codeBadRequest, `GET /mqtt is MQTT over WebSocket: offer the subprotocol "mqtt" (or "mqttv3.1" for MQTT 3.1)`)
 	}
 	// The connect rate and connection limits apply before the upgrade,
 	// as for /v1/ws: a connection waiting for its CONNECT holds a slot.
@@ -370,18 +439,21 @@ func (rt *Router) serveMQTTWS(c echo.Context) error {
 		return nil // reserveConn wrote the response and counted it
 	}
 	o := rt.acceptOptions()
-	o.Subprotocols = []string{"mqtt"}
-	ws, err := websocket.Accept(c.Response(), r, o)
+	o.Subprotocols = []string{sub}
+	// The upgrade goes through the session core's lazy buffers (as
+	// serveWS's does): an idle connection keeps neither net/http's 4 KiB
+	// bufio pair nor a read buffer.
+	up, err := session.Upgrade(c.Response(), r, o)
 	if err != nil {
 		release()
 		rt.log.Debug("mqtt websocket accept failed", "err", err)
 		return nil // Accept wrote the response
 	}
-	ws.SetReadLimit(int64(rt.mq.opts.MaxPacketBytes) + 16)
-	nc := websocket.NetConn(context.Background(), ws, websocket.MessageBinary)
+	up.Conn.SetReadLimit(int64(rt.mq.opts.MaxPacketBytes) + 16)
+	nc := up.NetConn()
 	if !rt.mq.track(nc) {
 		release()
-		_ = ws.Close(websocket.StatusGoingAway, "server shutting down")
+		_ = up.Conn.Close(websocket.StatusGoingAway, "server shutting down")
 		return nil
 	}
 	// The session runs on a goroutine of its own and the handler returns,
@@ -390,21 +462,108 @@ func (rt *Router) serveMQTTWS(c echo.Context) error {
 	// headers.
 	ac := rt.mqttContext(net.JoinHostPort(c.RealIP(), "0"))
 	ac.Request().Header = r.Header
-	go func() {
-		defer rt.mq.wg.Done()
-		rt.serveMQTT(nc, ac, release)
-	}()
+	go rt.serveMQTT(nc, up, ac, release, rt.mq.wg.Done)
 	return nil
 }
 
-// offersMQTT reports whether the client offered the subprotocol "mqtt".
-func offersMQTT(values []string) bool {
+// offeredMQTT returns the MQTT subprotocol the client offered: "mqtt",
+// else "mqttv3.1" (what MQTT 3.1 clients offer), else "". Either carries
+// any protocol level; the CONNECT names the one spoken.
+func offeredMQTT(values []string) string {
+	found := ""
 	for _, v := range values {
 		for _, p := range strings.Split(v, ",") {
-			if strings.TrimSpace(p) == "mqtt" {
-				return true
+			switch strings.TrimSpace(p) {
+			case "mqtt":
+				return "mqtt"
+			case "mqttv3.1":
+				found = "mqttv3.1"
 			}
 		}
 	}
-	return false
+	return found
+}
+
+// The maps of an mqttSession are made on first use: an idle session that
+// never subscribed, or never had a QoS 1 or 2 delivery or publish, holds
+// none of them (BenchmarkMQTTIdleMemory). Reading, ranging over and
+// deleting from a nil map need no such step.
+
+// mqttSubEntry is what mqttSession.subs holds under one string: the
+// SUBSCRIBE filter of that name, the native pattern of that name, or both
+// (a filter and a pattern may be spelt alike: "a"). One map for both
+// holds an idle subscribed session's entries in one table.
+type mqttSubEntry struct {
+	f *mqttFilter
+	p *mqttPattern
+}
+
+// filter returns the SUBSCRIBE filter f, nil when the session has none
+// (reader goroutine, as for the methods below).
+func (s *mqttSession) filter(f string) *mqttFilter { return s.subs[f].f }
+
+// pattern returns the native pattern p, nil when the session has none.
+func (s *mqttSession) pattern(p string) *mqttPattern { return s.subs[p].p }
+
+// addFilter lists a SUBSCRIBE filter.
+func (s *mqttSession) addFilter(f string, mf *mqttFilter) {
+	if s.subs == nil {
+		s.subs = make(map[string]mqttSubEntry, 2)
+	}
+	e := s.subs[f]
+	e.f = mf
+	s.subs[f] = e
+}
+
+// addPattern lists a native pattern of the session.
+func (s *mqttSession) addPattern(p string, mp *mqttPattern) {
+	if s.subs == nil {
+		s.subs = make(map[string]mqttSubEntry, 2)
+	}
+	e := s.subs[p]
+	e.p = mp
+	s.subs[p] = e
+}
+
+// dropFilter takes a SUBSCRIBE filter off the list.
+func (s *mqttSession) dropFilter(f string) {
+	e, ok := s.subs[f]
+	if !ok {
+		return
+	}
+	if e.f = nil; e.p == nil {
+		delete(s.subs, f)
+		return
+	}
+	s.subs[f] = e
+}
+
+// dropPattern takes a native pattern off the list.
+func (s *mqttSession) dropPattern(p string) {
+	e, ok := s.subs[p]
+	if !ok {
+		return
+	}
+	if e.p = nil; e.f == nil {
+		delete(s.subs, p)
+		return
+	}
+	s.subs[p] = e
+}
+
+// addInflight takes packet identifier id; the caller holds s.imu.
+func (s *mqttSession) addInflight(id uint16) {
+	if s.inflight == nil {
+		s.inflight = make(map[uint16]struct{})
+	}
+	s.inflight[id] = struct{}{}
+}
+
+// addRx records a QoS 2 publish of the client until its PUBREL; the
+// caller holds s.imu.
+func (s *mqttSession) addRx(id uint16) {
+	if s.rx == nil {
+		s.rx = make(map[uint16]struct{})
+	}
+	s.rx[id] = struct{}{}
 }

@@ -1,15 +1,22 @@
 package router
 
 // An MQTT session (docs/mqtt.md): CONNECT and its admission, the packet
-// reader, keepalive, client-id takeover, PINGREQ and DISCONNECT. The
-// reader runs on the goroutine that serves the connection (serveMQTT) and
-// handles packets in order; SUBSCRIBE and UNSUBSCRIBE are in
+// reader, keepalive, client-id takeover, PINGREQ and DISCONNECT. CONNECT
+// is read and admitted on the goroutine that serves the connection
+// (serveMQTT), which then exits; the reader runs on the session's own
+// goroutine (session.Transport.Read) and handles packets in order. Idle,
+// it parks its connection in the session package's idle poller as the
+// native reader does (TCP and WebSocket; over TLS it waits on one
+// goroutine on the smallest stack), holding no goroutine and no buffer,
+// and reads each burst of input on a goroutine that exits once nothing
+// more is at hand; its writer is started on demand by the session core. SUBSCRIBE and UNSUBSCRIBE are in
 // mqtt_subscribe.go, PUBLISH and PUBACK in mqtt_publish.go, the writing
 // side in mqtt_write.go.
 
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -22,6 +29,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/mqtt"
 	"github.com/switchyard/switchyard/session"
 )
@@ -53,6 +61,7 @@ const (
 	rcQuotaExceeded      byte = 0x97
 	rcAdministrative     byte = 0x98
 	rcRetainUnsupported  byte = 0x9A
+	rcPayloadFormat      byte = 0x99
 	rcConnectRate        byte = 0x9F
 	rcSubIDUnsupported   byte = 0xA1
 )
@@ -106,6 +115,8 @@ func reasonName(rc byte) string {
 		return "administrative_action"
 	case rcRetainUnsupported:
 		return "retain_not_supported"
+	case rcPayloadFormat:
+		return "payload_format_invalid"
 	case rcConnectRate:
 		return "connection_rate_exceeded"
 	case rcSubIDUnsupported:
@@ -114,7 +125,11 @@ func reasonName(rc byte) string {
 	return "unspecified_error"
 }
 
-// connackCode maps a CONNACK reason code to the 3.1.1 return code.
+// mqtt31MaxClientID is MQTT 3.1's longest client identifier, in bytes.
+const mqtt31MaxClientID = 23
+
+// connackCode maps a CONNACK reason code to the 3.1.1 (and 3.1) return
+// code.
 func connackCode(rc byte) byte {
 	switch rc {
 	case rcSuccess:
@@ -133,10 +148,32 @@ func connackCode(rc byte) byte {
 
 // mqttSession is one MQTT connection's protocol state beside its conn.
 type mqttSession struct {
-	rt        *Router
-	cn        *conn
-	nc        net.Conn
-	br        *bufio.Reader
+	rt *Router
+	cn *conn
+	nc net.Conn
+	// br is the packet reader: with wait set, held only while it holds
+	// input (mqttReaders), nil between bursts.
+	br *bufio.Reader
+	// up is GET /mqtt's WebSocket (nil over TCP): its lazy buffers and
+	// cork (mqtt_write.go).
+	up *session.Upgraded
+	// wait waits for the connection's input (session.Upgraded.Wait or
+	// session.InputWait); nil when the connection offers no such wait
+	// (TLS): the reader then waits in its reads.
+	wait func()
+	// idle parks the reader while the connection is idle (TCP and
+	// GET /mqtt, not TLS: nothing tells whether a tls.Conn holds
+	// plaintext it has decrypted already); nil when it cannot or
+	// --idle-park is off. parked: the reader parked once, and ends the
+	// session itself (session.Session.ReadDone); the reader's.
+	idle   *session.IdleSocket
+	parked bool
+	// ka ends the session when no packet starts within keepAlive (the
+	// reader's).
+	ka *time.Timer
+	// finished is called once the session has ended: the connection's
+	// count in mqttState.wg.
+	finished  func()
 	version   byte
 	clientID  string
 	assigned  string        // the client id the gateway chose, for the CONNACK
@@ -144,6 +181,23 @@ type mqttSession struct {
 	expiry    uint32        // MQTT 5's session expiry interval, seconds (reader goroutine)
 	maxOut    int           // the client's Maximum Packet Size; 0: MQTT's
 	window    int           // the in-flight bound of QoS 1 and 2 deliveries
+
+	// The stored session (mqtt_session.go); the reader goroutine's.
+	owner        string              // this connection's name as the stored session's owner
+	persist      bool                // the session outlives the connection
+	claimed      bool                // the store holds it under owner
+	holding      bool                // the store holds a hold of the id under owner (mqtt_takeover.go)
+	watched      bool                // claimed or hold at connect: other nodes' claims end it; set before run
+	keepFor      time.Duration       // a persistent session's expiry at connect, for a restored record; set before run
+	restoring    chan struct{}       // closed when the goroutine putting back a removed record exits; nil: none (under mqttState.mu; mqtt_takeover.go)
+	restoreAgain bool                // a removal came while restoring ran (under mqttState.mu)
+	present      bool                // CONNACK's Session Present
+	expiryCapped bool                // expiry was lowered to --mqtt-max-session-expiry
+	resume       *engine.MQTTSession // the stored session to restore, until it is
+	dup          map[dupKey]struct{} // records in flight when it was saved (mqtt_session_track.go)
+	done         chan struct{}       // closed once the end has saved the session
+	trk          *mqttTrack          // positions of a persistent session, under imu
+	cur          trackPos            // the writer's: the position of the next packet
 
 	// will is the session's will message, nil when none or discarded
 	// (mqtt_will.go).
@@ -153,18 +207,22 @@ type mqttSession struct {
 	// the session closes (0: derived from the close status).
 	disc atomic.Uint32
 
-	filters  map[string]*mqttFilter  // reader goroutine only
-	patterns map[string]*mqttPattern // reader goroutine only
+	aliases mqttAliases // reader goroutine only (mqtt_alias.go)
+	// subs are the SUBSCRIBE filters and the native patterns, one map
+	// (mqtt.go); reader goroutine only.
+	subs map[string]mqttSubEntry
 	// noLocal counts the filters with no local (reader goroutine only):
 	// while there are any, the session's publishes carry its id
 	// (mqtt_retain.go).
 	noLocal int
+	// askPresence: the SUBSCRIBE being handled asks presence for its
+	// filters that name a topic (mqtt_presence.go; reader goroutine only).
+	askPresence bool
 	// retainSeq numbers the retained messages queued (reader goroutine
 	// only), the offsets of their stream.
 	retainSeq int64
 
-	closed    chan struct{} // closed with the connection
-	closeOnce sync.Once
+	closeOnce sync.Once // the connection is closed once
 
 	// The writer goroutine's (mqtt_write.go).
 	wbuf      []byte
@@ -191,22 +249,32 @@ type mqttFilter struct {
 	qos      byte
 	noLocal  bool // MQTT 5's no local
 	rap      bool // MQTT 5's retain as published
+	subID    int  // MQTT 5's subscription identifier; 0: none
+	presence bool // it asked presence (mqtt_presence.go)
 	patterns []string
 }
 
-// serveMQTT runs one MQTT connection: CONNECT, admission, then the session
-// until it ends. It returns once the connection
-// is closed and its session torn down.
+// serveMQTT runs one MQTT connection: CONNECT, admission, then the
+// session, which runs on goroutines of its own. done is called once the
+// connection is closed and its session torn down. up is GET /mqtt's
+// WebSocket, nil for TCP.
 //
 // release gives back the connection slot the connection holds from before
 // its CONNECT (reserveMQTT, or reserveConn for GET /mqtt): a connection
 // waiting for its CONNECT holds a socket, a goroutine and a read buffer of
 // up to MaxPacketBytes, so it counts against the connection limits as a
 // session does.
-func (rt *Router) serveMQTT(nc net.Conn, c echo.Context, release func()) {
+func (rt *Router) serveMQTT(nc net.Conn, up *session.Upgraded, c echo.Context, release, done func()) {
 	mq := rt.mq
-	defer mq.untrack(nc)
-	br := bufio.NewReaderSize(nc, mqttReadBuffer)
+	if !rt.mqttHandshake(nc) { // mqtt_tls.go
+		release()
+		mq.untrack(nc)
+		_ = nc.Close()
+		done()
+		return
+	}
+	br := mqttReaders.Get().(*bufio.Reader)
+	br.Reset(nc)
 	_ = nc.SetReadDeadline(time.Now().Add(mq.opts.ConnectTimeout))
 	pk, err := mqtt.ReadPacket(br, 0, mq.opts.MaxPacketBytes)
 	if err != nil || pk.FixedHeader.Type != packets.Connect {
@@ -214,16 +282,39 @@ func (rt *Router) serveMQTT(nc net.Conn, c echo.Context, release func()) {
 		// as MQTT prescribes for a first packet that is not CONNECT.
 		mq.m.connects.WithLabelValues(connectErrName(err)).Inc()
 		release()
+		mq.untrack(nc)
 		_ = nc.Close()
+		putMQTTReader(br)
+		done()
 		return
 	}
 	s := rt.admitMQTT(nc, c, &pk, release)
 	if s == nil {
+		mq.untrack(nc)
 		_ = nc.Close()
+		putMQTTReader(br)
+		done()
 		return
 	}
-	s.br = br
+	s.br, s.up, s.finished = br, up, done
+	park := !rt.opts.Session.NoIdlePark
+	if up != nil {
+		if up.Lazy() {
+			s.wait = up.Wait
+			if park {
+				s.idle = up.IdleSocket(s.resumeRead)
+			}
+		}
+	} else {
+		s.wait = session.InputWait(nc)
+		if park && s.wait != nil {
+			s.idle = session.NewIdleSocket(nc, s.resumeRead)
+		}
+	}
 	mq.untrack(nc)
+	if f := mq.beforeRun.Load(); f != nil {
+		(*f)(s.clientID)
+	}
 	s.run(release)
 }
 
@@ -278,12 +369,17 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 		_, _ = nc.Write(b.Bytes())
 		return nil
 	}
-	if v != mqtt.Version311 && v != mqtt.Version5 {
+	if v != mqtt.Version31 && v != mqtt.Version311 && v != mqtt.Version5 {
 		return refuse(rcUnsupportedVersion)
 	}
 	if code := pk.ConnectValidate(); code != packets.CodeSuccess {
-		if code == packets.ErrClientIdentifierNotValid {
+		switch code {
+		case packets.ErrClientIdentifierNotValid:
 			return refuse(rcBadClientID)
+		case packets.ErrProtocolViolationProtocolVersion, packets.ErrProtocolViolationProtocolName:
+			// "MQTT" at level 3, "MQIsdp" at 4 or 5, another name: the
+			// level and name the gateway speaks do not match.
+			return refuse(rcUnsupportedVersion)
 		}
 		return refuse(rcProtocolError)
 	}
@@ -293,6 +389,9 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 	id := pk.Connect.ClientIdentifier
 	if len(id) > mq.opts.MaxClientIDBytes {
 		return refuse(rcBadClientID)
+	}
+	if v == mqtt.Version31 && (id == "" || len(id) > mqtt31MaxClientID) {
+		return refuse(rcBadClientID) // MQTT 3.1: 1 to 23 bytes
 	}
 	assigned := false
 	if id == "" {
@@ -312,10 +411,15 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 		return refuse(rc)
 	}
 	s := &mqttSession{rt: rt, nc: nc, version: v, clientID: id,
-		window: mq.opts.MaxInFlight, filters: make(map[string]*mqttFilter), patterns: make(map[string]*mqttPattern),
-		closed: make(chan struct{}), inflight: make(map[uint16]struct{}), rx: make(map[uint16]struct{}), groupAcks: make(map[uint16]groupAck)}
+		window: mq.opts.MaxInFlight, done: make(chan struct{})} // its maps are made on first use (mqtt.go)
 	if ka := pk.Connect.Keepalive; ka > 0 {
 		s.keepAlive = time.Duration(ka) * 1500 * time.Millisecond
+	}
+	if v == mqtt.Version31 && !pk.Connect.Clean {
+		// A 3.1 session that is not clean is kept as a 3.1.1 one is, for
+		// --mqtt-max-session-expiry: the session store (openSession)
+		// reads that from its expiry, as it does for MQTT 5.
+		s.expiry = uint32(mq.opts.MaxSessionExpiry / time.Second)
 	}
 	if v == mqtt.Version5 {
 		if rm := int(pk.Properties.ReceiveMaximum); rm > 0 {
@@ -326,6 +430,12 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 	}
 	if assigned {
 		s.assigned = id
+	}
+	if rc := rt.openSession(s, pk, will); rc != rcSuccess { // mqtt_session.go
+		return refuse(rc)
+	}
+	if s.persist {
+		s.trk = &mqttTrack{next: map[trackKey]int64{}, sent: map[uint16]trackPos{}}
 	}
 	s.will.Store(will)
 	s.cn = rt.newConn(c, transportMQTT, who, false)
@@ -367,9 +477,13 @@ func (rt *Router) authMQTT(c echo.Context, pk *packets.Packet) (*principal, byte
 // connack encodes the accepting CONNACK: for MQTT 5 with what the gateway
 // supports and its bounds.
 func (s *mqttSession) connack() []byte {
-	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connack}, ProtocolVersion: s.version}
+	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connack}, ProtocolVersion: s.version,
+		SessionPresent: s.present && s.version != mqtt.Version31} // 3.1's first byte is reserved
 	if s.version == mqtt.Version5 {
 		p := &ack.Properties
+		if s.expiryCapped {
+			p.SessionExpiryInterval, p.SessionExpiryIntervalFlag = s.expiry, true
+		}
 		p.AssignedClientID = s.assigned
 		p.ReceiveMaximum = uint16(min(s.rt.opts.PublishPipeline, 65535))
 		p.MaximumPacketSize = uint32(s.rt.mq.opts.MaxPacketBytes)
@@ -379,6 +493,7 @@ func (s *mqttSession) connack() []byte {
 		}
 		p.SubIDAvailable, p.SubIDAvailableFlag = 0, true
 		p.WildcardSubAvailable, p.WildcardSubAvailableFlag = 1, true
+		s.connackProps(p) // mqtt_props.go
 	}
 	var b bytes.Buffer
 	_ = ack.ConnackEncode(&b)
@@ -390,16 +505,22 @@ func (s *mqttSession) run(release func()) {
 	rt, cn := s.rt, s.cn
 	sopts := cn.sessionOptions()
 	sopts.EncodeGap = s.encodeGap
+	if s.trk != nil {
+		sopts.FramePrefix = s.framePrefix // mqtt_session_track.go
+	}
 	cn.sess = session.NewOneWay(cn.id, sopts, session.Transport{
 		Write:    s.write,
-		Close:    s.close,
-		CloseNow: s.closeNow,
+		Close:    s.closeUnpark,
+		CloseNow: s.closeNowUnpark,
+		Read:     s.readLoop,
 	})
 	if !rt.addConn(cn) {
 		release()
 		s.disc.Store(uint32(rcShuttingDown))
 		_ = s.close(0, "")
 		rt.mq.m.connects.WithLabelValues(reasonName(rcShuttingDown)).Inc()
+		s.endSession()
+		s.finished()
 		return
 	}
 	// The CONNACK is queued before the session can be taken over: a
@@ -407,23 +528,35 @@ func (s *mqttSession) run(release func()) {
 	// from the server is always the CONNACK, never a DISCONNECT.
 	rt.mq.m.connects.WithLabelValues("accepted").Inc()
 	cn.runStart(s.connack())
+	// The stored subscriptions are in the trie before the CONNACK is
+	// written (the writer starts with Start): a publish made once another
+	// client saw it reaches them; their deliveries queue after it.
+	s.restoreSession() // mqtt_session_track.go
 	if old := rt.mq.claim(s); old != nil {
-		rt.mq.m.takeovers.Inc()
+		rt.mq.m.takeovers.WithLabelValues("local").Inc()
 		old.end(rcTakenOver, "session taken over")
+		if s.claimed || s.holding {
+			s.reclaimSession() // old may have claimed the store after s (mqtt_session.go)
+		}
 	}
-	ended := make(chan struct{})
-	if err := cn.sess.Start(cn.ctx, nil, func(err error) {
+	rt.checkHolder(s) // another node's connection may have claimed the id meanwhile (mqtt_takeover.go)
+	// The reader (readLoop) runs on the session's goroutine; the end runs
+	// there too, once the reader and the writer are done.
+	// As for /v1/ws (conn.go), Shutdown closes every session itself: a
+	// context that is never done spares each session an AfterFunc and a
+	// children map in cn.ctx.
+	if err := cn.sess.Start(context.WithoutCancel(cn.ctx), nil, func(err error) {
 		cn.runEnd(err, release)
 		rt.mq.release(s)
 		s.endWill()
-		close(ended)
+		s.endSession() // mqtt_session.go
+		s.finished()
 	}); err != nil {
 		cn.runEnd(err, release) // not started before: cannot happen
 		rt.mq.release(s)
-		return
+		s.endSession()
+		s.finished()
 	}
-	s.readLoop()
-	<-ended
 }
 
 // end closes the session with an MQTT 5 reason code (3.1.1: a close).
@@ -433,35 +566,95 @@ func (s *mqttSession) end(rc byte, why string) {
 }
 
 // readLoop reads and handles packets until the connection fails or the
-// session ends it.
+// session ends it (session.Transport.Read).
+//
+// With nothing buffered it parks the connection in the session package's
+// idle poller (s.idle): the goroutine returns, and resumeRead reads on on
+// a fresh one once input comes, the connection ends or the session closes
+// it (closeUnpark). Where it cannot park it waits for the connection's
+// input (s.wait) on this goroutine, which runs nothing else, and reads
+// each burst on a goroutine of its own (readBurst): the deep stack of a
+// read through the WebSocket library is held only while input is at
+// hand. Bursts never overlap; the reader's fields pass between them
+// through the channel, or through the poller.
 //
 // Keep alive is a timer rather than a read deadline: a WebSocket's
 // connection (websocket.NetConn) closes itself when its read deadline
-// passes, before the DISCONNECT 0x8D could be written.
+// passes, before the DISCONNECT 0x8D could be written. It runs on while
+// the reader is parked, and its close resumes it.
 func (s *mqttSession) readLoop() {
-	max := s.rt.mq.opts.MaxPacketBytes
 	_ = s.nc.SetReadDeadline(time.Time{}) // the CONNECT's is over
-	var ka *time.Timer
 	if s.keepAlive > 0 {
-		ka = time.AfterFunc(s.keepAlive, func() { s.end(rcKeepAliveTimeout, "keep alive timeout") })
-		defer ka.Stop()
+		s.ka = time.AfterFunc(s.keepAlive, func() { s.end(rcKeepAliveTimeout, "keep alive timeout") })
 	}
+	if s.wait == nil {
+		for s.readNext() {
+		}
+		s.readEnded()
+		return
+	}
+	burst := make(chan bool, 1)
 	for {
-		if s.br.Buffered() == 0 {
-			s.cn.flushDeferred() // before waiting for the socket (deferral.go)
+		if !s.buffered() {
+			if s.parkIdle() {
+				return
+			}
+			s.wait()
 		}
-		if ka != nil {
-			ka.Reset(s.keepAlive)
-		}
-		pk, err := mqtt.ReadPacket(s.br, s.version, max)
-		if err != nil {
-			s.readFailed(err)
-			return
-		}
-		if !s.handle(&pk) {
+		s.takeReader()
+		go func() { burst <- s.readBurst() }()
+		if !<-burst {
+			s.readEnded()
 			return
 		}
 	}
+}
+
+// readBurst reads and handles packets while input is at hand, reporting
+// whether to read on. A packet whose start is at hand is read whole, its
+// rest waited for here.
+func (s *mqttSession) readBurst() bool {
+	for {
+		if !s.readNext() {
+			return false
+		}
+		if !s.buffered() {
+			return true
+		}
+	}
+}
+
+// buffered reports whether input already read waits in the packet reader
+// or the WebSocket's buffers, or a WebSocket message is not read to its
+// end (the inflater of a compressed one may hold its rest): the reader
+// then reads on rather than park or wait for the socket.
+func (s *mqttSession) buffered() bool {
+	return s.br != nil && s.br.Buffered() > 0 || s.up != nil && (s.up.Reading() || s.up.Buffered())
+}
+
+// readNext reads and handles one packet, reporting whether to read on.
+func (s *mqttSession) readNext() bool {
+	if s.wait == nil && s.br.Buffered() == 0 {
+		s.cn.flushDeferred() // before waiting for the socket (deferral.go)
+	}
+	if s.up != nil && s.br.Buffered() == 0 {
+		s.up.AtPacketStart()
+	}
+	pk, err := mqtt.ReadPacket(s.br, s.version, s.rt.mq.opts.MaxPacketBytes)
+	if errors.Is(err, session.ErrNoMessage) {
+		// The message ended with the last packet, or a wake brought a
+		// WebSocket ping only: no MQTT packet, so the keep alive runs on
+		// (it counts MQTT control packets, [MQTT-3.1.2-22]).
+		return true
+	}
+	if err != nil {
+		s.readFailed(err)
+		return false
+	}
+	if s.ka != nil {
+		s.ka.Reset(s.keepAlive)
+	}
+	return s.handle(&pk)
 }
 
 // readFailed ends the session after a read error.
@@ -520,10 +713,21 @@ func (s *mqttSession) handle(pk *packets.Packet) bool {
 	return true
 }
 
-// mqttReadBuffer is the size of a connection's read buffer: small, since
-// an idle session keeps it and ReadPacket reads a packet's body straight
-// into a buffer of its own.
+// mqttReadBuffer is the size of a connection's packet reader: small,
+// since ReadPacket reads a packet's body straight into a buffer of its
+// own. An idle session holds none (readLoop), except on a connection
+// without an input wait (TLS).
 const mqttReadBuffer = 512
+
+// mqttReaders are the packet readers of the sessions reading a burst.
+var mqttReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, mqttReadBuffer) }}
+
+// putMQTTReader gives a packet reader back to mqttReaders, holding
+// nothing of its connection.
+func putMQTTReader(br *bufio.Reader) {
+	br.Reset(nil)
+	mqttReaders.Put(br)
+}
 
 // pingresp is the PINGRESP packet.
 var pingresp = []byte{packets.Pingresp << 4, 0}

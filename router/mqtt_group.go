@@ -40,7 +40,7 @@ type groupAck struct {
 // subscribeShared registers and joins a shared filter; it returns the
 // SUBACK reason code and the subscription to release once the SUBACK is
 // queued.
-func (s *mqttSession) subscribeShared(f *packets.Subscription, pf mqtt.Filter, qos byte) (byte, *subscription) {
+func (s *mqttSession) subscribeShared(f *packets.Subscription, pf mqtt.Filter, qos byte, subID int) (byte, *subscription) {
 	cn := s.cn
 	p := pf.Patterns[len(pf.Patterns)-1]
 	if pe := validPattern(&s.rt.opts.Bounds, p); pe != nil {
@@ -49,15 +49,16 @@ func (s *mqttSession) subscribeShared(f *packets.Subscription, pf mqtt.Filter, q
 	if pe := validGroup(pf.Group); pe != nil {
 		return rcBadFilter, nil
 	}
-	if _, pe := cn.authorizeSubscribe(p, pf.Group); pe != nil {
-		return rcNotAuthorized, nil
+	viaHook, pe := cn.authorizeSubscribe(p, pf.Group)
+	if pe != nil {
+		return hookReason(pe), nil
 	}
-	if old := s.filters[f.Filter]; old != nil {
-		delete(s.filters, f.Filter)
+	if old := s.filter(f.Filter); old != nil {
+		s.dropFilter(f.Filter)
 		s.release(old)
 	}
 	sub, pe := cn.register(&subscribeSpec{pattern: p, group: pf.Group, policy: session.DropOld,
-		maxInFlight: min(s.window, engine.MaxGroupInFlight)})
+		maxInFlight: min(s.window, engine.MaxGroupInFlight), hookAllowed: viaHook})
 	if pe != nil {
 		if pe.Code == codeTooManySubs {
 			return rcQuotaExceeded, nil
@@ -65,11 +66,21 @@ func (s *mqttSession) subscribeShared(f *packets.Subscription, pf mqtt.Filter, q
 		return rcUnspecified, nil
 	}
 	sub.mqttQoS.Store(uint32(qos))
+	if subID > 0 {
+		sub.mqttSubIDs.Store(subIDProps([]int{subID}))
+	}
 	// Every shared subscription may need the acker: QoS 0 deliveries, and
 	// records MQTT cannot name at any QoS. Started before the join, so
 	// that no delivery reads s.acks while it is set.
 	s.startAcker()
-	if pe := cn.joinGroup(sub, fromSpec{}); pe != nil {
+	pe = cn.joinGroup(sub, fromSpec{}, false)
+	if pe != nil && pe.Code == codeGroupConflict && sub.maxInFlight != 0 {
+		// The group exists with another max_in_flight (a native member
+		// made it): a shared subscription takes the group's.
+		sub.maxInFlight = 0
+		pe = cn.joinGroup(sub, fromSpec{}, false)
+	}
+	if pe != nil {
 		cn.forget(sub)
 		if pe.Code == codeTooManySubs {
 			return rcQuotaExceeded, nil
@@ -78,9 +89,11 @@ func (s *mqttSession) subscribeShared(f *packets.Subscription, pf mqtt.Filter, q
 	}
 	s.rt.m.subscriptions.WithLabelValues("group").Inc()
 	key := pf.Group + "\x00" + p
-	s.patterns[key] = &mqttPattern{sub: sub}
-	s.patterns[key].users[qos]++
-	s.filters[f.Filter] = &mqttFilter{qos: qos, patterns: []string{key}}
+	mf := &mqttFilter{qos: qos, patterns: []string{key}, subID: subID}
+	mp := &mqttPattern{sub: sub}
+	s.addPattern(key, mp)
+	mp.add(mf, 1)
+	s.addFilter(f.Filter, mf)
 	return qos, sub
 }
 
@@ -96,7 +109,14 @@ func (s *mqttSession) groupFrame(sub *subscription, d engine.Delivery) []byte {
 	var b []byte
 	if err == nil {
 		pk := packets.Packet{TopicName: topic, Payload: rec.Data, FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos}}
-		b, err = mqtt.EncodePublishFrame(pk, s.version)
+		if !publishProps(&pk.Properties, rec.Headers, rec.Key, rec.Time, time.Now()) {
+			s.rt.mq.m.skipped.WithLabelValues("expired").Inc() // mqtt_props.go
+			s.autoAck(groupAck{sub, pos})
+			return []byte{}
+		}
+		if b, err = mqtt.EncodePublishFrame(pk, s.version); err == nil {
+			b = withSubIDs(b, sub)
+		}
 	}
 	if err != nil {
 		s.rt.mq.m.skipped.WithLabelValues("no_mqtt_name").Inc()
@@ -116,12 +136,17 @@ func (s *mqttSession) groupFrame(sub *subscription, d engine.Delivery) []byte {
 		return b
 	}
 	s.imu.Lock()
-	if len(s.inflight) >= maxPacketIDs {
-		// Every packet identifier is in flight (a window the lease bound
-		// allows with a large --queue-messages): not written; the lease
-		// runs out with the group's ack timeout.
+	if n := len(s.inflight); n >= s.window {
+		// The window (the client's Receive Maximum) is full, with plain
+		// deliveries too, or every packet identifier is in flight: not
+		// written, so the Receive Maximum holds; the lease runs out with
+		// the group's ack timeout and the group delivers it again.
 		s.imu.Unlock()
-		s.rt.mq.m.skipped.WithLabelValues("no_packet_id").Inc()
+		why := "window_full"
+		if n >= maxPacketIDs {
+			why = "no_packet_id"
+		}
+		s.rt.mq.m.skipped.WithLabelValues(why).Inc()
 		return []byte{}
 	}
 	for {
@@ -131,7 +156,10 @@ func (s *mqttSession) groupFrame(sub *subscription, d engine.Delivery) []byte {
 		}
 	}
 	id := s.nextID
-	s.inflight[id] = struct{}{}
+	s.addInflight(id)
+	if s.groupAcks == nil {
+		s.groupAcks = make(map[uint16]groupAck)
+	}
 	s.groupAcks[id] = groupAck{sub, pos}
 	s.imu.Unlock()
 	_, idAt, _ := mqtt.Span(b)
@@ -191,3 +219,20 @@ func (s *mqttSession) startAcker() {
 
 // mqttAckBacklog bounds the QoS 0 group deliveries awaiting their ack.
 const mqttAckBacklog = 1024
+
+// unqueued gives back the packet identifier of a group delivery
+// groupFrame encoded and the queue did not take (its subscription ended
+// meanwhile, an UNSUBSCRIBE racing the engine's delivery): never written,
+// it would never be acked and would shrink the window for good. The group
+// has the record back from the member's Leave.
+func (s *mqttSession) unqueued(frame []byte) {
+	_, idAt, ok := mqtt.Span(frame)
+	if !ok || idAt == 0 {
+		return // QoS 0, or nothing written
+	}
+	id := uint16(frame[idAt])<<8 | uint16(frame[idAt+1])
+	s.imu.Lock()
+	delete(s.inflight, id)
+	delete(s.groupAcks, id)
+	s.imu.Unlock()
+}

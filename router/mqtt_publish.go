@@ -10,12 +10,15 @@ package router
 // then is not appended again;
 // MQTT 3.1.1 has no negative PUBACK, so a refused QoS 1 publish of a 3.1.1
 // client is acknowledged and dropped, counted, as Mosquitto does with a
-// publish its ACL refuses.
+// publish its ACL refuses. A publish outside the grants is decided by the
+// publish hook when it is on (hookPublish), as a native one is.
 //
 // The payload is stored as it came: a payload that is JSON is what native
 // clients see as "data", any other carries the binary mark
 // (internal/wire, binary.go) and reaches them as base64. User properties
-// are the record's headers, but for "key", which is its key.
+// are the record's headers, but for "key", which is its key; the message
+// properties (response topic, correlation data, content type, payload
+// format, message expiry) are headers of their own (mqtt_props.go).
 
 import (
 	"errors"
@@ -37,7 +40,7 @@ func (s *mqttSession) publish(pk *packets.Packet) bool {
 		_, again := s.rx[pk.PacketID]
 		full := !again && len(s.rx) >= s.rt.opts.PublishPipeline
 		if !again && !full {
-			s.rx[pk.PacketID] = struct{}{}
+			s.addRx(pk.PacketID)
 		}
 		s.imu.Unlock()
 		switch {
@@ -54,9 +57,11 @@ func (s *mqttSession) publish(pk *packets.Packet) bool {
 			s.end(rcRetainUnsupported, "retained messages are not supported") // the CONNACK said Retain Available 0
 			return false
 		}
-		if pk.Properties.TopicAliasFlag || pk.Properties.TopicAlias != 0 {
-			s.end(rcTopicAliasInvalid, "topic aliases are not supported") // Topic Alias Maximum 0
-			return false
+		if (pk.Properties.TopicAliasFlag || pk.Properties.TopicAlias != 0) && !s.resolveAlias(pk) {
+			return false // mqtt_alias.go
+		}
+		if !s.checkProps(pk) {
+			return false // mqtt_props.go
 		}
 	}
 	native, err := mqtt.TopicToNative(pk.TopicName)
@@ -102,9 +107,19 @@ func (s *mqttSession) message(native string, pk *packets.Packet) (engine.Message
 	if pe := validTopic(&rt.opts.Bounds, native); pe != nil {
 		return engine.Message{}, rcBadTopic
 	}
-	if trie.IsSystem(native) || !cn.who.CanPublish(native) {
+	// Outside the grants, the publish hook decides, as for a native
+	// publish, once the message is built (it sees the headers and key).
+	hook := false
+	if trie.IsSystem(native) {
 		rt.lim.forbidden.WithLabelValues("publish").Inc()
 		return engine.Message{}, rcNotAuthorized
+	}
+	if !cn.who.CanPublish(native) {
+		if !rt.hooks.enabled(hookPublish) {
+			rt.lim.forbidden.WithLabelValues("publish").Inc()
+			return engine.Message{}, rcNotAuthorized
+		}
+		hook = true
 	}
 	if cn.limiter != nil && !cn.limiter.Allow() {
 		rt.m.publishes.WithLabelValues("mqtt", codeRateLimited).Inc()
@@ -120,7 +135,7 @@ func (s *mqttSession) message(native string, pk *packets.Packet) (engine.Message
 				msg.Key = u.Val
 				continue
 			}
-			if u.Key == wire.BinaryHeader || u.Key == mqttRetainHeader || u.Key == mqttOriginHeader ||
+			if u.Key == wire.BinaryHeader || u.Key == mqttRetainHeader || u.Key == mqttOriginHeader || isMQTTPropHeader(u.Key) ||
 				!utf8.ValidString(u.Key) || !utf8.ValidString(u.Val) {
 				continue
 			}
@@ -129,12 +144,51 @@ func (s *mqttSession) message(native string, pk *packets.Packet) (engine.Message
 			}
 			msg.Headers[u.Key] = u.Val
 		}
+		if rc := propHeaders(pk, &msg); rc != rcSuccess { // mqtt_props.go
+			return engine.Message{}, rc
+		}
 		if pe := checkPublishSizes(&rt.opts.Bounds, &msg); pe != nil {
 			return engine.Message{}, rcQuotaExceeded
 		}
 	}
 	msg.Headers = wire.MarkBinary(msg.Headers, msg.Data)
+	if hook {
+		if rc := s.hookPublish(&msg); rc != rcSuccess {
+			return engine.Message{}, rc
+		}
+	}
 	return msg, rcSuccess
+}
+
+// hookPublish asks the publish hook about msg, which the session's grants
+// do not allow, through the native path's call (Router.hookPublish): on
+// the reader goroutine, holding no lock, after the deferred replies are
+// flushed, as a native publish asks it. An allowing answer may replace
+// the data and headers. It returns the PUBACK reason code of a refusal
+// (hookReason).
+func (s *mqttSession) hookPublish(msg *engine.Message) byte {
+	var key *string
+	if msg.Key != "" {
+		key = &msg.Key
+	}
+	s.cn.flushDeferred() // before the round trip (deferral.go)
+	if pe := s.rt.hookPublish(s.cn.ctx, s.cn.id, s.cn.who.load(), key, &msg.Data, &msg.Headers, msg.Topic); pe != nil {
+		return hookReason(pe)
+	}
+	return rcSuccess
+}
+
+// hookReason is the MQTT 5 reason code (of a SUBACK or PUBACK) of a hook's
+// refusal or failure: 0x87 for a refusal, 0x97 for a rate limit or data
+// over the limits, 0x80 when the hook could not be asked (fail closed).
+func hookReason(pe *protoError) byte {
+	switch pe.Code {
+	case codeUnavailable:
+		return rcUnspecified
+	case codeRateLimited, codeTooLarge:
+		return rcQuotaExceeded
+	}
+	return rcNotAuthorized
 }
 
 // refusePublish answers a refused PUBLISH: a PUBACK (QoS 1) or PUBREC

@@ -73,6 +73,16 @@ const (
 // retainTimeout bounds one call to the retained store.
 const retainTimeout = 5 * time.Second
 
+// retainContext is the context of one call to the retained store: bounded
+// by retainTimeout and not by the session's context, whose cancelCtx
+// would otherwise keep a children map (and its Done channel) for the rest
+// of the session once the first call had made one, about 0.35 KiB of
+// every idle subscribed session. A session's end waits for its reader,
+// and so for the call, at most retainTimeout.
+func (s *mqttSession) retainContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(s.cn.ctx), retainTimeout)
+}
+
 // retainMetrics count the retained store's use.
 type retainMetrics struct {
 	stores *prometheus.CounterVec // retained PUBLISHes, by result
@@ -84,7 +94,7 @@ type retainMetrics struct {
 func newRetainMetrics(reg prometheus.Registerer) *retainMetrics {
 	m := &retainMetrics{
 		stores: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_retained_total",
-			Help: "Retained MQTT PUBLISHes, by result: stored, cleared (an empty payload), refused (past --mqtt-max-retained or --mqtt-max-retained-bytes), failed (the store did not answer)."}, []string{"result"}),
+			Help: "Retained MQTT PUBLISHes, by result: stored, cleared (an empty payload), refused (past --mqtt-max-retained or --mqtt-max-retained-bytes), failed (the store did not answer), off (the topic's policy turns retained messages off: published, not stored)."}, []string{"result"}),
 		sent: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_mqtt_retained_sent_total",
 			Help: "Retained messages queued to new MQTT subscriptions."}),
 		count: prometheus.NewGauge(prometheus.GaugeOpts{Name: "switchyard_mqtt_retained_messages",
@@ -93,7 +103,7 @@ func newRetainMetrics(reg prometheus.Registerer) *retainMetrics {
 			Help: "Bytes of the retained messages in the store (every node's, as this node last saw it)."}),
 	}
 	reg.MustRegister(m.stores, m.sent, m.count, m.bytes)
-	for _, r := range []string{"stored", "cleared", "refused", "failed"} {
+	for _, r := range []string{"stored", "cleared", "refused", "failed", "off"} {
 		m.stores.WithLabelValues(r)
 	}
 	return m
@@ -111,9 +121,12 @@ func (rt *Router) retainer() engine.Retainer {
 func (s *mqttSession) retain(msg *engine.Message, qos byte) byte {
 	rt := s.rt
 	r, m := rt.retainer(), rt.mq.rm
+	if rt.retainOff(msg) { // a topic policy's mqtt retained: false (topic_policies_access.go)
+		return rcSuccess
+	}
 	rm := engine.RetainedMessage{Topic: msg.Topic, Key: msg.Key, Headers: msg.Headers, Data: msg.Data, QoS: qos, Time: time.Now()}
 	lim := engine.RetainLimits{MaxCount: rt.mq.opts.MaxRetained, MaxBytes: rt.mq.opts.MaxRetainedBytes}
-	ctx, cancel := context.WithTimeout(s.cn.ctx, retainTimeout)
+	ctx, cancel := s.retainContext()
 	defer cancel()
 	err := r.SetRetained(ctx, rm, lim)
 	switch {
@@ -170,15 +183,19 @@ func (s *mqttSession) wantsRetained(f *packets.Subscription, rc byte, existed bo
 	return true
 }
 
-// sendRetained queues the retained messages of the topics the filters
-// match, after their SUBACK.
-func (s *mqttSession) sendRetained(list []retainedFor) {
+// retainedItems reads the retained messages of the topics the filters
+// match, as the queue items that follow their SUBACK. subscribe reads them
+// before it queues the SUBACK and queues them right after it, so that a
+// retained message published once the client has the SUBACK is not read
+// too, and sent twice (TestMQTTRetainedReadBeforeSuback).
+func (s *mqttSession) retainedItems(list []retainedFor) []session.Item {
 	r := s.rt.retainer()
-	ctx, cancel := context.WithTimeout(s.cn.ctx, retainTimeout)
+	ctx, cancel := s.retainContext()
 	defer cancel()
+	var items []session.Item
 	for _, rf := range list {
 		for _, p := range rf.patterns {
-			mp := s.patterns[p]
+			mp := s.pattern(p)
 			if mp == nil {
 				continue
 			}
@@ -187,17 +204,26 @@ func (s *mqttSession) sendRetained(list []retainedFor) {
 				if b == nil {
 					return true
 				}
+				b = withSubIDs(b, mp.sub) // mqtt_props.go
 				s.retainSeq++
-				if s.cn.sess.Send(session.Item{Frame: b, Priority: 1, Policy: session.DropOld,
-					Stream: session.Stream{Sub: mp.sub.id, Partition: -1}, Offset: s.retainSeq}) {
-					s.rt.mq.rm.sent.Inc()
-				}
+				items = append(items, session.Item{Frame: b, Priority: 1, Policy: session.DropOld,
+					Stream: session.Stream{Sub: mp.sub.id, Partition: -1}, Offset: s.retainSeq})
 				return true
 			})
 			if err != nil {
 				s.rt.log.Warn("mqtt retained messages not read", "pattern", p, "err", err)
-				return
+				return items
 			}
+		}
+	}
+	return items
+}
+
+// sendRetained queues what retainedItems read.
+func (s *mqttSession) sendRetained(items []session.Item) {
+	for _, it := range items {
+		if s.cn.sess.Send(it) {
+			s.rt.mq.rm.sent.Inc()
 		}
 	}
 }
@@ -211,8 +237,8 @@ func (s *mqttSession) retainedFrame(m *engine.RetainedMessage, qos byte) []byte 
 		return nil
 	}
 	pk := packets.Packet{TopicName: topic, Payload: m.Data, FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos}}
-	if s.version == mqtt.Version5 {
-		pk.Properties.User = userProperties(m.Headers, m.Key)
+	if !publishProps(&pk.Properties, m.Headers, m.Key, m.Time, time.Now()) {
+		return nil // expired (mqtt_props.go)
 	}
 	b, err := mqtt.EncodePublishFrame(pk, s.version)
 	if err != nil {
@@ -228,7 +254,7 @@ func (s *mqttSession) retainedFrame(m *engine.RetainedMessage, qos byte) []byte 
 func userProperties(h map[string]string, key string) []packets.UserProperty {
 	var out []packets.UserProperty
 	for k, v := range wire.UserHeaders(h) {
-		if k == mqttRetainHeader || k == mqttOriginHeader {
+		if k == mqttRetainHeader || k == mqttOriginHeader || isMQTTPropHeader(k) {
 			continue
 		}
 		out = append(out, packets.UserProperty{Key: k, Val: v})

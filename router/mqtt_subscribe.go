@@ -12,13 +12,16 @@ package router
 // allows). Filters of a session share the patterns they map to
 // (mqttPattern: "t/a" and "t/a/#" both need "t.a"), delivered once at the
 // highest QoS of those filters. A filter subscribed again replaces the earlier one (its QoS),
-// as MQTT requires. The grants apply to each pattern, but for one case: a
+// as MQTT requires. The grants (else the subscribe hook, with its cache:
+// cn.authorizeSubscribe) apply to each pattern, but for one case: a
 // token granting "a.#" and not "a" gets "a/#" without its parent level
 // rather than a refusal.
 
 import (
 	"bytes"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
@@ -36,29 +39,38 @@ func (s *mqttSession) subscribe(pk *packets.Packet) bool {
 		s.end(rcProtocolError, "SUBSCRIBE without filters") // [MQTT-3.8.3-2]
 		return false
 	}
-	if s.version == mqtt.Version5 && len(pk.Properties.SubscriptionIdentifier) > 0 {
-		s.end(rcSubIDUnsupported, "subscription identifiers are not supported")
+	subID, ok := s.subscriptionID(pk) // mqtt_props.go
+	if !ok {
 		return false
 	}
+	s.askPresence = s.wantsPresence(pk) // mqtt_presence.go
+	defer func() { s.askPresence = false }()
 	codes := make([]byte, len(pk.Filters))
 	var started, joined []*subscription
 	var retained []retainedFor
+	refused31 := false // MQTT 3.1, whose SUBACK has no failure code
 	for i := range pk.Filters {
 		f := &pk.Filters[i]
 		if s.version == mqtt.Version5 && f.NoLocal && strings.HasPrefix(f.Filter, "$share/") {
 			s.end(rcProtocolError, "no local on a shared subscription") // [MQTT-3.8.3-4]
 			return false
 		}
-		_, existed := s.filters[f.Filter]
-		rc := s.subscribeOne(f, &started, &joined)
+		existed := s.filter(f.Filter) != nil
+		rc := byte(rcQuotaExceeded) // past --mqtt-max-session-bytes
+		if s.sessionFits(f.Filter) {
+			rc = s.subscribeOne(f, subID, &started, &joined)
+		}
 		if !strings.HasPrefix(f.Filter, "$share/") && s.wantsRetained(f, rc, existed) {
-			if mf := s.filters[f.Filter]; mf != nil {
+			if mf := s.filter(f.Filter); mf != nil {
 				retained = append(retained, retainedFor{patterns: mf.patterns, qos: mf.qos})
 			}
 		}
 		if rc > 2 {
 			s.rt.mq.m.refused.WithLabelValues(reasonName(rc)).Inc()
-			if s.version != mqtt.Version5 {
+			switch s.version {
+			case mqtt.Version31:
+				refused31 = true
+			case mqtt.Version311:
 				rc = 0x80
 			}
 		}
@@ -80,30 +92,47 @@ func (s *mqttSession) subscribe(pk *packets.Packet) bool {
 		}
 		s.rt.m.subscriptions.WithLabelValues("plain").Inc()
 	}
+	if s.claimed {
+		// Stored before the SUBACK: a client that has it finds the
+		// subscription in its session on any node (mqtt_session.go).
+		s.saveSession(time.Time{})
+	}
+	if refused31 {
+		// MQTT 3.1 has no failure code: the connection is closed instead
+		// of a SUBACK; the packet's granted filters go with the session
+		// (a persistent one keeps them).
+		for _, sub := range joined {
+			sub.release()
+		}
+		s.end(rcNotAuthorized, "a filter refused (MQTT 3.1 has no SUBACK failure code)")
+		return false
+	}
+	var items []session.Item
+	if len(retained) > 0 {
+		items = s.retainedItems(retained) // mqtt_retain.go
+	}
 	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Suback}, ProtocolVersion: s.version,
 		PacketID: pk.PacketID, ReasonCodes: codes}
 	var b bytes.Buffer
 	_ = ack.SubackEncode(&b)
 	s.cn.sess.Send(session.Item{Frame: b.Bytes()})
+	s.sendRetained(items) // right after the SUBACK
 	for _, sub := range joined {
 		sub.release() // the group's deliveries waited for the SUBACK
-	}
-	if len(retained) > 0 {
-		s.sendRetained(retained) // after the SUBACK (mqtt_retain.go)
 	}
 	return true
 }
 
 // subscribeOne registers one filter and returns its SUBACK reason code:
 // the granted QoS, or a failure.
-func (s *mqttSession) subscribeOne(f *packets.Subscription, started, joined *[]*subscription) byte {
+func (s *mqttSession) subscribeOne(f *packets.Subscription, subID int, started, joined *[]*subscription) byte {
 	pf, err := mqtt.ParseFilter(f.Filter)
 	if err != nil {
 		return rcBadFilter
 	}
 	qos := min(f.Qos, 2)
 	if pf.Share != "" {
-		rc, sub := s.subscribeShared(f, pf, qos)
+		rc, sub := s.subscribeShared(f, pf, qos, subID)
 		if sub != nil {
 			*joined = append(*joined, sub)
 		}
@@ -111,46 +140,65 @@ func (s *mqttSession) subscribeOne(f *packets.Subscription, started, joined *[]*
 	}
 	cn := s.cn
 	patterns := make([]string, 0, len(pf.Patterns))
+	var hooked []string // the patterns the subscribe hook allowed
 	for _, p := range pf.Patterns {
 		if pe := validPattern(&s.rt.opts.Bounds, p); pe != nil {
 			return rcBadFilter
 		}
-		if _, pe := cn.authorizeSubscribe(p, ""); pe != nil {
+		// The grants, else the subscribe hook and its cache (hooks.go),
+		// on the reader goroutine and under no lock, as a native
+		// subscribe asks it.
+		viaHook, pe := cn.authorizeSubscribe(p, "")
+		if pe != nil {
 			if len(pf.Patterns) == 2 && !strings.HasSuffix(p, "#") {
 				// The parent level of "a/#" ("a"), which a grant of
-				// "a.#" does not cover: the filter goes on without it.
+				// "a.#" (or the hook) does not allow: the filter goes on
+				// without it.
 				continue
 			}
-			return rcNotAuthorized
+			return hookReason(pe) // 0x87 but for a hook that failed
 		}
 		patterns = append(patterns, p)
+		if viaHook {
+			hooked = append(hooked, p)
+		}
 	}
-	if old := s.filters[f.Filter]; old != nil {
-		delete(s.filters, f.Filter)
+	if pe := s.presenceRefused(pf); pe != nil { // mqtt_presence.go
+		return rcNotAuthorized
+	}
+	if old := s.filter(f.Filter); old != nil {
+		s.dropFilter(f.Filter)
 		s.release(old)
 	}
 	// The patterns the session holds already are shared (a/# and a share
 	// "a"); the others are registered, all or none.
 	var made []*subscription
+	undo := func() {
+		for _, m := range made {
+			cn.forget(m) // never in the trie, never counted
+			s.dropPattern(m.pattern)
+		}
+	}
 	for _, p := range patterns {
-		if s.patterns[p] != nil {
+		if s.pattern(p) != nil {
 			continue
 		}
-		sub, pe := cn.register(&subscribeSpec{pattern: p, policy: session.DropOld})
+		sub, pe := cn.register(&subscribeSpec{pattern: p, policy: session.DropOld, hookAllowed: slices.Contains(hooked, p)})
 		if pe != nil {
-			for _, m := range made {
-				cn.forget(m) // never in the trie, never counted
-				delete(s.patterns, m.pattern)
-			}
-			if pe.Code == codeTooManySubs {
-				return rcQuotaExceeded
-			}
-			return rcUnspecified
+			undo()
+			return refusalReason(pe)
 		}
 		made = append(made, sub)
-		s.patterns[p] = &mqttPattern{sub: sub}
+		s.addPattern(p, &mqttPattern{sub: sub, since: time.Now()})
 	}
-	mf := &mqttFilter{qos: qos, patterns: patterns}
+	asks := s.presenceFor(pf) // one pattern: a topic
+	if asks {
+		if pe := s.joinPresence(s.pattern(patterns[0])); pe != nil { // mqtt_presence.go
+			undo()
+			return refusalReason(pe)
+		}
+	}
+	mf := &mqttFilter{qos: qos, patterns: patterns, subID: subID, presence: asks}
 	if s.version == mqtt.Version5 {
 		mf.noLocal, mf.rap = f.NoLocal, f.RetainAsPublished
 	}
@@ -158,13 +206,22 @@ func (s *mqttSession) subscribeOne(f *packets.Subscription, started, joined *[]*
 		s.noLocal++
 	}
 	for _, p := range patterns {
-		mp := s.patterns[p]
+		mp := s.pattern(p)
 		mp.add(mf, 1)
-		mp.sub.mqttQoS.Store(mp.options())
+		mp.store()
 	}
-	s.filters[strings.Clone(f.Filter)] = mf
+	s.addFilter(strings.Clone(f.Filter), mf)
 	*started = append(*started, made...)
 	return qos
+}
+
+// refusalReason is the SUBACK reason code of a registration or presence
+// join the session core refused.
+func refusalReason(pe *protoError) byte {
+	if pe.Code == codeTooManySubs || pe.Code == codeRateLimited {
+		return rcQuotaExceeded
+	}
+	return rcUnspecified
 }
 
 // mqttPattern is a native pattern an MQTT session subscribes to, shared by
@@ -176,6 +233,13 @@ type mqttPattern struct {
 	users   [3]int // the filters using it, by granted QoS
 	noLocal int    // of those, the ones with no local
 	rap     int    // and with retain as published
+	subIDs  []int  // the subscription identifiers of its filters, one per filter that has one
+	// presence counts the filters that asked presence: the session is in
+	// the topic's presence set while it is above 0 (mqtt_presence.go).
+	presence int
+	// since is when it began to deliver, for a persistent session's
+	// partitions without a position (mqtt_session_track.go).
+	since time.Time
 }
 
 // add counts filter mf among the pattern's users (n 1) or takes it off
@@ -188,6 +252,23 @@ func (mp *mqttPattern) add(mf *mqttFilter, n int) {
 	if mf.rap {
 		mp.rap += n
 	}
+	if mf.presence {
+		mp.presence += n
+	}
+	if mf.subID > 0 {
+		if n > 0 {
+			mp.subIDs = append(mp.subIDs, mf.subID)
+		} else if i := slices.Index(mp.subIDs, mf.subID); i >= 0 {
+			mp.subIDs = slices.Delete(mp.subIDs, i, i+1)
+		}
+	}
+}
+
+// store publishes the pattern's options and subscription identifiers to
+// fan-out.
+func (mp *mqttPattern) store() {
+	mp.sub.mqttQoS.Store(mp.options())
+	mp.sub.mqttSubIDs.Store(subIDProps(mp.subIDs))
 }
 
 // options is the pattern's subscription.mqttQoS: its QoS and the option
@@ -225,16 +306,19 @@ func (s *mqttSession) release(mf *mqttFilter) {
 		s.noLocal--
 	}
 	for _, p := range mf.patterns {
-		mp := s.patterns[p]
+		mp := s.pattern(p)
 		if mp == nil {
 			continue
 		}
 		mp.add(mf, -1)
 		if mp.users[0]+mp.users[1]+mp.users[2] > 0 {
-			mp.sub.mqttQoS.Store(mp.options())
+			mp.store()
+			if mf.presence && mp.presence == 0 {
+				s.leavePresence(mp) // mqtt_presence.go
+			}
 			continue
 		}
-		delete(s.patterns, p)
+		s.dropPattern(p)
 		s.cn.forget(mp.sub)
 		s.rt.dropSub(mp.sub)
 	}
@@ -248,17 +332,20 @@ func (s *mqttSession) unsubscribe(pk *packets.Packet) bool {
 	}
 	codes := make([]byte, len(pk.Filters))
 	for i := range pk.Filters {
-		mf := s.filters[pk.Filters[i].Filter]
+		mf := s.filter(pk.Filters[i].Filter)
 		if mf == nil {
 			codes[i] = rcNoSubscription
 			continue
 		}
-		delete(s.filters, pk.Filters[i].Filter)
+		s.dropFilter(pk.Filters[i].Filter)
 		s.release(mf)
 	}
 	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Unsuback}, ProtocolVersion: s.version,
 		PacketID: pk.PacketID, ReasonCodes: codes}
 	var b bytes.Buffer
+	if s.claimed {
+		s.saveSession(time.Time{}) // before the UNSUBACK (mqtt_session.go)
+	}
 	_ = ack.UnsubackEncode(&b)
 	s.cn.sess.Send(session.Item{Frame: b.Bytes()})
 	return true

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -116,7 +117,20 @@ func dialMQTTConn(ctx context.Context, g *gateway, transport string) (net.Conn, 
 	if err != nil {
 		return nil, err
 	}
-	return websocket.NetConn(context.Background(), ws, websocket.MessageBinary), nil
+	return &packetConn{Conn: websocket.NetConn(context.Background(), ws, websocket.MessageBinary)}, nil
+}
+
+// packetConn is a WebSocket byte stream that paho.golang writes one packet
+// at a time to. paho writes a packet as several buffers, in one vectored
+// write on a TCP connection but in one Write (one WebSocket message) per
+// buffer here, and its pinger writes from a goroutine of its own: without
+// the lock, which paho takes around a packet's writes when the connection
+// offers one, a PINGREQ lands inside a SUBSCRIBE and the gateway rightly
+// answers "malformed packet" (the SUBACK timeouts once seen in about one
+// -race run in ten).
+type packetConn struct {
+	net.Conn
+	sync.Mutex
 }
 
 func wait311(tok mqtt311.Token) error {

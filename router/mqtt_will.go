@@ -5,7 +5,10 @@ package router
 // A CONNECT with a will is checked when it is admitted: its topic as a
 // publish's (0x90 invalid, 0x87 outside the publish grants), its payload
 // within --max-message-bytes (0x97), RETAIN only where the engine keeps
-// retained messages (0x9A). The session keeps the will (mqttSession.will)
+// retained messages (0x9A), MQTT 5's will properties as a PUBLISH's
+// (0x99 for payload format 1 and a payload not UTF-8, 0x82 for a response
+// topic with a wildcard); they are carried as a PUBLISH's are, as record
+// headers (mqtt_props.go). The session keeps the will (mqttSession.will)
 // until it ends: a DISCONNECT with reason 0x00 (or any 3.1.1 DISCONNECT)
 // discards it, and so does reason 0x04 not; any other end (the connection
 // lost, keep alive, a malformed packet, a takeover, the gateway ending the
@@ -13,8 +16,10 @@ package router
 // through the same append as a PUBLISH.
 //
 // MQTT 5's will delay interval holds it back for the lower of that
-// interval and the session expiry interval (the session ends then, and a
-// session's end publishes its will): a new connection with the same
+// interval and the session expiry interval, itself at most
+// --mqtt-max-session-expiry (the session ends then, and a session's end
+// publishes its will; a persistent session, mqtt_session.go, is removed
+// from the store at that expiry too): a new connection with the same
 // client id before then discards it [MQTT-3.1.3-9]. Delayed wills are
 // held by client id in mqttState.wills, at most MQTTOptions.MaxPendingWills:
 // past that bound a will is published at once rather than held, counted.
@@ -27,6 +32,7 @@ package router
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -117,6 +123,16 @@ func (rt *Router) admitWill(pk *packets.Packet, who *principal) (*mqttWill, byte
 			}
 			w.msg.Headers = withHeader(w.msg.Headers, u.Key, u.Val)
 		}
+		// The will's message properties are a PUBLISH's (mqtt_props.go):
+		// record headers, given back to MQTT 5 subscribers; its message
+		// expiry counts from when it is published (the append).
+		wp := &c.WillProperties
+		if strings.ContainsAny(wp.ResponseTopic, "+#") {
+			return nil, rcProtocolError // a response topic is a topic name [MQTT-3.3.2-14]
+		}
+		if rc := messageHeaders(wp, w.msg.Data, &w.msg); rc != rcSuccess {
+			return nil, rc // payload format 1 and not UTF-8: 0x99 (MQTT 5, 3.1.3.2.3)
+		}
 		if checkPublishSizes(&rt.opts.Bounds, &w.msg) != nil {
 			return nil, rcQuotaExceeded
 		}
@@ -141,7 +157,7 @@ func (s *mqttSession) disconnected(pk *packets.Packet) bool {
 		s.expiry = pk.Properties.SessionExpiryInterval
 		if w := s.will.Load(); w != nil {
 			nw := *w // the end reads the will on another goroutine
-			nw.delay = min(w.willDelay, time.Duration(s.expiry)*time.Second)
+			nw.delay = min(w.willDelay, s.expiryDuration())
 			s.will.CompareAndSwap(w, &nw)
 		}
 	}
@@ -247,7 +263,10 @@ func (rt *Router) flushWills() {
 func (rt *Router) publishWill(w *mqttWill, result string) {
 	m := rt.mq.wm
 	ctx, cancel := context.WithTimeout(context.Background(), retainTimeout)
-	if w.retain {
+	// A topic policy's mqtt retained: false keeps a retained will from
+	// being stored, as a retained PUBLISH (topic_policies_access.go): it
+	// is published as any will.
+	if w.retain && !rt.retainOff(&w.msg) {
 		// A topic the append would refuse (--max-topics) gets no
 		// retained message either.
 		if err := rt.checkTopicLimit(ctx, w.msg.Topic); err != nil {

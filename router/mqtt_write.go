@@ -11,7 +11,8 @@ package router
 // batch's frames with '\n'; the transport's write walks the batch by the
 // packets' own lengths (mqtt.Span), drops the separators, and copies each
 // packet into the session's write buffer, where a QoS 1 or 2 PUBLISH gets
-// the session's packet identifier (mqtt.PatchPublish). A packet identifier is
+// the session's packet identifier (mqtt.PatchPublish) and an MQTT 5
+// PUBLISH its topic alias (mqtt_alias.go) in that same copy. A packet identifier is
 // taken only within the window (MQTTOptions.MaxInFlight, or the client's
 // smaller Receive Maximum): with the window full the writer sends what it
 // has and holds the QoS 1 and 2 deliveries that do not fit, in order, until
@@ -61,6 +62,15 @@ func (s *mqttSession) write(_ context.Context, p []byte) error {
 			i += j
 			s.rt.mq.m.skipped.WithLabelValues("native_frame").Inc()
 			continue
+		case 0:
+			// A persistent session's position line (mqtt_session_track.go).
+			j := bytes.IndexByte(p[i:], '\n')
+			if j < 0 {
+				j = len(p) - i
+			}
+			s.cur = parsePrefix(p[i+1 : i+j])
+			i += j
+			continue
 		}
 		n, idAt, ok := mqtt.Span(p[i:])
 		if !ok {
@@ -68,24 +78,27 @@ func (s *mqttSession) write(_ context.Context, p []byte) error {
 		}
 		pkt := p[i : i+n]
 		i += n
+		pos := s.cur
+		s.cur = trackPos{}
 		if s.maxOut > 0 && n > s.maxOut {
 			s.rt.mq.m.skipped.WithLabelValues("too_large").Inc() // [MQTT-3.1.2-25]
 			continue
 		}
 		if idAt == 0 || pkt[idAt] != 0 || pkt[idAt+1] != 0 {
 			// QoS 0, or a group delivery with its identifier (mqtt_group.go).
-			out = append(out, pkt...)
+			out, _ = s.appendPacket(out, pkt, idAt) // with a topic alias (mqtt_alias.go)
 			continue
 		}
 		if len(s.held) == 0 {
-			if id, ok := s.takeID(); ok {
+			if id, ok := s.takeID(pos); ok {
 				at := len(out)
-				out = append(out, pkt...)
-				mqtt.PatchPublish(out[at:], idAt, false, id)
+				var to int
+				out, to = s.appendPacket(out, pkt, idAt)
+				mqtt.PatchPublish(out[at:], to, pkt[0]&dupFlag != 0, id)
 				continue
 			}
 		}
-		s.hold(pkt, idAt)
+		s.hold(pkt, idAt, pos)
 	}
 	err := s.flush(out)
 	if cap(out) <= maxKeptWriteBuf {
@@ -101,7 +114,12 @@ func (s *mqttSession) write(_ context.Context, p []byte) error {
 type heldPacket struct {
 	b    []byte
 	idAt int
+	pos  trackPos // a persistent session's (mqtt_session_track.go)
 }
+
+// dupFlag is PUBLISH's DUP bit, set on a replayed delivery that was in
+// flight (mqtt_session_track.go).
+const dupFlag = 1 << 3
 
 // hold keeps a QoS 1 or 2 delivery until the window has room, in order. The
 // held deliveries are bounded by the session's queue bound: past it the
@@ -109,7 +127,7 @@ type heldPacket struct {
 //
 // Their bytes are bounded too (MQTTOptions.MaxHeldBytes): they are copies,
 // the session's own, where the queue's frames are shared between sessions.
-func (s *mqttSession) hold(pkt []byte, idAt int) {
+func (s *mqttSession) hold(pkt []byte, idAt int, pos trackPos) {
 	maxBytes := s.rt.mq.opts.MaxHeldBytes
 	for len(s.held) > 0 && (len(s.held) >= s.rt.opts.Session.QueueMessages || s.heldBytes+len(pkt) > maxBytes) {
 		s.heldBytes -= len(s.held[0].b)
@@ -118,7 +136,7 @@ func (s *mqttSession) hold(pkt []byte, idAt int) {
 		s.rt.bm.drops[session.DropOld].Inc()
 		s.rt.mq.m.skipped.WithLabelValues("window_full").Inc()
 	}
-	s.held = append(s.held, heldPacket{b: bytes.Clone(pkt), idAt: idAt})
+	s.held = append(s.held, heldPacket{b: bytes.Clone(pkt), idAt: idAt, pos: pos})
 	s.heldBytes += len(pkt)
 	s.heldN.Store(int32(len(s.held)))
 }
@@ -127,14 +145,15 @@ func (s *mqttSession) hold(pkt []byte, idAt int) {
 func (s *mqttSession) releaseHeld(out []byte) []byte {
 	n := 0
 	for n < len(s.held) {
-		id, ok := s.takeID()
+		h := s.held[n]
+		id, ok := s.takeID(h.pos)
 		if !ok {
 			break
 		}
-		h := s.held[n]
 		at := len(out)
-		out = append(out, h.b...)
-		mqtt.PatchPublish(out[at:], h.idAt, false, id)
+		var to int
+		out, to = s.appendPacket(out, h.b, h.idAt)
+		mqtt.PatchPublish(out[at:], to, h.b[0]&dupFlag != 0, id)
 		s.heldBytes -= len(h.b)
 		s.held[n] = heldPacket{}
 		n++
@@ -155,12 +174,21 @@ func (s *mqttSession) flush(b []byte) error {
 		return nil
 	}
 	_ = s.nc.SetWriteDeadline(time.Now().Add(s.rt.mq.writeTimeout))
-	_, err := s.nc.Write(b)
+	if s.up == nil {
+		_, err := s.nc.Write(b)
+		return err
+	}
+	// One WebSocket frame in one write, b not copied
+	// (session.Upgraded.WriteBinary). The deadline is the socket's (session.Upgraded.NetConn): it is
+	// cleared after the batch, for the library's own writes (a pong).
+	err := s.up.WriteBinary(b)
+	_ = s.nc.SetWriteDeadline(time.Time{})
 	return err
 }
 
-// takeID takes a free packet identifier if the window has room.
-func (s *mqttSession) takeID() (uint16, bool) {
+// takeID takes a free packet identifier if the window has room, for a
+// delivery at pos (tracked for a persistent session).
+func (s *mqttSession) takeID(pos trackPos) (uint16, bool) {
 	s.imu.Lock()
 	defer s.imu.Unlock()
 	if len(s.inflight) >= s.window {
@@ -173,7 +201,8 @@ func (s *mqttSession) takeID() (uint16, bool) {
 			break
 		}
 	}
-	s.inflight[s.nextID] = struct{}{}
+	s.addInflight(s.nextID)
+	s.trackSent(s.nextID, pos)
 	return s.nextID, true
 }
 
@@ -183,6 +212,10 @@ func (s *mqttSession) acked(id uint16) {
 	s.imu.Lock()
 	_, ok := s.inflight[id]
 	delete(s.inflight, id)
+	if s.trk != nil {
+		delete(s.trk.sent, id)
+		delete(s.trk.rel, id)
+	}
 	ga, group := s.groupAcks[id]
 	delete(s.groupAcks, id)
 	s.imu.Unlock()
@@ -200,6 +233,12 @@ func (s *mqttSession) acked(id uint16) {
 func (s *mqttSession) received(pk *packets.Packet) {
 	s.imu.Lock()
 	_, ok := s.inflight[pk.PacketID]
+	if s.trk != nil {
+		delete(s.trk.sent, pk.PacketID) // the client has it (mqtt_session_track.go)
+		if ok && pk.ReasonCode < 0x80 {
+			s.trackReleased(pk.PacketID)
+		}
+	}
 	s.imu.Unlock()
 	if pk.ReasonCode >= 0x80 {
 		s.acked(pk.PacketID)
@@ -263,7 +302,6 @@ func closeReason(code websocket.StatusCode, reason string) byte {
 func (s *mqttSession) closeNow() error {
 	var err error
 	s.closeOnce.Do(func() {
-		close(s.closed)
 		err = s.nc.Close()
 	})
 	return err
@@ -283,11 +321,12 @@ type mqttFrames struct {
 	topic  string          // the MQTT name; "" before the first use
 	noName bool            // the native topic has no MQTT name
 	frames [2][2][3][]byte // by RETAIN (retain as published), level, QoS
+	props  mqttRecProps    // the record's MQTT 5 properties (mqtt_props.go)
 }
 
-// frame returns the packet for a subscription of an MQTT session, nil
-// when the record has no MQTT form (counted).
-func (f *mqttFrames) frame(rec *engine.Record, s *subscription) []byte {
+// sharedFrame returns the packet for a subscription of an MQTT session,
+// shared by every session, nil when the record has no MQTT form (counted).
+func (f *mqttFrames) sharedFrame(rec *engine.Record, s *subscription) []byte {
 	if f.noName {
 		return nil
 	}
@@ -319,7 +358,7 @@ func (f *mqttFrames) frame(rec *engine.Record, s *subscription) []byte {
 	}
 	pk := packets.Packet{TopicName: f.topic, Payload: rec.Data, FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: byte(q)}}
 	if v == 1 {
-		pk.Properties.User = userProperties(rec.Headers, rec.Key)
+		pk.Properties = *f.props.of(rec)
 	}
 	b, err := mqtt.EncodePublishFrame(pk, s.c.mqtt.version)
 	if err != nil {

@@ -145,6 +145,9 @@ func (cn *conn) checkPresence(req *request, pattern, group string) (bool, *proto
 	case cn.rt.pres.eng == nil:
 		return false, perr(codeBadRequest, "this gateway's engine does not support presence")
 	}
+	if p := cn.rt.settings().presenceOff(pattern); p != "" { // topic_policies_access.go
+		return false, cn.rt.forbidden("presence", "presence is off on %s (topic policy %s)", quoteInput(pattern), quoteInput(p))
+	}
 	return true, nil
 }
 
@@ -269,7 +272,7 @@ func (cn *conn) presenceMemberOf(topic string) *presenceMember {
 	cn.mu.Lock()
 	s := cn.subs[subKey{topic, ""}]
 	cn.mu.Unlock()
-	if s == nil || !s.presence {
+	if s == nil || !s.presence.Load() {
 		return nil
 	}
 	h := cn.rt.pres
@@ -284,7 +287,7 @@ func (cn *conn) presenceMember(topic string) bool {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
 	s := cn.subs[subKey{topic, ""}]
-	return s != nil && s.presence
+	return s != nil && s.presence.Load()
 }
 
 // httpPresence serves GET /v1/presence/{topic}[?count=1].

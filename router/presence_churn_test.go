@@ -31,7 +31,7 @@ func TestPresenceChurnSparesSlowMember(t *testing.T) {
 			c.router.Session = session.Options{QueueMessages: 1 << 16, ControlBytes: budget}
 			// Enough joins at once to fill any socket buffers, a rate the
 			// churner outruns.
-			c.router.Presence = router.PresenceOptions{JoinRate: 100, JoinBurst: 400}
+			c.router.Presence = router.PresenceOptions{JoinRate: 20, JoinBurst: 400}
 		})
 	count := func() int64 {
 		_, body, _ := g.httpDo(t, "GET", "/v1/presence/room?count=1", nil)

@@ -42,8 +42,10 @@ package router
 // goroutines (or the reader itself, for an engine that completes at once)
 // complete them, perhaps with engine locks held. pubPipe.mu guards the
 // FIFO and is held while replies are handed to session.Send, which never
-// blocks, so the session's queue sees them in order: the queue's lock is
-// taken under it, and nothing else (see the lock order in router.go).
+// blocks, so the session's queue sees them in order: the session's own
+// locks are taken under it, inside Send (the queue's, and the close
+// state's when a reply overflows the control queue), and nothing else
+// (see the lock order in router.go).
 
 import (
 	"context"

@@ -292,7 +292,7 @@ func (rt *Router) expirePulls(now time.Time, all bool) {
 		cancel()
 	}
 	if !all {
-		rt.sweepGroups(now, false) // groupcount.go
+		rt.sweepGroups(now, false) // group_count.go
 	}
 }
 

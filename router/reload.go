@@ -33,7 +33,17 @@ package router
 //     the next topic created. MaxSubscriptions, PublishRate and
 //     PublishBurst are per session: a session keeps those it was admitted
 //     with (its welcome announced them), new sessions get the new ones.
-//     MaxLast applies to the next subscribe.
+//     MaxLast applies to the next subscribe. MaxMessageBytes applies to
+//     the next HTTP or embedded publish and to sessions admitted after the
+//     swap (their welcome announces it; MQTT sessions keep the bound of
+//     start, their packet limit); it may not rise past what the read
+//     limit fixed at start lets a publish frame carry. HTTPPublishRate
+//     starts fresh per-address buckets when it changes. TopicPolicies
+//     apply to the next topic a publish or subscribe creates
+//     (topic_policies.go), their max_last and presence to the next
+//     subscribe, their MQTT retained setting to the next retained
+//     PUBLISH, and their anonymous grants as the global ones do (they
+//     are part of the keys' settings: auth.go's withPolicyGrants).
 //
 // Every other option is fixed when the Router is made (New) and Reload
 // ignores it; the gateway refuses a reload that changes one, naming it.
@@ -66,6 +76,10 @@ type liveSettings struct {
 	maxConnsPerIP    int
 	connectRate      float64
 	connect          *limit.PerIP // buckets of connectRate
+	maxMessageBytes  int
+	httpPublishRate  float64
+	httpPublish      *limit.PerIP // buckets of httpPublishRate
+	policies         []TopicPolicy
 	// jwksStop stops the refresh goroutine of auth's JWKS, if any; closed
 	// when the next settings replace these or at Shutdown.
 	jwksStop chan struct{}
@@ -76,7 +90,11 @@ type liveSettings struct {
 // buckets are kept when the rate is unchanged; jwks counts the fetches of
 // the key set, if any, across reloads (the jwks_fetches_total counters).
 func newLiveSettings(opts Options, reuse *liveSettings, jwks *auth.FetchCounts) (*liveSettings, error) {
+	if err := checkPolicies(opts.TopicPolicies); err != nil {
+		return nil, err
+	}
 	opts.Auth.JWKSCounts = jwks
+	opts.Auth = withPolicyGrants(opts.Auth, opts.TopicPolicies) // auth.go
 	a, err := newAuthenticator(opts.Auth)
 	if err != nil {
 		return nil, err
@@ -93,12 +111,20 @@ func newLiveSettings(opts Options, reuse *liveSettings, jwks *auth.FetchCounts) 
 		maxConns:         opts.MaxConnections,
 		maxConnsPerIP:    opts.MaxConnectionsPerIP,
 		connectRate:      opts.ConnectRatePerIP,
+		maxMessageBytes:  opts.MaxMessageBytes,
+		httpPublishRate:  opts.HTTPPublishRate,
+		policies:         slices.Clone(opts.TopicPolicies),
 		jwksStop:         make(chan struct{}),
 	}
 	if reuse != nil && reuse.connectRate == s.connectRate {
 		s.connect = reuse.connect
 	} else {
 		s.connect = limit.NewPerIP(s.connectRate)
+	}
+	if reuse != nil && reuse.httpPublishRate == s.httpPublishRate {
+		s.httpPublish = reuse.httpPublish
+	} else {
+		s.httpPublish = limit.NewPerIP(s.httpPublishRate)
 	}
 	return s, nil
 }
@@ -122,6 +148,10 @@ func (rt *Router) Reload(opts Options) error {
 		// Checked under reloadMu: Shutdown waits for a Reload under way
 		// before it waits for the goroutines (a JWKS refresh) it starts.
 		return errors.New("router: shutting down")
+	}
+	if frame := int64(opts.MaxMessageBytes + PublishEnvelopeBytes(rt.opts.Bounds)); frame > rt.opts.Session.ReadLimit {
+		return fmt.Errorf("router: MaxMessageBytes (--max-message-bytes) %d needs publish frames of up to %d bytes, past the largest frame fixed at start (%d bytes, --max-frame-bytes); restart to raise it past %d",
+			opts.MaxMessageBytes, frame, rt.opts.Session.ReadLimit, rt.opts.Session.ReadLimit-int64(PublishEnvelopeBytes(rt.opts.Bounds)))
 	}
 	old := rt.settings()
 	next, err := newLiveSettings(opts, old, rt.jwksCounts)
@@ -158,6 +188,7 @@ func (rt *Router) runJWKS(s *liveSettings) {
 	if ok, _, _ := j.Fetches(); ok == 0 && j.LastError() != "" {
 		rt.log.Warn("JWKS not loaded yet; tokens are refused until it is", "err", j.LastError())
 	}
+	j.OnKeysDropped(func() { rt.recheckDropped(s) })
 	stop := make(chan struct{})
 	rt.wg.Add(2)
 	go func() {
@@ -172,4 +203,18 @@ func (rt *Router) runJWKS(s *liveSettings) {
 		defer rt.wg.Done()
 		j.Run(stop, rt.log.Warn)
 	}()
+}
+
+// recheckDropped re-checks every open session with s, as a reload that
+// changes the keys does, after a refresh of s's JWKS dropped a key; a
+// reload that replaced s (and re-checks by itself) or a Shutdown under
+// way make it a no-op. recheckStart wants reloadMu held.
+func (rt *Router) recheckDropped(s *liveSettings) {
+	rt.reloadMu.Lock()
+	defer rt.reloadMu.Unlock()
+	if rt.closing.Load() || rt.settings() != s {
+		return
+	}
+	rt.log.Info("the JWKS refresh dropped a key; checking the open sessions again")
+	rt.recheckStart(s)
 }

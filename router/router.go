@@ -95,12 +95,20 @@
 // A Router is safe for concurrent use by multiple goroutines. A WebSocket
 // session has one reader goroutine, started by the HTTP handler, which
 // returns after the upgrade; the reader runs the client's ops in order. An
-// SSE stream runs on its HTTP handler's goroutine until it ends. A
-// session's writer goroutine runs only while it has something to write. A
-// replaying subscription runs one catch-up goroutine until it is live. An
-// MQTT connection runs its reader goroutine (mqtt_conn.go) until the
-// connection closes, and, once it has a shared subscription, an
-// acker goroutine until the session ends (mqtt_group.go). A reload that
+// SSE stream runs on its HTTP handler's goroutine until it ends. On Linux
+// an idle WebSocket session over plain TCP holds no reader goroutine: the
+// session package parks its socket and starts a reader for each burst of
+// input. A session's writer goroutine runs only while it has something to
+// write. A replaying subscription runs one catch-up goroutine until it is
+// live (or, its reads of the log unavailable for 30 s, ended:
+// replay_retry.go; the session's end stops it). An MQTT connection runs its reader goroutine (mqtt_conn.go) until
+// the connection closes (an idle one over TCP or WebSocket parks its
+// socket as a WebSocket session does, and a fresh goroutine reads on),
+// and, once it has a shared subscription, an acker
+// goroutine until the session ends (mqtt_group.go); while another gateway's
+// sweep has removed its client-id record, one goroutine puts it back
+// (mqtt_takeover.go, ended by the record's return, the connection's end or
+// its tries; the session's end waits for it). A reload that
 // changes the keys runs one goroutine that checks the open sessions'
 // credentials again until it is done (recheck.go).
 // Shutdown waits for all of them.
@@ -147,8 +155,8 @@
 // sessionExpiry.mu (refresh.go; its timers send with it released), the
 // locks of the connection slots and per-address buckets
 // (router/internal/limit), the hook client's ipMu and its cache's mu
-// (router/internal/hooks), seekLocks.mu (groupseek.go; a seek waits
-// holding no lock), groupLedger.mu (groupcount.go; settled after conn.mu
+// (router/internal/hooks), seekLocks.mu (group_seek.go; a seek waits
+// holding no lock), groupLedger.mu (group_count.go; settled after conn.mu
 // is let go), the JWKS source's fetchMu (router/internal/auth; held
 // across a key fetch, nothing else taken under it), and deltaSub.mu and
 // deltaBases.mu (delta.go; deltaSub.mu is let go before a Send, and taken
@@ -232,7 +240,7 @@ type Options struct {
 	// MaxPublishBatch bounds the records of one batch publish (POST
 	// /v1/publish {"records":[…]}); default DefaultMaxPublishBatch (1000).
 	// MaxPublishBatchBytes bounds its body instead of MaxBodyBytes;
-	// default DefaultMaxPublishBatchBytes (4 MiB). See httppublish.go.
+	// default DefaultMaxPublishBatchBytes (4 MiB). See http_publish.go.
 	MaxPublishBatch      int
 	MaxPublishBatchBytes int64
 	// StatsInterval is the period of $sys.stats; $sys.topics and $sys.groups
@@ -276,6 +284,12 @@ type Options struct {
 	// and auto-create on publish may bring about (too_many_topics); 0:
 	// unlimited. Concurrent creates may overshoot it by their number.
 	MaxTopics int
+	// TopicPolicies give the settings of topics a publish or subscribe
+	// creates, and the max_last, presence, anonymous grants and MQTT
+	// retained setting of topics, by the first pattern matching the topic
+	// (topic_policies.go); nil: the engine's topic defaults and the
+	// global settings.
+	TopicPolicies []TopicPolicy
 	// MaxPartitions bounds the partitions of a topic created over HTTP;
 	// default engine.MaxPartitions.
 	MaxPartitions int
@@ -302,6 +316,9 @@ type Options struct {
 	// SSE bounds what Server-Sent Event streams hold for their
 	// resumption (see SSEOptions).
 	SSE SSEOptions
+	// Tickets bound the connection tickets of POST /v1/tickets (see
+	// TicketOptions).
+	Tickets TicketOptions
 	// Bounds limit the sizes of names, keys, headers, filters and ids, and
 	// the queue_full dead letters of slow subscriptions (see Bounds).
 	Bounds Bounds
@@ -409,6 +426,10 @@ type Router struct {
 	m       *metrics
 	stats   stats
 	stopTap func()
+	nodes   nodeLink // sessions of other nodes (sessions_cluster.go)
+	// beforeRegister, when set (by tests), runs in a subscribe after its
+	// grants were checked and before it is registered (subscribe.go).
+	beforeRegister atomic.Pointer[func()]
 
 	ctx    context.Context // canceled by Shutdown once sessions have had their grace
 	cancel context.CancelFunc
@@ -430,7 +451,7 @@ type Router struct {
 	// set holds the live settings (reload.go): keys, origins and the
 	// limits Reload may change. Loaded once per decision, never locked.
 	set      atomic.Pointer[liveSettings]
-	reloadMu sync.Mutex     // serializes Reload (reload.go); a leaf lock
+	reloadMu sync.Mutex     // serializes Reload (reload.go); taken under no lock (see the lock order)
 	hooks    *hooks         // the hook client in force (Reload swaps it)
 	hookm    *hookc.Metrics // the hooks' metrics, for the clients Reload makes
 	// rechecks are the reloads' re-checks of open sessions under way
@@ -448,10 +469,11 @@ type Router struct {
 	writeTimeout atomic.Int64 // the NewServer's write timeout, for long polls
 	bm           *boundMetrics
 	sse          *sseResume
+	tickets      *tickets // connection tickets (ticket.go)
 	gm           *groupMetrics
 	seeks        seekLocks
 	ready        readiness        // the readiness probe (ready.go)
-	httppub      httpPublishState // HTTP publishes (httppublish.go)
+	httppub      httpPublishState // HTTP publishes (http_publish.go)
 	mq           *mqttState
 	deltas       *deltaBases // delta subscriptions' bases (delta.go)
 	dm           deltaMetrics
@@ -491,9 +513,11 @@ func New(opts Options) (*Router, error) {
 		jwksCounts: jwks,
 		limits:     newLimiter(opts),
 		sse:        newSSEResume(opts.SSE.withDefaults(), opts.Registry),
+		tickets:    newTickets(opts.Tickets.withDefaults(), opts.Registry),
 	}
 	rt.set.Store(set)
 	rt.hookm = rt.registerMetrics()
+	rt.registerEngineCounters() // metrics_engine.go
 	h, err := newHooks(opts.Hooks, rt.hookm)
 	if err != nil {
 		return nil, err
@@ -501,13 +525,15 @@ func New(opts Options) (*Router, error) {
 	rt.hooks.use(h, rt.hookm)
 	rt.ctx, rt.cancel = context.WithCancel(context.Background())
 	rt.echo = rt.routes()
+	rt.startPresence() // before the MQTT listener: its sessions may join presence
 	if err := rt.startMQTT(); err != nil {
+		rt.pres.close()
 		return nil, err
 	}
 	rt.stopTap = rt.eng.Watch(rt)
 	rt.startBackground()
 	rt.startJWKS()
-	rt.startPresence()
+	rt.startNodes() // sessions_cluster.go
 	return rt, nil
 }
 
@@ -590,6 +616,7 @@ func (rt *Router) Shutdown(ctx context.Context) error {
 	rt.cancel()
 	rt.stopPulls()
 	rt.stopTap()
+	rt.stopNodes()
 	rt.pres.close()
 	rt.waitMQTT()
 	return err

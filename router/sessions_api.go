@@ -1,42 +1,48 @@
 package router
 
-// The sessions of this node and the node's identity, for operators and the
-// dashboard.
+// The sessions of every node and the node's identity, for operators and
+// the dashboard.
 //
-// GET /v1/sessions (admin) lists the WebSocket and SSE sessions open on
-// this node, a page at a time in session id order (limit, cursor and
-// next_cursor as every paged listing, see paging.go):
+// GET /v1/sessions (admin) lists the WebSocket, SSE and MQTT sessions open
+// on every gateway node sharing the engine (sessions_cluster.go), a page
+// at a time in (node, session id) order (limit, cursor and next_cursor as
+// every paged listing, see paging.go):
 //
 //	{"sessions":[{"id","transport","remote","user"?,"subscriptions",
-//	  "queued","drops","node","since"}],"next_cursor"?}
+//	  "queued","drops","node","host","since"}],"next_cursor"?,"unanswered"?}
 //
-// Every entry names its node, so that a cluster-wide listing can later merge
-// the pages of several nodes. The list is built from the node's session
-// table at the moment of the request: a session that opens or closes
-// between two pages is listed or not according to its id, and none twice.
+// "node" names the node holding the session (the engine's node ID, or the
+// host name on an engine of one node), "host" that node's host name;
+// "unanswered" counts nodes that did not answer within the bound, whose
+// sessions are missing from the page.
 //
-// DELETE /v1/sessions/{id} (admin) ends a session open on this node: a
-// WebSocket is closed with code 4001 (CloseAdministrator) and the reason
-// "closed by an administrator" after what it has queued is flushed; an
-// SSE stream ends with its close event carrying the same code and reason.
-// 204 once the close is under way; 404 unknown_session when no session of
-// that id is open on this node. On the JetStream engine with several
-// nodes, the call must reach the node holding the session (its listing
-// entry names the node); ending a session held by another node is not
-// done yet.
+// DELETE /v1/sessions/{id} (admin) ends the session on whichever node
+// holds it: a WebSocket is closed with code 4001 (CloseAdministrator) and
+// the reason "closed by an administrator" after what it has queued is
+// flushed; an SSE stream ends with its close event carrying the same code
+// and reason; an MQTT session is closed as a WebSocket is (an MQTT 5
+// client gets DISCONNECT "administrative action"). 204 once the close is
+// under way; 404 unknown_session when no node holds it.
+//
+// DELETE /v1/sessions/{id}/subscriptions/{pattern}[?group=G] (admin) ends
+// one subscription (the pattern path-escaped: %23 for "#"): the client
+// gets {"op":"unsubscribed","pattern","group"?,"reason":"administrator"}
+// and the session stays open. 204; 404 unknown_session, 404
+// not_subscribed; 400 bad_request for an MQTT session (MQTT cannot tell a
+// client that one subscription ended).
 //
 // GET /v1/info (any authenticated caller) answers
-// {"version","engine","epoch","node"}: which gateway this is.
+// {"version","engine","epoch","node","host"}: which gateway this is.
 //
-// Concurrency: both handlers only read: the session table under the
-// router's lock (connList), a session's subscriptions under its own lock,
-// its queue counters through session.Stats.
+// Concurrency: the handlers read the session table under the router's
+// lock (connList), a session's subscriptions under its own lock, its queue
+// counters through session.Stats, and ask the other nodes with no lock
+// held.
 
 import (
 	"net/http"
 	"os"
 	"reflect"
-	"slices"
 	"strings"
 	"time"
 
@@ -72,6 +78,7 @@ type sessionView struct {
 	Queued        int    `json:"queued"`
 	Drops         uint64 `json:"drops"`
 	Node          string `json:"node"`
+	Host          string `json:"host"`
 	Since         string `json:"since"`
 }
 
@@ -79,6 +86,7 @@ type sessionView struct {
 func (rt *Router) sessionRoutes(e *echo.Echo, admin echo.MiddlewareFunc) {
 	e.GET("/v1/sessions", rt.httpSessions, admin)
 	e.DELETE("/v1/sessions/:id", rt.httpEndSession, admin)
+	e.DELETE("/v1/sessions/:id/subscriptions/:pattern", rt.httpEndSubscription, admin)
 	e.GET("/v1/info", rt.httpInfo)
 	rt.adminRoutes(e, admin) // admin.go
 }
@@ -88,23 +96,13 @@ func (rt *Router) httpSessions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	conns := rt.connList()
-	slices.SortFunc(conns, func(a, b *conn) int { return strings.Compare(a.id, b.id) })
-	node := nodeName()
-	pw := newPageWriter("sessions", pr.limit)
-	for _, cn := range conns[startAfter(len(conns), func(i int) string { return conns[i].id }, pr.after):] {
-		if cn.sess == nil {
-			continue // listed before its session was made: not yet a session
-		}
-		ok, err := pw.add(cn.id, cn.view(node))
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
+	answers, asked, err := rt.askNodes(c.Request().Context(), nodeReq{Op: "list", After: pr.after, Limit: pr.limit})
+	if err != nil {
+		return err
 	}
-	return pw.send(c)
+	page := mergePage(answers, pr.limit)
+	page.Unanswered = max(asked-len(answers), 0)
+	return c.JSON(http.StatusOK, page)
 }
 
 // CloseAdministrator is the WebSocket close code of a session ended by
@@ -116,19 +114,51 @@ const (
 
 func (rt *Router) httpEndSession(c echo.Context) error {
 	id := param(c, "id")
-	var found *conn
-	for _, cn := range rt.connList() {
-		if cn.id == id && cn.sess != nil {
-			found = cn
-			break
+	if rt.endLocal(id) {
+		return c.NoContent(http.StatusNoContent)
+	}
+	answers, asked, err := rt.askNodes(c.Request().Context(), nodeReq{Op: "end", ID: id})
+	if err != nil {
+		return err
+	}
+	for _, a := range answers {
+		if a.Found {
+			return c.NoContent(http.StatusNoContent)
 		}
 	}
-	if found == nil {
-		return perr(codeUnknownSession, "no session %s is open on this node (GET /v1/sessions lists them)", quoteInput(id))
+	return rt.notFoundOnNodes(id, asked, len(answers))
+}
+
+func (rt *Router) httpEndSubscription(c echo.Context) error {
+	id, pattern, group := param(c, "id"), param(c, "pattern"), c.QueryParam("group")
+	found, pe := rt.unsubscribeLocal(id, pattern, group)
+	if found && pe != nil {
+		return pe
 	}
-	rt.log.Info("session ended by an administrator", "session", id, "user", found.info.user, "remote", found.info.remote)
-	found.sess.Close(CloseAdministrator, CloseAdministratorReason)
-	return c.NoContent(http.StatusNoContent)
+	if found {
+		return c.NoContent(http.StatusNoContent)
+	}
+	answers, asked, err := rt.askNodes(c.Request().Context(), nodeReq{Op: "unsubscribe", ID: id, Pattern: pattern, Group: group})
+	if err != nil {
+		return err
+	}
+	for _, a := range answers {
+		if a.Found && a.Code != "" {
+			return perr(a.Code, "%s", a.Message)
+		}
+		if a.Found {
+			return c.NoContent(http.StatusNoContent)
+		}
+	}
+	return rt.notFoundOnNodes(id, asked, len(answers))
+}
+
+// notFoundOnNodes is the error of a session no node said it holds.
+func (rt *Router) notFoundOnNodes(id string, asked, answered int) error {
+	if answered < asked {
+		return perr(codeUnavailable, "no node that answered holds session %s, and %d of %d nodes did not answer in time; retry", quoteInput(id), asked-answered, asked)
+	}
+	return perr(codeUnknownSession, "no session %s is open on any node (GET /v1/sessions lists them)", quoteInput(id))
 }
 
 // view is the session's listing entry.
@@ -146,6 +176,7 @@ func (cn *conn) view(node string) sessionView {
 		Queued:        st.Queued,
 		Drops:         st.Dropped,
 		Node:          node,
+		Host:          nodeName(),
 		Since:         cn.info.since.UTC().Format(timeFormat),
 	}
 }
@@ -155,7 +186,8 @@ func (rt *Router) httpInfo(c echo.Context) error {
 		"version": rt.opts.Version,
 		"engine":  rt.engineName(),
 		"epoch":   rt.eng.Epoch(),
-		"node":    nodeName(),
+		"node":    rt.nodeLabel(),
+		"host":    nodeName(),
 	})
 }
 

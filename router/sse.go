@@ -166,7 +166,7 @@ func (rt *Router) parseSSE(c echo.Context) (sseRequest, *protoError) {
 		var pe *protoError
 		req.from, pe = parseFrom(sseFrom(f))
 		if pe == nil {
-			pe = rt.checkLast(req.from, "")
+			pe = rt.checkLast(req.from, "", req.patterns...)
 		}
 		if pe != nil {
 			return req, pe

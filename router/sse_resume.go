@@ -74,18 +74,10 @@ const (
 )
 
 func (o SSEOptions) withDefaults() SSEOptions {
-	if o.MaxPositions <= 0 {
-		o.MaxPositions = DefaultSSEMaxPositions
-	}
-	if o.MaxTokenBytes <= 0 {
-		o.MaxTokenBytes = DefaultSSEMaxTokenBytes
-	}
-	if o.ResumeTTL <= 0 {
-		o.ResumeTTL = DefaultSSEResumeTTL
-	}
-	if o.ResumeBytes <= 0 {
-		o.ResumeBytes = DefaultSSEResumeBytes
-	}
+	o.MaxPositions = positiveOr(o.MaxPositions, DefaultSSEMaxPositions)
+	o.MaxTokenBytes = positiveOr(o.MaxTokenBytes, DefaultSSEMaxTokenBytes)
+	o.ResumeTTL = positiveOr(o.ResumeTTL, DefaultSSEResumeTTL)
+	o.ResumeBytes = positiveOr(o.ResumeBytes, DefaultSSEResumeBytes)
 	return o
 }
 

@@ -265,7 +265,7 @@ func (rt *Router) statsPayload(cur, prev snapshot, prevTopics map[string]int64, 
 }
 
 // publishTopicsAndGroups publishes the $sys.topics and $sys.groups
-// summaries (see syssummary.go) and refreshes the group lag gauges.
+// summaries (see sys_summary.go) and refreshes the group lag gauges.
 func (rt *Router) publishTopicsAndGroups(st *sysState, now time.Time) {
 	ctx, cancel := context.WithTimeout(rt.ctx, 2*time.Second)
 	defer cancel()

@@ -17,19 +17,14 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/router/internal/auth"
 	"github.com/switchyard/switchyard/session"
-	"github.com/switchyard/switchyard/trie"
 )
 
+// validGroup checks a group name by the rule of auth.ValidateGroupName.
 func validGroup(g string) *protoError {
-	if g == "" || len(g) > trie.MaxNameBytes {
-		return perr(codeBadRequest, "group must be 1 to 255 characters")
-	}
-	for i := 0; i < len(g); i++ {
-		c := g[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == ':' || c == '.') {
-			return perr(codeBadRequest, "group may hold only A-Z a-z 0-9 _ - : .")
-		}
+	if err := auth.ValidateGroupName(g); err != nil {
+		return perr(codeBadRequest, "%s", err)
 	}
 	return nil
 }
@@ -96,7 +91,7 @@ func (cn *conn) parseSubscribe(req *request) (subscribeSpec, *protoError) {
 	if sp.from, pe = parseFrom(req.From); pe != nil {
 		return sp, pe
 	}
-	if pe := cn.rt.checkLast(sp.from, sp.group); pe != nil {
+	if pe := cn.rt.checkLast(sp.from, sp.group, sp.pattern); pe != nil {
 		return sp, pe
 	}
 	if sp.policy, pe = parseOnFull(req.OnFull, sp.group); pe != nil {
@@ -153,11 +148,20 @@ func (cn *conn) subscribeSpec(sp *subscribeSpec) *protoError {
 	if sp.group != "" {
 		return cn.startGroup(s, sp)
 	}
-	if s.presence {
+	if s.presence.Load() {
 		if pe := cn.rt.presenceJoin(cn.ctx, s); pe != nil {
 			cn.forget(s)
 			return pe
 		}
+	}
+	// The topic by policy last: a subscribe refused before this leaves no
+	// topic behind; one whose creation fails holds nothing.
+	if err := cn.rt.createOnSubscribe(cn.ctx, cn.who.load(), sp.pattern); err != nil { // topic_policies_access.go
+		if s.presence.Load() {
+			cn.rt.presenceLeave(s)
+		}
+		cn.forget(s)
+		return toProto(err)
 	}
 	cn.rt.m.subscriptions.WithLabelValues("plain").Inc()
 	if sp.live() {
@@ -170,6 +174,9 @@ func (cn *conn) subscribeSpec(sp *subscribeSpec) *protoError {
 // session's bounds (subscriptions, filter bytes).
 func (cn *conn) register(sp *subscribeSpec) (*subscription, *protoError) {
 	key := subKey{sp.pattern, sp.group}
+	if f := cn.rt.beforeRegister.Load(); f != nil {
+		(*f)()
+	}
 	cn.mu.Lock()
 	if cn.closed {
 		cn.mu.Unlock()
@@ -178,6 +185,13 @@ func (cn *conn) register(sp *subscribeSpec) (*subscription, *protoError) {
 	if _, ok := cn.subs[key]; ok {
 		cn.mu.Unlock()
 		return nil, perr(codeBadRequest, "already subscribed to %s", quoteInput(sp.pattern))
+	}
+	// The grants again, under cn.mu: a reload or refresh that narrowed
+	// them after parseSubscribe checked them has either revoked before
+	// this (and the principal read here is the new one) or revokes after.
+	if !allowedStill(cn.who.load(), &subscription{pattern: sp.pattern, group: sp.group, hookAllowed: sp.hookAllowed}) {
+		cn.mu.Unlock()
+		return nil, cn.rt.forbidden("subscribe", "not allowed to subscribe to %q (the grants changed meanwhile)", sp.pattern)
 	}
 	if len(cn.subs) >= cn.set.maxSubscriptions {
 		cn.mu.Unlock()
@@ -192,7 +206,8 @@ func (cn *conn) register(sp *subscribeSpec) (*subscription, *protoError) {
 	cn.filterBytes += sp.filterBytes
 	cn.nextID++
 	s := &subscription{c: cn, id: cn.nextID, pattern: sp.pattern, group: sp.group, policy: sp.policy, filter: sp.filter,
-		maxInFlight: sp.maxInFlight, hookAllowed: sp.hookAllowed, presence: sp.presence}
+		maxInFlight: sp.maxInFlight, hookAllowed: sp.hookAllowed}
+	s.presence.Store(sp.presence)
 	if sp.delta {
 		s.delta = &deltaSub{last: map[partKey]int64{}}
 	}
@@ -214,7 +229,7 @@ func (cn *conn) subscribed(sp *subscribeSpec, fields map[string]any) {
 // startGroup joins s's group; its deliveries wait until the reply is
 // queued.
 func (cn *conn) startGroup(s *subscription, sp *subscribeSpec) *protoError {
-	if pe := cn.joinGroup(s, sp.from); pe != nil {
+	if pe := cn.joinGroup(s, sp.from, true); pe != nil {
 		cn.forget(s)
 		return pe
 	}
@@ -292,10 +307,19 @@ func (cn *conn) forget(s *subscription) {
 	cn.mu.Unlock()
 }
 
-func (cn *conn) joinGroup(s *subscription, from fromSpec) *protoError {
+// joinGroup joins s's group; create: a subscribe that creates its exact
+// topic by policy (createOnSubscribe), once the session's lease bounds
+// have allowed the join and right before it.
+func (cn *conn) joinGroup(s *subscription, from fromSpec, create bool) *protoError {
 	unknown, pe := cn.reserveLeases(s)
 	if pe != nil {
 		return pe
+	}
+	if create {
+		if err := cn.rt.createOnSubscribe(cn.ctx, cn.who.load(), s.pattern); err != nil { // topic_policies_access.go
+			cn.releaseLeases(s)
+			return toProto(err)
+		}
 	}
 	s.mu.Lock()
 	s.holding = true // deliveries wait until "subscribed" is queued
@@ -310,7 +334,7 @@ func (cn *conn) joinGroup(s *subscription, from fromSpec) *protoError {
 		// partitions: the engine holds back what the session's queue could
 		// not take, so a member of many partitions with backlog is never
 		// closed with 1013 for what the engine pushed at once, and what
-		// the session's lease bounds leave it (groupleases.go).
+		// the session's lease bounds leave it (group_leases.go).
 		MaxInFlight:    s.maxInFlight,
 		MaxLeased:      s.leases,
 		MaxLeasedBytes: s.leaseBytes,
@@ -340,7 +364,7 @@ func (cn *conn) joinGroup(s *subscription, from fromSpec) *protoError {
 // group deleted through DELETE /v1/groups/{group}, its session torn
 // down): no session holds the member, so it leaves at once, and the
 // subscribe is refused. s.member stays empty (a dropSub of s may be
-// running): the group the join made stays counted (groupcount.go).
+// running): the group the join made stays counted (group_count.go).
 func (cn *conn) abandonJoin(s *subscription, member string, closed bool) *protoError {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -408,7 +432,7 @@ func (rt *Router) dropSub(s *subscription) {
 	if already {
 		return
 	}
-	if s.presence {
+	if s.presence.Load() {
 		rt.presenceLeave(s)
 	}
 	if s.group == "" {

@@ -35,12 +35,19 @@ type subscription struct {
 	// hookAllowed: the subscribe hook allowed it (the grants did not).
 	hookAllowed bool
 	// presence: the session is in the topic's presence set (presence.go).
-	presence bool
+	// Set at register for a native subscription; an MQTT session's
+	// pattern gains and loses it on its reader goroutine as the filters
+	// that ask presence come and go (mqtt_presence.go), while dropSub may
+	// read it on another: atomic, under no lock.
+	presence atomic.Bool
 	// maxInFlight is a group subscribe's max_in_flight (0: the group's).
 	maxInFlight int
 	// mqttQoS is an MQTT subscription's QoS (mqtt_subscribe.go): the
 	// highest granted to the session's filters that share its pattern.
 	mqttQoS atomic.Uint32
+	// mqttSubIDs are the MQTT 5 Subscription Identifier properties of its
+	// filters, nil for none (mqtt_props.go).
+	mqttSubIDs atomic.Pointer[[]byte]
 	// leases and leaseBytes are the member window a group membership
 	// reserved of its session's lease bounds; guarded by conn.mu.
 	leases     int
@@ -78,7 +85,7 @@ type subscription struct {
 	// delivered (see shutdown.go).
 	unsent map[engine.Position]int
 	// drained, when not nil, is closed once unsent is empty (a seek waits
-	// on it: groupseek.go).
+	// on it: group_seek.go).
 	drained chan struct{}
 }
 
@@ -208,6 +215,8 @@ func (s *subscription) Deliver(d engine.Delivery) {
 	}
 	if s.enqueueReliable(it) {
 		s.c.rt.m.deliveriesGroup.Inc()
+	} else if s.c != nil && s.c.kind == transportMQTT {
+		s.c.mqtt.unqueued(frame) // mqtt_group.go
 	}
 }
 
@@ -289,16 +298,21 @@ type replayPart struct {
 	done bool
 }
 
-// checkLast applies the bound on {"last": N}; a group resumes from its
-// committed offsets, so "last" is for plain subscriptions only.
-func (rt *Router) checkLast(from fromSpec, group string) *protoError {
+// checkLast applies the bound on {"last": N} of subscriptions to
+// patterns (the topic policies' or MaxLast: maxLastFor); a group resumes
+// from its committed offsets, so "last" is for plain subscriptions only.
+func (rt *Router) checkLast(from fromSpec, group string, patterns ...string) *protoError {
 	switch {
 	case from.last == 0:
 		return nil
 	case group != "":
 		return perr(codeBadRequest, `from "last" applies to plain subscriptions; a group resumes from its committed offsets`)
-	case from.last > rt.settings().maxLast:
-		return perr(codeBadRequest, "from.last must be 1 to %d", rt.settings().maxLast)
+	}
+	set := rt.settings()
+	for _, p := range patterns {
+		if max := set.maxLastFor(p); from.last > max {
+			return perr(codeBadRequest, "from.last must be 1 to %d on %s", max, quoteInput(p))
+		}
 	}
 	return nil
 }
@@ -332,10 +346,14 @@ func (rt *Router) replayPlan(ctx context.Context, s *subscription, from fromSpec
 	}
 	var plan []replayPart
 	seen := map[partKey]bool{}
+	set := rt.settings()
 	for _, t := range topics {
 		if !trie.Matches(s.pattern, t.Config.Name) {
 			continue
 		}
+		// {"last": N} within the bound of the topic's own policy: a
+		// wildcard's check at subscribe time (checkLast) knows no topic.
+		last := min(from.last, set.topicMaxLast(t.Config.Name)) // topic_policies_access.go
 		for _, p := range t.Parts {
 			k := partKey{t.Config.Name, p.Partition}
 			seen[k] = true
@@ -356,7 +374,7 @@ func (rt *Router) replayPlan(ctx context.Context, s *subscription, from fromSpec
 			case from.last > 0:
 				// The newest records only: what lies before them is not
 				// asked for, so it is no gap.
-				part.from = max(p.Earliest, p.Next-int64(from.last))
+				part.from = max(p.Earliest, p.Next-int64(last))
 				part.gapFrom = part.from
 			case from.start.Kind == engine.StartTime:
 				off, err := rt.eng.Resolve(ctx, k.topic, k.partition, from.start)
@@ -437,9 +455,14 @@ func (s *subscription) catchUp(ctx context.Context, plan []replayPart) {
 				next[k] = p.from
 				continue
 			}
-			n, err := s.replayPart(ctx, p, gen)
+			var n int64
+			err := s.retrying(ctx, func() (err error) {
+				n, err = s.replayPart(ctx, p, gen)
+				p.from, p.gapFrom = n, n // on from where it stopped (replay_retry.go)
+				return err
+			})
 			if err != nil {
-				s.replayFailed(p.topic, err)
+				s.replayFailed(ctx, p.topic, err)
 				return
 			}
 			s.mu.Lock()
@@ -451,7 +474,7 @@ func (s *subscription) catchUp(ctx context.Context, plan []replayPart) {
 		}
 		replan, err := s.drainPending(ctx, next, gone, headroom)
 		if err != nil {
-			s.replayFailed("", err)
+			s.replayFailed(ctx, "", err)
 			return
 		}
 		if !replan {
@@ -464,8 +487,13 @@ func (s *subscription) catchUp(ctx context.Context, plan []replayPart) {
 		for k, n := range next {
 			plan = append(plan, replayPart{topic: k.topic, partition: k.partition, from: n, gapFrom: n})
 		}
-		more, _, err := s.c.rt.replayPlan(ctx, s, fromSpec{start: engine.Start{Kind: engine.StartEarliest}})
+		var more []replayPart
+		err = s.retrying(ctx, func() (err error) {
+			more, _, err = s.c.rt.replayPlan(ctx, s, fromSpec{start: engine.Start{Kind: engine.StartEarliest}})
+			return err
+		})
 		if err != nil {
+			s.replayFailed(ctx, "", err)
 			return
 		}
 		for _, p := range more {
@@ -473,12 +501,6 @@ func (s *subscription) catchUp(ctx context.Context, plan []replayPart) {
 				plan = append(plan, p)
 			}
 		}
-	}
-}
-
-func (s *subscription) replayFailed(topic string, err error) {
-	if !errors.Is(err, context.Canceled) && !errors.Is(err, errEnded) && !errors.Is(err, session.ErrClosed) {
-		s.c.rt.log.Warn("replay failed", "pattern", s.pattern, "topic", topic, "err", err)
 	}
 }
 
@@ -604,6 +626,10 @@ func (rt *Router) readLog(ctx context.Context, topic string, partition int, from
 
 func (s *subscription) replayGap(topic string, partition int, from, to int64) {
 	s.c.rt.m.gaps.WithLabelValues("retention").Inc()
+	if s.c.kind == transportMQTT {
+		s.c.mqtt.sessionGap(from, to) // no gap packet in MQTT (mqtt_session_track.go)
+		return
+	}
 	s.c.sess.Send(session.Item{
 		Frame:  encodeGap(nil, s.pattern, "", topic, partition, from, to, "retention"),
 		Stream: session.Stream{Sub: s.id, Topic: topic, Partition: partition},

@@ -113,3 +113,57 @@ func TestReadBudgetShared(t *testing.T) {
 		t.Fatalf("budget used %d at the end, want 0", used)
 	}
 }
+
+// TestReadBudgetIgnoresPooledCapacity: a message longer than the small
+// first buffer takes from the read budget even when the buffer pool hands
+// the reader a large buffer (one a writer's batch grew): the budget, not
+// the pool's luck, bounds what partly read messages hold.
+func TestReadBudgetIgnoresPooledCapacity(t *testing.T) {
+	b := NewReadBudget(chunkSize)
+	opts := Options{EncodeGap: testGap, ReadBudget: b}
+	parker := newSession("parker", opts, newFakeSocket().socket())
+	waiter := newSession("waiter", opts, newFakeSocket().socket())
+
+	for range 64 { // large buffers in the pool, as writers' batches leave them
+		big := make([]byte, 0, 64<<10)
+		putBuf(&big)
+	}
+	parked, release := make(chan struct{}), make(chan struct{})
+	parkDone := make(chan error, 1)
+	go func() {
+		parkDone <- parker.readFrame(parkedReader(20<<10, parked, release), handlerFunc(func(*Session, []byte) {}))
+	}()
+	<-parked
+	if got := b.Used(); got != chunkSize {
+		close(release)
+		<-parkDone
+		t.Fatalf("budget used %d with a 20 KiB message parked, want %d", got, chunkSize)
+	}
+
+	got := make(chan []byte, 1)
+	waitDone := make(chan error, 1)
+	go func() {
+		r := &pieceReader{data: bytes.Repeat([]byte("w"), 10<<10), max: 1 << 20, rng: rand.New(rand.NewPCG(3, 4)), end: io.EOF}
+		waitDone <- waiter.readFrame(r, handlerFunc(func(_ *Session, data []byte) { got <- bytes.Clone(data) }))
+	}()
+	deadline := time.After(10 * time.Second)
+	for b.Waits() == 0 {
+		select {
+		case data := <-got:
+			t.Fatalf("a %d-byte message was read with the budget spent", len(data))
+		case <-deadline:
+			t.Fatal("the second reader neither waited for the budget nor read")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	close(release)
+	if err := <-parkDone; err != nil {
+		t.Fatalf("parked message: %v", err)
+	}
+	if data := <-got; len(data) != 10<<10 {
+		t.Fatalf("waiting message: %d bytes, want %d", len(data), 10<<10)
+	}
+	if err := <-waitDone; err != nil {
+		t.Fatalf("waiting message: %v", err)
+	}
+}

@@ -148,7 +148,7 @@ func fanOutPair(t *testing.T) (pub net.Conn, sub *websocket.Conn) {
 // rawDial opens a WebSocket connection to path at addr by hand and returns
 // the TCP connection once the upgrade is answered; the caller writes
 // frames (maskedText) itself.
-func rawDial(t *testing.T, addr, path string) net.Conn {
+func rawDial(t testing.TB, addr, path string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {

@@ -71,11 +71,15 @@
 //
 // # Memory of an idle session
 //
-// An idle session accepted by Accept holds one goroutine (the reader,
-// waiting for readability on the runtime's smallest stack, 2 KiB: it runs
-// nothing but that wait, each burst of input being read and handled on a
-// goroutine of its own that exits once nothing more is at hand), no
-// writer goroutine (see Concurrency) and no buffer: the WebSocket library
+// An idle session accepted by Accept holds no goroutine on Linux: its
+// reader parks the socket in the idle poller's epoll set, one for the
+// process, watched by one goroutine that starts a reader for each burst of
+// input (idlepoll_linux.go); a close of the connection resumes a parked
+// reader, which ends the session. Elsewhere it holds one goroutine (the
+// reader, waiting for readability on the runtime's smallest stack, 2 KiB:
+// it runs nothing but that wait, each burst of input being read and
+// handled on a goroutine of its own that exits once nothing more is at
+// hand). It holds no writer goroutine (see Concurrency) and no buffer: the WebSocket library
 // gets a small bufio pair over a reader and writer that borrow pooled
 // buffers only while bytes are in hand (lazyconn.go; TCP and Unix sockets,
 // not TLS). Control frames never leave its reader waiting inside the
@@ -101,7 +105,7 @@
 // end. The writer goroutine runs only while there is something to
 // write or a control event to handle: it exits once it is idle and the next
 // Send (or close, or keepalive) starts it again, so an idle session holds
-// one goroutine. A session that keeps its writer busy (runs in quick
+// at most its reader's goroutine (none where it parks, above). A session that keeps its writer busy (runs in quick
 // succession) keeps it waiting instead until a keepalive period passes
 // quietly. At most one writer runs at a time. While a keepalive ping is in
 // flight (at most one, every Options.PingInterval) a short-lived goroutine
@@ -125,7 +129,8 @@
 //   - idleWait.mu (the writer holds it around the WebSocket library's close
 //     handshake, which reads), then the library's locks, then
 //     lazyWriter.mu (taken under the library's writes);
-//   - Session.mu (close state), Deferral.mu (its list of sessions to wake)
-//     and ReadBudget.mu are leaves: nothing is taken while they are held,
+//   - Session.mu (close state), Deferral.mu (its list of sessions to wake),
+//     ReadBudget.mu and idlePoller.mu (its table of parked sessions, taken
+//     under idleWait.mu when a close resumes a parked reader) are leaves: nothing is taken while they are held,
 //     and none is held while the queue's lock is taken.
 package session

@@ -39,6 +39,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -59,6 +60,9 @@ type lazyHijacker struct {
 	lw *lazyWriter // set by Hijack when the lazy pair is used
 	lr *lazyReader // likewise
 	br *bufio.Reader
+	// conn is the connection Hijack handed over (upgrade.go sets its
+	// deadlines).
+	conn net.Conn
 }
 
 // Unwrap lets http.ResponseController reach the wrapped writer.
@@ -71,20 +75,9 @@ func (h *lazyHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	raw := nc
-	for {
-		u, ok := raw.(interface{ Unwrap() net.Conn })
-		if !ok {
-			break
-		}
-		raw = u.Unwrap()
-	}
-	sc, ok := raw.(syscall.Conn)
-	if !ok || !lazySupported {
-		return nc, brw, nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	h.conn = nc
+	raw, rc := rawConn(nc)
+	if rc == nil {
 		return nc, brw, nil
 	}
 	if brw.Writer.Buffered() > 0 {
@@ -104,8 +97,32 @@ func (h *lazyHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	// (after what the reader has buffered), so the connection itself reads
 	// through lr.
 	lc := &lazyConn{Conn: raw, lr: lr}
+	h.conn = lc
 	h.lr, h.br = lr, bufio.NewReaderSize(lc, smallReadBuf)
 	return lc, bufio.NewReadWriter(h.br, bufio.NewWriterSize(h.lw, smallWriteBuf)), nil
+}
+
+// rawConn returns the connection under nc's wrappers (Unwrap) and its
+// syscall.RawConn, or a nil RawConn when it offers none or lazyReader
+// cannot use it on this platform.
+func rawConn(nc net.Conn) (net.Conn, syscall.RawConn) {
+	raw := nc
+	for {
+		u, ok := raw.(interface{ Unwrap() net.Conn })
+		if !ok {
+			break
+		}
+		raw = u.Unwrap()
+	}
+	sc, ok := raw.(syscall.Conn)
+	if !ok || !lazySupported {
+		return raw, nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return raw, nil
+	}
+	return raw, rc
 }
 
 // idleWait lets the reader wait for the next frame on a shallow stack:
@@ -135,14 +152,20 @@ type idleWait struct {
 	pongs chan struct{}
 }
 
+// flushed flushes the session's Deferral before the reader waits:
+// nothing is left of the last read (deferral.go).
+func (w idleWait) flushed() {
+	if w.lr.flush != nil {
+		w.lr.flush.Flush()
+	}
+}
+
 // wait waits until the socket is readable or has failed, holding no
 // buffer; the bytes it finds are read by next.
 func (w idleWait) wait() {
-	if w.lr.flush != nil {
-		w.lr.flush.Flush() // nothing left of the last read (deferral.go)
-	}
+	w.flushed()
 	// An error is the library's to report: its read fails the same way.
-	_ = w.lr.rc.Read(func(fd uintptr) bool { return !peekWouldBlock(fd) })
+	waitReadable(w.lr.rc) // upgrade.go
 }
 
 // What next finds at the head of the input.
@@ -295,9 +318,25 @@ func (h headBytes) frame() (st, size int) {
 type lazyConn struct {
 	net.Conn
 	lr *lazyReader
+	// ps, set by Accept (or Upgraded.IdleSocket), is resumed by Close if
+	// its reader is parked (idlepoll_linux.go): closing the socket removes
+	// it from the epoll set without an event. Atomic: IdleSocket may set
+	// it while a Shutdown closes the connection; a close that saw none
+	// came before the park, whose arm then fails on the closed socket.
+	ps atomic.Pointer[parkState]
 }
 
 func (c *lazyConn) Read(p []byte) (int, error) { return c.lr.Read(p) }
+
+// Close closes the connection, then resumes a parked reader, whose read
+// fails and ends its session.
+func (c *lazyConn) Close() error {
+	err := c.Conn.Close()
+	if ps := c.ps.Load(); ps != nil {
+		ps.unpark()
+	}
+	return err
+}
 
 // lazyReader reads a socket into pooled buffers held only while they hold
 // unread bytes. It is used by one reader at a time (the library's).

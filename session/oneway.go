@@ -2,7 +2,7 @@ package session
 
 import (
 	"context"
-	"sync"
+	"sync/atomic"
 
 	"github.com/coder/websocket"
 )
@@ -24,6 +24,14 @@ type Transport struct {
 	Close func(code websocket.StatusCode, reason string) error
 	// CloseNow ends the connection at once. Required.
 	CloseNow func() error
+	// Read, when set, reads the peer's input (a transport whose peer
+	// talks back, such as MQTT): Start calls it on the goroutine it
+	// starts for the session, which otherwise only waits for the
+	// transport's close, so that the session parks one goroutine, not
+	// two. It returns once the connection has failed or the session is to
+	// end, having asked for that end (Close); the session then ends once
+	// the transport is closed. Optional.
+	Read func()
 }
 
 // NewOneWay returns a session that writes to t: the same bounded queue,
@@ -33,27 +41,41 @@ type Transport struct {
 // call its Handler, which may be nil. NewOneWay panics if opts.EncodeGap is
 // nil.
 func NewOneWay(id string, opts Options, t Transport) *Session {
-	ended := make(chan struct{})
-	var once sync.Once
-	end := func() { once.Do(func() { close(ended) }) }
-	sock := socket{
-		write: t.Write,
-		close: func(code websocket.StatusCode, reason string) error {
-			defer end()
-			return t.Close(code, reason)
-		},
-		closeNow: func() error {
-			defer end()
-			return t.CloseNow()
-		},
-		ping: func(ctx context.Context) error {
-			if t.Keepalive == nil {
-				return nil
-			}
-			return t.Keepalive(ctx)
-		},
-	}
+	o := &oneWay{t: t, ended: make(chan struct{})}
+	sock := socket{write: t.Write, close: o.close, closeNow: o.closeNow, ping: o.ping}
 	s := newSession(id, opts, sock)
-	s.oneWay = ended
+	s.oneWay, s.oneWayRead = o.ended, t.Read
 	return s
+}
+
+// oneWay is the socket of a NewOneWay session over its Transport; ended
+// is closed once the transport is closed. One struct with method values
+// rather than closures over the Transport: every idle session keeps it.
+type oneWay struct {
+	t      Transport
+	ended  chan struct{}
+	closed atomic.Bool
+}
+
+func (o *oneWay) end() {
+	if o.closed.CompareAndSwap(false, true) {
+		close(o.ended)
+	}
+}
+
+func (o *oneWay) close(code websocket.StatusCode, reason string) error {
+	defer o.end()
+	return o.t.Close(code, reason)
+}
+
+func (o *oneWay) closeNow() error {
+	defer o.end()
+	return o.t.CloseNow()
+}
+
+func (o *oneWay) ping(ctx context.Context) error {
+	if o.t.Keepalive == nil {
+		return nil
+	}
+	return o.t.Keepalive(ctx)
 }

@@ -171,6 +171,11 @@ type Options struct {
 	// for the next batch), and must not block; AppendFrames (WebSocket
 	// batches) ignores it. nil: frames only.
 	FramePrefix func(dst []byte, it *Item) []byte
+	// NoIdlePark keeps the reader of an idle session accepted by Accept on
+	// a goroutine of its own instead of parking its socket in the idle
+	// poller (idlepoll_linux.go). Default false: idle sessions park where
+	// the platform has epoll (Linux), and hold no goroutine there.
+	NoIdlePark bool
 }
 
 // Defaults for Options.

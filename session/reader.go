@@ -32,6 +32,22 @@ import (
 // chunkSize is the size of the buffers long messages are read into.
 const chunkSize = 64 << 10
 
+// firstReadBytes is how much of a message is read into the session's small
+// buffer before the rest takes chunks (and, with Options.ReadBudget, the
+// budget's bytes). The pooled buffer may be larger (a writer's batch grew
+// it); only this much of it is used, so that the budget, not the pool's
+// luck, bounds what partly read messages hold.
+const firstReadBytes = 4 << 10
+
+// firstPool holds the readers' first buffers, of firstReadBytes each
+// (fill never grows them): not the writers' pool, whose buffers a batch
+// grows, so that a message waiting for its next bytes holds 4 KiB outside
+// the read budget, never more.
+var firstPool = sync.Pool{New: func() any {
+	b := make([]byte, 0, firstReadBytes)
+	return &b
+}}
+
 var chunkPool = sync.Pool{New: func() any {
 	b := make([]byte, 0, chunkSize)
 	return &b
@@ -50,13 +66,16 @@ func (s *Session) readLoop(ctx context.Context, h Handler) error {
 			}
 		}
 	}
-	defer s.stopMessageTimer() // a frame started and never continued
 	burst := make(chan error, 1)
 	for waited := !s.idle.buffered(); ; waited = true {
 		if waited {
 			// Wait for input without holding a buffer: idle sessions
-			// cost no read buffer, and this goroutine no more than the
-			// smallest stack (see Start).
+			// cost no read buffer, and no goroutine once parked in the
+			// idle poller (resume reads on); otherwise this goroutine no
+			// more than the smallest stack (see Start).
+			if s.idle.flushed(); s.park() {
+				return errParked
+			}
 			s.idle.wait()
 		}
 		s.bursts.Add(1) // odd: busy with input
@@ -65,8 +84,37 @@ func (s *Session) readLoop(ctx context.Context, h Handler) error {
 		s.bursts.Add(1)
 		s.releaseCaughtUp()
 		if err != nil {
+			_ = s.stopMessageTimer() // a frame started and never continued
 			return err
 		}
+	}
+}
+
+// errParked: readLoop parked the socket in the idle poller; the reader
+// goroutine returns without ending the session.
+var errParked = errors.New("session: reader parked")
+
+// resume runs the reader of a parked session on a fresh goroutine, started
+// by the idle poller when its socket became readable or by the close of
+// its connection: it reads the burst of input at hand and parks again, or
+// ends the session as serve does. It returns when it has parked or the
+// session has ended.
+func (s *Session) resume() {
+	for {
+		s.bursts.Add(1) // odd: busy with input
+		err := s.readBurst(s.runCtx, s.runH)
+		s.bursts.Add(1)
+		s.releaseCaughtUp()
+		if err != nil {
+			_ = s.stopMessageTimer()
+			s.flushDeferred()
+			s.runEnded(s.runEnd(err, s.runStop))
+			return
+		}
+		if s.idle.flushed(); s.park() {
+			return
+		}
+		s.idle.wait() // not parked: on this goroutine's stack
 	}
 }
 
@@ -158,8 +206,8 @@ func (s *Session) readData(typ websocket.MessageType, r io.Reader, h Handler) er
 // and hands it to h.
 func (s *Session) readFrame(r io.Reader, h Handler) error {
 	s.startMessageTimer() // unless it runs since the frame's first byte
-	bp := getBuf()
-	defer putBuf(bp)
+	bp := firstPool.Get().(*[]byte)
+	defer firstPool.Put(bp)
 	// Past ReadLimit the websocket package sends the 1009 close itself.
 	data, err := s.readMessage(r, bp)
 	defer s.releaseChunks()
@@ -184,8 +232,7 @@ func (s *Session) readFrame(r io.Reader, h Handler) error {
 // readMessage reads r to its end into *bp, then into chunks (s.chunks) if
 // it does not fit, and returns the message's bytes.
 func (s *Session) readMessage(r io.Reader, bp *[]byte) ([]byte, error) {
-	buf, end, err := fill(r, (*bp)[:0])
-	*bp = buf
+	buf, end, err := fill(r, (*bp)[:0:min(cap(*bp), firstReadBytes)])
 	if err != nil || end {
 		return buf, err
 	}

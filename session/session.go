@@ -49,8 +49,11 @@ type Session struct {
 	// oneWay, for a NewOneWay session, is closed once its transport is
 	// closed; Run waits for it instead of reading frames.
 	oneWay chan struct{}
-	sock   socket
-	q      *Queue
+	// oneWayRead is the one-way transport's reader (Transport.Read), nil
+	// when none.
+	oneWayRead func()
+	sock       socket
+	q          *Queue
 
 	running   atomic.Bool
 	closeReq  chan struct{} // closed when a close is requested
@@ -96,6 +99,18 @@ type Session struct {
 	msgTimed bool        // msgTimer runs (startMessageTimer)
 	chunks   []*[]byte   // the chunks of the long message being read
 	reading  atomic.Int64
+
+	// Parking (idlepoll_linux.go): the reader's socket as the idle poller
+	// parks it, resumed by Session.resume.
+	parkState
+	// readParked: a one-way transport's reader parked (ReadParked); it
+	// ends the session itself (ReadDone).
+	readParked atomic.Bool
+	// What resume needs to run the reader again; set by Start.
+	runCtx   context.Context
+	runH     Handler
+	runStop  func() bool
+	runEnded func(error)
 
 	// wg counts the writer, the keepalive ping and the watchdog and
 	// message timer callbacks.
@@ -153,6 +168,10 @@ func Accept(w http.ResponseWriter, r *http.Request, acceptOpts *websocket.Accept
 		lw := hj.lw
 		s.sock.ping = func(ctx context.Context) error { return s.ownPing(ctx, lw) }
 		hj.lr.flush = &s.deferral
+		s.parkState.rc, s.parkState.onReady = hj.lr.rc, s.resume
+		if lc, ok := hj.conn.(*lazyConn); ok {
+			lc.ps.Store(&s.parkState) // resumes a parked reader (idlepoll_linux.go)
+		}
 	}
 	return s, nil
 }
@@ -297,6 +316,10 @@ func truncateReason(reason string) string {
 	return reason[:n]
 }
 
+// Parked reports whether the session's reader is parked in the idle
+// poller now (idlepoll_linux.go); a transport's own IdleSocket aside.
+func (s *Session) Parked() bool { return s.parkState.parked.Load() }
+
 // Stats returns a snapshot of the session's counters.
 func (s *Session) Stats() Stats {
 	qs := s.q.Stats()
@@ -341,32 +364,47 @@ func (s *Session) Run(ctx context.Context, h Handler) error {
 // exited and Done is closed. ended runs on the session's last goroutine,
 // which exits when it returns.
 //
-// An idle session accepted by Accept is then one goroutine that has never
-// run anything but the wait for its socket, on the runtime's smallest
-// stack (2 KiB): the frames it reads are read and handled on a goroutine
-// started for each burst of input, which exits once nothing more is at
-// hand (reader.go). A stack, once grown, is not shrunk back to 2 KiB.
+// An idle session accepted by Accept over a plain TCP socket holds no
+// goroutine on Linux: its socket waits in the idle poller's epoll set,
+// and a goroutine is started to read and handle each burst of input
+// (idlepoll_linux.go, reader.go). Elsewhere it is one goroutine that has
+// never run anything but the wait for its socket, on the runtime's
+// smallest stack (2 KiB), the bursts read on goroutines of their own. A
+// session over TLS keeps a reader goroutine waiting in its read: crypto/tls
+// may hold a record the socket no longer shows as readable.
 func (s *Session) Start(ctx context.Context, h Handler, ended func(error)) error {
 	if s.running.Swap(true) {
 		return ErrRunTwice
 	}
 	stop := s.runStart(ctx)
-	go s.serve(ctx, h, stop, ended)
+	// The reader needs no deadline: it is unblocked by the writer closing
+	// the connection (and its reads allocate none).
+	s.runCtx, s.runH, s.runStop, s.runEnded = context.WithoutCancel(ctx), h, stop, ended
+	go s.serve()
 	return nil
 }
 
-// serve is the session's reader goroutine, started fresh by Start.
-func (s *Session) serve(ctx context.Context, h Handler, stop func() bool, ended func(error)) {
+// serve is the session's reader goroutine, started fresh by Start. It
+// returns when the session has ended or, on Linux, when the reader has
+// parked its socket in the idle poller (resume goes on from there).
+func (s *Session) serve() {
 	var err error
 	if s.oneWay != nil {
+		if s.oneWayRead != nil {
+			s.oneWayRead()
+			if s.readParked.Load() {
+				return // the reader ends the session (ReadDone)
+			}
+		}
 		<-s.oneWay // the writer closes the transport once the session ends
 	} else {
-		// The reader is unblocked by the writer closing the connection,
-		// so its reads need no deadline (and allocate none).
-		err = s.readLoop(context.WithoutCancel(ctx), h)
+		err = s.readLoop(s.runCtx, s.runH)
+		if err == errParked {
+			return
+		}
 		s.flushDeferred()
 	}
-	ended(s.runEnd(err, stop))
+	s.runEnded(s.runEnd(err, s.runStop))
 }
 
 // runStart is the start of Run: the read limit, the close on ctx, the

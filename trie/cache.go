@@ -1,6 +1,9 @@
 package trie
 
-import "sync/atomic"
+import (
+	"math/bits"
+	"sync/atomic"
+)
 
 // cacheSlots is the number of topics a matchCache holds at most: enough
 // for the hot topics of a busy gateway, small enough (64 KiB of slots) to
@@ -15,9 +18,31 @@ const cacheSlots = 4096
 // A topic is admitted on its second consecutive miss in its slot within one
 // generation (seen remembers the last miss), so topics that do not repeat
 // before the next write do not allocate entries only to lose them.
+//
+// An entry holds its topic's subscribers as they were. Invalid after a
+// Remove, it would still keep the removed ones reachable (a closed
+// session with its queue) until another topic took its slot, which never
+// happens to a topic no longer published; so Remove empties every slot
+// filled since the last Remove (release), and an entry stored by a Match
+// that raced a Remove is taken back by that Match.
+//
+// A Match marks its slot in filled after storing the entry, and release
+// empties the marked slots, a word of marks at a time. Marks are bits, so
+// a Match stopped between the two steps loses no other Match's mark. Let
+// R be the first Remove to publish a snapshot after the Match loaded its
+// own: either R reads the mark, after the store, and empties the slot, or
+// the mark comes after R read the word, so after R published, and the
+// Match sees its snapshot stale and takes the entry back.
 type matchCache[T comparable] struct {
 	slots [cacheSlots]atomic.Pointer[cacheEntry[T]]
 	seen  [cacheSlots]atomic.Uint64 // last miss in each slot: topic hash mixed with generation
+	// filled marks the slots stored since the last release, a bit each.
+	filled [cacheSlots / 64]atomic.Uint64
+
+	// listing, when not nil, runs in a Match that admits an entry, after
+	// it stored the entry and before it marks the slot: tests use it to
+	// stop a Match there while other calls run. Nil outside tests.
+	listing func()
 }
 
 type cacheEntry[T comparable] struct {
@@ -32,7 +57,7 @@ type cacheHit[T comparable] struct {
 }
 
 // match is Trie.Match through the cache, for topics whose hash is h.
-func (c *matchCache[T]) match(tr *tree[T], topic string, h uint64, fn func(string, []T)) {
+func (c *matchCache[T]) match(t *Trie[T], tr *tree[T], topic string, h uint64, fn func(string, []T)) {
 	i := h & (cacheSlots - 1)
 	if e := c.slots[i].Load(); e != nil && e.gen == tr.gen && e.topic == topic {
 		for _, hit := range e.hits {
@@ -52,7 +77,30 @@ func (c *matchCache[T]) match(tr *tree[T], topic string, h uint64, fn func(strin
 		e.hits = append(e.hits, cacheHit[T]{pattern, subs})
 	})
 	c.slots[i].Store(e)
+	if c.listing != nil {
+		c.listing()
+	}
+	c.filled[i/64].Or(1 << (i % 64))
+	// A Remove that made tr stale may have read the marks before this
+	// one: take e back. One that comes later finds e marked.
+	if t.cur.Load() != tr {
+		c.slots[i].CompareAndSwap(e, nil)
+	}
 	for _, hit := range e.hits {
 		fn(hit.pattern, hit.subs)
+	}
+}
+
+// release empties the slots filled since the last release, so that no
+// entry keeps a removed subscriber reachable. Remove calls it after
+// storing the new snapshot, with the Trie's write lock held.
+func (c *matchCache[T]) release() {
+	for w := range c.filled {
+		if c.filled[w].Load() == 0 {
+			continue
+		}
+		for m := c.filled[w].Swap(0); m != 0; m &= m - 1 {
+			c.slots[w*64+bits.TrailingZeros64(m)].Store(nil)
+		}
 	}
 }

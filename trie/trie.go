@@ -147,6 +147,9 @@ func (t *Trie[T]) Remove(pattern string, v T) bool {
 	next.subs--
 	next.gen++
 	t.cur.Store(next)
+	if t.cache != nil {
+		t.cache.release()
+	}
 	return true
 }
 
@@ -167,7 +170,7 @@ func (t *Trie[T]) Match(topic string, fn func(pattern string, subs []T)) {
 		return
 	}
 	if t.cache != nil {
-		t.cache.match(tr, topic, maphash.String(tr.seed, topic), fn)
+		t.cache.match(t, tr, topic, maphash.String(tr.seed, topic), fn)
 		return
 	}
 	tr.match(topic, fn)

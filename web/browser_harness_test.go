@@ -133,10 +133,11 @@ func browser(t *testing.T) context.Context {
 	return ctx
 }
 
-func newWebGateway(t *testing.T, stats time.Duration) (*httptest.Server, *cutListener, engine.Engine) {
+func newWebGateway(t *testing.T, stats time.Duration, policies ...router.TopicPolicy) (*httptest.Server, *cutListener, engine.Engine) {
 	t.Helper()
 	eng := memengine.New(memengine.Options{})
-	rt, err := router.New(router.Options{Engine: eng, Registry: prometheus.NewRegistry(), Static: web.FS(), StatsInterval: stats})
+	rt, err := router.New(router.Options{Engine: eng, Registry: prometheus.NewRegistry(), Static: web.FS(), StatsInterval: stats,
+		TopicPolicies: policies})
 	if err != nil {
 		t.Fatal(err)
 	}

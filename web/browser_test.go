@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/router"
 )
 
 func TestBrowserDashboardShowsLiveRates(t *testing.T) {
@@ -238,4 +240,23 @@ func TestBrowserDashboardPagesTopics(t *testing.T) {
 		t.Fatal(err)
 	}
 	evalUntil(t, ctx, `document.querySelector("#topics tbody tr td").textContent === "page.t047" && !document.getElementById("topics-prev").disabled`, "the second page")
+}
+
+// TestBrowserDashboardShowsTopicPolicy: a topic a publish created under a
+// topic policy of the config file shows that policy in the topics card.
+func TestBrowserDashboardShowsTopicPolicy(t *testing.T) {
+	ctx := browser(t)
+	srv, _, _ := newWebGateway(t, 20*time.Millisecond,
+		router.TopicPolicy{Pattern: "metrics.#", Config: engine.TopicConfig{Partitions: 2, MaxMessages: 500}})
+	resp, err := http.Post(srv.URL+"/v1/publish", "application/json", strings.NewReader(`{"topic":"metrics.cpu","data":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("publish: %s", resp.Status)
+	}
+	navigate(t, ctx, srv.URL+"/")
+	evalUntil(t, ctx, `Array.from(document.querySelectorAll("#topics tbody tr")).some((tr) => tr.textContent.includes("metrics.cpu") && tr.textContent.includes("policy metrics.#"))`,
+		"the topic's row naming its policy")
 }

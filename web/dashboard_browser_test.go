@@ -163,7 +163,8 @@ func TestBrowserDashboardWrongKey(t *testing.T) {
 }
 
 // TestBrowserDashboardSessions: the sessions view lists a WebSocket
-// client (address, user, subscriptions) and the dashboard's own stream.
+// client (address, user, subscriptions, node) and the dashboard's own
+// stream, and its End button ends the client's session (4001).
 func TestBrowserDashboardSessions(t *testing.T) {
 	ctx := browser(t)
 	g := newAuthWebGateway(t, 100*time.Millisecond)
@@ -178,19 +179,19 @@ func TestBrowserDashboardSessions(t *testing.T) {
 	if err := ws.Write(dctx, websocket.MessageText, []byte(`{"op":"subscribe","id":1,"pattern":"rooms.#"}`)); err != nil {
 		t.Fatal(err)
 	}
-	var session string
-	for session == "" || !strings.Contains(session, "subscribed") { // welcome, then subscribed
+	// The welcome, then the reply; the gateway may write both in one
+	// message (its frames are batched, one per line).
+	var id string
+	for subscribed := false; id == "" || !subscribed; {
 		_, data, err := ws.Read(dctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if strings.Contains(string(data), `"welcome"`) {
-			session = strings.Split(strings.Split(string(data), `"session":"`)[1], `"`)[0]
-		} else if strings.Contains(string(data), `"subscribed"`) {
-			session += " subscribed"
+			id = strings.Split(strings.Split(string(data), `"session":"`)[1], `"`)[0]
 		}
+		subscribed = subscribed || strings.Contains(string(data), `"subscribed"`)
 	}
-	id := strings.Fields(session)[0]
 	navigate(t, ctx, g.srv.URL+"/")
 	signInRequired(t, ctx)
 	signIn(t, ctx, adminKey)
@@ -203,7 +204,21 @@ func TestBrowserDashboardSessions(t *testing.T) {
 	})()`, id, host), "the WebSocket client listed")
 	evalUntil(t, ctx, `Array.from(document.querySelectorAll("#sessions tbody tr"), (tr) => tr.cells[1].textContent + " " + tr.cells[3].textContent).includes("sse admin")`,
 		"the dashboard's own stream listed")
-	ws.Close(websocket.StatusNormalClosure, "")
+	// Its End button closes it with 4001 and the row goes.
+	evalUntil(t, ctx, fmt.Sprintf(`(() => {
+		window.confirm = () => true;
+		const b = document.querySelector('#sessions tbody tr[data-id=%q] button.end-session');
+		if (b) b.click();
+		return !!b;
+	})()`, id), "the End button clicked")
+	for {
+		if _, _, err := ws.Read(dctx); err != nil {
+			if websocket.CloseStatus(err) != 4001 {
+				t.Fatalf("the ended session: %v, want close 4001", err)
+			}
+			break
+		}
+	}
 	evalUntil(t, ctx, fmt.Sprintf(`!document.querySelector('#sessions tbody tr[data-id=%q]')`, id), "the closed session gone")
 }
 

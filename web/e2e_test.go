@@ -3,7 +3,6 @@ package web_test
 import (
 	"context"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -21,28 +20,9 @@ import (
 // (20.10+ with --experimental-websocket, or 22+) and skips otherwise
 // unless SWITCHYARD_REQUIRE_NPM is set.
 func TestNodeClientAgainstGateway(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		if os.Getenv("SWITCHYARD_REQUIRE_NPM") != "" {
-			t.Fatal("node not found and SWITCHYARD_REQUIRE_NPM is set")
-		}
-		t.Skip("node not found")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// Node 22+ has WebSocket; 20.10+ has it behind a flag.
-	var args []string
-	found := false
-	for _, try := range [][]string{nil, {"--experimental-websocket"}} {
-		probe := append(append([]string(nil), try...), "-e", `if (typeof WebSocket !== "function") process.exit(1)`)
-		if exec.CommandContext(ctx, node, probe...).Run() == nil {
-			args, found = try, true
-			break
-		}
-	}
-	if !found {
-		t.Skip("this node has no WebSocket")
-	}
+	node, args := nodeWithWebSocket(t)
 
 	eng := memengine.New(memengine.Options{})
 	rt, err := router.New(router.Options{Engine: eng, Registry: prometheus.NewRegistry(), StatsInterval: -1, Static: web.FS()})

@@ -6,8 +6,9 @@ import { connect } from "./static/switchyard.js";
 /** A WebSocket stand-in driven by the test: it records what the client sends. */
 export class FakeWS {
   static sockets = [];
-  constructor(url) {
+  constructor(url, protocols, options) {
     this.url = url;
+    this.options = options;
     this.readyState = 0;
     this.sent = [];
     this.closedWith = null;
@@ -58,10 +59,31 @@ export async function until(cond, ms = 2000) {
   }
 }
 
+/**
+ * A fetch that answers POST /v1/tickets as the gateway does: ticket "tkN"
+ * for the request's Authorization header, kept in tickets.issued (ticket
+ * -> credential) for the test to read.
+ */
+export const tickets = {
+  issued: new Map(),
+  requests: [],
+  async fetch(url, init = {}) {
+    tickets.requests.push({ url, init });
+    const u = new URL(url);
+    if (!u.pathname.endsWith("/v1/tickets") || init.method !== "POST") return Response.json({ code: "not_found", message: "no such path" }, { status: 404 });
+    const auth = (init.headers && init.headers.Authorization) || "";
+    const id = "tk" + (tickets.issued.size + 1);
+    tickets.issued.set(id, auth.replace(/^Bearer /, ""));
+    return Response.json({ ticket: id, expires: "2026-12-01T08:00:10Z", ttl_ms: 10000 }, { status: 201 });
+  },
+};
+
 /** A connected client and its socket. */
 export async function open(opts = {}) {
   FakeWS.sockets = [];
-  const p = connect("ws://gw.test/v1/ws", { WebSocket: FakeWS, reconnect: { minDelayMs: 1, maxDelayMs: 4 }, ...opts });
+  tickets.issued.clear();
+  tickets.requests.length = 0;
+  const p = connect("ws://gw.test/v1/ws", { WebSocket: FakeWS, fetch: tickets.fetch, reconnect: { minDelayMs: 1, maxDelayMs: 4 }, ...opts });
   await until(() => FakeWS.sockets.length === 1);
   latest().welcome();
   const client = await p;

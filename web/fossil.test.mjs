@@ -117,3 +117,46 @@ test("a delta without its base is reported and the client resumes", async () => 
   assert.deepEqual(f.from.positions, [{ topic: "dash", partition: 0, offset: 0 }]);
   client.close();
 });
+
+// A hostile or corrupt delta may claim any output size up to 4 GiB in its
+// first line; the client allocates the output before it reads a command.
+// The claim is refused past what the delta's commands could make from its
+// origin, and past the client's limit (maxDeltaBytes, default
+// MAX_DELTA_OUTPUT_BYTES), before anything is allocated.
+test("a delta claiming a huge output is refused before it is allocated", () => {
+  const origin = new TextEncoder().encode('{"n":1}');
+  // 64^5 = 1 GiB claimed by a delta of a dozen bytes.
+  const huge = new TextEncoder().encode(`${int(2 ** 30)}\n0@0,${int(0)};`);
+  assert.throws(() => applyDelta(origin, huge), /fossil: the delta claims an output of 1073741824 bytes/);
+  // The largest claim there is: 4 GiB - 1.
+  const max = new TextEncoder().encode(`${int(0xffffffff)}\n0;`);
+  assert.throws(() => applyDelta(origin, max), /fossil: the delta claims an output of 4294967295 bytes/);
+});
+
+test("a delta within what its commands can make but over the limit is refused", () => {
+  // 1000 copies of a 1 KiB origin: 1 MiB of output, possible, but over a
+  // limit of 64 KiB.
+  const origin = new Uint8Array(1024).fill(0x61);
+  const out = new Uint8Array(1024 * 1000).fill(0x61);
+  const delta = `${int(out.length)}\n` + `${int(1024)}@0,`.repeat(1000) + `${int(checksum(out))};`;
+  const d = new TextEncoder().encode(delta);
+  assert.deepEqual(applyDelta(origin, d), out);
+  assert.throws(() => applyDelta(origin, d, 64 * 1024), /fossil: the delta claims an output of 1024000 bytes, more than the limit of 65536/);
+});
+
+test("a message whose delta claims too much is a bad_delta, and the client resumes", async (t) => {
+  const { client, ws } = await open({ maxDeltaBytes: 16 });
+  t.after(() => client.close());
+  const errors = [];
+  client.on("error", (e) => errors.push(e));
+  const got = [];
+  await subscribed(client, ws, "dash", (m) => got.push(m), { delta: "fossil" });
+  ws.recv({ op: "message", pattern: "dash", topic: "dash", partition: 0, offset: 0, data: { n: 0 } });
+  ws.recv({ op: "message", pattern: "dash", topic: "dash", partition: 0, offset: 1, data: prefixDelta('{"n":0}', '{"n":1,"pad":"xxxxxxxx"}'), delta: true });
+  assert.equal(got.length, 1);
+  assert.equal(errors.length, 1);
+  assert.equal(errors[0].code, "bad_delta");
+  assert.match(errors[0].message, /more than the limit of 16/);
+  await until(() => FakeWS.sockets.length === 2);
+  client.close();
+});

@@ -11,7 +11,8 @@
 // and the test checks what the client makes of them: a reply resolves
 // to the frame's fields (without op and id), an error reply rejects with its code and message, a
 // message reaches the handler of its subscription as written (a binary
-// one with its data decoded to a Uint8Array), a gap and
+// one with its data decoded to a Uint8Array, a delta one with the payload
+// published at its position), a gap and
 // an error without a request are events. Sessions on the lean envelope
 // are left out (the client does not ask for it).
 //
@@ -68,6 +69,23 @@ function load(name) {
   return { name, query, steps, frames };
 }
 
+/**
+ * The JSON payload of every publish of a transcript that was answered
+ * published, by "topic/partition/offset": what a delta message there
+ * must turn into.
+ */
+function publishedData(steps) {
+  const out = new Map();
+  for (let i = 0; i + 1 < steps.length; i++) {
+    const f = parse(steps[i].frame);
+    if (!steps[i].send || !f || f.op !== "publish" || f.encoding !== undefined) continue;
+    const r = steps.slice(i + 1).find((st) => st.session === steps[i].session && !st.send);
+    const reply = r && parse(r.frame);
+    if (reply && reply.op === "published" && reply.id === f.id) out.set(`${reply.topic}/${reply.partition}/${reply.offset}`, f.data);
+  }
+  return out;
+}
+
 function parse(s) {
   try {
     return JSON.parse(s);
@@ -95,16 +113,16 @@ async function openFor(t) {
 }
 
 /** Replays one session of a transcript against a client. */
-async function replaySession(t, steps) {
+async function replaySession(t, steps, published) {
   const { client, ws } = await openFor(t);
   try {
-    return await replay(client, ws, steps);
+    return await replay(client, ws, steps, published);
   } finally {
     client.close();
   }
 }
 
-async function replay(client, ws, steps) {
+async function replay(client, ws, steps, published) {
   const messages = []; // what the handlers received
   const gaps = [];
   const errors = [];
@@ -122,13 +140,15 @@ async function replay(client, ws, steps) {
       const isObject = f && typeof f === "object" && !Array.isArray(f);
       // A request the client can make: an object with an op and a number
       // or string id, whose reply carries that id back.
-      if (isObject && typeof f.op === "string" && f.op !== "" && (typeof f.id === "number" || typeof f.id === "string") && reply && reply.id === f.id) {
+      // (The client never sends "delta" on a group subscription.)
+      const makes = !(f && f.op === "subscribe" && f.group && f.delta !== undefined);
+      if (makes && isObject && typeof f.op === "string" && f.op !== "" && (typeof f.id === "number" || typeof f.id === "string") && reply && reply.id === f.id) {
         i++; // the reply is consumed here
         const { id: _, ...req } = f;
         let p;
         if (f.op === "subscribe" && reply.op === "subscribed") {
           const opts = {};
-          for (const k of ["group", "from", "presence", "on_full", "filter"]) if (f[k] !== undefined) opts[k] = f[k];
+          for (const k of ["group", "from", "presence", "on_full", "filter", "delta"]) if (f[k] !== undefined) opts[k] = f[k];
           p = client.subscribe(f.pattern, handler, opts);
         } else {
           p = client._request(req);
@@ -166,8 +186,15 @@ async function replay(client, ws, steps) {
     // A server frame not consumed as a reply: delivered as written.
     const f = parse(st.frame);
     assert.ok(f, `server frame is not JSON: ${st.frame}`);
-    // A binary record ("encoding":"base64") reaches the handler as bytes.
-    if (f.op === "message" && f.encoding === "base64") want.messages.push({ ...f, data: new Uint8Array(Buffer.from(f.data, "base64")) });
+    // A delta message reaches the handler with the whole payload: the
+    // one published at its position. A binary record ("encoding":"base64")
+    // reaches the handler as bytes.
+    if (f.op === "message" && f.delta === true) {
+      const { delta: _d, encoding: _e, ...rest } = f;
+      const p = published.get(`${f.topic}/${f.partition}/${f.offset}`);
+      assert.ok(p !== undefined, `no publish of the delta message ${st.frame}`);
+      want.messages.push({ ...rest, data: p });
+    } else if (f.op === "message" && f.encoding === "base64") want.messages.push({ ...f, data: new Uint8Array(Buffer.from(f.data, "base64")) });
     else if (f.op === "message") want.messages.push(f);
     else if (f.op === "gap") want.gaps.push(f);
     else if (f.op === "error") want.errors.push(f);
@@ -195,7 +222,7 @@ for (const name of names) {
   const sessions = [...new Set(tr.steps.map((s) => s.session))].filter((s) => !tr.query[s]);
   for (const s of sessions) {
     test(`golden ${tr.name} session ${s}`, testTimeout, async (t) => {
-      const checked = await replaySession(t, tr.steps.filter((st) => st.session === s));
+      const checked = await replaySession(t, tr.steps.filter((st) => st.session === s), publishedData(tr.steps));
       assert.ok(checked > 0);
     });
   }

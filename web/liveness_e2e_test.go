@@ -5,9 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,14 +13,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/engine/memengine"
+	"github.com/switchyard/switchyard/faults"
 	"github.com/switchyard/switchyard/router"
 )
 
@@ -89,8 +86,14 @@ func TestNodeClientNoticesSilentCut(t *testing.T) {
 		srv.Close()
 		_ = eng.Close(ctx)
 	}()
-	p := newCutProxy(t, srv.Listener.Addr().String())
-	defer p.close()
+	// The fault harness's proxy: Silence cuts the link open then silently
+	// (nothing arrives, nothing is closed), as a NAT that forgot the flow
+	// would; links made later forward normally.
+	p, err := faults.NewProxy("gateway", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
 
 	lib, err := filepath.Abs("static/switchyard.js")
 	if err != nil {
@@ -103,7 +106,7 @@ func TestNodeClientNoticesSilentCut(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, append(args, script, "ws://"+p.Addr+"/v1/ws")...)
+	cmd := exec.CommandContext(ctx, node, append(args, script, "ws://"+p.Addr()+"/v1/ws")...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdin, err := cmd.StdinPipe()
@@ -128,7 +131,7 @@ func TestNodeClientNoticesSilentCut(t *testing.T) {
 	if l := line(); l != "ready" {
 		t.Fatalf("node said %q, want ready; stderr: %s", l, stderr.String())
 	}
-	if n := p.cutAll(); n != 1 {
+	if n := p.Silence(); n != 1 {
 		t.Fatalf("cut %d links, want 1", n)
 	}
 	for i := range 5 { // published during the cut, straight to the gateway
@@ -165,9 +168,9 @@ func jsonString(s string) string {
 	return string(b)
 }
 
-// nodeWithWebSocket finds a node that has WebSocket, with the flag it
-// needs, or skips the test.
-func nodeWithWebSocket(t *testing.T) (string, []string) {
+// findNode finds node, or skips the test (fails it when
+// SWITCHYARD_REQUIRE_NPM is set).
+func findNode(t *testing.T) string {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -176,6 +179,14 @@ func nodeWithWebSocket(t *testing.T) (string, []string) {
 		}
 		t.Skip("node not found")
 	}
+	return node
+}
+
+// nodeWithWebSocket finds a node that has WebSocket, with the flag it
+// needs, or skips the test.
+func nodeWithWebSocket(t *testing.T) (string, []string) {
+	t.Helper()
+	node := findNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, try := range [][]string{nil, {"--experimental-websocket"}} {
@@ -186,101 +197,4 @@ func nodeWithWebSocket(t *testing.T) (string, []string) {
 	}
 	t.Skip("this node has no WebSocket")
 	return "", nil
-}
-
-// cutProxy forwards TCP connections on a loopback port to a target and can
-// cut them silently: a cut link stops forwarding in both directions and
-// discards what it reads, but closes nothing, as a NAT that forgot the
-// flow would. Links accepted after a cut forward normally.
-type cutProxy struct {
-	Addr string
-
-	target string
-	ln     net.Listener
-	wg     sync.WaitGroup // accept loop and pipes
-	mu     sync.Mutex     // guards links
-	links  map[*proxyLink]struct{}
-}
-
-type proxyLink struct {
-	client, server net.Conn
-	cut            atomic.Bool
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{Addr: ln.Addr().String(), target: target, ln: ln, links: make(map[*proxyLink]struct{})}
-	p.wg.Add(1)
-	go p.accept()
-	return p
-}
-
-func (p *cutProxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return // closed
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		l := &proxyLink{client: c, server: s}
-		p.mu.Lock()
-		p.links[l] = struct{}{}
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(l, s, c)
-		go p.pipe(l, c, s)
-	}
-}
-
-// pipe copies src to dst until either is closed, discarding once l is cut.
-func (p *cutProxy) pipe(l *proxyLink, dst, src net.Conn) {
-	defer p.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !l.cut.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				err = werr
-			}
-		}
-		if err != nil {
-			if !errors.Is(err, net.ErrClosed) && !l.cut.Load() {
-				// A link that is not cut passes the end on.
-				l.client.Close()
-				l.server.Close()
-			}
-			return
-		}
-	}
-}
-
-// cutAll cuts every link open now and reports how many.
-func (p *cutProxy) cutAll() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for l := range p.links {
-		l.cut.Store(true)
-	}
-	return len(p.links)
-}
-
-// close stops the proxy and waits for its goroutines.
-func (p *cutProxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	for l := range p.links {
-		l.client.Close()
-		l.server.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
 }

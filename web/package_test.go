@@ -211,7 +211,7 @@ func TestPackageInViteApp(t *testing.T) {
 		files = append(files, f.Path)
 	}
 	slices.Sort(files)
-	want := []string{"LICENSE", "README.md", "package.json", "static/client_base.js", "static/client_frames.js", "static/eventstream.js", "static/fossil.js", "static/sse_transport.js", "static/switchyard.js", "switchyard.d.ts"}
+	want := []string{"LICENSE", "README.md", "package.json", "static/client_base.js", "static/client_frames.js", "static/eventstream.js", "static/fossil.js", "static/sse_transport.js", "static/subscription.js", "static/switchyard.js", "switchyard.d.ts"}
 	if !slices.Equal(files, want) {
 		t.Errorf("tarball holds %v, want %v", files, want)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -40,18 +39,14 @@ func (l *requestLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the client in Node falls back to SSE against a gateway that needs a
 // credential. Every request it makes is recorded; none may carry the
 // credential in its URL, and the stream and the publishes must carry it
-// in the Authorization header.
+// in the Authorization header. A delta subscription's stream gets deltas
+// from the gateway, which the client applies.
 func TestNodeClientSSETokenStaysOutOfURLs(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		if os.Getenv("SWITCHYARD_REQUIRE_NPM") != "" {
-			t.Fatal("node not found and SWITCHYARD_REQUIRE_NPM is set")
-		}
-		t.Skip("node not found")
-	}
+	node := findNode(t)
 	const key = "sse-e2e-admin-key-0123456789"
 	eng := memengine.New(memengine.Options{})
-	rt, err := router.New(router.Options{Engine: eng, Registry: prometheus.NewRegistry(), StatsInterval: -1, Auth: router.AuthOptions{AdminKey: key}})
+	reg := prometheus.NewRegistry()
+	rt, err := router.New(router.Options{Engine: eng, Registry: reg, StatsInterval: -1, Auth: router.AuthOptions{AdminKey: key}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +75,27 @@ func TestNodeClientSSETokenStaysOutOfURLs(t *testing.T) {
 		if strings.Contains(u, key) || strings.Contains(u, "token=") {
 			t.Errorf("a request carried the credential in its URL: %s", u)
 		}
+	}
+	// The delta subscription's stream got deltas, which the client applied.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deltas := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "switchyard_delta_deliveries_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "kind" && lp.GetValue() == "delta" {
+					deltas += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if deltas < 1 {
+		t.Errorf("no delta messages were sent to the SSE delta subscription")
 	}
 	for _, path := range []string{"/v1/sse", "/v1/publish"} {
 		if !log.auth[path] {

@@ -32,6 +32,8 @@ export declare const DEFAULTS: Readonly<{
   pingIntervalMs: number;
   /** How long after a ping a frame must arrive before the connection counts as dead (10000). */
   pongTimeoutMs: number;
+  /** The largest payload a delta message may claim (67108864, 64 MiB); a larger claim is a `bad_delta`. */
+  maxDeltaBytes: number;
 }>;
 
 /**
@@ -199,8 +201,10 @@ export interface SubscribeOptions {
   /** Plain only: announce this session on the matched topics and receive `join` / `leave` events. */
   presence?: boolean;
   /**
-   * Plain only, WebSocket only: `"fossil"` asks for delta-compressed
-   * messages; the client applies each delta before the handler sees it.
+   * Plain only: `"fossil"` asks for delta-compressed messages; the client
+   * applies each delta before the handler sees it. Over SSE the stream
+   * asks for deltas (`delta=fossil`, which covers all its patterns) when
+   * every subscription asked for them; otherwise messages come full.
    * A delta that does not apply emits an `error` (`bad_delta`) and the
    * client reconnects, resuming with full messages.
    */
@@ -257,8 +261,20 @@ export interface PublishOptions {
 
 /** Options of {@link connect}. */
 export interface ConnectOptions {
-  /** Auth token: `?token=` on the WebSocket URL, an `Authorization: Bearer` header over SSE (never in its URL); a function is asked before every attempt. */
+  /**
+   * Auth token, never put in a URL: over a WebSocket it is traded for a
+   * one-use ticket before every attempt (see `auth`); over SSE it goes in an
+   * `Authorization: Bearer` header. A function is asked before every attempt.
+   */
   token?: string | (() => string | Promise<string>);
+  /**
+   * How a WebSocket attempt carries the token. `"ticket"` (default): the
+   * client asks `POST /v1/tickets` (token in an `Authorization` header,
+   * through `fetch`) for a one-use ticket and opens `?ticket=`. `"header"`:
+   * the WebSocket constructor gets `{ headers: { Authorization } }` as its
+   * third argument (Node's `ws` package takes it); no ticket is needed.
+   */
+  auth?: "ticket" | "header";
   /**
    * Async token source used instead of `token`: called before every
    * connection attempt and when the server sends `refresh_required`, whose
@@ -282,6 +298,12 @@ export interface ConnectOptions {
    * Default 10000.
    */
   pongTimeoutMs?: number;
+  /**
+   * The largest payload a delta message may claim; the claim is checked
+   * before the payload is allocated, and a larger one is a `bad_delta`
+   * (reported, then the client reconnects). Default 67108864 (64 MiB).
+   */
+  maxDeltaBytes?: number;
   /** WebSocket constructor to use instead of `globalThis.WebSocket`. */
   WebSocket?: WebSocketConstructor;
   /**
@@ -293,7 +315,7 @@ export interface ConnectOptions {
   transports?: Array<"websocket" | "sse">;
   /** EventSource constructor for the SSE transport; default `globalThis.EventSource`. */
   EventSource?: EventSourceConstructor;
-  /** fetch for publishing over the SSE transport; default `globalThis.fetch`. */
+  /** fetch for tickets, and for reading and publishing over the SSE transport; default `globalThis.fetch`. */
   fetch?: FetchLike;
   /** The client's lifetime: a pending connect rejects with `aborted`, an open client closes. */
   signal?: AbortSignal;
@@ -316,7 +338,12 @@ export interface WebSocketLike {
   onclose: HandlerSlot<{ code?: number; reason?: string }>;
   onerror: HandlerSlot<unknown>;
 }
-export type WebSocketConstructor = new (url: string) => WebSocketLike;
+/**
+ * A WebSocket constructor. The client passes only the URL, except with
+ * `auth: "header"`, where it also passes no subprotocols and the headers
+ * (as the `ws` package takes them).
+ */
+export type WebSocketConstructor = new (url: string, protocols?: string[], options?: { headers: Record<string, string> }) => WebSocketLike;
 
 /** What the SSE transport needs of an EventSource implementation (the browser's, or a polyfill). */
 export interface EventSourceLike {

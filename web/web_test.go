@@ -8,7 +8,7 @@ import (
 )
 
 func TestFSServesTheFiles(t *testing.T) {
-	for _, name := range []string{"index.html", "dashboard.js", "dashboard_ui.js", "dashboard_api.js", "dashboard_panels.js", "dashboard.css", "eventstream.js", "example.html", "switchyard.js", "sse_transport.js", "client_base.js", "client_frames.js"} {
+	for _, name := range []string{"index.html", "dashboard.js", "dashboard_ui.js", "dashboard_api.js", "dashboard_panels.js", "dashboard.css", "eventstream.js", "example.html", "switchyard.js", "sse_transport.js", "client_base.js", "client_frames.js", "subscription.js"} {
 		t.Run(name, func(t *testing.T) {
 			b, err := fs.ReadFile(FS(), name)
 			if err != nil {

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -182,7 +183,7 @@ func (r *registry) loadFile(path string, sources map[string]source) error {
 		}
 		s := r.byName[name]
 		if name == "config" || s == nil {
-			return fmt.Errorf("config %s: line %d: unknown setting %q", path, k.Line, name)
+			return fmt.Errorf("config %s: line %d: unknown setting %q%s", path, k.Line, name, r.suggest(name))
 		}
 		if s.action {
 			return fmt.Errorf("config %s: line %d: %s is given on the command line only (--%s)", path, k.Line, name, name)
@@ -212,6 +213,53 @@ func (r *registry) loadFile(path string, sources map[string]source) error {
 }
 
 // describeNode names what a YAML node holds, for an error message.
+// suggest names the setting an unknown name was likely meant to be (the
+// same with dashes for underscores, or one or two letters away), as
+// ": did you mean \"x\"?", or "" when none is close.
+func (r *registry) suggest(name string) string {
+	if s := r.byName[strings.ReplaceAll(name, "_", "-")]; s != nil && !s.action {
+		return fmt.Sprintf(`: the settings are the flag names, did you mean %q?`, strings.ReplaceAll(name, "_", "-"))
+	}
+	best, bestD := "", 3
+	for n, s := range r.byName {
+		if s.action || n == "config" {
+			continue
+		}
+		if d := editDistance(name, n, bestD+1); d < bestD || d == bestD && best != "" && n < best {
+			best, bestD = n, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(": did you mean %q?", best)
+}
+
+// editDistance is the Levenshtein distance of a and b, or limit when it is
+// limit or more.
+func editDistance(a, b string, limit int) int {
+	if d := len(a) - len(b); d >= limit || -d >= limit {
+		return limit
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return min(prev[len(b)], limit)
+}
+
 func describeNode(n *yaml.Node) string {
 	switch {
 	case n.Kind == yaml.SequenceNode:

@@ -47,6 +47,7 @@ func TestFlagDefaults(t *testing.T) {
 		"compression":        false,
 		"write-delay":        time.Duration(0), // off
 		"write-delay-frames": session.DefaultWriteDelayFrames,
+		"idle-park":          false, // NoIdlePark: on
 		"version":            false,
 		"check-config":       false,
 		"print-config":       false,
@@ -133,6 +134,9 @@ func TestFlagDefaults(t *testing.T) {
 		"sse-max-token-bytes":       router.DefaultSSEMaxTokenBytes,
 		"sse-resume-ttl":            router.DefaultSSEResumeTTL,
 		"sse-resume-bytes":          router.DefaultSSEResumeBytes,
+		"ticket-ttl":                router.DefaultTicketTTL,
+		"max-tickets":               router.DefaultMaxTickets,
+		"max-ticket-bytes":          router.DefaultMaxTicketBytes,
 		// Groups.
 		"ack-timeout":                 p.AckTimeout,
 		"max-attempts":                p.MaxAttempts,
@@ -155,6 +159,10 @@ func TestFlagDefaults(t *testing.T) {
 		"mqtt-max-retained":           router.DefaultMQTTMaxRetained,
 		"mqtt-max-pending-wills":      router.DefaultMQTTMaxPendingWills,
 		"mqtt-max-retained-bytes":     int64(router.DefaultMQTTMaxRetainedBytes),
+		"mqtt-max-sessions":           router.DefaultMQTTMaxSessions,
+		"mqtt-max-session-bytes":      int64(router.DefaultMQTTMaxSessionBytes),
+		"mqtt-max-session-expiry":     router.DefaultMQTTMaxSessionExpiry,
+		"mqtt-max-topic-aliases":      router.DefaultMQTTMaxTopicAliases,
 		"max-group-bytes":             router.DefaultMaxGroupBytes,
 		"max-groups-per-client":       router.DefaultMaxGroupsPerClient,
 		"max-group-bytes-per-client":  router.DefaultMaxGroupBytesPerClient,
@@ -163,6 +171,9 @@ func TestFlagDefaults(t *testing.T) {
 		"max-dead-letter-bytes":       p.MaxDeadLetterBytes,
 		"dead-letter-rate":            router.DefaultDeadLetterRate,
 		"dead-letter-burst":           router.DefaultDeadLetterBurst,
+		// Topic aliases the gateway gives.
+		"mqtt-max-sent-topic-aliases":     router.DefaultMQTTMaxSentTopicAliases,
+		"mqtt-max-sent-topic-alias-bytes": router.DefaultMQTTMaxSentTopicAliasBytes,
 		// Retention.
 		"partitions":         d.Partitions,
 		"retention-messages": d.MaxMessages,
@@ -210,6 +221,7 @@ func TestSettingsReachOptions(t *testing.T) {
 		"--allowed-origins", "a.example, b.example", "--trusted-proxies", "10.0.0.0/8",
 		"--hook-url", "http://127.0.0.1:1", "--hooks", "publish", "--hook-timeout", "1s",
 		"--handshake-timeout", "4s", "--group-idle-ttl", "0", "--compression", "on",
+		"--idle-park", "off",
 	}, noEnv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -224,6 +236,7 @@ func TestSettingsReachOptions(t *testing.T) {
 		got, want any
 	}{
 		{"session", o.Session.QueueMessages, 7},
+		{"idle park", o.Session.NoIdlePark, true},
 		{"bounds", o.Bounds.MaxTopicBytes, 100},
 		{"router", o.StatsInterval.String(), "3s"},
 		{"list", o.OriginPatterns, []string{"a.example", "b.example"}},
@@ -273,6 +286,8 @@ func TestConfigFileTypeErrors(t *testing.T) {
 		{"no value", "engine:\n", []string{"line 1: engine: expected a string, got no value"}},
 		{"twice", "max-attempts: 3\nmax-attempts: 4\n", []string{"line 2: max-attempts: given twice (first on line 1)"}},
 		{"unknown", "# settings\nno-such-setting: 1\n", []string{`line 2: unknown setting "no-such-setting"`}},
+		{"underscores", "admin_key: 0123456789abcdef\n", []string{`unknown setting "admin_key": the settings are the flag names, did you mean "admin-key"?`}},
+		{"misspelt", "max-atempts: 3\n", []string{`unknown setting "max-atempts": did you mean "max-attempts"?`}},
 		{"not a mapping", "- addr\n", []string{"expected settings as name: value lines, got a list"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

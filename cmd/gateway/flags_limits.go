@@ -43,6 +43,9 @@ func (c *config) limitFlags(r *registry) {
 	r.int(&o.SSE.MaxTokenBytes, "sse-max-token-bytes", router.DefaultSSEMaxTokenBytes, "largest Last-Event-ID of a Server-Sent Events stream (400 past it)")
 	r.duration(&o.SSE.ResumeTTL, "sse-resume-ttl", router.DefaultSSEResumeTTL, "how long an ended Server-Sent Events stream stays resumable by its last event id")
 	r.int64(&o.SSE.ResumeBytes, "sse-resume-bytes", router.DefaultSSEResumeBytes, "memory for the positions of ended Server-Sent Events streams kept for resumption; past it the oldest are forgotten")
+	r.duration(&o.Tickets.TTL, "ticket-ttl", router.DefaultTicketTTL, "how long a connection ticket of POST /v1/tickets may wait for its WebSocket upgrade or SSE stream")
+	r.int(&o.Tickets.MaxTickets, "max-tickets", router.DefaultMaxTickets, "unused connection tickets the gateway holds (503 past it)")
+	r.int64(&o.Tickets.MaxBytes, "max-ticket-bytes", router.DefaultMaxTicketBytes, "bytes of the credentials unused connection tickets hold (503 past it)")
 }
 
 // nameFlags declares the bounds on names, keys, headers, filters and ids

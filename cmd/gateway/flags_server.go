@@ -4,6 +4,7 @@ package main
 // WebSocket transport and shutdown.
 
 import (
+	"errors"
 	"time"
 
 	"github.com/switchyard/switchyard/router"
@@ -33,6 +34,23 @@ func (c *config) serverFlags(r *registry) {
 	r.onOff(&c.Router.Compression, "compression", false, `WebSocket permessage-deflate, "off" or "on" (no context takeover; frames of 512 bytes and more): off by default since it costs CPU per subscriber and frame, which pays only when clients are short of bandwidth and payloads are large`)
 	r.duration(&c.WriteDelay, "write-delay", 0, "write coalescing: how long a session's writer waits for more frames before a write (0: off, write at once); replies are never held")
 	r.int(&c.WriteDelayFrames, "write-delay-frames", session.DefaultWriteDelayFrames, "with --write-delay: most frames per write, and the queued frames at which the writer stops waiting")
+	// Bound to Options.NoIdlePark, whose zero value (false) is "on".
+	bind(r, &c.NoIdlePark, "idle-park", false, `idle sessions' sockets (WebSocket, and MQTT over TCP or WebSocket) wait in one epoll set of the process instead of a goroutine each, "on" or "off" (on: where epoll exists, Linux; off: each idle session keeps a reader goroutine)`, kind{"off|on", `"off" or "on"`},
+		func(s string) (bool, error) {
+			switch s {
+			case "on":
+				return false, nil
+			case "off":
+				return true, nil
+			}
+			return false, errors.New("neither off nor on")
+		},
+		func(off bool) string {
+			if off {
+				return "off"
+			}
+			return "on"
+		})
 	r.action(&c.Version, "version", "print the version and exit")
 	r.action(&c.CheckConfig, "check-config", "load and check the settings (file, environment, flags; key and certificate files read), print the errors and exit: 0 when they would start")
 	r.action(&c.PrintConfig, "print-config", "print the effective settings as a YAML file for --config, each with where it came from (flag, env, file, default), secrets hidden, and exit")

@@ -45,8 +45,14 @@ const (
 // groupSyncer syncs the filesystem of a directory for syncConns and counts
 // its syncs.
 type groupSyncer struct {
-	dir   *os.File
 	syncs atomic.Int64 // syncs done
+
+	// mu is held, shared, across a sync and, exclusively, by close: a
+	// connection's commit goroutine may still be syncing when the server
+	// stops.
+	mu     sync.RWMutex
+	dir    *os.File
+	closed bool
 }
 
 // newGroupSyncer opens dir for syncing its filesystem; ok is false when
@@ -63,12 +69,24 @@ func newGroupSyncer(dir string) (_ *groupSyncer, ok bool, err error) {
 }
 
 func (g *groupSyncer) sync() error {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if g.closed {
+		return os.ErrClosed
+	}
 	g.syncs.Add(1)
 	return syncfs(g.dir)
 }
 
+// close closes the directory once every sync under way has returned.
 func (g *groupSyncer) close() {
-	if g != nil {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.closed {
+		g.closed = true
 		g.dir.Close()
 	}
 }

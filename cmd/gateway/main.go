@@ -163,6 +163,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		return err
 	}
 	opts.Reloader = rl.reloadHTTP
+	if certs != nil && opts.MQTT.Addr != "" {
+		// --mqtt-addr serves MQTT over TLS with the listener's certificate
+		// and client CAs, reloaded as they are (docs/mqtt.md). No ALPN:
+		// MQTT clients offer none, or names of their own (AWS's).
+		if opts.MQTT.TLS, err = serverTLSConfig(certs, cfg.TLS.ClientCAFile); err != nil {
+			_ = eng.Close(context.Background())
+			return err
+		}
+	}
 	warnFrameLimit(log, cfg)
 	rt, err := router.New(opts)
 	if err != nil {
@@ -205,6 +214,7 @@ func routerOptions(cfg config, eng engine.Engine, log *slog.Logger) (router.Opti
 	o.Engine, o.EngineName, o.Logger, o.Static, o.Version = eng, cfg.Engine, log, web.FS(), gatewayVersion()
 	o.Session = cfg.Wire.Options
 	o.Bounds = cfg.Wire.bounds()
+	o.TopicPolicies = topicPolicies(cfg) // topics.go
 	o.Groups.DefaultWindow = cfg.MaxInFlight
 	o.ShutdownGrace = cfg.ShutdownTimeout / 2
 	var err error
@@ -246,10 +256,10 @@ func serve(ctx context.Context, cfg config, rt *router.Router, eng engine.Engine
 	}
 	log.Info("switchyard gateway listening", "addr", ln.Addr().String(), "version", gatewayVersion(), "engine", cfg.Engine, "epoch", eng.Epoch(), "tls", tlsConfig != nil)
 	if a := rt.MQTTAddr(); a != nil {
-		log.Info("mqtt listening", "addr", a.String())
+		log.Info("mqtt listening", "addr", a.String(), "tls", tlsConfig != nil)
 	}
 	logEndpoints(log, ln.Addr(), tlsConfig != nil)
-	warnOpen(log, ln.Addr(), auth)
+	warnOpen(log, ln.Addr(), withPolicyPublish(auth, cfg)) // topic_policies.go
 	if cfg.DebugAddr != "" {
 		stopDebug, err := serveDebug(cfg.DebugAddr, log)
 		if err != nil {

@@ -19,8 +19,10 @@ package main
 // liveNames (see router/reload.go for when each takes effect: sessions
 // already open keep their principal and their per-session limits). The
 // certificate files are watched on their own (tls.go). Everything else
-// (the listener, the engine, the session and queue bounds, frame and
-// message sizes, group policy, topic defaults) needs a restart.
+// (the listener, the engine, the session and queue bounds, the frame
+// size, group policy, topic defaults) needs a restart; max-message-bytes
+// reloads up to what --max-frame-bytes, fixed at start, lets a publish
+// frame carry.
 //
 // Concurrency: a reloader is safe for concurrent use; reloads are
 // serialized. The goroutine watchSignal starts ends when its stop
@@ -59,7 +61,7 @@ var liveNames = []string{
 	"allowed-origins",
 	// limits
 	"max-connections", "max-connections-per-ip", "connect-rate-per-ip", "max-subscriptions",
-	"publish-rate", "max-topics", "max-last",
+	"publish-rate", "max-topics", "max-last", "max-message-bytes", "http-publish-rate",
 }
 
 // reloadResult says what a reload changed.
@@ -140,7 +142,9 @@ func (r *reloader) reload() (reloadResult, error) {
 			res.Reloaded = append(res.Reloaded, name+" (the file's contents)")
 		}
 	}
-	if r.apply != nil && slices.ContainsFunc(res.Reloaded, func(name string) bool { return name != "log-level" && name != "topics" }) {
+	// The topics list is the router's topic policies too: a change of it
+	// alone goes to the router as well.
+	if r.apply != nil && slices.ContainsFunc(res.Reloaded, func(name string) bool { return name != "log-level" }) {
 		if err := r.apply(next); err != nil {
 			return reloadResult{}, fmt.Errorf("reload refused, keeping the running settings: %w", err)
 		}

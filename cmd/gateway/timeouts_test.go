@@ -66,7 +66,14 @@ func TestTrickledBodyClosed(t *testing.T) {
 // series is absent.
 func metricValue(t *testing.T, addr, series string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
+	return scrapeMetric(t, http.Get, "http://"+addr+"/metrics", series)
+}
+
+// scrapeMetric gets the metrics page at url with get and returns the
+// value of series; 0 when the series is absent.
+func scrapeMetric(t *testing.T, get func(url string) (*http.Response, error), url, series string) float64 {
+	t.Helper()
+	resp, err := get(url)
 	if err != nil {
 		t.Fatal(err)
 	}

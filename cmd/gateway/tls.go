@@ -1,7 +1,8 @@
 package main
 
-// TLS of the gateway's listeners: https and wss on --addr (and, through
-// serverTLSConfig, any other TCP listener of the gateway, such as MQTT's).
+// TLS of the gateway's listeners: https and wss on --addr, and MQTT over
+// TLS on --mqtt-addr (main.go): one certificate, one watcher, one set of
+// client CAs for both.
 //
 // The certificate and key are read at start and again whenever their files
 // change: a certWatcher polls the files' size and modification time every
@@ -204,7 +205,7 @@ func (w *certWatcher) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, er
 // serverTLSConfig returns the TLS configuration of a listener serving the
 // certificate w holds, requiring client certificates signed by a CA of
 // clientCAFile when it is set (mutual TLS), and offering nextProtos in
-// ALPN ("http/1.1" for the HTTP listener; MQTT's may offer "mqtt"). TLS 1.2
+// ALPN ("http/1.1" for the HTTP listener; none for MQTT's). TLS 1.2
 // is the oldest version accepted; TLS 1.2 connections get forward-secret
 // AEAD suites only (TLS 1.3's suites are not configurable and all fit).
 func serverTLSConfig(w *certWatcher, clientCAFile string, nextProtos ...string) (*tls.Config, error) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/ecdsa"
@@ -364,22 +363,7 @@ func TestTLSTimeoutsCountedByPhase(t *testing.T) {
 // tlsMetric scrapes one sample over https; 0 when the series is absent.
 func tlsMetric(t *testing.T, hc *tlsClient, addr, series string) float64 {
 	t.Helper()
-	resp, err := hc.Get("https://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			var f float64
-			if _, err := fmt.Sscan(v, &f); err == nil {
-				return f
-			}
-		}
-	}
-	return 0
+	return scrapeMetric(t, hc.Get, "https://"+addr+"/metrics", series)
 }
 
 // TestCertWatcherKeepsAGoodCertificate: a changed pair that does not load

@@ -20,15 +20,24 @@ package main
 // reload to have it created again). Errors of the list name the file, the
 // line, the entry and what it takes; --check-config reports them.
 //
-// Not yet: wildcard patterns whose settings apply to topics a publish or
-// subscribe creates (the entry is refused, naming this), a byte bound of
-// retention (no engine keeps one), and "policy" in GET /v1/topics/{name}.
+// Every entry is a topic policy (router.TopicPolicy), in the file's order:
+// the first one matching a topic a publish or subscribe creates gives
+// that topic its settings (GET /v1/topics/{name} names it as "policy"),
+// and the first one matching a topic decides its max_last, presence,
+// anonymous and mqtt settings (topic_policies.go). An entry whose pattern
+// has a wildcard ("*" one segment, "#" one or more trailing) creates
+// nothing by itself; an exact name's is created at start. A reload
+// applies changed policies to the next topic created, subscribe or
+// publish.
+//
+// Not yet: a byte bound of retention (no engine keeps one).
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -36,18 +45,23 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/trie"
 )
 
 // topicSpec is one entry of the topics list: the settings it gives, zero
 // where it gives none.
 type topicSpec struct {
-	Config engine.TopicConfig
-	Line   int // in the config file, for messages
+	Config   engine.TopicConfig
+	Line     int  // in the config file, for messages
+	Wildcard bool // Config.Name is a pattern: a topic policy
+	// Access are the router's settings of the entry (max_last, presence,
+	// anonymous, mqtt); their Pattern and Config are unused.
+	Access router.TopicPolicy
 }
 
 // topicKeys are the keys of an entry, as errors list them.
-const topicKeys = "name, partitions, partitioner, retention (max_messages, max_age), on_full, block_timeout"
+const topicKeys = "name, partitions, partitioner, retention (max_messages, max_age), on_full, block_timeout, max_last, presence, anonymous (publish, subscribe), mqtt (retained)"
 
 // parseTopics reads the topics list of the config file at path.
 func parseTopics(path string, n *yaml.Node) ([]topicSpec, error) {
@@ -69,8 +83,13 @@ func parseTopics(path string, n *yaml.Node) ([]topicSpec, error) {
 		}
 		spec := topicSpec{Line: item.Line}
 		c := &spec.Config
+		keyLine := map[string]int{} // a key given twice is refused, not overwritten
 		for j := 0; j+1 < len(item.Content); j += 2 {
 			k, v := item.Content[j], item.Content[j+1]
+			if line, dup := keyLine[k.Value]; dup {
+				return nil, at(k.Line, "%s: %s given twice (first on line %d)", entry, k.Value, line)
+			}
+			keyLine[k.Value] = k.Line
 			bad := func(want string) error {
 				return at(k.Line, "%s: %s: expected %s, got %s", entry, k.Value, want, describeNode(v))
 			}
@@ -113,6 +132,12 @@ func parseTopics(path string, n *yaml.Node) ([]topicSpec, error) {
 				}); err != nil {
 					return nil, err
 				}
+			case "max_last", "presence", "anonymous", "mqtt":
+				if err := parseAccess(k, v, &spec.Access, func(k *yaml.Node, want string, got *yaml.Node) error {
+					return at(k.Line, "%s: %s: expected %s, got %s", entry, k.Value, want, describeNode(got))
+				}); err != nil {
+					return nil, err
+				}
 			default:
 				return nil, at(k.Line, "%s: unknown key %q (%s)", entry, k.Value, topicKeys)
 			}
@@ -121,10 +146,10 @@ func parseTopics(path string, n *yaml.Node) ([]topicSpec, error) {
 			return nil, at(item.Line, "%s: name is missing", entry)
 		}
 		if err := trie.ValidateTopic(c.Name); err != nil {
-			if trie.ValidatePattern(c.Name) == nil {
-				return nil, at(item.Line, "%s: %q is a wildcard pattern; settings for the topics a publish or subscribe creates are not supported yet: name each topic", entry, c.Name)
+			if trie.ValidatePattern(c.Name) != nil {
+				return nil, at(item.Line, "%s: %v", entry, err)
 			}
-			return nil, at(item.Line, "%s: %v", entry, err)
+			spec.Wildcard = true
 		}
 		if trie.IsSystem(c.Name) {
 			return nil, at(item.Line, "%s: %q is a $ topic, reserved for the gateway", entry, c.Name)
@@ -177,19 +202,43 @@ func yamlDuration(v *yaml.Node) (time.Duration, bool) {
 // topic defaults filled in.
 func topicConfigs(cfg config) []engine.TopicConfig {
 	defaults := cfg.Topics.WithDefaults(engine.Defaults)
-	out := make([]engine.TopicConfig, len(cfg.TopicList))
-	for i, s := range cfg.TopicList {
-		out[i] = s.Config.WithDefaults(defaults)
+	var out []engine.TopicConfig
+	for _, s := range cfg.TopicList {
+		if !s.Wildcard {
+			out = append(out, s.Config.WithDefaults(defaults))
+		}
 	}
 	return out
 }
 
-// validateTopics checks the declared topics' settings as the engine and
-// --max-partitions would.
+// topicPolicies returns the config's entries as the router's topic
+// policies, in the file's order: a wildcard entry's for the topics it
+// matches, an exact name's for that topic alone (created at start too:
+// its policy gives it its settings again when a publish or subscribe
+// creates it after a delete, and its router settings apply to it). Zero
+// fields take the engine's topic defaults when a topic is created.
+func topicPolicies(cfg config) []router.TopicPolicy {
+	var out []router.TopicPolicy
+	for _, s := range cfg.TopicList {
+		p := s.Access
+		p.Pattern, p.Config = s.Config.Name, s.Config
+		p.Config.Name = ""
+		out = append(out, p)
+	}
+	return out
+}
+
+// validateTopics checks the declared topics' and policies' settings as the
+// engine and --max-partitions would.
 func validateTopics(cfg config) error {
 	var errs []error
-	for i, c := range topicConfigs(cfg) {
-		where := fmt.Sprintf("topics: %q (line %d)", c.Name, cfg.TopicList[i].Line)
+	defaults := cfg.Topics.WithDefaults(engine.Defaults)
+	for _, s := range cfg.TopicList {
+		c := s.Config.WithDefaults(defaults)
+		where := fmt.Sprintf("topics: %q (line %d)", c.Name, s.Line)
+		if s.Wildcard {
+			c.Name = "policy.check" // the settings, not the pattern
+		}
 		if err := c.Validate(); err != nil {
 			lines := strings.Split(err.Error(), "\n") // engine: invalid config\n<why>
 			errs = append(errs, fmt.Errorf("%s: %s", where, lines[len(lines)-1]))
@@ -253,7 +302,9 @@ func topicDiff(have, want engine.TopicConfig) []string {
 
 // sameTopics reports whether two configs declare the same topics.
 func sameTopics(a, b []topicSpec) bool {
-	return slices.EqualFunc(a, b, func(x, y topicSpec) bool { return x.Config == y.Config })
+	return slices.EqualFunc(a, b, func(x, y topicSpec) bool {
+		return x.Config == y.Config && reflect.DeepEqual(x.Access, y.Access)
+	})
 }
 
 // printTopics writes the topics list as the config file gives it.
@@ -266,17 +317,22 @@ func printTopics(b *strings.Builder, cfg *config) error {
 		MaxAge      string `yaml:"max_age,omitempty"`
 	}
 	type entry struct {
-		Name         string     `yaml:"name"`
+		Name         string     `yaml:"name,omitempty"`
+		Pattern      string     `yaml:"pattern,omitempty"`
 		Partitions   int        `yaml:"partitions,omitempty"`
 		Partitioner  string     `yaml:"partitioner,omitempty"`
 		Retention    *retention `yaml:"retention,omitempty"`
 		OnFull       string     `yaml:"on_full,omitempty"`
 		BlockTimeout string     `yaml:"block_timeout,omitempty"`
+		accessEntry  `yaml:",inline"`
 	}
 	var list []entry
 	for _, s := range cfg.TopicList {
 		c := s.Config
 		e := entry{Name: c.Name, Partitions: c.Partitions, Partitioner: string(c.Partitioner), OnFull: string(c.OnFull)}
+		if s.Wildcard {
+			e.Name, e.Pattern = "", c.Name
+		}
 		if c.MaxMessages != 0 || c.MaxAge != 0 {
 			e.Retention = &retention{MaxMessages: c.MaxMessages}
 			if c.MaxAge != 0 {
@@ -286,13 +342,14 @@ func printTopics(b *strings.Builder, cfg *config) error {
 		if c.BlockTimeout != 0 {
 			e.BlockTimeout = c.BlockTimeout.String()
 		}
+		e.accessEntry = printAccess(s.Access)
 		list = append(list, e)
 	}
 	data, err := yaml.Marshal(map[string]any{"topics": list})
 	if err != nil {
 		return err
 	}
-	b.WriteString("\n# Topics: made sure to exist at start and on reload # file\n")
+	b.WriteString("\n# Topics: made sure to exist at start and on reload; entries set the topics a publish or subscribe creates (and their max_last, presence, anonymous and mqtt settings) by the first matching pattern # file\n")
 	b.Write(data)
 	return nil
 }

@@ -22,7 +22,6 @@ func TestConfigTopicsErrors(t *testing.T) {
 		{"entry not a mapping", "topics:\n  - orders\n", []string{"line 2: topics: entry 1: expected a mapping"}},
 		{"no name", "topics:\n  - partitions: 2\n", []string{"line 2: topics: entry 1: name is missing"}},
 		{"bad name", "topics:\n  - name: a..b\n", []string{"line 2", `invalid topic "a..b"`}},
-		{"wildcard", "topics:\n  - pattern: orders.*\n", []string{"line 2", "wildcard pattern", "not supported yet"}},
 		{"system", "topics:\n  - name: $sys.x\n", []string{"reserved for the gateway"}},
 		{"twice", "topics:\n  - name: a\n  - name: a\n", []string{"line 3", "given twice (first on line 2)"}},
 		{"unknown key", "topics:\n  - name: a\n    partitons: 2\n", []string{"line 3", `unknown key "partitons"`, "partitions, partitioner"}},

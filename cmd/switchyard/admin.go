@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"runtime/debug"
 	"slices"
@@ -20,6 +21,7 @@ type topic struct {
 	Partitions  int    `json:"partitions"`
 	OnFull      string `json:"on_full"`
 	Partitioner string `json:"partitioner"`
+	Policy      string `json:"policy"` // the topic policy whose settings it has, if any
 	Retention   struct {
 		MaxMessages int64   `json:"max_messages"`
 		MaxAge      *string `json:"max_age"`
@@ -70,23 +72,29 @@ func runTopics(ctx context.Context, g *globals, args []string) error {
 	if _, err := parse(g.flagSet("topics"), args, 0); err != nil {
 		return err
 	}
-	var reply struct{ Topics []raw[topic] }
-	var err error
-	if reply.Topics, err = listInto[topic](ctx, g, "/v1/topics", "topics", nil); err != nil {
+	topics, err := listInto[topic](ctx, g, "/v1/topics", "topics", nil)
+	if err != nil {
 		return err
 	}
+	return printList(g, topics, "TOPIC\tPARTITIONS\tRECORDS\tON_FULL\tRETENTION", func(w io.Writer, t topic) {
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\n", t.Name, t.Partitions, t.records(), t.OnFull, t.retention())
+	})
+}
+
+// printList prints the items of a listing: each as it came, one JSON
+// object a line, with --json; else a table under header, a row each.
+func printList[T any](g *globals, items []raw[T], header string, row func(w io.Writer, v T)) error {
 	if g.jsonOut() {
-		for _, t := range reply.Topics {
-			if err := g.emit(t.raw); err != nil {
+		for _, it := range items {
+			if err := g.emit(it.raw); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	g.table("TOPIC\tPARTITIONS\tRECORDS\tON_FULL\tRETENTION", func(w *tabwriter.Writer) {
-		for _, r := range reply.Topics {
-			t := r.v
-			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\n", t.Name, t.Partitions, t.records(), t.OnFull, t.retention())
+	g.table(header, func(w *tabwriter.Writer) {
+		for _, it := range items {
+			row(w, it.v)
 		}
 	})
 	return nil
@@ -140,21 +148,7 @@ func runTopic(ctx context.Context, g *globals, args []string) error {
 			return err
 		}
 	case "delete":
-		if !*yes {
-			if err := confirm(g, fmt.Sprintf("Delete topic %s and every record it holds?", name),
-				fmt.Sprintf("topic delete removes %s and every record it holds; add --yes to do so without a terminal to confirm on", name),
-				"topic delete cancelled; nothing was deleted"); err != nil {
-				return err
-			}
-		}
-		if err := g.call(ctx, "DELETE", path, nil, nil, nil); err != nil {
-			return err
-		}
-		if g.jsonOut() {
-			return g.emit(map[string]any{"deleted": name})
-		}
-		g.printf("deleted topic %s\n", name)
-		return nil
+		return deleteConfirmed(ctx, g, *yes, "topic", name, "every record it holds", path)
 	default:
 		return usagef("unknown topic subcommand %q", pos[0])
 	}
@@ -166,11 +160,34 @@ func runTopic(ctx context.Context, g *globals, args []string) error {
 		g.printf("created topic %s\n", v.Name)
 	}
 	g.printf("name:        %s\npartitions:  %d\nretention:   %s\non_full:     %s\npartitioner: %s\n", v.Name, v.Partitions, v.retention(), v.OnFull, v.Partitioner)
+	if v.Policy != "" {
+		g.printf("policy:      %s\n", v.Policy)
+	}
 	g.table("PARTITION\tEARLIEST\tNEXT\tBYTES", func(w *tabwriter.Writer) {
 		for _, o := range v.Offsets {
 			fmt.Fprintf(w, "%d\t%d\t%d\t%d\n", o.Partition, o.Earliest, o.Next, o.Bytes)
 		}
 	})
+	return nil
+}
+
+// deleteConfirmed deletes the kind (topic, group) called name at path,
+// after asking on the terminal unless yes; what says what goes with it.
+func deleteConfirmed(ctx context.Context, g *globals, yes bool, kind, name, what, path string) error {
+	if !yes {
+		if err := confirm(g, fmt.Sprintf("Delete %s %s and %s?", kind, name, what),
+			fmt.Sprintf("%s delete removes %s and %s; add --yes to do so without a terminal to confirm on", kind, name, what),
+			kind+" delete cancelled; nothing was deleted"); err != nil {
+			return err
+		}
+	}
+	if err := g.call(ctx, "DELETE", path, nil, nil, nil); err != nil {
+		return err
+	}
+	if g.jsonOut() {
+		return g.emit(map[string]any{"deleted": name})
+	}
+	g.printf("deleted %s %s\n", kind, name)
 	return nil
 }
 
@@ -196,25 +213,13 @@ func runGroups(ctx context.Context, g *globals, args []string) error {
 	if _, err := parse(g.flagSet("groups"), args, 0); err != nil {
 		return err
 	}
-	var reply struct{ Groups []raw[group] }
-	var err error
-	if reply.Groups, err = listInto[group](ctx, g, "/v1/groups", "groups", nil); err != nil {
+	groups, err := listInto[group](ctx, g, "/v1/groups", "groups", nil)
+	if err != nil {
 		return err
 	}
-	if g.jsonOut() {
-		for _, gr := range reply.Groups {
-			if err := g.emit(gr.raw); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	g.table("GROUP\tPATTERN\tMEMBERS\tLAG", func(w *tabwriter.Writer) {
-		for _, r := range reply.Groups {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\n", r.v.Name, r.v.Pattern, len(r.v.Members), r.v.Lag)
-		}
+	return printList(g, groups, "GROUP\tPATTERN\tMEMBERS\tLAG", func(w io.Writer, gr group) {
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\n", gr.Name, gr.Pattern, len(gr.Members), gr.Lag)
 	})
-	return nil
 }
 
 func runGroup(ctx context.Context, g *globals, args []string) error {
@@ -283,21 +288,7 @@ func runGroup(ctx context.Context, g *globals, args []string) error {
 		g.printf("group %s replays %s from %v\n", name, *topicName, body[map[bool]string{true: "offset", false: "time"}[*offset >= 0]])
 		return nil
 	case "delete":
-		if !*yes {
-			if err := confirm(g, fmt.Sprintf("Delete group %s and its committed positions?", name),
-				fmt.Sprintf("group delete removes %s and its committed positions; add --yes to do so without a terminal to confirm on", name),
-				"group delete cancelled; nothing was deleted"); err != nil {
-				return err
-			}
-		}
-		if err := g.call(ctx, "DELETE", path, nil, nil, nil); err != nil {
-			return err
-		}
-		if g.jsonOut() {
-			return g.emit(map[string]any{"deleted": name})
-		}
-		g.printf("deleted group %s\n", name)
-		return nil
+		return deleteConfirmed(ctx, g, *yes, "group", name, "its committed positions", path)
 	}
 	return usagef("unknown group subcommand %q", pos[0])
 }
@@ -341,21 +332,9 @@ func runDeadLetters(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	if !*redrive {
-		if g.jsonOut() {
-			for _, d := range reply.DeadLetters {
-				if err := g.emit(d.raw); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		g.table("ID\tREASON\tGROUP\tTOPIC\tPARTITION\tOFFSET\tATTEMPTS\tERROR", func(w *tabwriter.Writer) {
-			for _, r := range reply.DeadLetters {
-				d := r.v
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", d.ID, d.Reason, dash(d.Group), d.Topic, d.Partition, d.Offset, d.Attempts, dash(d.Error))
-			}
+		return printList(g, reply.DeadLetters, "ID\tREASON\tGROUP\tTOPIC\tPARTITION\tOFFSET\tATTEMPTS\tERROR", func(w io.Writer, d deadLetter) {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", d.ID, d.Reason, dash(d.Group), d.Topic, d.Partition, d.Offset, d.Attempts, dash(d.Error))
 		})
-		return nil
 	}
 	// The API redrives per group: gather the chosen ids of each group.
 	want := map[string]bool{}

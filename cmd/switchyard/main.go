@@ -99,6 +99,8 @@ var commands = []command{
 	{"deadletters", "deadletters [--group G] [--reason R] [--redrive [--id ID]... [--append-to-topics] [--yes]]", runDeadLetters},
 	{"presence", "presence TOPIC", runPresence},
 	{"info", "info", runInfo},
+	{"sessions", "sessions", runSessions},
+	{"session", "session end ID | unsubscribe ID PATTERN [--group G]", runSession},
 	{"token", "token (--secret-file F | --key-file F [--kid K]) [--sub NAME] [--publish P]... [--subscribe P]... [--groups G]... [--ttl D]", runToken},
 	{"version", "version (or --version)", runVersion},
 	{"help", "help [COMMAND]", nil},

@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
-	"github.com/switchyard/switchyard/client"
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/memengine"
 	"github.com/switchyard/switchyard/router"
@@ -388,15 +387,7 @@ func TestDeadLetters(t *testing.T) {
 	defer cancel()
 	// A member that nacks: with one attempt allowed, each record is
 	// dead-lettered at once.
-	c, err := client.Dial(ctx, g.URL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	sub, err := c.SubscribeChan(ctx, "pay.*", client.SubscribeOptions{Group: "billing"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := dialMember(ctx, t, g, "pay.*", "billing")
 	g.ok(t, "pub", "pay.card", `{"n":1}`)
 	g.ok(t, "pub", "pay.card", `{"n":2}`)
 	for range 2 {

@@ -16,15 +16,7 @@ func TestRedriveAllAsksFirst(t *testing.T) {
 	g := newGateway(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, g.URL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	sub, err := c.SubscribeChan(ctx, "orders", client.SubscribeOptions{Group: "shipping"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := dialMember(ctx, t, g, "orders", "shipping")
 	// next takes the next delivery and nacks it: with one attempt allowed
 	// it is dead-lettered at once.
 	nackNext := func() *client.Message {
@@ -96,4 +88,20 @@ func TestRedriveAllAsksFirst(t *testing.T) {
 	if out := g.ok(t, "topic", "show", "orders"); !strings.Contains(out, `"next":1`) {
 		t.Errorf("after three redrives the topic is %s, want next offset 1: nothing appended", out)
 	}
+}
+
+// dialMember dials g with the Go client and joins group on pattern; the
+// client closes when the test ends.
+func dialMember(ctx context.Context, t *testing.T, g *gateway, pattern, group string) *client.Subscription {
+	t.Helper()
+	c, err := client.Dial(ctx, g.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	sub, err := c.SubscribeChan(ctx, pattern, client.SubscribeOptions{Group: group})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub
 }

@@ -46,7 +46,8 @@ func (o *countingObserver) count(topic string) int {
 // partitions, with Appends of another producer mixed in. Every done runs
 // once, after the record was announced; each partition's done calls come
 // in call order; offsets are contiguous; and every key's records are
-// stored in the order they were appended.
+// stored in the order they were appended. It is one scenario of about
+// 100 lines: the producers, the observer and the checks share its state.
 func testAsyncAppendOrder(t *testing.T, s *suite) {
 	env := s.env(t, Config{})
 	aa, ok := env.e.(engine.AsyncAppender)

@@ -122,13 +122,21 @@ func testStartLatest(t *testing.T, s *suite) {
 	}
 }
 
+// oneMember makes a one-partition topic (suffix name) read by member m
+// of group g: it returns the topic, the group and the sink of m's
+// deliveries.
+func (env *env) oneMember(name string) (topic, g string, sk *sink) {
+	topic = env.topic(name)
+	env.create(engine.TopicConfig{Name: topic, Partitions: 1})
+	sk = newSink()
+	g = env.group("g")
+	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m"}, sk.consumer("m"))
+	return topic, g, sk
+}
+
 func testNack(t *testing.T, s *suite) {
 	env := s.env(t, Config{Policy: fastRetry})
-	topic := env.topic("nack")
-	env.create(engine.TopicConfig{Name: topic, Partitions: 1})
-	sk := newSink()
-	g := env.group("g")
-	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m"}, sk.consumer("m"))
+	topic, g, sk := env.oneMember("nack")
 	env.publish(topic, 2, nil)
 	ev := sk.delivery(t, env.timeout)
 	if ev.d.Record.Offset != 0 || ev.d.Attempt != 1 || ev.d.Group != g {
@@ -152,11 +160,7 @@ func testNack(t *testing.T, s *suite) {
 
 func testAckTimeout(t *testing.T, s *suite) {
 	env := s.fakeEnv(t, Config{Policy: engine.GroupPolicy{AckTimeout: 10 * time.Second, BackoffMin: time.Second, BackoffMax: time.Second}})
-	topic := env.topic("timeout")
-	env.create(engine.TopicConfig{Name: topic, Partitions: 1})
-	sk := newSink()
-	g := env.group("g")
-	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m"}, sk.consumer("m"))
+	topic, g, sk := env.oneMember("timeout")
 	env.publish(topic, 1, nil)
 	first := sk.delivery(t, env.timeout)
 	env.clock.Advance(9 * time.Second)
@@ -187,11 +191,7 @@ func testDeadLetter(t *testing.T, s *suite) {
 	policy := fastRetry
 	policy.MaxAttempts = 3
 	env := s.env(t, Config{Policy: policy})
-	topic := env.topic("dl")
-	env.create(engine.TopicConfig{Name: topic, Partitions: 1})
-	sk := newSink()
-	g := env.group("g")
-	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m"}, sk.consumer("m"))
+	topic, g, sk := env.oneMember("dl")
 	env.append(engine.Message{Topic: topic, Key: "k", Headers: map[string]string{"h": "v"}, Data: []byte("poison")})
 	env.append(engine.Message{Topic: topic, Data: []byte("fine")})
 	for attempt := 1; attempt <= 3; attempt++ {
@@ -228,11 +228,7 @@ func testDeadLetter(t *testing.T, s *suite) {
 
 func testSeekOffset(t *testing.T, s *suite) {
 	env := s.env(t, Config{})
-	topic := env.topic("seek")
-	env.create(engine.TopicConfig{Name: topic, Partitions: 1})
-	sk := newSink()
-	g := env.group("g")
-	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m"}, sk.consumer("m"))
+	topic, g, sk := env.oneMember("seek")
 	env.publish(topic, 10, nil)
 	env.consume(sk, newFlow(t), 10)
 
@@ -387,20 +383,30 @@ func testRebalance(t *testing.T, s *suite) {
 	}
 }
 
-func testLeaveHandsBack(t *testing.T, s *suite) {
-	env := s.env(t, Config{Policy: engine.GroupPolicy{AckTimeout: time.Hour, BackoffMin: time.Hour, BackoffMax: time.Hour}})
-	topic := env.topic("leave")
+// leaseThenLeave makes a one-partition topic (suffix name) read by group
+// g of members m1 and m2, publishes one record and makes the member it is
+// delivered to leave: it returns the group, the sink, that first delivery
+// and the other member, to which the record is owed again.
+func (env *env) leaseThenLeave(t *testing.T, name string) (g string, sk *sink, first event, other string) {
+	t.Helper()
+	topic := env.topic(name)
 	env.create(engine.TopicConfig{Name: topic, Partitions: 1})
-	sk := newSink()
-	g := env.group("g")
+	sk = newSink()
+	g = env.group("g")
 	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m1"}, sk.consumer("m1"))
 	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m2"}, sk.consumer("m2"))
 	env.publish(topic, 1, nil)
-	first := sk.delivery(t, env.timeout)
-	other := map[string]string{"m1": "m2", "m2": "m1"}[first.member]
+	first = sk.delivery(t, env.timeout)
+	other = map[string]string{"m1": "m2", "m2": "m1"}[first.member]
 	if err := env.e.Leave(ctx(), g, first.member); err != nil {
 		t.Fatalf("Leave: %v", err)
 	}
+	return g, sk, first, other
+}
+
+func testLeaveHandsBack(t *testing.T, s *suite) {
+	env := s.env(t, Config{Policy: engine.GroupPolicy{AckTimeout: time.Hour, BackoffMin: time.Hour, BackoffMax: time.Hour}})
+	g, sk, first, other := env.leaseThenLeave(t, "leave")
 	ev := sk.delivery(t, env.timeout) // long before the hour-long ack timeout or backoff
 	if ev.member != other || ev.d.Record.Offset != 0 || ev.d.Attempt != 2 {
 		t.Fatalf("after %s left got %v, want offset 0 to %s, attempt 2", first.member, ev, other)

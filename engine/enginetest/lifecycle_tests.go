@@ -20,18 +20,7 @@ func testLateAckFromPreviousHolder(t *testing.T, s *suite) {
 	policy.MaxAttempts = 3
 	policy.AckTimeout = time.Hour
 	env := s.env(t, Config{Policy: policy})
-	topic := env.topic("late")
-	env.create(engine.TopicConfig{Name: topic, Partitions: 1})
-	sk := newSink()
-	g := env.group("g")
-	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m1"}, sk.consumer("m1"))
-	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m2"}, sk.consumer("m2"))
-	env.publish(topic, 1, nil)
-	first := sk.delivery(t, env.timeout)
-	other := map[string]string{"m1": "m2", "m2": "m1"}[first.member]
-	if err := env.e.Leave(ctx(), g, first.member); err != nil {
-		t.Fatalf("Leave: %v", err)
-	}
+	g, sk, first, other := env.leaseThenLeave(t, "late")
 	second := sk.delivery(t, env.timeout)
 	if second.member != other || second.d.Attempt != 2 {
 		t.Fatalf("after %s left got %v, want attempt 2 to %s", first.member, second, other)

@@ -168,8 +168,25 @@ func testTopicsPagedUnderChurn(t *testing.T, s *suite) {
 		}
 	})
 	listed := names(got)
+	checkPaged(t, "topics", listed, stable, late, deleted)
+	for name := range behind {
+		if slices.Contains(listed, name) {
+			t.Errorf("%s was created behind the cursor but listed: %v", name, listed)
+		}
+	}
+	if len(deleted) == 0 || len(late) == 0 || len(behind) == 0 {
+		t.Fatalf("churn did not happen: %d deleted, %d created ahead, %d behind", len(deleted), len(late), len(behind))
+	}
+}
+
+// checkPaged checks the names a paged listing of what (topics, groups)
+// returned while they changed: in strict name order, with every stable
+// name and every one created ahead of the cursor (late), and none deleted
+// before its page.
+func checkPaged(t *testing.T, what string, listed []string, stable, late, deleted map[string]bool) {
+	t.Helper()
 	if !slices.IsSorted(listed) || len(slices.Compact(slices.Clone(listed))) != len(listed) {
-		t.Fatalf("paged topics not in strict name order: %v", listed)
+		t.Fatalf("paged %s not in strict name order: %v", what, listed)
 	}
 	for name := range stable {
 		if !slices.Contains(listed, name) {
@@ -185,14 +202,6 @@ func testTopicsPagedUnderChurn(t *testing.T, s *suite) {
 		if slices.Contains(listed, name) {
 			t.Errorf("%s was deleted before its page but listed: %v", name, listed)
 		}
-	}
-	for name := range behind {
-		if slices.Contains(listed, name) {
-			t.Errorf("%s was created behind the cursor but listed: %v", name, listed)
-		}
-	}
-	if len(deleted) == 0 || len(late) == 0 || len(behind) == 0 {
-		t.Fatalf("churn did not happen: %d deleted, %d created ahead, %d behind", len(deleted), len(late), len(behind))
 	}
 }
 
@@ -277,24 +286,7 @@ func testGroupsPaged(t *testing.T, s *suite) {
 				late[c] = true
 			}
 		})
-		if !slices.IsSorted(got) || len(slices.Compact(slices.Clone(got))) != len(got) {
-			t.Fatalf("paged groups not in strict name order: %v", got)
-		}
-		for g := range stable {
-			if !slices.Contains(got, g) {
-				t.Errorf("%s existed throughout but was not listed: %v", g, got)
-			}
-		}
-		for g := range late {
-			if !slices.Contains(got, g) {
-				t.Errorf("%s was created ahead of the cursor but not listed: %v", g, got)
-			}
-		}
-		for g := range deleted {
-			if slices.Contains(got, g) {
-				t.Errorf("%s was deleted before its page but listed: %v", g, got)
-			}
-		}
+		checkPaged(t, "groups", got, stable, late, deleted)
 		if len(deleted) == 0 || len(late) == 0 {
 			t.Fatalf("churn did not happen: %d deleted, %d created", len(deleted), len(late))
 		}

@@ -248,11 +248,7 @@ func testRedriveDeletedGroup(t *testing.T, s *suite) {
 	policy := fastRetry
 	policy.MaxAttempts = 1
 	env := s.env(t, Config{Policy: policy})
-	topic := env.topic("gone")
-	env.create(engine.TopicConfig{Name: topic, Partitions: 1})
-	sk := newSink()
-	g := env.group("g")
-	env.join(engine.JoinRequest{Group: g, Pattern: topic, Member: "m"}, sk.consumer("m"))
+	topic, g, sk := env.oneMember("gone")
 	env.append(engine.Message{Topic: topic, Data: []byte(`"poison"`)})
 	env.nack(expect(t, sk, env, g, 0, 1, `"poison"`), "no")
 	env.waitLetters(topic, engine.DeadLetterFilter{Group: g}, 1)

@@ -157,6 +157,11 @@ func Run(t *testing.T, f Features, newEngine Factory) {
 		{"DeadLetters/LargeRecord", testLargeRecordLetter},
 		{"Retained/StoreReplaceRemove", testRetained},
 		{"Retained/Bounds", testRetainedBounds},
+		{"MQTTSessions/Ownership", testMQTTSessions},
+		{"MQTTSessions/BoundsAndExpiry", testMQTTSessionBounds},
+		{"MQTTSessions/Holds", testMQTTSessionHolds},
+		{"MQTTSessions/Watch", testMQTTSessionWatch},
+		{"MQTTSessions/Restore", testMQTTSessionRestore},
 		{"Close", testClose},
 		{"Groups/SeekRacesClose", testSeekRacesClose},
 	}

@@ -16,6 +16,11 @@ package jsengine
 // Once an append gave up on the tail, the node's appends return without
 // waiting until the tail reaches that append's record, so a stalled tail
 // delays them by five seconds in all, not five seconds each (waitTail).
+//
+// The whole of one append, every round trip, reload, retry and wait of it,
+// is bounded by appendMax from its call (appendBound, conn.go): past it the
+// append fails with an error wrapping engine.ErrUnavailable, or returns
+// (stored) without waiting longer for the tail.
 
 import (
 	"context"
@@ -60,7 +65,13 @@ func (e *Engine) topicFor(ctx context.Context, name string) (*topic, error) {
 // returns the first append's position with Duplicate set. Under the Block
 // policy it waits (see engine.Block) and fails with an error wrapping
 // engine.ErrBackpressure, ctx's error, or engine.ErrClosed.
-func (e *Engine) Append(ctx context.Context, m engine.Message) (_ engine.Appended, err error) {
+func (e *Engine) Append(ctx context.Context, m engine.Message) (engine.Appended, error) {
+	return e.appendBy(ctx, m, time.Now().Add(appendMax))
+}
+
+// appendBy is Append answered by deadline (see appendMax), later by a
+// Block topic's BlockTimeout (blockDeadline).
+func (e *Engine) appendBy(ctx context.Context, m engine.Message, deadline time.Time) (_ engine.Appended, err error) {
 	ctx, done := e.onConn(ctx)
 	defer func() { err = done(err) }()
 	for range 3 {
@@ -71,7 +82,7 @@ func (e *Engine) Append(ctx context.Context, m engine.Message) (_ engine.Appende
 			return engine.Appended{}, err
 		}
 		var t *topic
-		t, err = e.topicFor(ctx, m.Topic)
+		t, err = e.topicBy(ctx, m.Topic, deadline)
 		if err != nil {
 			return engine.Appended{}, err
 		}
@@ -79,20 +90,53 @@ func (e *Engine) Append(ctx context.Context, m engine.Message) (_ engine.Appende
 			continue
 		}
 		var a engine.Appended
-		var seq uint64
-		if m.MsgID == "" {
-			a, seq, err = e.appendTo(ctx, t, &m, "")
-		} else {
-			a, err = e.appendOnce(ctx, t, &m) // waits for the tail itself
-		}
-		if err == nil && seq != 0 {
-			e.waitTail(ctx, seq)
-		}
+		a, err = e.appendIn(ctx, t, &m, blockDeadline(t, deadline))
 		if err != errTopicGone {
 			return a, err
 		}
 	}
 	return engine.Appended{}, err
+}
+
+// appendIn is appendBy into topic t, by deadline.
+func (e *Engine) appendIn(ctx context.Context, t *topic, m *engine.Message, deadline time.Time) (a engine.Appended, err error) {
+	ctx, cancel := appendBound(ctx, deadline)
+	defer cancel()
+	var seq uint64
+	if m.MsgID == "" {
+		a, seq, err = e.appendTo(ctx, t, m, "")
+	} else {
+		a, err = e.appendOnce(ctx, t, m) // waits for the tail itself
+	}
+	if err == nil && seq != 0 {
+		e.waitTail(ctx, seq, deadline)
+	}
+	if err == errTopicGone {
+		return a, err
+	}
+	return a, boundErr(ctx, err)
+}
+
+// topicBy is topicFor, by deadline: the round trip for a topic this node
+// does not know is bounded by an append's deadline.
+func (e *Engine) topicBy(ctx context.Context, name string, deadline time.Time) (*topic, error) {
+	if t := e.local(name); t != nil {
+		return t, nil
+	}
+	ctx, cancel := appendBound(ctx, deadline)
+	defer cancel()
+	t, err := e.topicFor(ctx, name)
+	return t, boundErr(ctx, err)
+}
+
+// blockDeadline is an append's deadline into t: later by t's BlockTimeout
+// under the Block policy with a cap, so the wait for space, meant to last
+// up to BlockTimeout and end in engine.ErrBackpressure, is not cut short.
+func blockDeadline(t *topic, deadline time.Time) time.Time {
+	if t.cfg.OnFull == engine.Block && t.cfg.MaxMessages > 0 {
+		return deadline.Add(t.cfg.BlockTimeout)
+	}
+	return deadline
 }
 
 // appendTo stores m in one of t's partitions: the offset is the subject's
@@ -125,7 +169,9 @@ func (e *Engine) appendToPart(ctx context.Context, t *topic, m *engine.Message, 
 	var bw *lifecycle.Timeout // made by the first block wait; stopped on every exit
 
 	p.amu.Lock()
-	p.quiesce()
+	if !queuedIn(ctx, p) { // a queued record's own turn: see appendQueued
+		p.quiesce()
+	}
 	earliestBefore := p.earliestW
 	res, seq, out, err := e.appendLocked(ctx, t, p, &r, &bw)
 	if out == appendWaitFailed { // amu was released by the wait
@@ -328,13 +374,15 @@ func (e *Engine) appended(ctx context.Context, t *topic, p *partition, seq uint6
 // waitTail waits until the tail has announced stream sequence seq, so that
 // Append returns after this node's observers and groups have the record.
 // It gives up (the record is stored either way) when ctx is done, the
-// engine closes, or the tail falls tailWaitMax behind. Once a wait gave
+// engine closes, the append's deadline (zero: none) passes, or the tail
+// falls tailWaitMax behind. Once a wait gave
 // up, no wait starts until the tail has reached the sequence that wait was
 // for: a stalled tail delays this node's appends by one tailWaitMax, not
 // one each (the pipelined acknowledgements, answered one after another,
 // would otherwise take one tailWaitMax per record).
-func (e *Engine) waitTail(ctx context.Context, seq uint64) {
+func (e *Engine) waitTail(ctx context.Context, seq uint64, deadline time.Time) {
 	var timeout <-chan time.Time
+	bounded := false // the timeout is the deadline's, not the tail's
 	for {
 		e.tailMu.Lock()
 		if e.tailSeq >= seq || (timeout == nil && e.tailSeq < e.tailGaveUp) {
@@ -345,7 +393,11 @@ func (e *Engine) waitTail(ctx context.Context, seq uint64) {
 		ch := e.tailWake
 		e.tailMu.Unlock()
 		if timeout == nil {
-			t := time.NewTimer(e.tailWaitMax)
+			d := e.tailWaitMax
+			if left := time.Until(deadline); !deadline.IsZero() && left < d {
+				d, bounded = max(left, 0), true
+			}
+			t := time.NewTimer(d)
 			defer t.Stop()
 			timeout = t.C
 		}
@@ -357,7 +409,7 @@ func (e *Engine) waitTail(ctx context.Context, seq uint64) {
 		case <-e.closeCh:
 			stop = true
 		case <-timeout:
-			stop, late = true, true
+			stop, late = true, !bounded
 		}
 		e.tailMu.Lock()
 		e.tailWait--

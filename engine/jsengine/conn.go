@@ -7,7 +7,8 @@ package jsengine
 // topics), and round trips in progress when it drops are abandoned
 // (onConn); one that goes unanswered while the connection stays up (a
 // link gone silent) waits at most roundTripMax, whatever its caller's
-// context allows (roundTrip). An engine that dials its own connection sets
+// context allows (roundTrip), and one append, all its round trips and
+// waits together, is answered within appendMax (appendBound). An engine that dials its own connection sets
 // MaxReconnects(-1) and ReconnectBufSize(-1): with no reconnect buffer,
 // an append refused during an outage is never stored later. Records and
 // positions are in NATS, so nothing the engine acknowledged is lost by an
@@ -47,16 +48,24 @@ type connState struct {
 // errConnLost is the cause of connCtx's cancellation.
 var errConnLost = errors.New("connection to NATS lost")
 
-// watchConn keeps connCtx in step with the connection: canceled while it is
-// down, fresh once it is back. It exits when its status channel is closed.
+// watchConn keeps connCtx in step with the connection: canceled when it is
+// lost, fresh once it is back. It exits when its status channel is closed.
+// A change other than "connected" says the connection was lost (the
+// round trips sent on it are cut short even if it is back by now); whether
+// it is back is read from the connection itself, not from the changes,
+// because the NATS client drops a change when the channel is full (the
+// connection flapping faster than this loop reads), and the change dropped
+// can be the last "connected". A change made after that read wakes the
+// loop again, so it always ends on the status the connection has.
 func (e *Engine) watchConn() {
 	defer e.wg.Done()
-	for st := range e.statusCh {
+	for change := range e.statusCh {
+		up := e.nc.Status() == nats.CONNECTED
 		e.connMu.Lock()
-		switch {
-		case st != nats.CONNECTED:
+		if change != nats.CONNECTED || !up {
 			e.connCancel(errConnLost)
-		case e.connCtx.Err() != nil:
+		}
+		if up && e.connCtx.Err() != nil {
 			e.connCtx, e.connCancel = context.WithCancelCause(context.Background())
 			close(e.back)
 			e.back = make(chan struct{})
@@ -97,7 +106,8 @@ func (e *Engine) onConn(ctx context.Context) (_ context.Context, done func(error
 }
 
 // roundTripMax bounds one NATS round trip of an append or a read (a
-// publish, a get, a claim) whatever its caller's context allows. nats.go
+// publish, a get, a claim) whatever its caller's context allows (an
+// append's round trips together are bounded by appendMax). nats.go
 // waits for a reply until the context ends, and a request lost on a link
 // that went silent is never answered, not even after the heal: held by a
 // partition, it reaches the stream's leader of before the partition once
@@ -120,6 +130,58 @@ func roundTrip(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 func noCancel() {}
+
+// appendMax bounds one append, from its call to its answer, whatever its
+// caller's context allows: every round trip, reload, retry and wait of an
+// append (Append, AppendAsync, with or without a MsgID) shares it, each
+// round trip taking the lesser of roundTripMax and what is left, so one
+// that needs several round trips over a slow link, or during a leader
+// election, still answers in time, failing with errAppendTimeout (which
+// wraps engine.ErrUnavailable) past it. A Block topic's appends get its
+// BlockTimeout on top (blockDeadline). An append answered unavailable may
+// still be stored (its publish may land late): a retry with the same
+// MsgID is stored once. 8 s leaves one round trip that timed out
+// (roundTripMax) room for a reload and a retry, and keeps a publish's
+// answer within the 10 s the fault scenarios check.
+const appendMax = 8 * time.Second
+
+// errAppendTimeout is the cause of an append's context ending at its
+// bound (appendBound), and wrapped by the error the append then returns.
+var errAppendTimeout = fmt.Errorf("append not answered within %v: %w", appendMax, engine.ErrUnavailable)
+
+// appendBound returns ctx ending at deadline (an append's start plus
+// appendMax) with errAppendTimeout as its cause, for the round trips and
+// waits of one append; the caller calls the returned function when the
+// append is answered. A context ending sooner is returned as it is,
+// without an allocation.
+func appendBound(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && !dl.After(deadline) {
+		return ctx, noCancel
+	}
+	return context.WithDeadlineCause(ctx, deadline, errAppendTimeout)
+}
+
+// boundErr returns err wrapping errAppendTimeout (and so
+// engine.ErrUnavailable) when ctx, from appendBound, ended at the bound:
+// an error of the round trip or wait it cut short (a context error, say)
+// says the append was not answered in time.
+func boundErr(ctx context.Context, err error) error {
+	if err == nil || errors.Is(err, engine.ErrUnavailable) || errors.Is(err, engine.ErrBackpressure) ||
+		!errors.Is(context.Cause(ctx), errAppendTimeout) {
+		return err
+	}
+	return fmt.Errorf("jsengine: %w: %w", errAppendTimeout, err)
+}
+
+// pastBound is the error of an append whose bound (deadline, its start
+// plus appendMax) has passed, nil before it; the pipelined path checks it
+// where it would otherwise wait or send with no time left.
+func pastBound(deadline time.Time) error {
+	if time.Now().Before(deadline) {
+		return nil
+	}
+	return fmt.Errorf("jsengine: %w", errAppendTimeout)
+}
 
 // reachable fails at once, wrapping engine.ErrUnavailable, while the
 // connection to NATS is down, so calls do not wait out their timeouts
@@ -144,6 +206,7 @@ func unavailable(op string, err error) error {
 		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected),
 		errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionDraining),
 		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, jetstream.ErrJetStreamNotEnabled),
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout),
 		errors.Is(err, context.DeadlineExceeded), isAPIUnavailable(err):
 		return fmt.Errorf("jsengine: %s: %w: %w", op, engine.ErrUnavailable, err)
 	}

@@ -137,6 +137,11 @@ func (e *Engine) appendOnce(ctx context.Context, t *topic, m *engine.Message) (e
 // waits, with pauses doubling from claimPauseMin to claimPauseMax, and
 // tries again (the claim's position, or its Nats-Msg-Id, is then used as
 // above), for as long as ctx allows and at most claimWaitMax.
+//
+// It is one loop of about 100 lines on purpose: every way round it (claim
+// created, found confirmed, found unconfirmed, expired, refused while
+// another node writes it) shares the claim and the pause, and reads best
+// as one.
 func (e *Engine) appendClaimed(ctx context.Context, t *topic, m *engine.Message, key string) (engine.Appended, error) {
 	window := e.policy.DedupeWindow
 	var pause time.Duration // 0 until the first wait
@@ -230,9 +235,19 @@ func (e *Engine) appendClaimed(ctx context.Context, t *topic, m *engine.Message,
 			// window runs from its time.
 			now = a.Time
 		}
-		e.waitTail(ctx, seq)
+		dl, _ := ctx.Deadline() // appendBound's, or sooner
+		e.waitTail(ctx, seq, dl)
 		done, _ := json.Marshal(dedupVal{At: now, Done: true, Partition: a.Partition, Offset: a.Offset, Time: a.Time})
-		if _, err := e.dedupKV.Update(context.WithoutCancel(ctx), key, done, rev); err != nil && !isWrongLast(err) {
+		// Confirmed even when the caller gives up now, within the
+		// append's bound: unconfirmed, the claim still answers a retry
+		// while its record is in the log (see above).
+		uctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(noCancel)
+		if !dl.IsZero() {
+			uctx, cancel = context.WithDeadline(uctx, dl)
+		}
+		_, err = e.dedupKV.Update(uctx, key, done, rev)
+		cancel()
+		if err != nil && !isWrongLast(err) {
 			e.log.Warn("jsengine: dedupe record", "err", err)
 		}
 		return a, nil

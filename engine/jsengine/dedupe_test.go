@@ -12,7 +12,6 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/enginetest"
-	"github.com/switchyard/switchyard/engine/jsengine"
 	"github.com/switchyard/switchyard/engine/jsengine/natstest"
 )
 
@@ -150,15 +149,7 @@ func TestMsgIDRetriesOnCluster(t *testing.T) {
 		t.Skip("starts a NATS cluster")
 	}
 	c := natstest.NewCluster(t, 3)
-	var nodes []*jsengine.Engine
-	for i := range 3 {
-		e, err := openReplicas(c.URLs(i), "dedupe", 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer closeEngine(t, e)
-		nodes = append(nodes, e)
-	}
+	nodes := replicaNodes(t, c, "dedupe", 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const topic, ids = "dedupe.cluster", 30

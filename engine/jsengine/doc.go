@@ -25,7 +25,10 @@
 //   - Live tail: one ordered consumer per node over <prefix>.rec.> (tail.go).
 //   - Topic configurations: the <prefix>_topics bucket (topics.go), listed
 //     from memory (listing.go).
-//   - Idempotent publish: claims in the <prefix>_dedupe bucket (dedupe.go).
+//   - Idempotent publish: claims in the <prefix>_dedupe bucket (dedupe.go),
+//     taken ahead of their records into replicated streams
+//     (pipeline_msgid_batch.go), confirmed under load by the node's
+//     confirmer, off the ack reader (pipeline_confirm.go).
 //   - Consumer groups: definitions and per-partition positions in the
 //     <prefix>_groups bucket (group.go, cursor.go, commit.go, groupapi.go,
 //     lifecycle.go; the acks above a record not yet settled: settled.go),
@@ -36,6 +39,8 @@
 //   - Presence: the <prefix>_presence bucket (presence.go).
 //   - Retained messages: the <prefix>_retained bucket and each node's
 //     view of it (retained.go).
+//   - MQTT persistent sessions: the <prefix>_mqtt_sessions bucket and each
+//     node's view of its keys (mqttsession.go).
 //   - Replicas of every stream and bucket: replicas.go; the record
 //     stream's count as it is now, which the pipeline follows:
 //     replicas_live.go. Opening them and
@@ -70,7 +75,8 @@
 // # Availability
 //
 // Calls that cannot reach NATS fail at once with an error wrapping
-// engine.ErrUnavailable (conn.go). Records and positions are in NATS, so
+// engine.ErrUnavailable (conn.go); an append, all its round trips and waits
+// together, is answered within appendMax (8 s) of its call. Records and positions are in NATS, so
 // nothing the engine acknowledged is lost by an outage; after a reconnect
 // the tail and the bucket watchers resume where they stopped (tail.go,
 // watch.go) and heartbeats resume (membership.go).
@@ -81,16 +87,24 @@
 // these goroutines, and Close stops them and waits for them: the tail
 // (nats.go's consumer hands each message to the engine's tail goroutine,
 // tail.go), one watcher loop per bucket (topics, groups, live, and retained once
-// the first retained call opens it: retained.go), the
+// the first retained call opens it: retained.go; mqtt sessions likewise:
+// mqttsession.go), the
 // connection watcher (tracks the connection's status for the fail-fast and
 // watcher-resume rules, conn.go), the committer (writes positions, claims
 // and releases, up to 16 keys at once from goroutines it waits for before
 // its next round), the letter writer (stores max_attempts dead letters and
-// settles their records) and the heartbeat; short-lived retry timers,
+// settles their records) and the heartbeat (which also restarts a tail
+// that stopped behind the record stream, replacing nats.go's consumer
+// and its goroutines while the tail goroutine goes on: tail_keeper.go);
+// short-lived retry timers,
 // group fetches and loads of a partition's state for a group cursor (one
 // of each at most per cursor, each bounded by 5 s); the reader
 // of pipelined appends' acknowledgements (one at most, while any is in
-// flight; it calls AppendAsync's done); the handler of the <prefix>.replicas
+// flight; it calls AppendAsync's done); the claim confirmer (confirms
+// batched msg_id claims off the acknowledgement reader, a queue of at most
+// 1,024, pipeline_confirm.go); a goroutine per partition at most that
+// appends a queued msg_id record as Append does (runQueued,
+// pipeline_batch.go, ended by the record's deadline); the handler of the <prefix>.replicas
 // notices (on nats.go's subscription goroutine, replicas_live.go; the
 // subscription ends in Close); and Clock timer callbacks (ack timeouts,
 // backoffs, block timeouts). Close first waits, at most 5 s or its
@@ -126,14 +140,20 @@
 //  5. partition.smu (topics.go): one partition's shared view, cache and
 //     block floor.
 //
+// tailKeeper.tailCCMu (tail_keeper.go): the live tail's consumer, held
+// while the heartbeat stops and makes it again (NATS round trips) and by
+// shutdown; taken under no other lock, and takes only tailState.tailMu.
+//
 // Leaf locks, held while taking no other: tailState.tailMu (tail.go),
 // connState.connMu (conn.go), dedupeCalls.dmu (dedupe.go),
 // letterQueue.lmu and dlBounds.mu (deadletter.go), topicList.topicsMu
 // (listing.go), the mutexes in Engine.life and Engine.observers, and
 // presence's two, taken in the order presence.notifyMu, presence.mu
-// (presence.go), and retained's two, taken in the order retained.startMu
-// (held across the retained bucket's opening, once), retained.mu
-// (retained.go).
+// (presence.go), a mirrored bucket's two (kvmirror.go: the retained
+// messages' and the MQTT sessions'), taken in the order kvMirror.startMu
+// (held across the bucket's opening, once), kvMirror.mu, and
+// nodeServer.mu (nodes.go: held, shared, while a node request's handler
+// runs).
 //
 // No NATS round trip happens under gmu: records missing from the cache are
 // fetched by a goroutine per cursor, dead letters are stored by the letter

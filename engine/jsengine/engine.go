@@ -143,8 +143,10 @@ type Engine struct {
 	letterQueue // lmu: max_attempts letters to store (deadletter.go)
 
 	observers lifecycle.Observers
-	pres      presence // see presence.go
-	ret       retained // see retained.go
+	pres      presence     // see presence.go
+	ret       retained     // see retained.go
+	mqs       mqttSessions // see mqttsession.go
+	nodeSrv   nodeServer   // see nodes.go
 
 	// beforeMemberBeat, when set (by tests), runs in the heartbeat after
 	// it has listed this node's members and before it writes their keys.
@@ -163,6 +165,10 @@ type Engine struct {
 	// a refused batch is sent again, after the partition's state was
 	// reloaded, with the partition's amu held.
 	beforeBatchResend atomic.Pointer[func()]
+	// beforeBatchSend, when set (by tests), runs before a batch holding a
+	// record with a MsgID is first published, with the partition's amu
+	// held (pipeline_msgid_batch.go).
+	beforeBatchSend atomic.Pointer[func()]
 	// beforePipelinedPublish, when set (by tests), runs in AppendAsync
 	// before a chained record is published, with its partition's amu and
 	// Engine.wmu held.
@@ -480,10 +486,7 @@ func (e *Engine) shutdown() {
 	if e.replicasSub != nil {
 		_ = e.replicasSub.Unsubscribe()
 	}
-	if e.tailCC != nil {
-		e.tailCC.Stop()
-		<-e.tailCC.Closed()
-	}
+	e.stopTail()
 	close(e.tailStop)
 	if e.ownNC {
 		e.nc.Close()

@@ -310,7 +310,7 @@ func TestAttemptsSurviveTakeover(t *testing.T) {
 // NATS answers again the letter is stored and both partitions commit.
 func TestSlowNATSDoesNotStall(t *testing.T) {
 	url := natstest.URL(t)
-	px := newStallProxy(t, url)
+	px := newLinkProxy(t, url)
 	policy := engine.GroupPolicy{MaxAttempts: 1, AckTimeout: time.Minute, BackoffMin: 50 * time.Millisecond}
 	e := newNode(t, nodeOpts{url: px.URL(), prefix: natstest.Prefix(t, url), c: enginetest.Config{Policy: policy}})
 	ctx := context.Background()

@@ -261,18 +261,19 @@ func waitMembers(t *testing.T, group string, want []string, nodes ...*jsengine.E
 	}
 }
 
-// TestTwoNodesGroupShares: members of one group on two nodes share the
-// partitions; every record goes to exactly one member.
-func TestTwoNodesGroupShares(t *testing.T) {
-	url := natstest.URL(t)
-	prefix := natstest.Prefix(t, url)
-	a, b := twoNodes(t, nodeOpts{url: url, prefix: prefix})
+// groupOnTwoNodes starts two nodes sharing a prefix, creates topic with
+// parts round-robin partitions, and joins member m1 of group on a and m2
+// on b, both reporting to the returned collector; it returns once both
+// nodes see both members.
+func groupOnTwoNodes(t *testing.T, topic, group string, parts int) (a, b *jsengine.Engine, c *collector) {
+	t.Helper()
 	ctx := context.Background()
-	const topic, group, parts, n = "share.two", "workers", 4, 80
+	url := natstest.URL(t)
+	a, b = twoNodes(t, nodeOpts{url: url, prefix: natstest.Prefix(t, url)})
 	if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: topic, Partitions: parts, Partitioner: engine.RoundRobin}); err != nil {
 		t.Fatal(err)
 	}
-	c := newCollector(t)
+	c = newCollector(t)
 	if _, err := a.Join(ctx, engine.JoinRequest{Group: group, Pattern: topic, Member: "m1"}, c.consumer(a, "m1")); err != nil {
 		t.Fatal(err)
 	}
@@ -280,6 +281,15 @@ func TestTwoNodesGroupShares(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitMembers(t, group, []string{"m1", "m2"}, a, b)
+	return a, b, c
+}
+
+// TestTwoNodesGroupShares: members of one group on two nodes share the
+// partitions; every record goes to exactly one member.
+func TestTwoNodesGroupShares(t *testing.T) {
+	ctx := context.Background()
+	const topic, group, parts, n = "share.two", "workers", 4, 80
+	a, b, c := groupOnTwoNodes(t, topic, group, parts)
 	for i := range n {
 		e := a
 		if i%2 == 1 {
@@ -327,22 +337,9 @@ func TestTwoNodesGroupShares(t *testing.T) {
 // TestNodeCloseHandsOver: when a node closes, its partitions move to the
 // other node's member, and records it held unacked are delivered again.
 func TestNodeCloseHandsOver(t *testing.T) {
-	url := natstest.URL(t)
-	prefix := natstest.Prefix(t, url)
-	a, b := twoNodes(t, nodeOpts{url: url, prefix: prefix})
 	ctx := context.Background()
 	const topic, group, parts = "handover", "workers", 2
-	if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: topic, Partitions: parts, Partitioner: engine.RoundRobin}); err != nil {
-		t.Fatal(err)
-	}
-	c := newCollector(t)
-	if _, err := a.Join(ctx, engine.JoinRequest{Group: group, Pattern: topic, Member: "m1"}, c.consumer(a, "m1")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Join(ctx, engine.JoinRequest{Group: group, Pattern: topic, Member: "m2"}, c.consumer(b, "m2")); err != nil {
-		t.Fatal(err)
-	}
-	waitMembers(t, group, []string{"m1", "m2"}, a, b)
+	a, b, c := groupOnTwoNodes(t, topic, group, parts)
 	c.mu.Lock()
 	c.holdBy = "m1" // m1 takes its first record and never acks it
 	c.mu.Unlock()

@@ -181,6 +181,22 @@ func (e *Engine) liveChange(key string, put bool, val []byte) {
 
 // heartbeat keeps this node and its members registered in the live bucket.
 func (e *Engine) heartbeat() {
+	e.everyBeat(func(ctx context.Context) {
+		if _, err := e.liveKV.Put(ctx, "n."+e.node, []byte("1")); err != nil {
+			e.log.Warn("jsengine: heartbeat", "err", err)
+		}
+		e.beatMembers(ctx)
+		e.refreshReplicas(ctx, false)
+		if !e.liveMarkers {
+			e.reconcileLive(ctx)
+		}
+	})
+}
+
+// everyBeat calls beat every third of the TTL, with a context bounded by
+// that third, until the engine closes; it is the body of a goroutine
+// counted in e.wg (heartbeat, presenceBeat).
+func (e *Engine) everyBeat(beat func(ctx context.Context)) {
 	defer e.wg.Done()
 	t := time.NewTicker(e.ttl / 3)
 	defer t.Stop()
@@ -191,14 +207,7 @@ func (e *Engine) heartbeat() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), e.ttl/3)
-		if _, err := e.liveKV.Put(ctx, "n."+e.node, []byte("1")); err != nil {
-			e.log.Warn("jsengine: heartbeat", "err", err)
-		}
-		e.beatMembers(ctx)
-		e.refreshReplicas(ctx, false)
-		if !e.liveMarkers {
-			e.reconcileLive(ctx)
-		}
+		beat(ctx)
 		cancel()
 	}
 }

@@ -50,7 +50,16 @@ package jsengine
 // other record holds the very sequence the successor expects.
 //
 // Records with a MsgID are pipelined once their claim is made, under the
-// claim's Nats-Msg-Id (pipeline_msgid.go).
+// claim's Nats-Msg-Id (pipeline_msgid.go); into a replicated stream, their
+// claims are taken ahead and the records batched (pipeline_msgid_batch.go).
+//
+// A pipelined record is answered within appendMax of its AppendAsync call,
+// as Append is (conn.go): its deadline, a time in its pend (no context is
+// made for it), bounds the wait for room and for its partition, the wait
+// for its acknowledgement (the ack reader's one reused timer), its
+// re-append and the wait for the tail; past it the record fails with an
+// error wrapping engine.ErrUnavailable (its outcome unknown: it may be
+// stored), or, stored, is answered without waiting longer for the tail.
 //
 // Not pipelined, but appended as by Append (after the partition's records
 // in flight): a repeat of a MsgID already claimed, topics with the Block
@@ -113,6 +122,9 @@ type pipeline struct {
 	// pipelined counts records published without waiting for the one
 	// before (chained or batched), each time it is published.
 	pipelined atomic.Int64
+	// confirmsDropped counts claim confirmations dropped past the
+	// confirmer's bound or on Close (pipeline_confirm.go).
+	confirmsDropped atomic.Int64
 }
 
 // pipe is the engine's pipelined records in flight, in publish order.
@@ -122,14 +134,22 @@ type pipe struct {
 	// claims counts the records under a MsgID claim in flight: another
 	// node's retry of the MsgID may store a record under the claim's
 	// Nats-Msg-Id, so no record is chained meanwhile (pipeline_msgid.go).
-	claims  int
-	n       uint64 // ids handed out
-	open    int    // pipelined records published and not yet answered
-	epoch   uint64 // bumped when a re-append starts a new chain
-	reading bool   // an ack reader runs
+	claims int
+	// ackTimer bounds the ack reader's wait for the record at the head
+	// of q (its deadline); made by the first reader, used by the one
+	// running.
+	ackTimer *time.Timer
+	n        uint64 // ids handed out
+	open     int    // pipelined records published and not yet answered
+	epoch    uint64 // bumped when a re-append starts a new chain
+	reading  bool   // an ack reader runs
 	// bq holds, by partition, the records waiting for the partition's
 	// batch in flight (pipeline_batch.go).
 	bq map[*partition]*batchQueue
+	// confirms are the claim confirmations waiting for the confirmer,
+	// which runs while confirming is set (pipeline_confirm.go).
+	confirms   []confirmReq
+	confirming bool
 }
 
 // pend is one pipelined record in flight.
@@ -152,31 +172,47 @@ type pend struct {
 	batch   []*pend
 	attempt int
 	since   time.Time // when the batch was first sent
+	// deadline is when the record must be answered (its AppendAsync call
+	// plus appendMax); a batch's is its first record's.
+	deadline time.Time
+	// A record with a MsgID batched into a replicated stream
+	// (pipeline_msgid_batch.go): its claim's key, revision and time;
+	// claimOf, on the pend of a claim's create in flight, is its record.
+	claimKey string
+	claimRev uint64
+	claimAt  time.Time
+	claimOf  *pend
+	// claimWait: the record's claim is not answered yet; serial: it is
+	// appended as by Append, under its claim, when it reaches the head of
+	// its partition's queue. Guarded by wmu.
+	claimWait, serial bool
 }
 
 var _ engine.AsyncAppender = (*Engine)(nil)
 
-// AppendAsync implements engine.AsyncAppender; see the file comment. It
-// is one function of about 110 lines on purpose: it is the WebSocket
-// publish path, and its checks under amu and its chain bookkeeping under
-// wmu are read together.
+// AppendAsync implements engine.AsyncAppender; see the file comment.
 func (e *Engine) AppendAsync(ctx context.Context, m engine.Message, done func(engine.Appended, error)) {
+	deadline := time.Now().Add(appendMax)
 	if m.MsgID != "" {
-		e.appendAsyncOnce(ctx, m, done) // pipeline_msgid.go
+		e.appendAsyncOnce(ctx, m, deadline, done) // pipeline_msgid.go
 		return
 	}
 	if e.scalingNow() || (e.replicated() && !e.batching.Load()) {
-		e.appendSerial(ctx, m, done)
+		e.appendSerial(ctx, m, deadline, done)
 		return
 	}
-	e.appendPipelined(ctx, m, nil, "", done)
+	e.appendPipelined(ctx, m, nil, "", deadline, done)
 }
 
 // appendPipelined is AppendAsync into topic t (nil: m's topic, looked
 // up) under claim, the Nats-Msg-Id of a MsgID's claim ("" for none: the
-// record gets the node's own). A record under a claim falls back to
-// appendUnderClaim where others fall back to Append.
-func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic, claim string, done func(engine.Appended, error)) {
+// record gets the node's own), answered by deadline. A record under a
+// claim falls back to appendUnderClaim where others fall back to Append.
+// It is one function
+// of about 140 lines on purpose: it is the WebSocket publish path, and
+// its checks under amu and its chain bookkeeping under wmu are read
+// together.
+func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic, claim string, deadline time.Time, done func(engine.Appended, error)) {
 	if e.closed.Load() {
 		done(engine.Appended{}, closedErr())
 		return
@@ -187,52 +223,59 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 	}
 	if t == nil {
 		var err error
-		if t, err = e.topicFor(ctx, m.Topic); err != nil {
+		if t, err = e.topicBy(ctx, m.Topic, deadline); err != nil {
 			done(engine.Appended{}, err)
 			return
 		}
 	}
 	if t == nil || (t.cfg.OnFull == engine.Block && t.cfg.MaxMessages > 0) || (claim != "" && e.replicated()) {
-		e.appendFallback(ctx, m, t, claim, done)
+		e.appendFallback(ctx, m, t, claim, deadline, done)
 		return
 	}
 	pi := t.partitioner.Partition(m.Key, len(t.parts))
 	p := t.parts[pi]
-	if !e.waitRoom(ctx) {
-		done(engine.Appended{}, e.ctxOrClosed(ctx))
+	if err := e.waitRoom(ctx, deadline); err != nil {
+		done(engine.Appended{}, err)
 		return
 	}
 	if e.replicated() {
-		e.appendBatched(ctx, t, p, pi, m, done)
+		e.appendBatched(ctx, t, p, pi, m, deadline, done)
 		return
 	}
 	p.amu.Lock()
 	for p.broken || (!p.known && p.inflight > 0) || (p.inflight > 0 && p.chain != e.chainEpoch()) {
 		// A record of p may follow p's records in flight only on the
-		// chain they are on: a re-append started a new one.
+		// chain they are on: a re-append started a new one. They are
+		// answered by their deadlines, which are before this one's.
 		p.pcond.Wait()
 	}
 	if t.deleted.Load() || e.closed.Load() {
 		p.amu.Unlock()
 		e.freeRoom()
-		e.appendFallback(ctx, m, t, claim, done) // reports the topic gone or the engine closed
+		e.appendFallback(ctx, m, t, claim, deadline, done) // reports the topic gone or the engine closed
+		return
+	}
+	if err := pastBound(deadline); err != nil {
+		p.amu.Unlock()
+		e.freeRoom()
+		done(engine.Appended{}, err)
 		return
 	}
 	if !p.known {
-		if err := e.loadState(ctx, p); err != nil {
+		if err := e.loadStateBy(ctx, p, deadline); err != nil {
 			p.amu.Unlock()
 			e.freeRoom()
 			done(engine.Appended{}, err)
 			return
 		}
 	}
-	if p.lastMark || (t.cfg.MaxMessages > 0 && p.nextW-p.earliestW+maxPipelined >= t.cfg.MaxMessages+trimSlack(t.cfg)) || ageDue(p, e.clock.Now()) {
+	if e.mayTrim(t, p) {
 		p.amu.Unlock()
 		e.freeRoom()
-		e.appendAfter(ctx, p, pi, m, claim, done)
+		e.appendAfter(ctx, p, pi, m, claim, deadline, done)
 		return
 	}
-	x := &pend{ctx: ctx, t: t, p: p, m: m, off: p.nextW, claim: claim}
+	x := &pend{ctx: ctx, t: t, p: p, m: m, off: p.nextW, claim: claim, deadline: deadline}
 	x.size = recordBytes(&engine.Record{Key: m.Key, Headers: m.Headers, Data: m.Data})
 	x.now = e.clock.Now()
 	if x.now.Before(p.lastTime) {
@@ -247,7 +290,7 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 		e.wmu.Unlock()
 		p.amu.Unlock()
 		e.freeRoom()
-		e.appendPipelined(ctx, m, t, claim, done)
+		e.appendPipelined(ctx, m, t, claim, deadline, done)
 		return
 	}
 	if p.inflight > 0 && e.w.claims > 0 {
@@ -259,7 +302,7 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 		e.wmu.Unlock()
 		p.amu.Unlock()
 		e.freeRoom()
-		e.appendAfter(ctx, p, pi, m, claim, done)
+		e.appendAfter(ctx, p, pi, m, claim, deadline, done)
 		return
 	}
 	x.id = claim
@@ -321,50 +364,65 @@ func (e *Engine) pendMsg(x *pend, cum int64) *nats.Msg {
 	return msg
 }
 
-// appendSerial appends m as Append does, once the partition it goes to has
-// no pipelined records in flight (Append waits for those itself).
-func (e *Engine) appendSerial(ctx context.Context, m engine.Message, done func(engine.Appended, error)) {
-	done(e.Append(ctx, m))
+// appendSerial appends m as Append does, by deadline, once the partition
+// it goes to has no pipelined records in flight (Append waits for those
+// itself).
+func (e *Engine) appendSerial(ctx context.Context, m engine.Message, deadline time.Time, done func(engine.Appended, error)) {
+	done(e.appendBy(ctx, m, deadline))
 }
 
-// appendAfter appends m to partition pi of p's topic as Append does
-// (under claim, when set: see appendPipelined).
-func (e *Engine) appendAfter(ctx context.Context, p *partition, pi int, m engine.Message, claim string, done func(engine.Appended, error)) {
+// appendAfter appends m to partition pi of p's topic as Append does, by
+// deadline (under claim, when set: see appendPipelined).
+func (e *Engine) appendAfter(ctx context.Context, p *partition, pi int, m engine.Message, claim string, deadline time.Time, done func(engine.Appended, error)) {
 	e.oneAtATime.Add(1)
-	ctx, fin := e.onConn(ctx)
-	a, seq, err := e.appendToPart(ctx, p.t, &m, claim, pi)
+	cctx, fin := e.onConn(ctx)
+	bctx, cancel := appendBound(cctx, deadline)
+	defer cancel()
+	a, seq, err := e.appendToPart(bctx, p.t, &m, claim, pi)
 	if err == errTopicGone {
 		fin(nil)
 		if claim != "" {
 			done(engine.Appended{}, errTopicGone) // the claim's owner appends again
 			return
 		}
-		done(e.Append(ctx, m))
+		done(e.appendBy(ctx, m, deadline))
 		return
 	}
-	err = fin(err)
+	err = fin(boundErr(bctx, err))
 	if err == nil {
-		e.waitTail(ctx, seq)
+		e.waitTail(bctx, seq, deadline)
 	}
 	done(a, err)
 }
 
-func (e *Engine) ctxOrClosed(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return closedErr()
+// loadStateBy is loadState with its round trip bounded by an append's
+// deadline.
+func (e *Engine) loadStateBy(ctx context.Context, p *partition, deadline time.Time) error {
+	bctx, cancel := appendBound(ctx, deadline)
+	defer cancel()
+	return boundErr(bctx, e.loadState(bctx, p))
 }
 
-// waitRoom takes a slot of the node's pipelined records in flight.
-func (e *Engine) waitRoom(ctx context.Context) bool {
+// waitRoom takes a slot of the node's pipelined records in flight,
+// waiting at most until deadline for one.
+func (e *Engine) waitRoom(ctx context.Context, deadline time.Time) error {
 	select {
 	case e.wsem <- struct{}{}:
-		return true
-	case <-ctx.Done():
-	case <-e.closeCh:
+		return nil
+	default:
 	}
-	return false
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case e.wsem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.closeCh:
+		return closedErr()
+	case <-t.C:
+		return fmt.Errorf("jsengine: %w", errAppendTimeout)
+	}
 }
 
 func (e *Engine) freeRoom() { <-e.wsem }
@@ -392,17 +450,22 @@ func (e *Engine) failPending(err error) {
 		case len(e.w.q) > 0:
 			x := e.w.q[0]
 			e.w.q = e.w.q[1:]
+			if x.claimOf != nil { // its record waits in its partition's queue
+				e.wmu.Unlock()
+				continue
+			}
 			xs = []*pend{x}
 			if x.batch != nil {
 				xs = x.batch
 			}
 		default:
+			// Every partition's queue, those with only a batch in
+			// flight (nothing queued) too: none is left behind.
 			for p, bq := range e.w.bq {
-				xs = bq.q
-				e.w.open += len(xs) // finish counts each one down
+				xs = append(xs, bq.q...)
 				delete(e.w.bq, p)
-				break
 			}
+			e.w.open += len(xs) // finish counts each one down
 		}
 		if len(xs) == 0 {
 			e.w.reading = false
@@ -419,6 +482,12 @@ func (e *Engine) failPending(err error) {
 // readAcks answers the records in flight in publish order.
 func (e *Engine) readAcks() {
 	for {
+		if e.closed.Load() {
+			// Closing: every record in flight or queued is answered,
+			// those queued behind a claim or a serial append too.
+			e.failPending(closedErr())
+			return
+		}
 		e.wmu.Lock()
 		if len(e.w.q) == 0 {
 			e.w.reading = false
@@ -426,16 +495,51 @@ func (e *Engine) readAcks() {
 			return
 		}
 		x := e.w.q[0]
+		// The wait ends at the earliest deadline in flight: a batch is
+		// published after its records' calls, so it may follow claims or
+		// batches whose deadlines are later than its own. Only those are
+		// answered out of order (settleOverdue), so only theirs count.
+		at := x.deadline
+		for _, y := range e.w.q[1:] {
+			if (y.batch != nil || y.claimOf != nil) && y.deadline.Before(at) {
+				at = y.deadline
+			}
+		}
+		timer := e.w.ackTimer
 		e.wmu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(time.Until(at))
+			e.wmu.Lock()
+			e.w.ackTimer = timer
+			e.wmu.Unlock()
+		} else {
+			timer.Reset(time.Until(at))
+		}
 		var ack *jetstream.PubAck
 		var err error
 		select {
 		case ack = <-x.fut.Ok():
 		case err = <-x.fut.Err():
+		case <-timer.C:
+			// Not answered in time: its outcome is unknown, as after
+			// the client's own timeout. An answer that came meanwhile
+			// still counts.
+			select {
+			case ack = <-x.fut.Ok():
+			case err = <-x.fut.Err():
+			default:
+				if time.Now().Before(x.deadline) {
+					e.settleOverdue() // another's deadline came first
+					continue
+				}
+				err = errAppendTimeout
+			}
 		case <-e.closeCh:
+			timer.Stop()
 			e.failPending(closedErr())
 			return
 		}
+		timer.Stop()
 		e.wmu.Lock()
 		e.w.q = e.w.q[1:]
 		e.wmu.Unlock()
@@ -443,10 +547,48 @@ func (e *Engine) readAcks() {
 	}
 }
 
+// settleOverdue answers, on the ack reader, the batches and claims in
+// flight behind the head of the queue whose deadline has passed: as at
+// the head, their outcome is unknown (an answer that came meanwhile still
+// counts). Only batches (one per partition in flight) and claims (each
+// its own record's) are taken out of publish order: a chained record's
+// order is its chain's.
+func (e *Engine) settleOverdue() {
+	now := time.Now()
+	e.wmu.Lock()
+	var due []*pend
+	keep := e.w.q[:1]
+	for _, y := range e.w.q[1:] {
+		if (y.batch != nil || y.claimOf != nil) && !now.Before(y.deadline) {
+			due = append(due, y)
+			continue
+		}
+		keep = append(keep, y)
+	}
+	clear(e.w.q[len(keep):])
+	e.w.q = keep
+	e.wmu.Unlock()
+	for _, y := range due {
+		var ack *jetstream.PubAck
+		var err error
+		select {
+		case ack = <-y.fut.Ok():
+		case err = <-y.fut.Err():
+		default:
+			err = errAppendTimeout
+		}
+		e.settlePend(y, ack, err)
+	}
+}
+
 // settlePend applies one acknowledgement (or refusal) and answers x.
 func (e *Engine) settlePend(x *pend, ack *jetstream.PubAck, err error) {
 	if f := e.beforeSettle.Load(); f != nil {
 		(*f)()
+	}
+	if x.claimOf != nil {
+		e.settleClaim(x, ack, err) // pipeline_msgid_batch.go
+		return
 	}
 	if x.batch != nil {
 		e.settleBatch(x, ack, err)
@@ -461,9 +603,12 @@ func (e *Engine) settlePend(x *pend, ack *jetstream.PubAck, err error) {
 		p.amu.Lock()
 		p.broken, p.known = true, false
 		p.amu.Unlock()
-		a, serr := e.storedAt(x.ctx, x.t, ack.Sequence)
+		bctx, cancel := appendBound(x.ctx, x.deadline)
+		a, serr := e.storedAt(bctx, x.t, ack.Sequence)
+		serr = boundErr(bctx, serr)
+		cancel()
 		if serr == nil {
-			e.waitTail(x.ctx, ack.Sequence)
+			e.waitTail(x.ctx, ack.Sequence, x.deadline)
 		}
 		e.finish(x, a, serr, false)
 	case err == nil && !ack.Duplicate:
@@ -471,7 +616,7 @@ func (e *Engine) settlePend(x *pend, ack *jetstream.PubAck, err error) {
 		p.lastSeq = max(p.lastSeq, ack.Sequence)
 		p.amu.Unlock()
 		e.viewStored(p, x.off, ack.Sequence)
-		e.waitTail(x.ctx, ack.Sequence)
+		e.waitTail(x.ctx, ack.Sequence, x.deadline)
 		e.finish(x, engine.Appended{Partition: p.index, Offset: x.off, Time: x.now}, nil, false)
 	case err == nil || isWrongLast(err) || isWrongLastID(err):
 		// Refused (a duplicate id cannot be ours: ids are unique, so it is
@@ -482,7 +627,7 @@ func (e *Engine) settlePend(x *pend, ack *jetstream.PubAck, err error) {
 		a, seq, rerr := e.reappend(x)
 		p.amu.Unlock()
 		if rerr == nil {
-			e.waitTail(x.ctx, seq)
+			e.waitTail(x.ctx, seq, x.deadline)
 		}
 		e.finish(x, a, rerr, false)
 	default:
@@ -491,7 +636,10 @@ func (e *Engine) settlePend(x *pend, ack *jetstream.PubAck, err error) {
 		p.amu.Lock()
 		p.broken, p.known = true, false
 		p.amu.Unlock()
-		e.finish(x, engine.Appended{}, unavailable("append", err), false)
+		if !errors.Is(err, engine.ErrUnavailable) {
+			err = unavailable("append", err)
+		}
+		e.finish(x, engine.Appended{}, err, false)
 	}
 }
 
@@ -520,10 +668,15 @@ func (e *Engine) finish(x *pend, a engine.Appended, err error, closing bool) {
 }
 
 // reappend stores a refused record again with the expected-sequence check,
-// reloading the partition's state first, and anchors a new chain on it.
-// Caller holds p.amu; reappend takes Engine.wmu for its publish, so no
-// pipelined record is published meanwhile.
-func (e *Engine) reappend(x *pend) (engine.Appended, uint64, error) {
+// reloading the partition's state first, and anchors a new chain on it,
+// by x's deadline. Caller holds p.amu; reappend takes Engine.wmu for its
+// publish, so no pipelined record is published meanwhile.
+func (e *Engine) reappend(x *pend) (_ engine.Appended, _ uint64, err error) {
+	ctx, cancel := appendBound(x.ctx, x.deadline)
+	defer func() {
+		err = boundErr(ctx, err)
+		cancel()
+	}()
 	p, t := x.p, x.t
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
@@ -539,7 +692,7 @@ func (e *Engine) reappend(x *pend) (engine.Appended, uint64, error) {
 		if err := e.reachable(); err != nil {
 			return engine.Appended{}, 0, err
 		}
-		if err := e.loadState(x.ctx, p); err != nil {
+		if err := e.loadState(ctx, p); err != nil {
 			return engine.Appended{}, 0, err
 		}
 		if p.lastMark {
@@ -560,7 +713,7 @@ func (e *Engine) reappend(x *pend) (engine.Appended, uint64, error) {
 		}
 		msg.Header.Set(jetstream.MsgIDHeader, id)
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(p.lastSeq, 10))
-		ack, err := e.js.PublishMsg(x.ctx, msg)
+		ack, err := e.js.PublishMsg(ctx, msg)
 		if isWrongLast(err) {
 			continue
 		}
@@ -570,7 +723,7 @@ func (e *Engine) reappend(x *pend) (engine.Appended, uint64, error) {
 		if ack.Duplicate && x.claim != "" {
 			// Stored before under the claim: that record is the MsgID's.
 			p.known = false
-			a, err := e.storedAt(x.ctx, t, ack.Sequence)
+			a, err := e.storedAt(ctx, t, ack.Sequence)
 			return a, ack.Sequence, err
 		}
 		e.w.lastID = id

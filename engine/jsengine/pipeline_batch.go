@@ -22,14 +22,15 @@ package jsengine
 // nodes appending to one partition refuse each other's batches: a batch
 // refused more than twice waits a random pause first (batchBackoff), and
 // its records fail with engine.ErrUnavailable only when it has been
-// refused for batchContentionMax.
+// refused for batchContentionMax, or past its first record's deadline
+// (appendMax from its AppendAsync call: see pipeline.go).
 //
 // A batch of one record is published as Append does (no staging). The
 // acknowledgements are read in publish order by the ack reader of
-// pipeline.go, as are the chained records'. Everything else is as for the
-// chain (except records with a MsgID, which go one at a time into a
-// replicated stream): Block topics, a partition near its cap or
-// with expired records, append one at a time.
+// pipeline.go, as are the chained records'. Records with a MsgID take
+// their claims ahead and go in the batches too (pipeline_msgid_batch.go).
+// Everything else is as for the chain: Block topics, a partition near its
+// cap or with expired records, append one at a time.
 //
 // Lock order: as pipeline.go (partition.amu, then Engine.wmu, which also
 // guards the queues, Engine.w.bq). No network round trip is made under
@@ -112,7 +113,7 @@ func (e *Engine) enableBatches(ctx context.Context) {
 			e.log.Info("jsengine: record stream without atomic batches: replicated appends go one at a time", "err", err)
 			return
 		}
-		e.rec = s
+		e.rec = boundStream(s)
 		cfg = s.CachedInfo().Config
 		e.announceScale(ctx, "scaled") // other nodes take up the batches now
 	}
@@ -120,16 +121,16 @@ func (e *Engine) enableBatches(ctx context.Context) {
 
 // appendBatched is AppendAsync into a replicated stream, once it holds a
 // slot (waitRoom).
-func (e *Engine) appendBatched(ctx context.Context, t *topic, p *partition, pi int, m engine.Message, done func(engine.Appended, error)) {
+func (e *Engine) appendBatched(ctx context.Context, t *topic, p *partition, pi int, m engine.Message, deadline time.Time, done func(engine.Appended, error)) {
 	p.amu.Lock()
 	if t.deleted.Load() || e.closed.Load() {
 		p.amu.Unlock()
 		e.freeRoom()
-		e.appendSerial(ctx, m, done) // reports the topic gone or the engine closed
+		e.appendSerial(ctx, m, deadline, done) // reports the topic gone or the engine closed
 		return
 	}
 	if p.inflight == 0 && !p.known {
-		if err := e.loadState(ctx, p); err != nil {
+		if err := e.loadStateBy(ctx, p, deadline); err != nil {
 			p.amu.Unlock()
 			e.freeRoom()
 			done(engine.Appended{}, err)
@@ -139,24 +140,17 @@ func (e *Engine) appendBatched(ctx context.Context, t *topic, p *partition, pi i
 	// Near the cap (counting every record this node may have in flight
 	// or queued: maxPipelined), an append may trim: one at a time, after
 	// the records in flight and queued (appendAfter waits for them).
-	if p.lastMark || (t.cfg.MaxMessages > 0 && p.nextW-p.earliestW+maxPipelined >= t.cfg.MaxMessages+trimSlack(t.cfg)) || ageDue(p, e.clock.Now()) {
+	if e.mayTrim(t, p) {
 		p.amu.Unlock()
 		e.freeRoom()
-		e.appendAfter(ctx, p, pi, m, "", done)
+		e.appendAfter(ctx, p, pi, m, "", deadline, done)
 		return
 	}
-	x := &pend{ctx: ctx, t: t, p: p, m: m, done: done}
+	x := &pend{ctx: ctx, t: t, p: p, m: m, done: done, deadline: deadline}
 	x.size = recordBytes(&engine.Record{Key: m.Key, Headers: m.Headers, Data: m.Data})
 	p.inflight++
 	e.wmu.Lock()
-	if e.w.bq == nil {
-		e.w.bq = map[*partition]*batchQueue{}
-	}
-	bq := e.w.bq[p]
-	if bq == nil {
-		bq = &batchQueue{}
-		e.w.bq[p] = bq
-	}
+	bq := e.batchQueueOf(p)
 	bq.q = append(bq.q, x)
 	send := !bq.flying
 	e.wmu.Unlock()
@@ -169,33 +163,85 @@ func (e *Engine) appendBatched(ctx context.Context, t *topic, p *partition, pi i
 
 // sendQueued publishes p's next batch from its queue, when it has none in
 // flight, and reports whether the caller must start the ack reader once it
-// has released p.amu. Caller holds p.amu.
+// has released p.amu. A batch takes the queue's records up to the first
+// whose MsgID claim is not answered yet (it goes once it is) or that goes
+// as by Append (handed to runQueued, which lets the queue go on after it).
+// Caller holds p.amu.
 func (e *Engine) sendQueued(p *partition) (start bool) {
-	e.wmu.Lock()
-	bq := e.w.bq[p]
-	if bq == nil || bq.flying || len(bq.q) == 0 {
-		if bq != nil && !bq.flying && len(bq.q) == 0 {
-			delete(e.w.bq, p)
+	for {
+		e.wmu.Lock()
+		bq := e.w.bq[p]
+		if bq == nil || bq.flying || len(bq.q) == 0 || bq.q[0].claimWait {
+			if bq != nil && !bq.flying && len(bq.q) == 0 {
+				delete(e.w.bq, p)
+			}
+			e.wmu.Unlock()
+			return false
 		}
+		if x := bq.q[0]; x.serial {
+			// Its round trips are not waited for here (the caller may be
+			// the ack reader): appendQueued runs on a goroutine of its
+			// own, and the queue goes on after it.
+			if !e.life.Enter() { // closing: failPending answers the queue
+				start = !e.w.reading
+				e.w.reading = true
+				e.wmu.Unlock()
+				return start
+			}
+			bq.q = bq.q[1:]
+			bq.flying = true
+			e.wmu.Unlock()
+			go e.runQueued(p, x) // exits once x is answered, by its deadline
+			return false
+		}
+		n := 0
+		for n < len(bq.q) && n < maxBatchRecords && !bq.q[n].claimWait && !bq.q[n].serial {
+			n++
+		}
+		xs := bq.q[:n:n]
+		bq.q = bq.q[n:]
+		bq.flying = true
 		e.wmu.Unlock()
-		return false
+		var err error
+		if !p.known {
+			// The batch is its records' together: no one session's
+			// context ending fails the others' (its deadline bounds it).
+			err = e.loadStateBy(context.WithoutCancel(xs[0].ctx), p, xs[0].deadline)
+		}
+		if f := e.beforeBatchSend.Load(); f != nil && err == nil && xs[0].claim != "" {
+			(*f)()
+		}
+		if err == nil {
+			start, err = e.sendBatch(p, xs, 0, time.Now())
+		}
+		if err != nil {
+			return e.failBatch(p, xs, err)
+		}
+		return start
 	}
-	n := min(len(bq.q), maxBatchRecords)
-	xs := bq.q[:n:n]
-	bq.q = bq.q[n:]
-	bq.flying = true
+}
+
+// runQueued appends x, taken from the head of p's queue with p's batch
+// marked flying, as by Append under its claim (appendQueued), then lets
+// p's queue go on. It runs on a goroutine of its own, counted in the
+// engine's lifecycle (Close waits for it), started by sendQueued so that
+// neither the ack reader nor a holder of p.amu waits for x's round trips;
+// it exits once x is answered, by x's deadline (appendMax), and at most
+// one runs per partition (its batch is marked flying meanwhile).
+func (e *Engine) runQueued(p *partition, x *pend) {
+	defer e.life.Exit()
+	e.appendQueued(x)
+	p.amu.Lock()
+	e.wmu.Lock()
+	if bq := e.w.bq[p]; bq != nil {
+		bq.flying = false
+	}
 	e.wmu.Unlock()
-	var err error
-	if !p.known {
-		err = e.loadState(xs[0].ctx, p)
+	start := e.sendQueued(p)
+	p.amu.Unlock()
+	if start {
+		e.startAckReader()
 	}
-	if err == nil {
-		start, err = e.sendBatch(p, xs, 0, time.Now())
-	}
-	if err != nil {
-		return e.failBatch(p, xs, err)
-	}
-	return start
 }
 
 // failBatch answers xs with err and lets p's next batch go (see
@@ -223,6 +269,18 @@ func (e *Engine) failBatch(p *partition, xs []*pend, err error) (start bool) {
 // known and p's batch marked flying; on an error nothing of xs is in
 // flight.
 func (e *Engine) sendBatch(p *partition, xs []*pend, attempt int, since time.Time) (start bool, err error) {
+	switch {
+	case p.t.deleted.Load():
+		// Deleted while its records waited (for a claim, or for the batch
+		// before): they fail, as Append's do, rather than be stored in the
+		// deleted incarnation, whose partitions are purged. Not
+		// errTopicGone: a record with a MsgID would be appended again to
+		// the next incarnation on this goroutine, which may be the ack
+		// reader.
+		return false, fmt.Errorf("jsengine: topic %q was deleted: %w", p.t.name, engine.ErrUnknownTopic)
+	case e.closed.Load():
+		return false, closedErr()
+	}
 	if p.lastMark {
 		// Only Append's trims leave markers, and they are not pipelined.
 		return false, fmt.Errorf("jsengine: topic %q partition %d trimmed meanwhile: %w", p.t.name, p.index, engine.ErrUnavailable)
@@ -239,6 +297,9 @@ func (e *Engine) sendBatch(p *partition, xs []*pend, attempt int, since time.Tim
 		last = x.now
 		cum += x.size
 		msgs[i] = e.pendMsg(x, cum)
+		if x.claim != "" {
+			msgs[i].Header.Set(jetstream.MsgIDHeader, x.claim)
+		}
 	}
 	msgs[0].Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(p.lastSeq, 10))
 	e.wmu.Lock()
@@ -264,7 +325,10 @@ func (e *Engine) sendBatch(p *partition, xs []*pend, attempt int, since time.Tim
 	}
 	e.batches.Add(1)
 	e.pipelined.Add(int64(n))
-	b := &pend{ctx: xs[n-1].ctx, t: p.t, p: p, fut: fut, batch: xs, attempt: attempt, since: since}
+	// The batch's context is no one session's: one's ending must not fail
+	// the others' records in its reload or tail wait (its deadline bounds
+	// both).
+	b := &pend{ctx: context.WithoutCancel(xs[n-1].ctx), t: p.t, p: p, fut: fut, batch: xs, attempt: attempt, since: since, deadline: xs[0].deadline}
 	e.w.open += n
 	e.w.q = append(e.w.q, b)
 	start = !e.w.reading
@@ -291,11 +355,20 @@ func (e *Engine) settleBatch(b *pend, ack *jetstream.PubAck, err error) {
 		for i, x := range xs {
 			e.viewStored(p, x.off, first+uint64(i))
 		}
-		e.waitTail(b.ctx, ack.Sequence)
+		e.waitTail(b.ctx, ack.Sequence, b.deadline)
 		for _, x := range xs {
-			e.finish(x, engine.Appended{Partition: p.index, Offset: x.off, Time: x.now}, nil, false)
+			a := engine.Appended{Partition: p.index, Offset: x.off, Time: x.now}
+			if x.claim != "" {
+				e.confirmClaim(x.claimKey, x.claimRev, x.claimAt, a)
+			}
+			e.finish(x, a, nil, false)
 		}
-	case (err == nil || isWrongLast(err) || isBatchRetry(err)) && time.Since(b.since) < batchContentionMax:
+	case claimRefused(xs, ack, err):
+		// A record's Nats-Msg-Id was stored, or is being stored, by a
+		// retry of its MsgID on another node: nothing of the batch was.
+		e.requeueClaimed(b) // pipeline_msgid_batch.go
+		return
+	case (err == nil || isWrongLast(err) || isBatchRetry(err)) && time.Since(b.since) < batchContentionMax && time.Now().Before(b.deadline):
 		// Refused whole (another node appended to the partition, or the
 		// server had too many batches at once): send it again after
 		// reloading, before anything queued after it.
@@ -307,7 +380,7 @@ func (e *Engine) settleBatch(b *pend, ack *jetstream.PubAck, err error) {
 		p.amu.Lock()
 		p.known = false
 		if rerr == nil {
-			rerr = e.loadState(b.ctx, p)
+			rerr = e.loadStateBy(b.ctx, p, b.deadline)
 		}
 		if f := e.beforeBatchResend.Load(); f != nil && rerr == nil {
 			(*f)()
@@ -324,7 +397,7 @@ func (e *Engine) settleBatch(b *pend, ack *jetstream.PubAck, err error) {
 		// Unknown outcome (timeout, connection lost) or refused too often:
 		// the partition's state is reloaded before its next batch.
 		if err == nil || isWrongLast(err) || isBatchRetry(err) {
-			err = fmt.Errorf("jsengine: topic %q partition %d: too much contention: %w", p.t.name, p.index, engine.ErrUnavailable)
+			err = fmt.Errorf("jsengine: topic %q partition %d: too much contention: %w", p.t.name, p.index, errAppendTimeout)
 		} else if !errors.Is(err, engine.ErrUnavailable) {
 			err = unavailable("append", err)
 		}
@@ -343,4 +416,18 @@ func (e *Engine) settleBatch(b *pend, ack *jetstream.PubAck, err error) {
 	e.wmu.Unlock()
 	e.sendQueued(p) // on the ack reader: it runs
 	p.amu.Unlock()
+}
+
+// batchQueueOf returns partition p's batch queue, made on first use.
+// Caller holds e.wmu.
+func (e *Engine) batchQueueOf(p *partition) *batchQueue {
+	if e.w.bq == nil {
+		e.w.bq = map[*partition]*batchQueue{}
+	}
+	bq := e.w.bq[p]
+	if bq == nil {
+		bq = &batchQueue{}
+		e.w.bq[p] = bq
+	}
+	return bq
 }

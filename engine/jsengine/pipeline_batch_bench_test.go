@@ -1,6 +1,7 @@
 package jsengine_test
 
 import (
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -14,10 +15,16 @@ import (
 // into one partition of a three-replica stream on three embedded servers,
 // from one node or from two nodes (each on its own server) at once, with
 // at most 256 appends outstanding per node (a gateway's four publishers
-// with 64 each). It reports records/s over all nodes.
+// with 64 each). It reports records/s over all nodes. "with msg_id": a
+// new MsgID per record.
 func BenchmarkPipelinedReplicated(b *testing.B) {
-	for _, nodes := range []int{1, 2} {
-		b.Run(map[int]string{1: "one node", 2: "two nodes"}[nodes], func(b *testing.B) {
+	for _, run := range []struct {
+		name  string
+		nodes int
+		ids   bool
+	}{{"one node", 1, false}, {"two nodes", 2, false}, {"one node with msg_id", 1, true}} {
+		nodes := run.nodes
+		b.Run(run.name, func(b *testing.B) {
 			c := natstest.NewCluster(b, 3)
 			var es []*jsengine.Engine
 			for i := range nodes {
@@ -46,10 +53,14 @@ func BenchmarkPipelinedReplicated(b *testing.B) {
 					defer wg.Done()
 					sem := make(chan struct{}, 256)
 					var all sync.WaitGroup
-					for range n {
+					for i := range n {
 						sem <- struct{}{}
 						all.Add(1)
-						e.AppendAsync(b.Context(), engine.Message{Topic: topic, Data: data}, func(_ engine.Appended, err error) {
+						m := engine.Message{Topic: topic, Data: data}
+						if run.ids {
+							m.MsgID = "n" + strconv.Itoa(ni) + "-" + strconv.Itoa(i)
+						}
+						e.AppendAsync(b.Context(), m, func(_ engine.Appended, err error) {
 							if err != nil {
 								b.Error(err)
 							}

@@ -3,7 +3,6 @@ package jsengine_test
 import (
 	"testing"
 
-	"github.com/switchyard/switchyard/engine/jsengine"
 	"github.com/switchyard/switchyard/engine/jsengine/natstest"
 )
 
@@ -18,15 +17,7 @@ import (
 // msgid mismatch ... critical write error".
 func TestPipelinedReplicatedShare(t *testing.T) {
 	c := natstest.NewCluster(t, 3)
-	var nodes []*jsengine.Engine
-	for i := range 2 {
-		e, err := openReplicas(c.URLs(i), "piper3", 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { closeEngine(t, e) })
-		nodes = append(nodes, e)
-	}
+	nodes := replicaNodes(t, c, "piper3", 2)
 	pipelinedShare(t, nodes[0], nodes[1], 300)
 	if n := nodes[0].OneAtATime() + nodes[1].OneAtATime(); n > 0 {
 		t.Errorf("%d appends went one at a time", n)

@@ -30,8 +30,9 @@ package jsengine
 // Everything else goes as by Append (appendClaimed): a claim that exists
 // (a repeat, or a retry after an unknown outcome), a repeat of a MsgID
 // whose first append is still in process on this node (it waits for it),
-// and replicated streams (their atomic batches do not carry per-record
-// Nats-Msg-Ids here). A pipelined record under a claim that is refused in
+// and replicated streams without atomic batches. Replicated streams with
+// them take claims ahead and the records in batches
+// (pipeline_msgid_batch.go). A pipelined record under a claim that is refused in
 // its chain is appended again under the same claim; one the server answers
 // as a duplicate (another node's retry of the MsgID stored it first)
 // reports that record's position with Duplicate set.
@@ -55,21 +56,23 @@ func claimKey(t *topic, msgID string) string {
 }
 
 // appendAsyncOnce is AppendAsync for a record with a MsgID.
-func (e *Engine) appendAsyncOnce(ctx context.Context, m engine.Message, done func(engine.Appended, error)) {
-	if e.replicated() || e.scalingNow() || e.closed.Load() || e.reachable() != nil {
-		e.appendSerial(ctx, m, done) // reports the engine closed or NATS unreachable
+// It is answered by deadline (see appendMax).
+func (e *Engine) appendAsyncOnce(ctx context.Context, m engine.Message, deadline time.Time, done func(engine.Appended, error)) {
+	batched := e.replicated() && e.batching.Load()
+	if (e.replicated() && !batched) || e.scalingNow() || e.closed.Load() || e.reachable() != nil {
+		e.appendSerial(ctx, m, deadline, done) // reports the engine closed or NATS unreachable
 		return
 	}
-	t, err := e.topicFor(ctx, m.Topic)
-	if err != nil || t == nil {
-		e.appendSerial(ctx, m, done)
+	t := e.local(m.Topic)
+	if t == nil { // not known here: Append looks it up, by deadline
+		e.appendSerial(ctx, m, deadline, done)
 		return
 	}
 	key := claimKey(t, m.MsgID)
 	e.dmu.Lock()
 	if e.dedup[key] != nil { // a repeat of an append in process here: it waits
 		e.dmu.Unlock()
-		e.appendSerial(ctx, m, done)
+		e.appendSerial(ctx, m, deadline, done)
 		return
 	}
 	c := &dedupCall{done: make(chan struct{})}
@@ -82,23 +85,33 @@ func (e *Engine) appendAsyncOnce(ctx context.Context, m engine.Message, done fun
 		e.dmu.Unlock()
 		close(c.done)
 		if err == errTopicGone { // t was deleted: to the topic's next incarnation, under its own claim
-			done(e.Append(ctx, m))
+			done(e.appendBy(ctx, m, deadline))
 			return
 		}
 		done(a, err)
 	}
+	if batched {
+		e.claimBatched(ctx, m, t, key, deadline, end) // pipeline_msgid_batch.go
+		return
+	}
 	now := e.clock.Now()
 	claim, _ := json.Marshal(dedupVal{At: now})
 	cctx, fin := e.onConn(ctx)
-	rev, err := e.dedupKV.Create(cctx, key, claim)
+	bctx, cancel := appendBound(cctx, deadline)
+	rev, err := e.dedupKV.Create(bctx, key, claim)
 	if fin(err) != nil {
-		// Claimed before (or the create failed): the claim says what to do.
+		// Claimed before (or the create failed): the claim says what to
+		// do, by the deadline.
 		cctx, fin := e.onConn(ctx)
-		a, err := e.appendClaimed(cctx, t, &m, key)
-		end(a, fin(err))
+		bctx, cancel2 := appendBound(cctx, deadline)
+		a, err := e.appendClaimed(bctx, t, &m, key)
+		end(a, fin(boundErr(bctx, err)))
+		cancel2()
+		cancel()
 		return
 	}
-	e.appendPipelined(ctx, m, t, key+"."+strconv.FormatUint(rev, 10), func(a engine.Appended, err error) {
+	cancel()
+	e.appendPipelined(ctx, m, t, key+"."+strconv.FormatUint(rev, 10), deadline, func(a engine.Appended, err error) {
 		if err == nil {
 			e.confirmClaim(key, rev, now, a)
 		}
@@ -108,21 +121,23 @@ func (e *Engine) appendAsyncOnce(ctx context.Context, m engine.Message, done fun
 
 // appendFallback appends m as Append does, under claim when set (see
 // appendPipelined).
-func (e *Engine) appendFallback(ctx context.Context, m engine.Message, t *topic, claim string, done func(engine.Appended, error)) {
+func (e *Engine) appendFallback(ctx context.Context, m engine.Message, t *topic, claim string, deadline time.Time, done func(engine.Appended, error)) {
 	if claim == "" {
-		e.appendSerial(ctx, m, done)
+		e.appendSerial(ctx, m, deadline, done)
 		return
 	}
 	e.oneAtATime.Add(1)
 	ctx, fin := e.onConn(ctx)
+	ctx, cancel := appendBound(ctx, blockDeadline(t, deadline))
+	defer cancel()
 	a, seq, err := e.appendTo(ctx, t, &m, claim)
 	if err == errTopicGone {
 		fin(nil)
 		done(engine.Appended{}, errTopicGone)
 		return
 	}
-	if err = fin(err); err == nil {
-		e.waitTail(ctx, seq)
+	if err = fin(boundErr(ctx, err)); err == nil {
+		e.waitTail(ctx, seq, deadline)
 	}
 	done(a, err)
 }
@@ -131,26 +146,46 @@ func (e *Engine) appendFallback(ctx context.Context, m engine.Message, t *topic,
 // time at. A claim left unconfirmed answers a retry only while its record
 // is in the log (the retry reads it at the sequence the server's duplicate
 // acknowledgement names), so a record trimmed since would leave every
-// retry failing: the confirmation is never skipped.
+// retry failing: the confirmation is skipped only past the confirmer's
+// bound or on Close (pipeline_confirm.go).
 //
 // Confirmations share the node's asynchronous publishes with the
 // pipelined records (at most maxPipelined of them, within the client's
 // 2*maxPipelined): up to maxPipelined/2 publishes pending, it is published
 // without waiting for the answer (one lost then, the node closing, is
 // made good by the next repeat while the record is in the log); past
-// that, it is written waiting for the answer, at most claimConfirmWait,
-// rather than let the records' publishes stall. It runs on the ack reader
-// or the appending caller, with no lock held.
+// that, it is handed to the node's confirmer, which writes it waiting for
+// the answer, at most claimConfirmWait, rather than let the records'
+// publishes stall. It runs on the ack reader or the appending caller, with
+// no lock held, and never waits.
 func (e *Engine) confirmClaim(key string, rev uint64, at time.Time, a engine.Appended) {
-	v, _ := json.Marshal(dedupVal{At: at, Done: true, Partition: a.Partition, Offset: a.Offset, Time: a.Time})
 	if e.js.PublishAsyncPending() > maxPipelined/2 {
-		ctx, cancel := context.WithTimeout(context.Background(), claimConfirmWait)
-		defer cancel()
-		if _, err := e.dedupKV.Update(ctx, key, v, rev); err != nil && !isWrongLast(err) {
-			e.log.Warn("jsengine: dedupe record", "err", err)
-		}
+		e.queueConfirm(confirmReq{key: key, rev: rev, at: at, a: a}) // pipeline_confirm.go
 		return
 	}
+	e.publishConfirm(key, rev, at, a)
+}
+
+// confirmClaimNow is confirmClaim on the confirmer: past maxPipelined/2
+// publishes pending, it writes the confirmation waiting for its answer, at
+// most claimConfirmWait and until ctx ends.
+func (e *Engine) confirmClaimNow(ctx context.Context, key string, rev uint64, at time.Time, a engine.Appended) {
+	if e.js.PublishAsyncPending() <= maxPipelined/2 {
+		e.publishConfirm(key, rev, at, a)
+		return
+	}
+	v, _ := json.Marshal(dedupVal{At: at, Done: true, Partition: a.Partition, Offset: a.Offset, Time: a.Time})
+	ctx, cancel := context.WithTimeout(ctx, claimConfirmWait)
+	defer cancel()
+	if _, err := e.dedupKV.Update(ctx, key, v, rev); err != nil && !isWrongLast(err) {
+		e.log.Warn("jsengine: dedupe record", "err", err)
+	}
+}
+
+// publishConfirm publishes a claim's confirmation without waiting for its
+// answer.
+func (e *Engine) publishConfirm(key string, rev uint64, at time.Time, a engine.Appended) {
+	v, _ := json.Marshal(dedupVal{At: at, Done: true, Partition: a.Partition, Offset: a.Offset, Time: a.Time})
 	msg := nats.NewMsg("$KV." + e.prefix + "_dedupe." + key)
 	msg.Data = v
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))

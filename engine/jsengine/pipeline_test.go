@@ -27,15 +27,7 @@ func TestPipelinedNodesShareAPartition(t *testing.T) {
 		// With three replicas AppendAsync appends one at a time (see
 		// pipeline.go); the guarantees are the same.
 		c := natstest.NewCluster(t, 3)
-		var nodes []*jsengine.Engine
-		for i := range 2 {
-			e, err := openReplicas(c.URLs(i), "pipe", 3)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { closeEngine(t, e) })
-			nodes = append(nodes, e)
-		}
+		nodes := replicaNodes(t, c, "pipe", 2)
 		pipelinedShare(t, nodes[0], nodes[1], 100)
 	})
 }

@@ -172,17 +172,8 @@ func (p *presence) watcherList() []engine.PresenceObserver {
 
 // presenceBeat renews this node's members and sweeps members nobody renews.
 func (e *Engine) presenceBeat() {
-	defer e.wg.Done()
 	p := &e.pres
-	t := time.NewTicker(e.ttl / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-e.closeCh:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), e.ttl/3)
+	e.everyBeat(func(ctx context.Context) {
 		p.mu.Lock()
 		mine := make(map[string]localMember, len(p.local))
 		for k, lm := range p.local {
@@ -205,8 +196,7 @@ func (e *Engine) presenceBeat() {
 			p.mu.Unlock()
 		}
 		e.presenceSweep(ctx, time.Now())
-		cancel()
-	}
+	})
 }
 
 // presenceSweep drops members not renewed for a TTL, announcing each

@@ -1,116 +1,75 @@
 package jsengine_test
 
 import (
-	"net"
 	neturl "net/url"
-	"sync"
 	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engine/jsengine"
+	"github.com/switchyard/switchyard/engine/jsengine/natstest"
+	"github.com/switchyard/switchyard/faults"
 )
 
-// stallProxy is a loopback TCP proxy in front of a NATS server whose
-// client-to-server direction the test can stall: bytes sent meanwhile are
-// held (not lost) and flow on when it resumes, as over a congested link.
-type stallProxy struct {
-	l      net.Listener
-	target string
-	wg     sync.WaitGroup
+// linkProxy is the fault harness's loopback TCP proxy in front of a NATS
+// server, with the faults the engine's tests make of a link: a stall of
+// what clients send, a hold of both ways (held bytes are not lost and flow
+// on when it ends, as over a congested or silent link), a delay, and a
+// reset of the connections open through it.
+type linkProxy struct{ *faults.Proxy }
 
-	mu      sync.Mutex // guards following
-	stalled bool
-	resume  chan struct{} // closed when a stall ends
-	conns   []net.Conn
-}
-
-// newStallProxy starts a proxy to the server at url; the test's cleanup
+// newLinkProxy starts a proxy to the server at url; the test's cleanup
 // stops it.
-func newStallProxy(t *testing.T, url string) *stallProxy {
+func newLinkProxy(t *testing.T, url string) *linkProxy {
+	t.Helper()
 	u, err := neturl.Parse(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := faults.NewProxy("nats", u.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &stallProxy{l: l, target: u.Host, resume: make(chan struct{})}
-	p.wg.Go(p.accept) // exits when the listener closes
-	t.Cleanup(p.close)
-	return p
+	t.Cleanup(func() { p.Close() })
+	return &linkProxy{p}
 }
 
-func (p *stallProxy) URL() string { return "nats://" + p.l.Addr().String() }
-
-func (p *stallProxy) accept() {
-	for {
-		c, err := p.l.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		p.wg.Go(func() { p.pipe(s, c, true) }) // exit when either side closes
-		p.wg.Go(func() { p.pipe(c, s, false) })
-	}
-}
-
-// pipe copies src to dst; the client-to-server direction waits while the
-// proxy is stalled.
-func (p *stallProxy) pipe(dst, src net.Conn, gated bool) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && gated {
-			p.mu.Lock()
-			stalled, resume := p.stalled, p.resume
-			p.mu.Unlock()
-			if stalled {
-				<-resume
-			}
-		}
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
+// URL is the proxy's NATS URL.
+func (p *linkProxy) URL() string { return "nats://" + p.Addr() }
 
 // Stall holds everything clients send from now on until Resume.
-func (p *stallProxy) Stall() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.stalled = true
-}
+func (p *linkProxy) Stall() { p.Cut(faults.Up) }
 
 // Resume lets held bytes flow again.
-func (p *stallProxy) Resume() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.stalled {
-		p.stalled = false
-		close(p.resume)
-		p.resume = make(chan struct{})
-	}
+func (p *linkProxy) Resume() { p.Heal() }
+
+// Hold holds everything sent either way from now on until Release.
+func (p *linkProxy) Hold() { p.CutBoth() }
+
+// Release lets held bytes flow again.
+func (p *linkProxy) Release() { p.Heal() }
+
+// SetDelay holds each chunk clients send for d, keeping their order, as
+// over a slow link; 0 ends it.
+func (p *linkProxy) SetDelay(d time.Duration) { p.Set(faults.Up, faults.Faults{Latency: d}) }
+
+// Reset resets every connection open through the proxy and ends a hold or
+// stall: their clients connect again.
+func (p *linkProxy) Reset() {
+	p.Proxy.Reset()
+	p.Heal()
 }
 
-func (p *stallProxy) close() {
-	p.Resume()
-	p.l.Close()
-	p.mu.Lock()
-	for _, c := range p.conns {
-		c.Close()
+// stalledReplicas opens a node on a three-server cluster with three
+// replicas through a link proxy the test can stall (server 0's); the
+// test's cleanup resumes the link and closes the node.
+func stalledReplicas(t *testing.T, prefix string) (*jsengine.Engine, *linkProxy) {
+	t.Helper()
+	c := natstest.NewCluster(t, 3)
+	px := newLinkProxy(t, c.URL(0))
+	e, err := openReplicas(px.URL(), prefix, 3)
+	if err != nil {
+		t.Fatal(err)
 	}
-	p.mu.Unlock()
-	p.wg.Wait()
+	t.Cleanup(func() { px.Resume(); closeEngine(t, e) })
+	return e, px
 }

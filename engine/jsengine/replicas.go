@@ -87,7 +87,7 @@ func (e *Engine) conform(ctx context.Context, s jetstream.Stream) (bool, error) 
 func waitReplicas(ctx context.Context, s jetstream.Stream, n int) error {
 	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 250*time.Millisecond) {
 		info, err := s.Info(ctx)
-		if err == nil && settled(info.Cluster, n) {
+		if err == nil && Settled(info.Cluster, n) {
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -101,7 +101,11 @@ func waitReplicas(ctx context.Context, s jetstream.Stream, n int) error {
 	}
 }
 
-func settled(ci *jetstream.ClusterInfo, n int) bool {
+// Settled reports whether a stream of n replicas whose cluster info is ci
+// has settled: a leader and n-1 replicas, each current and online (always,
+// for one replica). waitReplicas waits for it after a scale; the torture
+// run's embedded cluster (loadtest) waits for it on every stream.
+func Settled(ci *jetstream.ClusterInfo, n int) bool {
 	if n == 1 {
 		return true // no peers to wait for
 	}

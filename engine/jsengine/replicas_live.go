@@ -92,6 +92,9 @@ func (e *Engine) refreshReplicas(ctx context.Context, scaled bool) {
 		e.log.Warn("jsengine: record stream configuration", "err", err)
 		return
 	}
+	if !scaled {
+		e.keepTail(ctx, info.State.LastSeq) // on the heartbeat (tail_keeper.go)
+	}
 	n := max(info.Config.Replicas, 1)
 	changed := e.recReplicas.Load() != int32(n)
 	e.setReplicas(n, info.Config.AllowAtomicPublish)

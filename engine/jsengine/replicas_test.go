@@ -48,6 +48,22 @@ func openReplicas(url, prefix string, replicas int) (*jsengine.Engine, error) {
 	return jsengine.New(ctx, jsengine.Options{URL: url, Prefix: prefix, Replicas: replicas})
 }
 
+// replicaNodes opens n engines with three replicas under prefix, node i
+// on server i of c; each closes when the test ends.
+func replicaNodes(t *testing.T, c *natstest.Cluster, prefix string, n int) []*jsengine.Engine {
+	t.Helper()
+	var nodes []*jsengine.Engine
+	for i := range n {
+		e, err := openReplicas(c.URLs(i), prefix, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { closeEngine(t, e) })
+		nodes = append(nodes, e)
+	}
+	return nodes
+}
+
 func closeEngine(t *testing.T, e *jsengine.Engine) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -142,15 +158,7 @@ func TestReplicasRefused(t *testing.T) {
 // by a lagging follower (direct gets) failed both.
 func TestReplicasReadYourWrites(t *testing.T) {
 	c := natstest.NewCluster(t, 3)
-	var nodes []*jsengine.Engine
-	for i := range 3 {
-		e, err := openReplicas(c.URLs(i), "ryw", 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer closeEngine(t, e)
-		nodes = append(nodes, e)
-	}
+	nodes := replicaNodes(t, c, "ryw", 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const topics = 40

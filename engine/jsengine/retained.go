@@ -20,7 +20,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,21 +31,14 @@ import (
 var _ engine.Retainer = (*Engine)(nil)
 
 type retained struct {
-	// startMu is held while the bucket is opened; started says it is. A
-	// failed start (NATS unreachable) is tried again by the next call.
-	startMu sync.Mutex
-	started bool
-	kv      jetstream.KeyValue
+	kvMirror // its mu guards the fields below
 
-	mu      sync.Mutex // leaf; guards the fields below
-	view    map[string]engine.RetainedMessage
-	bytes   int64
-	applied uint64 // last revision applied to view
+	view  map[string]engine.RetainedMessage
+	bytes int64
 	// pendingN and pendingB are this node's puts on their way: the bound
 	// counts them, so writers of one node cannot pass it together.
 	pendingN int
 	pendingB int64
-	progress chan struct{} // closed and replaced when applied grows
 }
 
 type retainedVal struct {
@@ -64,41 +56,9 @@ func retainedKey(topic string) string { return hex.EncodeToString([]byte(topic))
 // call that finds NATS reachable; while it is not, calls fail at once.
 func (e *Engine) retainedStart() (*retained, error) {
 	r := &e.ret
-	r.startMu.Lock()
-	defer r.startMu.Unlock()
-	if r.started {
-		return r, nil
-	}
-	if e.closed.Load() {
-		return nil, engine.ErrClosed
-	}
-	if err := e.reachable(); err != nil {
+	if err := r.start(e, "retained", "_retained", func() { r.view = map[string]engine.RetainedMessage{} }, e.retainedEvent); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := e.openKV(ctx, jetstream.KeyValueConfig{Bucket: e.prefix + "_retained"})
-	if err != nil {
-		return nil, unavailable("retained bucket", err)
-	}
-	kw, err := e.watch(kv, 0)
-	if err != nil {
-		return nil, unavailable("retained watch", err)
-	}
-	r.mu.Lock()
-	r.kv = kv
-	r.view = map[string]engine.RetainedMessage{}
-	r.progress = make(chan struct{})
-	r.mu.Unlock()
-	ready := make(chan struct{}, 1)
-	e.wg.Add(1)
-	go e.watchLoop(kv, kw, e.retainedEvent, ready) // exits when the engine closes
-	select {
-	case <-ready:
-	case <-ctx.Done():
-	case <-e.closeCh:
-	}
-	r.started = true
 	return r, nil
 }
 
@@ -118,9 +78,7 @@ func (e *Engine) retainedEvent(ent jetstream.KeyValueEntry, _ bool) {
 		r.view[m.Topic] = m
 		r.bytes += m.Size()
 	}
-	r.applied = max(r.applied, ent.Revision())
-	close(r.progress)
-	r.progress = make(chan struct{})
+	r.advance(ent.Revision())
 }
 
 // viewByKey finds the view's message of a bucket key.
@@ -131,37 +89,6 @@ func (r *retained) viewByKey(key string) (engine.RetainedMessage, bool) {
 	}
 	m, ok := r.view[string(b)]
 	return m, ok
-}
-
-// sync waits until the view holds every write made to the bucket before
-// it was called.
-func (r *retained) sync(ctx context.Context) error {
-	st, err := r.kv.Status(ctx)
-	if err != nil {
-		return unavailable("retained bucket status", err)
-	}
-	var last uint64
-	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
-		last = bs.StreamInfo().State.LastSeq
-	}
-	return r.waitApplied(ctx, last)
-}
-
-// waitApplied waits until the view holds revision rev.
-func (r *retained) waitApplied(ctx context.Context, rev uint64) error {
-	for {
-		r.mu.Lock()
-		done, ch := r.applied >= rev, r.progress
-		r.mu.Unlock()
-		if done {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return unavailable("retained view", ctx.Err())
-		}
-	}
 }
 
 // SetRetained implements engine.Retainer.

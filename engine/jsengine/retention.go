@@ -51,6 +51,15 @@ func trimSlack(cfg engine.TopicConfig) int64 {
 	return min(cfg.MaxMessages/16, 8192)
 }
 
+// mayTrim reports whether the next pipelined append to p of topic t may
+// trim, and so goes one at a time, after the records in flight and queued
+// (appendAfter): p's last message is a trim marker, p is near its count cap
+// (counting every record this node may have in flight or queued,
+// maxPipelined), or due to trim by age. Caller holds amu.
+func (e *Engine) mayTrim(t *topic, p *partition) bool {
+	return p.lastMark || (t.cfg.MaxMessages > 0 && p.nextW-p.earliestW+maxPipelined >= t.cfg.MaxMessages+trimSlack(t.cfg)) || ageDue(p, e.clock.Now())
+}
+
 // ageDue reports whether an append to p at now must trim by age first
 // (trimAge would do a round trip): p's topic has a MaxAge, p holds
 // records, and its oldest is expired or not known. Pipelined appends go

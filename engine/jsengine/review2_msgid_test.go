@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/jsengine"
 	"github.com/switchyard/switchyard/engine/jsengine/natstest"
 )
 
@@ -19,16 +20,10 @@ import (
 // carries: Y must not be stored at the offset a reserved for it behind X
 // (b's record holds it). Every offset of the partition is held once.
 func TestPipelinedMsgIDRetryElsewhereKeepsOffsets(t *testing.T) {
-	url := natstest.URL(t)
-	o := nodeOpts{url: url, prefix: natstest.Prefix(t, url)}
-	a, b := twoNodes(t, o)
-	c := newNode(t, o)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const topic = "pipe.retry"
-	if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: topic, Partitions: 1}); err != nil {
-		t.Fatal(err)
-	}
+	a, b, c := retryNodes(ctx, t, topic, 1)
 	var calls int
 	var hookErr error
 	a.SetBeforePipelinedPublish(func() { // runs in a's AppendAsync calls, one at a time
@@ -42,23 +37,7 @@ func TestPipelinedMsgIDRetryElsewhereKeepsOffsets(t *testing.T) {
 			}
 		}
 	})
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	got := map[string]engine.Appended{}
-	var errs []error
-	for _, m := range []engine.Message{{Topic: topic, MsgID: "m", Data: []byte("X")}, {Topic: topic, Data: []byte("Y")}} {
-		wg.Add(1)
-		a.AppendAsync(ctx, m, func(ap engine.Appended, err error) {
-			mu.Lock()
-			got[string(m.Data)] = ap
-			if err != nil {
-				errs = append(errs, err)
-			}
-			mu.Unlock()
-			wg.Done()
-		})
-	}
-	waitGroup(t, &wg)
+	got, errs := appendAllAsync(ctx, t, a, []engine.Message{{Topic: topic, MsgID: "m", Data: []byte("X")}, {Topic: topic, Data: []byte("Y")}})
 	if hookErr != nil || len(errs) > 0 {
 		t.Fatalf("hook: %v, appends: %v", hookErr, errs)
 	}
@@ -78,6 +57,44 @@ func TestPipelinedMsgIDRetryElsewhereKeepsOffsets(t *testing.T) {
 	}
 }
 
+// retryNodes starts three nodes sharing one prefix and creates topic
+// with parts partitions: a pipelines, b retries, c moves a partition on.
+func retryNodes(ctx context.Context, t *testing.T, topic string, parts int) (a, b, c *jsengine.Engine) {
+	t.Helper()
+	url := natstest.URL(t)
+	o := nodeOpts{url: url, prefix: natstest.Prefix(t, url)}
+	a, b = twoNodes(t, o)
+	c = newNode(t, o)
+	if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: topic, Partitions: parts}); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, c
+}
+
+// appendAllAsync hands msgs to e's AppendAsync, in order, and waits for
+// every answer: the answers by message data, and the errors.
+func appendAllAsync(ctx context.Context, t *testing.T, e *jsengine.Engine, msgs []engine.Message) (map[string]engine.Appended, []error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	got := map[string]engine.Appended{}
+	var errs []error
+	for _, m := range msgs {
+		wg.Add(1)
+		e.AppendAsync(ctx, m, func(ap engine.Appended, err error) {
+			mu.Lock()
+			got[string(m.Data)] = ap
+			if err != nil {
+				errs = append(errs, err)
+			}
+			mu.Unlock()
+			wg.Done()
+		})
+	}
+	waitGroup(t, &wg)
+	return got, errs
+}
+
 func recOffsets(recs []*engine.Record) []int64 {
 	var out []int64
 	for _, r := range recs {
@@ -94,16 +111,10 @@ func recOffsets(recs []*engine.Record) []int64 {
 // Nats-Msg-Id (passing on b's record), W on Y's. W must not be stored at
 // the offset a reserved for it behind X, which b's record holds.
 func TestPipelinedMsgIDRetryElsewhereThroughOtherPartition(t *testing.T) {
-	url := natstest.URL(t)
-	o := nodeOpts{url: url, prefix: natstest.Prefix(t, url)}
-	a, b := twoNodes(t, o)
-	c := newNode(t, o)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const topic = "pipe.retry2"
-	if _, err := a.CreateTopic(ctx, engine.TopicConfig{Name: topic, Partitions: 2}); err != nil {
-		t.Fatal(err)
-	}
+	a, b, c := retryNodes(ctx, t, topic, 2)
 	var k0, k1 string
 	for i := 0; i < 100 && (k0 == "" || k1 == ""); i++ {
 		k := "k" + strconv.Itoa(i)
@@ -142,27 +153,11 @@ func TestPipelinedMsgIDRetryElsewhereThroughOtherPartition(t *testing.T) {
 			}
 		}
 	})
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	got := map[string]engine.Appended{}
-	var errs []error
-	for _, m := range []engine.Message{
+	got, errs := appendAllAsync(ctx, t, a, []engine.Message{
 		{Topic: topic, Key: k1, MsgID: "m", Data: []byte("X")},
 		{Topic: topic, Key: k0, Data: []byte("Y")},
 		{Topic: topic, Key: k1, Data: []byte("W")},
-	} {
-		wg.Add(1)
-		a.AppendAsync(ctx, m, func(ap engine.Appended, err error) {
-			mu.Lock()
-			got[string(m.Data)] = ap
-			if err != nil {
-				errs = append(errs, err)
-			}
-			mu.Unlock()
-			wg.Done()
-		})
-	}
-	waitGroup(t, &wg)
+	})
 	if hookErr != nil || len(errs) > 0 {
 		t.Fatalf("hook: %v, appends: %v", hookErr, errs)
 	}

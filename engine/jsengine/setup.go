@@ -144,29 +144,26 @@ func (e *Engine) startTail(ctx context.Context) error {
 		return unavailable("stream info", err)
 	}
 	e.tailSeq = info.State.LastSeq
-	cons, err := e.rec.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{e.prefix + ".rec.>"},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    info.State.LastSeq + 1,
-	})
-	if err != nil {
-		return unavailable("tail", err)
-	}
 	e.wg.Add(1)
 	go e.tailLoop() // exits when shutdown closes tailStop
-	cc, err := cons.Consume(e.tailHandoff, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if !e.closed.Load() {
-			e.log.Debug("jsengine: tail", "err", err)
-		}
-	}))
+	cons, cc, err := e.consumeTail(ctx, info.State.LastSeq+1)
 	if err != nil {
-		return unavailable("tail", err)
+		return err
 	}
-	e.tailCC = cc
+	e.tailCCMu.Lock()
+	e.tailCons, e.tailCC = cons, cc
+	e.tailCCMu.Unlock()
 	return nil
 }
 
+// openStream creates or binds the stream of cfg; its handle's round trips
+// are bounded (bounded.go).
 func (e *Engine) openStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := e.openStreamUnbounded(ctx, cfg)
+	return boundStream(s), err
+}
+
+func (e *Engine) openStreamUnbounded(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	cfg.Replicas = e.replicas
 	cfg.AllowDirect = cfg.AllowDirect && e.replicas == 1 // see replicas.go
 	var f finding
@@ -188,7 +185,14 @@ func (e *Engine) openStream(ctx context.Context, cfg jetstream.StreamConfig) (je
 	}
 }
 
+// openKV creates or binds the bucket of cfg; its handle's round trips
+// are bounded (bounded.go).
 func (e *Engine) openKV(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := e.openKVUnbounded(ctx, cfg)
+	return boundKV(kv), err
+}
+
+func (e *Engine) openKVUnbounded(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	cfg.Replicas = e.replicas
 	var f finding
 	var kv jetstream.KeyValue

@@ -64,6 +64,22 @@ func (js *creatingJS) KeyValue(ctx context.Context, bucket string) (jetstream.Ke
 	return js.JetStream.KeyValue(ctx, bucket)
 }
 
+// jetStreamAt connects to the NATS server at url and returns its
+// JetStream; the connection closes when the test ends.
+func jetStreamAt(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
 // TestOpenWhileCreating: a node opening its streams and buckets while
 // their creates are being replicated (its own create refused as if they
 // existed, its lookups answered "not found" by a replica that has not made
@@ -72,15 +88,7 @@ func (js *creatingJS) KeyValue(ctx context.Context, bucket string) (jetstream.Ke
 func TestOpenWhileCreating(t *testing.T) {
 	url := natstest.URL(t)
 	prefix := natstest.Prefix(t, url)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	base, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	base := jetStreamAt(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	e := &Engine{js: &creatingJS{JetStream: base, misses: 3, missed: map[string]int{}}, replicas: 1,
@@ -107,20 +115,12 @@ func TestOpenWhileCreating(t *testing.T) {
 func TestOpenNotFound(t *testing.T) {
 	url := natstest.URL(t)
 	prefix := natstest.Prefix(t, url)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	base, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	base := jetStreamAt(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	e := &Engine{js: &refusingJS{JetStream: base}, replicas: 1, log: slog.New(slog.DiscardHandler)}
 	start := time.Now()
-	_, err = e.openStream(ctx, jetstream.StreamConfig{Name: prefix + "_s", Subjects: []string{prefix + ".s.>"}})
+	_, err := e.openStream(ctx, jetstream.StreamConfig{Name: prefix + "_s", Subjects: []string{prefix + ".s.>"}})
 	if err == nil || !strings.Contains(err.Error(), "no suitable peers") {
 		t.Fatalf("open: %v, want the create's error", err)
 	}

@@ -21,7 +21,7 @@ import (
 // "jsengine: append: context canceled").
 func TestAppendOverSilentLinkIsBounded(t *testing.T) {
 	url := natstest.URL(t)
-	px := newStallProxy(t, url)
+	px := newLinkProxy(t, url)
 	e := newNode(t, nodeOpts{url: px.URL(), prefix: natstest.Prefix(t, url)})
 	ctx := context.Background()
 	const topic = "silent"

@@ -60,7 +60,8 @@ type tailState struct {
 	tailGaveUp  uint64
 	tailWaitMax time.Duration
 	tailGiveUps atomic.Int64
-	tailCC      jetstream.ConsumeContext
+	tailCC      jetstream.ConsumeContext // guarded by tailCCMu (tail_keeper.go)
+	tailKeeper
 
 	// The tail goroutine's hand-off and announcement runs.
 	tailQ     chan jetstream.Msg // from the consumer's callback to tailLoop
@@ -116,7 +117,9 @@ func (e *Engine) tailLoop() {
 				return
 			}
 		}
+		e.tailHandling.Store(true)
 		e.tailMsg(msg)
+		e.tailHandling.Store(false)
 		if run++; run >= maxTailRun {
 			e.tailBatch.End()
 			run = 0

@@ -51,7 +51,8 @@
 // Leaf locks, never held while taking another: topic.dmu (the dedupe map),
 // the mutex in Engine.life (closed flag and the running timer callbacks),
 // and the mutex in Engine.observers (registering observers; Append reads
-// the observer list through an atomic pointer).
+// the observer list through an atomic pointer). nodeServer.mu (nodes.go)
+// is held, shared, while a node request's handler runs, and by nothing else.
 //
 // Append takes partition.mu, releases it, and only then hands new records
 // to the groups with a member on the partition (the partition's active

@@ -55,8 +55,10 @@ type Engine struct {
 
 	life lifecycle.Guard // engine-closed flag and running timer callbacks
 
-	pres presence // see presence.go
-	ret  retained // see retained.go
+	pres  presence     // see presence.go
+	ret   retained     // see retained.go
+	mqs   mqttSessions // see mqttsession.go
+	nodes nodeServer   // see nodes.go
 
 	gmu     sync.Mutex // guards following (not the groups' own state)
 	groups  map[string]*group

@@ -12,7 +12,6 @@ package wire
 // deltas; a binary record is always sent full).
 
 import (
-	"strconv"
 	"unicode/utf8"
 
 	"github.com/switchyard/switchyard/engine"
@@ -25,16 +24,7 @@ const DeltaFossil = "fossil"
 // (see the file comment) followed by "delta":true. The record's key and
 // headers are carried as in a full message.
 func RecordDeltaBody(dst []byte, r *engine.Record, delta []byte) (body []byte, lean int) {
-	dst = append(dst, `,"topic":`...)
-	dst = AppendString(dst, r.Topic)
-	dst = append(dst, `,"partition":`...)
-	dst = strconv.AppendInt(dst, int64(r.Partition), 10)
-	dst = append(dst, `,"offset":`...)
-	dst = strconv.AppendInt(dst, r.Offset, 10)
-	if r.Key != "" {
-		dst = append(dst, `,"key":`...)
-		dst = AppendString(dst, r.Key)
-	}
+	dst = appendRecordHead(dst, r)
 	if h := UserHeaders(r.Headers); len(h) > 0 {
 		dst = append(dst, `,"headers":`...)
 		dst = AppendHeaders(dst, h)

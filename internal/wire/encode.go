@@ -70,8 +70,9 @@ func AppendRecordBody(dst []byte, r *engine.Record) []byte {
 	return AppendTime(dst, r.Time)
 }
 
-// AppendRecordBodyUntilTime appends the body without its last field, time.
-func AppendRecordBodyUntilTime(dst []byte, r *engine.Record) []byte {
+// appendRecordHead appends a message's first record fields: topic,
+// partition, offset and, when it has one, key.
+func appendRecordHead(dst []byte, r *engine.Record) []byte {
 	dst = append(dst, `,"topic":`...)
 	dst = AppendString(dst, r.Topic)
 	dst = append(dst, `,"partition":`...)
@@ -82,6 +83,12 @@ func AppendRecordBodyUntilTime(dst []byte, r *engine.Record) []byte {
 		dst = append(dst, `,"key":`...)
 		dst = AppendString(dst, r.Key)
 	}
+	return dst
+}
+
+// AppendRecordBodyUntilTime appends the body without its last field, time.
+func AppendRecordBodyUntilTime(dst []byte, r *engine.Record) []byte {
+	dst = appendRecordHead(dst, r)
 	binary := false
 	if len(r.Headers) > 0 {
 		// Bytes that are not JSON carry BinaryHeader (binary.go): one

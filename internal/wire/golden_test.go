@@ -27,6 +27,7 @@ type goldenFrame struct {
 	Time      *string           `json:"time"`
 	Attempt   int               `json:"attempt"`
 	Duplicate bool              `json:"duplicate"`
+	Delta     bool              `json:"delta"`
 	From      int64             `json:"from"`
 	To        int64             `json:"to"`
 	Reason    string            `json:"reason"`
@@ -45,6 +46,9 @@ func encode(t *testing.T, f *goldenFrame) ([]byte, bool) {
 	case wire.OpGap:
 		return wire.EncodeGap(nil, *f.Pattern, f.Group, f.Topic, f.Partition, f.From, f.To, f.Reason), true
 	case wire.OpMessage:
+		if f.Delta {
+			return encodeDelta(t, f), true
+		}
 		data, pe := wire.DecodePayload(f.Data, f.Encoding)
 		if pe != nil {
 			t.Fatal(pe)
@@ -74,6 +78,33 @@ func encode(t *testing.T, f *goldenFrame) ([]byte, bool) {
 		return wire.EncodeMessage(*f.Pattern, wire.AppendRecordBody(nil, rec)), true
 	}
 	return nil, false
+}
+
+// encodeDelta rebuilds a delta message frame: its "data" is the delta's
+// text, or its base64 with "encoding":"base64".
+func encodeDelta(t *testing.T, f *goldenFrame) []byte {
+	var delta []byte
+	if f.Encoding != nil {
+		d, pe := wire.DecodePayload(f.Data, f.Encoding)
+		if pe != nil {
+			t.Fatal(pe)
+		}
+		delta = d
+	} else {
+		var text string
+		if err := json.Unmarshal(f.Data, &text); err != nil {
+			t.Fatalf("delta data %s is not a string: %v", f.Data, err)
+		}
+		delta = []byte(text)
+	}
+	rec := &engine.Record{Topic: f.Topic, Partition: f.Partition, Offset: f.Offset, Key: f.Key, Headers: f.Headers}
+	tm, err := time.Parse(time.RFC3339Nano, *f.Time)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Time = tm
+	body, _ := wire.RecordDeltaBody(nil, rec, delta)
+	return wire.EncodeMessage(*f.Pattern, body)
 }
 
 // TestGoldenEncoders rebuilds every message, gap, published and error

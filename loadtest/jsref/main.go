@@ -33,6 +33,9 @@ func main() {
 	}
 }
 
+// run is the whole reference run (flags, stream, publishers, the
+// report) in one function of about 100 lines: a standalone program read
+// top to bottom beside the loadtest it is the reference for.
 func run() error {
 	url := flag.String("url", nats.DefaultURL, "NATS server URLs, comma-separated")
 	stream := flag.String("stream", "jsref", "stream to create (and delete at the end)")

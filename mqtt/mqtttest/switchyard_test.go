@@ -13,12 +13,12 @@ import (
 )
 
 // switchyardFeatures is what Switchyard's MQTT transport offers today
-// (docs/mqtt.md, "Left out"), retained messages included, less its
-// shared subscriptions: a consumer
+// (docs/mqtt.md, "Left out"), retained messages and persistent sessions
+// included, less its shared subscriptions: a consumer
 // group keeps the records published while it has no member and delivers
 // them to the next one, where Mosquitto drops them, a difference no
 // tolerance names yet.
-var switchyardFeatures = Features{QoS2: true, Retained: true}
+var switchyardFeatures = Features{QoS2: true, Retained: true, Persistent: true}
 
 // startSwitchyard runs a gateway on the memory engine with its MQTT TCP
 // listener on a free loopback port and returns that port's address.
@@ -70,7 +70,13 @@ func TestSwitchyardAgreesWithMosquitto(t *testing.T) {
 			t.Fatalf("seed %d: Switchyard: %v\n%s", seed, err, s)
 		}
 		conns, n := count(a)
-		t.Logf("seed %d: %d steps, %d clients, %d connections, %d messages received", seed, len(s.Steps), len(s.Clients), conns, n)
+		persistent := 0
+		for _, st := range s.Steps {
+			if st.Op == OpConnect && !st.Clean {
+				persistent++
+			}
+		}
+		t.Logf("seed %d: %d steps, %d clients, %d connections (%d not clean), %d messages received", seed, len(s.Steps), len(s.Clients), conns, persistent, n)
 		if d := Compare(s, a, b, tol...); len(d) != 0 {
 			t.Fatalf("seed %d: Switchyard differs from Mosquitto:\n%v\nscript:\n%s", seed, d, s)
 		}

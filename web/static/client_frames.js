@@ -83,7 +83,7 @@ export class ClientFrames {
     if (!sub || sub.state === "closed") return; // unsubscribed meanwhile
     if (sub._fossil) {
       try {
-        m = takeMessage(sub._fossil, m);
+        m = takeMessage(sub._fossil, m, this._opts.maxDeltaBytes);
       } catch (err) {
         return this._deltaFailed(sub, m, err);
       }

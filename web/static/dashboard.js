@@ -152,7 +152,7 @@ function pager(path, key, limit, render, ids) {
         return load();
       }
       p.next = typeof d?.next_cursor === "string" ? d.next_cursor : "";
-      render(list);
+      render(list, d);
       $(ids.prev).disabled = p.i === 0;
       $(ids.next).disabled = !p.next;
       setText(ids.page, p.i || p.next ? `page ${p.i + 1}` : "");
@@ -205,8 +205,13 @@ const sessionsPager = pager("/v1/sessions", "sessions", SESSIONS_PAGE, renderSes
   page: "sessions-page",
 });
 
-/** The sessions of the node (GET /v1/sessions, admin), refreshed with $sys.stats. */
-function renderSessions(list) {
+/**
+ * The sessions of every gateway node sharing the engine (GET /v1/sessions,
+ * admin), refreshed with $sys.stats; each row names its node and host and
+ * has an End button (DELETE /v1/sessions/{id}: closed with 4001 on whichever
+ * node holds it).
+ */
+function renderSessions(list, d) {
   const now = Date.now();
   fillBody(
     "sessions",
@@ -223,12 +228,32 @@ function renderSessions(list) {
         h("td", { className: "num" + (Number(x.drops) > 0 ? " bad" : "") }, fmtInt(x.drops)),
         h("td", { className: "num", title: fmtDateTime(x.since) }, fmtDuration((now - Date.parse(x.since)) / 1000)),
         h("td", { className: "mono" }, x.node ?? ""),
+        h("td", null, x.host ?? ""),
+        h("td", null, h("button", { type: "button", className: "end-session", dataset: { id: String(x.id) } }, "End")),
       ),
     ),
     "sessions-empty",
   );
-  setText("sessions-status", "updated " + new Date().toLocaleTimeString(undefined, { hour12: false }));
+  const missing = Number(d?.unanswered) > 0 ? ` · ${d.unanswered} node(s) did not answer; their sessions are missing` : "";
+  setText("sessions-status", "updated " + new Date().toLocaleTimeString(undefined, { hour12: false }) + missing);
 }
+
+/** Ends the session of an End button, on whichever node holds it. */
+async function endSession(id) {
+  if (!window.confirm(`End session ${id}? Its client is closed with 4001 "closed by an administrator".`)) return;
+  try {
+    await api("/v1/sessions/" + encodeURIComponent(id), { method: "DELETE" });
+    setText("sessions-status", `session ${id} ended`);
+  } catch (err) {
+    setText("sessions-status", `could not end session ${id}: ` + apiError(err));
+  }
+  sessionsPager.load();
+}
+
+$("sessions").addEventListener("click", (ev) => {
+  const b = ev.target instanceof Element ? ev.target.closest("button.end-session") : null;
+  if (b) endSession(b.dataset.id);
+});
 
 let sessionsLoadedAt = 0;
 
@@ -257,7 +282,12 @@ function renderTopics(list) {
       const retained = (t.offsets || []).reduce((a, o) => a + Math.max(0, (o.next || 0) - (o.earliest || 0)), 0);
       const ret = t.retention || {};
       // Segments never break inside; the line may wrap between them.
-      const policy = [ret.max_messages ? fmtShort(ret.max_messages) + " msgs" : "", ret.max_age || "", t.on_full || ""]
+      const policy = [
+        t.policy ? "policy " + t.policy : "",
+        ret.max_messages ? fmtShort(ret.max_messages) + " msgs" : "",
+        ret.max_age || "",
+        t.on_full || "",
+      ]
         .filter(Boolean)
         .flatMap((x, i) => [i ? " · " : "", h("span", { className: "nowrap" }, x)]);
       const tr = h(

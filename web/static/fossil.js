@@ -45,18 +45,35 @@ export function checksum(b) {
 }
 
 /**
+ * The largest output a delta may claim unless the client says otherwise
+ * (connect's `maxDeltaBytes`): 64 MiB, the most a record can hold on NATS
+ * (its largest `max_payload`) and the gateway's default bound on the
+ * payloads it keeps as delta bases (`--delta-max-base-bytes`).
+ */
+export const MAX_DELTA_OUTPUT_BYTES = 64 << 20;
+
+/**
  * Applies a Fossil delta to origin and returns the output. Throws an Error
  * on a malformed delta, one that reads past the origin, or whose checksum
  * does not match (a delta against another origin).
  *
+ * The output's size, which the delta claims in its first line, is checked
+ * before the output is allocated: more than limit bytes, or more than the
+ * delta's commands could make from origin (each copy of at most
+ * origin.length bytes takes at least 4 of the delta's bytes), is refused.
+ *
  * @param {Uint8Array} origin
  * @param {Uint8Array} delta
+ * @param {number} [limit=MAX_DELTA_OUTPUT_BYTES] the largest output accepted
  * @returns {Uint8Array}
  */
-export function applyDelta(origin, delta) {
+export function applyDelta(origin, delta, limit = MAX_DELTA_OUTPUT_BYTES) {
   let [size, i] = readInt(delta, 0);
   if (delta[i] !== 0x0a) throw new Error("fossil: size not terminated by a newline");
   i++;
+  if (size > limit) throw new Error(`fossil: the delta claims an output of ${size} bytes, more than the limit of ${limit}`);
+  const possible = origin.length * Math.floor((delta.length - i) / 4) + (delta.length - i);
+  if (size > possible) throw new Error(`fossil: the delta claims an output of ${size} bytes, more than its ${delta.length} bytes can make from an origin of ${origin.length}`);
   const out = new Uint8Array(size);
   let n = 0;
   while (i < delta.length) {
@@ -208,9 +225,10 @@ export function forgetPart(bases, g) {
  *
  * @param {Map<string, Uint8Array>} bases
  * @param {object} m a message frame
+ * @param {number} [limit=MAX_DELTA_OUTPUT_BYTES] the largest payload a delta may claim
  * @returns {object}
  */
-export function takeMessage(bases, m) {
+export function takeMessage(bases, m, limit = MAX_DELTA_OUTPUT_BYTES) {
   const k = part(m);
   if (m.delta !== true) {
     if (m.encoding === "base64") {
@@ -229,7 +247,7 @@ export function takeMessage(bases, m) {
   if (typeof m.data !== "string") throw new Error("delta data is not a string");
   let out;
   try {
-    out = applyDelta(base, m.encoding === "base64" ? fromBase64(m.data) : encoder.encode(m.data));
+    out = applyDelta(base, m.encoding === "base64" ? fromBase64(m.data) : encoder.encode(m.data), limit);
   } catch (err) {
     bases.delete(k);
     throw err;

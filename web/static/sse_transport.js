@@ -22,7 +22,9 @@ const CLOSED = 3;
  * The client's ops are answered here: subscribe and unsubscribe change the
  * set of patterns and reopen the stream (resuming the patterns it had from
  * the last event id); publish is an HTTP request; what SSE cannot carry is
- * refused with code `unsupported`. @private
+ * refused with code `unsupported`. When every subscription asked for
+ * `delta: "fossil"` the stream asks for deltas (`delta=fossil`) and the
+ * client applies them as on a WebSocket. @private
  */
 export class SSESocket {
   constructor(url, token, opts) {
@@ -77,7 +79,7 @@ export class SSESocket {
       case "subscribe":
         if (f.group) return refuse("unsupported", "consumer groups need the WebSocket transport");
         if (f.filter || f.presence) return refuse("unsupported", "filters and presence need the WebSocket transport");
-        this._patterns.set(f.pattern, { from: f.from, on_full: f.on_full, id: f.id });
+        this._patterns.set(f.pattern, { from: f.from, on_full: f.on_full, delta: f.delta, id: f.id });
         return this._reopen(f.from);
       case "unsubscribe":
         if (!this._patterns.delete(f.pattern)) return refuse("not_subscribed", `not subscribed to ${f.pattern}`);
@@ -120,6 +122,13 @@ export class SSESocket {
       if (from === undefined && p.from !== undefined) from = p.from;
       if (p.on_full) q.set("on_full", p.on_full);
     }
+    // delta=fossil applies to every pattern of a stream: asked for when
+    // every subscription asked for deltas (the client applies them, as on
+    // a WebSocket); otherwise every message comes full, which a delta
+    // subscription takes as well.
+    let delta = true;
+    for (const p of this._patterns.values()) if (p.delta !== "fossil") delta = false;
+    if (delta) q.set("delta", "fossil");
     // Positions belong in the id; the stream resumes from it.
     if (from !== undefined && !(typeof from === "object" && from.positions)) q.set("from", typeof from === "string" ? from : JSON.stringify(from));
     if (this._opts.sseLastId) q.set("last_event_id", this._opts.sseLastId);

@@ -18,8 +18,8 @@
 //     for await (const msg of client.subscribe("orders.#")) console.log(msg.data);
 //
 // This file is the module's entry and its public API; client_base.js,
-// client_frames.js and sse_transport.js beside it hold the rest, and are
-// served and packed with it.
+// client_frames.js, subscription.js and sse_transport.js beside it hold the
+// rest, and are served and packed with it.
 //
 // Installed with npm it is the package @switchyard/client (web/package.json);
 // web/switchyard.d.ts declares its types. connect, subscribe and publish
@@ -48,14 +48,14 @@
 // callback. Handlers run synchronously from the socket's message event, in
 // the order the server sent the frames.
 
+import { MAX_DELTA_OUTPUT_BYTES } from "./fossil.js";
 import { SSESocket } from "./sse_transport.js";
 import { ClientFrames } from "./client_frames.js";
+import { Subscription } from "./subscription.js";
 import { SwitchyardError, AsyncQueue, MessageStream, RecentSet, splitFrame, abortError, onAbort, gatewayURL, buildURL, binaryBytes, toBase64, subKey, tpKey } from "./client_base.js";
 
-/** The most deleted topics a subscription remembers per connection (see _forgetTopic); past it the marks start again. */
-const maxDeletedTopics = 1024;
-
 export { SwitchyardError, MessageStream, splitFrame, backoffDelay, RecentSet, AsyncQueue, buildURL } from "./client_base.js";
+export { Subscription } from "./subscription.js";
 
 /** Default options; every option of {@link connect} falls back to these. */
 export const DEFAULTS = Object.freeze({
@@ -76,6 +76,12 @@ export const DEFAULTS = Object.freeze({
   pingIntervalMs: 15000,
   /** How long after a ping the client waits for any frame before it counts the connection as dead. */
   pongTimeoutMs: 10000,
+  /**
+   * The largest payload a delta message may claim (see fossil.js):
+   * 64 MiB, the largest record NATS can hold; a larger claim is a
+   * `bad_delta`.
+   */
+  maxDeltaBytes: MAX_DELTA_OUTPUT_BYTES,
 });
 
 
@@ -88,8 +94,16 @@ export const DEFAULTS = Object.freeze({
  * @param {string} url the gateway's WebSocket endpoint, e.g. `wss://host/v1/ws`
  * @param {object} [options]
  * @param {string | (() => string | Promise<string>)} [options.token]
- *   auth token: `?token=` on the WebSocket URL, an `Authorization: Bearer` header over SSE (never in its URL); a function is called before every attempt,
+ *   auth token, never put in a URL: over a WebSocket it is traded for a
+ *   one-use ticket before every attempt (see `auth`), over SSE it goes in an
+ *   `Authorization: Bearer` header; a function is called before every attempt,
  *   so it can hand out a fresh JWT
+ * @param {"ticket"|"header"} [options.auth="ticket"] how a WebSocket attempt
+ *   carries the token: `"ticket"` asks `POST /v1/tickets` (with the token in
+ *   an `Authorization` header, through `fetch`) for a one-use ticket and
+ *   opens `?ticket=`; `"header"` passes `{headers: {Authorization}}` as the
+ *   WebSocket constructor's third argument, for implementations that take
+ *   headers (Node's `ws` package), and needs no ticket
  * @param {() => Promise<string>} [options.getToken] async token source, used
  *   instead of `token`: called before every connection attempt and when the
  *   server sends `refresh_required`, whose answer refreshes the open session
@@ -105,6 +119,9 @@ export const DEFAULTS = Object.freeze({
  * @param {number} [options.pongTimeoutMs=10000] a ping without any frame
  *   arriving within this long closes the connection as dead (close code
  *   4000), and the client reconnects
+ * @param {number} [options.maxDeltaBytes=67108864] the largest payload a
+ *   delta message may claim before the client allocates it; past it the
+ *   message is a `bad_delta` (reported, then the client reconnects)
  * @param {typeof WebSocket} [options.WebSocket] WebSocket constructor to use
  *   instead of `globalThis.WebSocket` (for Node, tests or proxies)
  * @param {Array<"websocket"|"sse">} [options.transports] the transports to
@@ -118,8 +135,8 @@ export const DEFAULTS = Object.freeze({
  *   reopens the stream (resuming the others from their positions).
  * @param {typeof EventSource} [options.EventSource] EventSource constructor
  *   for the SSE transport (default `globalThis.EventSource`)
- * @param {typeof fetch} [options.fetch] fetch for publishing over SSE
- *   (default `globalThis.fetch`)
+ * @param {typeof fetch} [options.fetch] fetch for tickets, and for reading
+ *   and publishing over SSE (default `globalThis.fetch`)
  * @param {AbortSignal} [options.signal] the client's lifetime: when it
  *   fires, a pending connect rejects with code `aborted` and the client
  *   closes, as {@link Client#close} does
@@ -141,159 +158,6 @@ export function connect(url, options = {}) {
   const off = onAbort(signal, () => client._shutdown(abortError(signal), { code: 1000, reason: "aborted", willReconnect: false }));
   client.closed().then(off);
   return client._start().then(() => client);
-}
-
-/**
- * A subscription to a pattern, optionally as a member of a consumer group.
- * Created by {@link Client#subscribe}.
- */
-export class Subscription {
-  /** @package */
-  constructor(client, pattern, handler, opts) {
-    /** @private */
-    this._client = client;
-    /** The subscribed pattern. @type {string} */
-    this.pattern = pattern;
-    /** The consumer group, or undefined for a plain subscription. @type {string|undefined} */
-    this.group = opts.group || undefined;
-    /** @private */
-    this._handler = handler;
-    /** @private */
-    this._opts = opts;
-    /**
-     * `pending` until the first `subscribed` reply, then `active`; `closed`
-     * after unsubscribe or when a resubscribe failed.
-     * @type {"pending"|"active"|"closed"}
-     */
-    this.state = "pending";
-    /**
-     * From the last `subscribed` reply that carried it: whether a resume from
-     * positions succeeded. Undefined when no positions were sent.
-     * @type {boolean|undefined}
-     */
-    this.recovered = undefined;
-    /** Duplicate deliveries dropped so far. */
-    this.duplicates = 0;
-    /** Records handed to the handler so far. */
-    this.delivered = 0;
-    /**
-     * Plain subscriptions: last delivered offset per (topic, partition), and
-     * the log epoch those offsets belong to.
-     * @private @type {Map<string, {topic: string, partition: number, offset: number}>}
-     */
-    this._last = new Map();
-    /** @private @type {string|undefined} */
-    this._epoch = undefined;
-    /**
-     * A reset not yet confirmed: the positions of another epoch, sent on
-     * every resubscribe until a reply says whether they still apply, so a
-     * connection lost before that reply does not lose the reset.
-     * @private @type {{epoch: string|undefined, last: Map<string, object>}|null}
-     */
-    this._stale = null;
-    /**
-     * Topics deleted while this connection was read: their offsets may go
-     * back (the topic made again). Forgotten on the next connection, at
-     * most maxDeletedTopics.
-     * @private @type {Set<string>|null}
-     */
-    this._deleted = null;
-    /**
-     * Per partition of a deleted topic not yet seen made again: the last
-     * offset of the deleted incarnation delivered. Never resumed from;
-     * forgotten on the next connection.
-     * @private @type {Map<string, number>|null}
-     */
-    this._stragglers = null;
-    /** Group subscriptions: recently handled records, value "handling" or "acked". @private */
-    this._recent = this.group ? new RecentSet(client._opts.recentGroupRecords) : null;
-
-    const from = opts.from;
-    if (!this.group && from && typeof from === "object" && Array.isArray(from.positions)) {
-      // The caller has already seen these: seed the duplicate filter with them.
-      this._epoch = from.epoch;
-      for (const p of from.positions) {
-        this._last.set(tpKey(p.topic, p.partition), { topic: p.topic, partition: p.partition, offset: p.offset });
-      }
-    }
-    /** Stream form: where messages wait for the loop. @private @type {AsyncQueue|null} */
-    this._queue = null;
-    /** Removes the AbortSignal listener. @private @type {(() => void)|null} */
-    this._offAbort = null;
-    /** @private */
-    this._ready = null;
-    /** @private */
-    this._readyPromise = new Promise((resolve, reject) => {
-      this._ready = { resolve, reject };
-    });
-  }
-
-  /**
-   * The last delivered position on every (topic, partition) this plain
-   * subscription has seen, in the form `from.positions` expects.
-   * @returns {Array<{topic: string, partition: number, offset: number}>}
-   */
-  positions() {
-    return Array.from(this._last.values(), (p) => ({ ...p }));
-  }
-
-  /**
-   * Ends the subscription. Resolves when the server confirms, or at once
-   * when the client is not connected (the server forgot it with the session).
-   * No message is handed to the handler after this is called.
-   * @returns {Promise<void>}
-   */
-  unsubscribe() {
-    return this._client._unsubscribe(this);
-  }
-
-  /** The subscription ended: stop its abort listener and stream. @private */
-  _ended(err) {
-    if (this._offAbort) this._offAbort();
-    this._offAbort = null;
-    if (this._queue) this._queue.end(err);
-  }
-
-  /**
-   * A topic this plain subscription matched was deleted: its positions and
-   * delta bases go, and until the next connection its offsets may restart.
-   * @private
-   */
-  _forgetTopic(topic) {
-    if (this._deleted === null || this._deleted.size >= maxDeletedTopics) this._deleted = new Set();
-    this._deleted.add(topic);
-    for (const [k, p] of this._last) {
-      if (p.topic !== topic) continue;
-      if (this._stragglers === null) this._stragglers = new Map();
-      if (this._stragglers.size < maxDeletedTopics) this._stragglers.set(k, p.offset);
-      this._last.delete(k);
-    }
-    if (this._fossil) for (const k of this._fossil.keys()) if (k.startsWith(topic + "\u0000")) this._fossil.delete(k);
-  }
-
-  /** The `subscribe` frame for the current connection. @private */
-  _frame() {
-    this._deleted = null; // a new connection resumes from the positions
-    this._stragglers = null;
-    const f = { op: "subscribe", pattern: this.pattern };
-    if (this.group) f.group = this.group;
-    const o = this._opts;
-    if (o.on_full !== undefined) f.on_full = o.on_full;
-    if (o.filter !== undefined) f.filter = o.filter;
-    if (o.presence) f.presence = true;
-    if (o.delta !== undefined && !this.group) {
-      f.delta = o.delta;
-      this._fossil = new Map(); // last payload per partition (fossil.js); the server starts full
-    }
-    if (!this.group && this._last.size > 0) {
-      f.from = { epoch: this._epoch, positions: this.positions() };
-    } else if (!this.group && this._stale) {
-      f.from = { epoch: this._stale.epoch, positions: Array.from(this._stale.last.values(), (p) => ({ ...p })) };
-    } else if (o.from !== undefined) {
-      f.from = o.from;
-    }
-    return f;
-  }
 }
 
 /**
@@ -344,9 +208,11 @@ export class Client {
       recentGroupRecords: options.recentGroupRecords || DEFAULTS.recentGroupRecords,
       pingIntervalMs: options.pingIntervalMs === undefined ? DEFAULTS.pingIntervalMs : options.pingIntervalMs,
       pongTimeoutMs: options.pongTimeoutMs || DEFAULTS.pongTimeoutMs,
+      maxDeltaBytes: options.maxDeltaBytes || DEFAULTS.maxDeltaBytes,
       WebSocket: options.WebSocket || globalThis.WebSocket,
       EventSource: options.EventSource || globalThis.EventSource,
       fetch: options.fetch || (typeof globalThis.fetch === "function" ? globalThis.fetch.bind(globalThis) : undefined),
+      auth: options.auth || "ticket",
     };
     /** @private */
     this._transports = options.transports || (typeof this._opts.EventSource === "function" ? ["websocket", "sse"] : ["websocket"]);
@@ -731,9 +597,18 @@ export class Client {
     if (this.state === "closed") return;
     let ws;
     try {
-      ws = this.transport === "sse" ? new SSESocket(this._url, token, this._opts) : new this._opts.WebSocket(buildURL(this._url, token));
+      ws = this.transport === "sse" ? new SSESocket(this._url, token, this._opts) : await this._openWebSocket(token);
     } catch (err) {
-      this._onSocketGone(null, { code: 1006, reason: String((err && err.message) || err) });
+      this._onSocketGone(null, { code: (err && err.closeCode) || 1006, reason: String((err && err.message) || err) });
+      return;
+    }
+    if (this.state === "closed") {
+      // Closed while a ticket was on its way.
+      try {
+        ws.close(1000, "");
+      } catch {
+        /* ignore */
+      }
       return;
     }
     this._ws = ws;
@@ -763,6 +638,46 @@ export class Client {
     ws.onerror = () => {
       /* a close event follows; nothing to do here */
     };
+  }
+
+  /**
+   * Opens the WebSocket. With a token the credential never goes in the
+   * URL: by default (`auth: "ticket"`) the client trades it for a one-use
+   * ticket (`POST /v1/tickets` with an `Authorization` header) and the
+   * URL carries `?ticket=`; with `auth: "header"` the token goes in an
+   * `Authorization` header, for WebSocket implementations that take
+   * headers (the `ws` package's third argument). Throws an Error with a
+   * `closeCode`: 1008 when the gateway refuses the token or offers no
+   * tickets (retrying would not help), 1006 otherwise. @private
+   */
+  async _openWebSocket(token) {
+    const WS = this._opts.WebSocket;
+    if (!token) return new WS(buildURL(this._url));
+    if (this._opts.auth === "header") return new WS(buildURL(this._url), [], { headers: { Authorization: "Bearer " + token } });
+    const fail = (closeCode, message) => Object.assign(new Error(message), { closeCode });
+    if (typeof this._opts.fetch !== "function") throw fail(1008, "a token needs fetch to take a ticket: pass options.fetch, or auth: \"header\"");
+    const u = new URL(this._url);
+    u.protocol = u.protocol === "wss:" ? "https:" : "http:";
+    u.search = "";
+    u.pathname = u.pathname.replace(/\/ws$/, "/tickets");
+    let resp;
+    try {
+      resp = await this._opts.fetch(u.toString(), { method: "POST", headers: { Authorization: "Bearer " + token, "Content-Type": "application/json" }, body: "{}" });
+    } catch (err) {
+      throw fail(1006, "ticket: " + ((err && err.message) || err));
+    }
+    const body = await resp.json().catch(() => ({}));
+    if (!resp.ok || typeof body.ticket !== "string") {
+      const why = (body && body.message) || `HTTP ${resp.status}`;
+      if (resp.status === 401 || resp.status === 403) throw fail(1008, why);
+      if (resp.status === 404 || resp.status === 405) {
+        throw fail(1008, `the gateway offers no tickets (POST ${u.pathname}: ${why}); upgrade it, or pass auth: "header" with a WebSocket that takes headers`);
+      }
+      throw fail(1006, "ticket: " + why);
+    }
+    const url = new URL(buildURL(this._url));
+    url.searchParams.set("ticket", body.ticket);
+    return new WS(url.toString());
   }
 
   /**

@@ -187,7 +187,9 @@ type Authenticator struct {
 
 // New checks o and builds its Authenticator. With JWKSFile it reads the
 // file; with JWKSURL it tries the URL once (a provider that is down is tried
-// again later). It starts no goroutine: the caller runs JWKS().Run.
+// again later). It starts no goroutine: the caller runs JWKS().Run. It is
+// long on purpose: one check per kind of key, in the order Options lists
+// them, each short and independent of the others.
 func New(o Options) (*Authenticator, error) {
 	a := &Authenticator{ec: map[string][]jwt.VerificationKey{}, lead: o.RefreshLead, claims: o.Claims.withDefaults(), now: time.Now}
 	a.enabled = len(o.HMACSecrets) > 0 || len(o.PublicKeys) > 0 || o.AdminKey != "" ||
@@ -498,7 +500,7 @@ func ValidGrants(g Grants) (Grants, error) {
 		}
 	}
 	for _, p := range g.Groups {
-		if trie.ValidatePattern(p) != nil && !validGroupName(p) {
+		if trie.ValidatePattern(p) != nil && ValidateGroupName(p) != nil {
 			return Grants{}, fmt.Errorf("groups: %q is neither a group name nor a pattern", p)
 		}
 	}
@@ -547,13 +549,24 @@ func (p *Principal) CanJoin(group string) bool {
 	return false
 }
 
-// validGroupName reports whether g is a group name: 1 to 255 bytes of
-// A-Z a-z 0-9 _ - : . (the rule the router applies to a subscribe's group).
-func validGroupName(g string) bool {
+// The errors of ValidateGroupName; their texts are what a client is told.
+var (
+	ErrGroupNameLength = errors.New("group must be 1 to 255 characters")
+	ErrGroupNameChars  = errors.New("group may hold only A-Z a-z 0-9 _ - : .")
+)
+
+// ValidateGroupName checks that g is a group name: 1 to 255 bytes of
+// A-Z a-z 0-9 _ - : . It is the one definition of the rule, for a grant's
+// group entries here and for the group of a subscribe, a pull member and
+// an MQTT shared subscription in the router.
+func ValidateGroupName(g string) error {
 	if g == "" || len(g) > trie.MaxNameBytes {
-		return false
+		return ErrGroupNameLength
 	}
-	return strings.Trim(g, groupNameChars) == ""
+	if strings.Trim(g, groupNameChars) != "" {
+		return ErrGroupNameChars
+	}
+	return nil
 }
 
 const groupNameChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-:."

@@ -97,6 +97,11 @@ type JWKS struct {
 	ok, failed, limited atomic.Uint64 // fetch outcomes of this set
 	total               *FetchCounts  // Options.JWKSCounts; nil: none
 	lastErr             atomic.Pointer[string]
+
+	onDrop atomic.Pointer[func()] // OnKeysDropped (jwks_drop.go)
+	// dropped holds a drop found by refreshForKID, which holds fetchMu
+	// and runs on a verifying caller: Run tells it.
+	dropped chan struct{}
 }
 
 // FetchCounts count key set fetches by outcome (see Options.JWKSCounts).
@@ -106,7 +111,8 @@ type FetchCounts struct {
 }
 
 func newJWKS(o Options) *JWKS {
-	j := &JWKS{url: o.JWKSURL, file: o.JWKSFile, total: o.JWKSCounts, client: o.JWKSClient, every: o.JWKSRefresh, minInterval: o.JWKSMinInterval}
+	j := &JWKS{url: o.JWKSURL, file: o.JWKSFile, total: o.JWKSCounts, client: o.JWKSClient, every: o.JWKSRefresh, minInterval: o.JWKSMinInterval,
+		dropped: make(chan struct{}, 1)}
 	if j.client == nil {
 		j.client = &http.Client{Timeout: jwksFetchTimeout}
 	}
@@ -154,11 +160,15 @@ func (j *JWKS) has(kid string) bool {
 // good set stays.
 func (j *JWKS) fetch(ctx context.Context) error {
 	j.fetchMu.Lock()
-	defer j.fetchMu.Unlock()
-	return j.fetchLocked(ctx)
+	dropped, err := j.fetchLocked(ctx)
+	j.fetchMu.Unlock()
+	j.tellDropped(dropped)
+	return err
 }
 
-func (j *JWKS) fetchLocked(ctx context.Context) error {
+// fetchLocked fetches the set and installs it; dropped reports whether the
+// new set lacks a key of the one it replaced (see OnKeysDropped).
+func (j *JWKS) fetchLocked(ctx context.Context) (dropped bool, err error) {
 	j.lastFetch = time.Now()
 	set, err := j.read(ctx)
 	if err != nil {
@@ -168,14 +178,14 @@ func (j *JWKS) fetchLocked(ctx context.Context) error {
 		}
 		msg := err.Error()
 		j.lastErr.Store(&msg)
-		return err
+		return false, err
 	}
 	j.ok.Add(1)
 	if j.total != nil {
 		j.total.OK.Add(1)
 	}
-	j.set.Store(set)
-	return nil
+	old := j.set.Swap(set)
+	return old != nil && droppedKeys(old, set), nil
 }
 
 // refreshForKID fetches the set again because a token named a kid it does
@@ -196,12 +206,20 @@ func (j *JWKS) refreshForKID(ctx context.Context, kid string) bool {
 	}
 	ctx, cancel := context.WithTimeout(ctx, jwksFetchTimeout)
 	defer cancel()
-	_ = j.fetchLocked(ctx)
+	if dropped, _ := j.fetchLocked(ctx); dropped {
+		// Told by Run: this caller holds fetchMu, under which the
+		// callback must not run, and is verifying a token.
+		select {
+		case j.dropped <- struct{}{}:
+		default: // one is already waiting to be told
+		}
+	}
 	return j.has(kid)
 }
 
 // Run refreshes the set every Options.JWKSRefresh until stop is closed,
-// logging failed fetches with log.
+// logging failed fetches with log, and calls the OnKeysDropped callback
+// for the drops a refresh for an unknown kid found.
 func (j *JWKS) Run(stop <-chan struct{}, log func(msg string, args ...any)) {
 	t := time.NewTicker(j.every)
 	defer t.Stop()
@@ -209,6 +227,9 @@ func (j *JWKS) Run(stop <-chan struct{}, log func(msg string, args ...any)) {
 		select {
 		case <-stop:
 			return
+		case <-j.dropped:
+			j.tellDropped(true)
+			continue
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), jwksFetchTimeout)

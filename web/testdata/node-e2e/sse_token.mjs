@@ -35,6 +35,27 @@ assert.deepEqual(got[0], { n: 1 });
 assert.deepEqual(Array.from(got[1]), [0, 255]);
 client.close();
 
+// A delta subscription over SSE: the stream asks for deltas, and the
+// client applies them (the Go test checks the gateway sent some).
+const dc = await connect(url, { WebSocket: Refused, transports: ["websocket", "sse"], token, requestTimeoutMs: 5000 });
+assert.equal(dc.transport, "sse");
+const states = [];
+let third;
+const three = new Promise((resolve) => (third = () => states.length === 3 && resolve()));
+await dc.subscribe("e2e.delta", (m) => {
+  states.push(m.data);
+  third();
+}, { delta: "fossil" });
+const base = { series: Array.from({ length: 50 }, (_, i) => ({ name: "cpu" + i, value: i })) };
+for (let n = 0; n < 3; n++) {
+  base.series[7].value = 1000 + n;
+  await dc.publish("e2e.delta", base);
+}
+await three;
+assert.deepEqual(states.map((s) => s.series[7].value), [1000, 1001, 1002]);
+assert.deepEqual(states[2], base);
+dc.close();
+
 // A wrong token ends the client as unauthorized, without retrying.
 const bad = await connect(url, { WebSocket: Refused, transports: ["websocket", "sse"], token: "wrong", requestTimeoutMs: 5000 });
 bad.on("error", () => {});

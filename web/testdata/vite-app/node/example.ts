@@ -7,6 +7,8 @@ import { connect } from "@switchyard/client";
 const client = await connect("ws://localhost:8080/v1/ws", { WebSocket });
 // The Go client's rule: an http URL without a path reaches /v1/ws.
 const other = await connect("http://localhost:8080/", { WebSocket, token: "jwt" });
+// ws takes headers: the token in an Authorization header, no ticket.
+const third = await connect("ws://localhost:8080/v1/ws", { WebSocket, token: "jwt", auth: "header" });
 
 const sub = await client.subscribe("orders.#", (msg) => {
   console.log(msg.topic, msg.offset, msg.data);
@@ -16,3 +18,4 @@ await client.publish("orders.created.eu", { id: 1 });
 await sub.unsubscribe();
 client.close();
 other.close();
+third.close();

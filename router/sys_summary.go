@@ -37,17 +37,26 @@ const (
 
 // topicsSummary is a $sys.topics record.
 type topicsSummary struct {
-	Time         string       `json:"time"`
-	Count        int          `json:"count"` // topics, $ topics included
-	Partitions   int          `json:"partitions"`
-	Records      int64        `json:"records"` // retained, all partitions
-	Bytes        int64        `json:"bytes"`
-	Top          []topicBrief `json:"top"`
-	Created      []string     `json:"created"`
-	Deleted      []string     `json:"deleted"`
-	CreatedCount int          `json:"created_count"`
-	DeletedCount int          `json:"deleted_count"`
+	Time       string       `json:"time"`
+	Count      int          `json:"count"` // topics, $ topics included
+	Partitions int          `json:"partitions"`
+	Records    int64        `json:"records"` // retained, all partitions
+	Bytes      int64        `json:"bytes"`
+	Top        []topicBrief `json:"top"`
+	nameChanges
 }
+
+// nameChanges are the names a summary's list gained and lost since the
+// previous summary (at most sysChangedN of each) and how many of each.
+type nameChanges struct {
+	Created      []string `json:"created"`
+	Deleted      []string `json:"deleted"`
+	CreatedCount int      `json:"created_count"`
+	DeletedCount int      `json:"deleted_count"`
+}
+
+// shrink halves the changed names and reports whether it cut any.
+func (c *nameChanges) shrink() bool { return halve(&c.Created, &c.Deleted) }
 
 type topicBrief struct {
 	Topic      string  `json:"topic"`
@@ -59,15 +68,12 @@ type topicBrief struct {
 
 // groupsSummary is a $sys.groups record.
 type groupsSummary struct {
-	Time         string       `json:"time"`
-	Count        int          `json:"count"`
-	Members      int          `json:"members"`
-	Lag          int64        `json:"lag"`
-	Top          []groupBrief `json:"top"`
-	Created      []string     `json:"created"`
-	Deleted      []string     `json:"deleted"`
-	CreatedCount int          `json:"created_count"`
-	DeletedCount int          `json:"deleted_count"`
+	Time    string       `json:"time"`
+	Count   int          `json:"count"`
+	Members int          `json:"members"`
+	Lag     int64        `json:"lag"`
+	Top     []groupBrief `json:"top"`
+	nameChanges
 }
 
 type groupBrief struct {
@@ -90,7 +96,9 @@ type sysState struct {
 // changes returns the names in cur not in prev (created) and in prev not
 // in cur (deleted), each sorted and capped, with the exact counts, and
 // replaces prev's contents with cur.
-func changes(prev map[string]struct{}, cur []string) (created, deleted []string, nc, nd int) {
+func changes(prev map[string]struct{}, cur []string) nameChanges {
+	var created, deleted []string
+	var nc, nd int
 	now := make(map[string]struct{}, len(cur))
 	for _, n := range cur {
 		now[n] = struct{}{}
@@ -116,7 +124,7 @@ func changes(prev map[string]struct{}, cur []string) (created, deleted []string,
 	for n := range now {
 		prev[n] = struct{}{}
 	}
-	return orEmpty(created), orEmpty(deleted), nc, nd
+	return nameChanges{Created: orEmpty(created), Deleted: orEmpty(deleted), CreatedCount: nc, DeletedCount: nd}
 }
 
 func orEmpty(s []string) []string {
@@ -173,7 +181,7 @@ func (rt *Router) topicsSummaryOf(st *sysState, ts []engine.TopicInfo, now time.
 		top = []topicBrief{}
 	}
 	out.Top = top
-	out.Created, out.Deleted, out.CreatedCount, out.DeletedCount = changes(st.topicNames, names)
+	out.nameChanges = changes(st.topicNames, names)
 	return out
 }
 
@@ -202,7 +210,7 @@ func groupsSummaryOf(st *sysState, gs []engine.GroupInfo, now time.Time) groupsS
 		top = top[:sysTopN]
 	}
 	out.Top = top
-	out.Created, out.Deleted, out.CreatedCount, out.DeletedCount = changes(st.groupNames, names)
+	out.nameChanges = changes(st.groupNames, names)
 	return out
 }
 
@@ -230,10 +238,6 @@ func halve[T any](lists ...*[]T) bool {
 	return false
 }
 
-func (s *topicsSummary) shrink() bool {
-	return halve(&s.Created, &s.Deleted) || halve(&s.Top)
-}
+func (s *topicsSummary) shrink() bool { return s.nameChanges.shrink() || halve(&s.Top) }
 
-func (s *groupsSummary) shrink() bool {
-	return halve(&s.Created, &s.Deleted) || halve(&s.Top)
-}
+func (s *groupsSummary) shrink() bool { return s.nameChanges.shrink() || halve(&s.Top) }

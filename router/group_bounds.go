@@ -8,7 +8,7 @@ import (
 
 // GroupBounds bounds what clients may make the gateway hold in consumer
 // groups: pull members (pull.go) and the leases of a session's group
-// memberships (groupleases.go). The zero value of each field takes its
+// memberships (group_leases.go). The zero value of each field takes its
 // default; a negative value removes the bound.
 type GroupBounds struct {
 	// MaxPullMembers bounds the pull members this node holds at once, one
@@ -29,7 +29,7 @@ type GroupBounds struct {
 	MaxSessionLeaseBytes int64
 	// DefaultWindow is the window per partition of a group made without
 	// max_in_flight: the engine's GroupPolicy.MaxInFlight, which a
-	// membership's lease reservation is sized by (groupleases.go).
+	// membership's lease reservation is sized by (group_leases.go).
 	// Default engine.DefaultGroupPolicy.MaxInFlight; set it to the
 	// engine's when that differs, or members of new groups are held to
 	// the smaller window until they rejoin.
@@ -37,7 +37,7 @@ type GroupBounds struct {
 
 	// MaxGroups bounds the consumer groups made through this gateway (by
 	// a WebSocket subscribe or an HTTP poll naming a group the engine did
-	// not know) that still exist (groupcount.go). Default 10,000.
+	// not know) that still exist (group_count.go). Default 10,000.
 	MaxGroups int
 	// MaxGroupBytes bounds, likewise, their bytes (name, pattern, filter
 	// and groupOverhead, 4 KiB, each). Default 64 MiB.

@@ -32,7 +32,7 @@ import (
 
 // reserveLeases reserves s's member window out of the session's lease
 // bounds, and charges its group to the session's client when the join is
-// to make it (groupcount.go), or refuses the subscribe. It reports whether
+// to make it (group_count.go), or refuses the subscribe. It reports whether
 // the engine did not know the group: a join that then works made it.
 func (cn *conn) reserveLeases(s *subscription) (unknown bool, _ *protoError) {
 	b := cn.rt.opts.Groups

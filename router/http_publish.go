@@ -280,7 +280,8 @@ func appendJSONString(dst []byte, s string) []byte {
 // (else the publish hook, after the rate limit so that a flood does not
 // reach the application) and the per-client rate limit, which counts it.
 func (rt *Router) checkHTTPRecord(c echo.Context, req *request, who *principal, now time.Time) (engine.Message, *protoError) {
-	msg, pe := parsePublish(req, rt.opts.MaxMessageBytes, &rt.opts.Bounds)
+	set := rt.settings()
+	msg, pe := parsePublish(req, set.maxMessageBytes, &rt.opts.Bounds)
 	if pe != nil {
 		rt.m.rejected.WithLabelValues(pe.Code).Inc()
 		return msg, pe
@@ -289,11 +290,11 @@ func (rt *Router) checkHTTPRecord(c echo.Context, req *request, who *principal, 
 	if !granted && !rt.hooks.enabled(hookPublish) {
 		return msg, rt.forbidden("publish", "not allowed to publish to %q", msg.Topic)
 	}
-	if !rt.limits.allowHTTPPublish(c.RealIP(), now) {
+	if !set.httpPublish.Allow(c.RealIP(), now) {
 		rt.lim.limited.WithLabelValues("http_publish_rate").Inc()
 		rt.m.publishes.WithLabelValues("http", codeRateLimited).Inc()
 		c.Response().Header().Set("Retry-After", "1")
-		return msg, perr(codeRateLimited, "publish rate limit of %g/s per client exceeded", rt.opts.HTTPPublishRate)
+		return msg, perr(codeRateLimited, "publish rate limit of %g/s per client exceeded", set.httpPublishRate)
 	}
 	if !granted {
 		if rt.httppub.inFlight.Load() > 0 {

@@ -1,0 +1,101 @@
+package router
+
+// Presence for MQTT sessions (docs/mqtt.md, "Presence and $sys stats").
+//
+// A native client asks presence per subscription ("presence": true); an
+// MQTT 5 client asks it with the user property presence=true on its
+// SUBSCRIBE: each filter of that packet that names one topic (no
+// wildcard, not shared) then joins the topic's presence set, as a native
+// presence subscription does, with the session's user and the connect
+// hook's info, through the same join (Router.presenceJoin: the join rate
+// and the per-topic bound apply, on the reader goroutine, under no lock),
+// and leaves it with the subscription. Native members see the MQTT
+// session join and leave; the join and leave frames an MQTT member would
+// get have no MQTT form and are skipped (counted as native_frame).
+// The presence belongs to the filters that asked it, not to the native
+// pattern they share with other filters ("room" and "room/#" share
+// "room"): the pattern's subscription joins when its first such filter
+// comes (on a pattern the session held already too) and leaves when its
+// last one goes while other filters keep the pattern (mqttPattern.presence).
+// A topic policy with presence false refuses such a filter as it refuses
+// a native presence subscribe (checkPresence: counted in
+// switchyard_forbidden_total{op="presence"}): its SUBACK reason is 0x87
+// (not authorized) and the packet's other filters go on.
+// MQTT 3.1 and 3.1.1 have no SUBSCRIBE properties: their sessions do not
+// join presence. A persistent session's restored filters do not either.
+
+import (
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/switchyard/switchyard/mqtt"
+	"github.com/switchyard/switchyard/trie"
+)
+
+// mqttPresenceProperty is the SUBSCRIBE user property that asks presence.
+const mqttPresenceProperty = "presence"
+
+// wantsPresence reports whether SUBSCRIBE pk asks presence.
+func (s *mqttSession) wantsPresence(pk *packets.Packet) bool {
+	if s.version != mqtt.Version5 || s.rt.pres.eng == nil {
+		return false
+	}
+	for _, u := range pk.Properties.User {
+		if u.Key == mqttPresenceProperty && u.Val == "true" {
+			return true
+		}
+	}
+	return false
+}
+
+// presenceFor reports whether the subscription of filter pf joins
+// presence: the SUBSCRIBE asks it and pf names one topic.
+func (s *mqttSession) presenceFor(pf mqtt.Filter) bool {
+	return s.askPresence && pf.Share == "" && len(pf.Patterns) == 1 && trie.ValidateTopic(pf.Patterns[0]) == nil
+}
+
+// joinPresence puts pattern mp's subscription in its topic's presence set
+// for a filter that asks it, unless an earlier filter has put it there:
+// on the reader goroutine, under no lock. A refusal leaves the pattern as
+// it was.
+func (s *mqttSession) joinPresence(mp *mqttPattern) *protoError {
+	if mp.presence > 0 {
+		return nil
+	}
+	sub := mp.sub
+	sub.presence.Store(true) // before the join: a dropSub from now leaves
+	if pe := s.rt.presenceJoin(s.cn.ctx, sub); pe != nil {
+		sub.presence.Store(false)
+		return pe
+	}
+	sub.mu.Lock()
+	ended := sub.ended
+	sub.mu.Unlock()
+	if ended {
+		// Ended (the session closing, a grant revoked) while it joined:
+		// its dropSub may have left before the join landed.
+		s.rt.presenceLeave(sub)
+	}
+	return nil
+}
+
+// leavePresence takes pattern mp's subscription out of its topic's
+// presence set once no filter using it asks presence; the pattern stays.
+func (s *mqttSession) leavePresence(mp *mqttPattern) {
+	if mp.sub.presence.CompareAndSwap(true, false) {
+		s.rt.presenceLeave(mp.sub)
+	}
+}
+
+// presenceRefused returns the refusal of filter pf's presence by the
+// topic policy of its topic (topic_policies_access.go), counted as a
+// native subscribe's; nil when pf does not join presence or may.
+func (s *mqttSession) presenceRefused(pf mqtt.Filter) *protoError {
+	if !s.presenceFor(pf) {
+		return nil
+	}
+	topic := pf.Patterns[0]
+	if p := s.rt.settings().presenceOff(topic); p != "" {
+		return s.rt.forbidden("presence", "presence is off on %s (topic policy %s)", quoteInput(topic), quoteInput(p))
+	}
+	return nil
+}
