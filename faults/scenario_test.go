@@ -1,11 +1,13 @@
 package faults
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"log/slog"
 	"os"
 	"regexp"
+	"sync"
 	"testing"
 	"time"
 )
@@ -52,6 +54,17 @@ func runScenario(t *testing.T, sc Scenario) *Report {
 	o := RunOptions{HistoryDir: os.Getenv("FAULTS_HISTORY_DIR")}
 	if *verbose {
 		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	} else {
+		// The gateways' errors are kept and shown when the scenario
+		// fails: a run that fails once in many is explained by its own
+		// log.
+		errs := &boundedLog{max: 64 << 10}
+		o.Logger = slog.New(slog.NewTextHandler(errs, &slog.HandlerOptions{Level: slog.LevelError}))
+		defer func() {
+			if t.Failed() {
+				t.Logf("the gateways' errors:\n%s", errs.String())
+			}
+		}()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -100,4 +113,26 @@ func TestScenarios(t *testing.T) {
 			}
 		})
 	}
+}
+
+// boundedLog keeps the first max bytes written to it.
+type boundedLog struct {
+	mu  sync.Mutex
+	max int
+	buf bytes.Buffer
+}
+
+func (b *boundedLog) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (b *boundedLog) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -177,8 +177,13 @@ func (rt *Router) postAppend(topic, transport string, start time.Time, a engine.
 	switch {
 	case err != nil:
 		code, _, _ := classify(err)
-		if code == codeBackpressure {
+		switch code {
+		case codeBackpressure:
 			rt.m.backpressure.Inc()
+		case codeInternal:
+			// The client is told only "internal error"; the cause is
+			// for the operator.
+			rt.log.Error("publish failed", "topic", topic, "transport", transport, "err", err)
 		}
 		rt.m.publishes.WithLabelValues(transport, code).Inc()
 	case a.Duplicate:
