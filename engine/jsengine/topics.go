@@ -351,7 +351,9 @@ func (e *Engine) create(ctx context.Context, cfg engine.TopicConfig) (*topic, bo
 // DeleteTopic removes a topic and its records on every node: its groups
 // stop reading it and every node's observers are told (from the topic
 // watcher, so shortly after DeleteTopic returns). Appends blocked on it
-// fail.
+// fail. It fails unavailable, the topic gone already, when the listing
+// of its groups' positions is not answered (a retry answers
+// engine.ErrUnknownTopic).
 func (e *Engine) DeleteTopic(ctx context.Context, name string) (err error) {
 	ctx, done := e.onConn(ctx)
 	defer func() { err = done(err) }()
@@ -375,11 +377,16 @@ func (e *Engine) DeleteTopic(ctx context.Context, name string) (err error) {
 	if err := e.rec.Purge(ctx, jetstream.WithPurgeSubject(fmt.Sprintf("%s.rec.%s.%d.*", e.prefix, name, t.inc))); err != nil {
 		e.log.Warn("jsengine: purge deleted topic", "topic", name, "err", err)
 	}
-	// Its groups' committed offsets go too.
-	if lister, err := e.groupKV.ListKeysFiltered(ctx, fmt.Sprintf("c.*.%s.%d.*", enc(name), t.inc)); err == nil {
-		for k := range lister.Keys() {
-			_ = e.groupKV.Purge(ctx, k)
-		}
+	// Its groups' committed offsets go too. A listing not answered fails
+	// the call (unavailable) within a round trip's bound (bounded.go):
+	// the topic is gone by then, and its positions, under an incarnation
+	// no topic has any more, go with their groups.
+	lister, err := e.groupKV.ListKeysFiltered(ctx, fmt.Sprintf("c.*.%s.%d.*", enc(name), t.inc))
+	if err != nil {
+		return unavailable("delete topic: list its group positions", err)
+	}
+	for k := range lister.Keys() {
+		_ = e.groupKV.Purge(ctx, k)
 	}
 	return nil
 }
