@@ -186,3 +186,22 @@ func TestWatchSetupOverSilentLinkIsBounded(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestRetainedOverSilentLinkIsBounded: a retained-message call whose
+// read of the bucket's state (its view's sync) goes unanswered fails
+// unavailable within one round trip's bound, not at its caller's
+// deadline.
+func TestRetainedOverSilentLinkIsBounded(t *testing.T) {
+	url := natstest.URL(t)
+	px := newLinkProxy(t, url)
+	e := newNode(t, nodeOpts{url: px.URL(), prefix: natstest.Prefix(t, url)})
+	if _, _, err := e.RetainedStats(context.Background()); err != nil { // opens the bucket and its view
+		t.Fatal(err)
+	}
+	px.Stall()
+	defer px.Resume()
+	overSilentLink(t, "RetainedStats", silentOneTrip, func(ctx context.Context) error {
+		_, _, err := e.RetainedStats(ctx)
+		return err
+	})
+}
