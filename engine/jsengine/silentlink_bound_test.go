@@ -205,3 +205,20 @@ func TestRetainedOverSilentLinkIsBounded(t *testing.T) {
 		return err
 	})
 }
+
+// TestExpireMQTTSessionsOverSilentLinkIsBounded: the sweep of MQTT
+// sessions on a node that has not opened their bucket looks the bucket
+// up first; over a silent link that lookup fails unavailable within one
+// round trip's bound, and the sweep with it, instead of waiting out its
+// caller's context and then going on to open the bucket.
+func TestExpireMQTTSessionsOverSilentLinkIsBounded(t *testing.T) {
+	url := natstest.URL(t)
+	px := newLinkProxy(t, url)
+	e := newNode(t, nodeOpts{url: px.URL(), prefix: natstest.Prefix(t, url)})
+	px.Stall()
+	defer px.Resume()
+	overSilentLink(t, "ExpireMQTTSessions", silentOneTrip, func(ctx context.Context) error {
+		_, _, err := e.ExpireMQTTSessions(ctx, time.Now())
+		return err
+	})
+}
