@@ -5,10 +5,14 @@ package jsengine
 // while the connection is down they are refused before any round trip
 // (reachable; Topics too, so it serves as a readiness probe even with no
 // topics), and round trips in progress when it drops are abandoned
-// (onConn); one that goes unanswered while the connection stays up (a
-// link gone silent) waits at most roundTripMax, whatever its caller's
-// context allows (roundTrip), and one append, all its round trips and
-// waits together, is answered within appendMax (appendBound). An engine that dials its own connection sets
+// (onConn); a read, a listing (for its set-up and each key after), a
+// consumer call whose late landing is harmless or a watcher's set-up
+// that goes unanswered while the connection stays up (a link gone
+// silent) waits at most roundTripMax, whatever its caller's context
+// allows (roundTrip, bounded.go, watch.go), other writes as long as
+// their caller allows (one cut short may still land), and one append,
+// all its round trips and waits together, is answered within appendMax
+// (appendBound). An engine that dials its own connection sets
 // MaxReconnects(-1) and ReconnectBufSize(-1): with no reconnect buffer,
 // an append refused during an outage is never stored later. Records and
 // positions are in NATS, so nothing the engine acknowledged is lost by an
@@ -106,8 +110,10 @@ func (e *Engine) onConn(ctx context.Context) (_ context.Context, done func(error
 }
 
 // roundTripMax bounds one NATS round trip of an append or a read (a
-// publish, a get, a claim) whatever its caller's context allows (an
-// append's round trips together are bounded by appendMax). nats.go
+// publish, a get, a claim; a listing's set-up and each of its keys, a
+// consumer's creation, info or deletion, a watcher's set-up: see
+// bounded.go) whatever its caller's context allows (an append's round
+// trips together are bounded by appendMax). nats.go
 // waits for a reply until the context ends, and a request lost on a link
 // that went silent is never answered, not even after the heal: held by a
 // partition, it reaches the stream's leader of before the partition once

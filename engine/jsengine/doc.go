@@ -76,7 +76,12 @@
 //
 // Calls that cannot reach NATS fail at once with an error wrapping
 // engine.ErrUnavailable (conn.go); an append, all its round trips and waits
-// together, is answered within appendMax (8 s) of its call. Records and positions are in NATS, so
+// together, is answered within appendMax (8 s) of its call. Over a link
+// gone silent (the connection up, nothing answering) a read, a listing
+// (such as DeleteTopic's and DeleteGroup's of positions), a consumer call
+// and a watcher's set-up fail unavailable after roundTripMax (5 s) per
+// round trip; other writes wait as long as their caller allows, since one
+// cut short may still land (bounded.go). Records and positions are in NATS, so
 // nothing the engine acknowledged is lost by an outage; after a reconnect
 // the tail and the bucket watchers resume where they stopped (tail.go,
 // watch.go) and heartbeats resume (membership.go).

@@ -100,7 +100,10 @@ func (e *Engine) liveEvent(ent jetstream.KeyValueEntry, initial bool) {
 }
 
 // reconcileLive lists the live bucket and treats keys that are gone as
-// deleted: on servers without limit markers, expiry is silent.
+// deleted: on servers without limit markers, expiry is silent. Only a
+// whole listing is applied: the bucket's lister fails rather than end
+// early (bounded.go), so a key is never taken for gone because the
+// listing was cut before it.
 func (e *Engine) reconcileLive(ctx context.Context) {
 	lister, err := e.liveKV.ListKeys(ctx)
 	if err != nil {

@@ -355,10 +355,19 @@ func (e *Engine) liveNodes() map[string]bool {
 func (e *Engine) ExpireMQTTSessions(ctx context.Context, now time.Time) (int, int, error) {
 	// Every gateway sweeps; one that has not opened the store yet opens it
 	// only if some node made the bucket, so that a deployment without
-	// persistent MQTT sessions holds no bucket and watcher for them.
+	// persistent MQTT sessions holds no bucket and watcher for them. The
+	// lookup is a read, bounded by one round trip (roundTrip); one that
+	// fails otherwise fails the sweep, which would else open the bucket
+	// without knowing whether some node made it.
 	if !e.mqs.isStarted() {
-		if _, err := e.js.KeyValue(ctx, e.prefix+mqttSessionsBucket); errors.Is(err, jetstream.ErrBucketNotFound) {
+		lctx, cancel := roundTrip(ctx)
+		_, err := e.js.KeyValue(lctx, e.prefix+mqttSessionsBucket)
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrBucketNotFound):
 			return 0, 0, nil
+		case err != nil:
+			return 0, 0, unavailable("mqtt session bucket", err)
 		}
 	}
 	r, err := e.mqttSessionsReady(ctx)

@@ -351,7 +351,10 @@ func (e *Engine) create(ctx context.Context, cfg engine.TopicConfig) (*topic, bo
 // DeleteTopic removes a topic and its records on every node: its groups
 // stop reading it and every node's observers are told (from the topic
 // watcher, so shortly after DeleteTopic returns). Appends blocked on it
-// fail.
+// fail. Once the topic and its records are gone it succeeds: the
+// positions its groups committed, which it removes last, are under an
+// incarnation no topic has any more and go with their groups when a
+// listing of them is not answered (within a round trip's bound).
 func (e *Engine) DeleteTopic(ctx context.Context, name string) (err error) {
 	ctx, done := e.onConn(ctx)
 	defer func() { err = done(err) }()
@@ -375,11 +378,18 @@ func (e *Engine) DeleteTopic(ctx context.Context, name string) (err error) {
 	if err := e.rec.Purge(ctx, jetstream.WithPurgeSubject(fmt.Sprintf("%s.rec.%s.%d.*", e.prefix, name, t.inc))); err != nil {
 		e.log.Warn("jsengine: purge deleted topic", "topic", name, "err", err)
 	}
-	// Its groups' committed offsets go too.
-	if lister, err := e.groupKV.ListKeysFiltered(ctx, fmt.Sprintf("c.*.%s.%d.*", enc(name), t.inc)); err == nil {
-		for k := range lister.Keys() {
-			_ = e.groupKV.Purge(ctx, k)
-		}
+	// Its groups' committed offsets go too. A listing not answered ends
+	// within a round trip's bound (bounded.go); the topic is deleted by
+	// then, and its positions, under an incarnation no topic has any
+	// more, go with their groups: the caller is not told to retry a
+	// delete that is done.
+	lister, err := e.groupKV.ListKeysFiltered(ctx, fmt.Sprintf("c.*.%s.%d.*", enc(name), t.inc))
+	if err != nil {
+		e.log.Warn("jsengine: deleted topic's group positions not listed; they go with their groups", "topic", name, "err", err)
+		return nil
+	}
+	for k := range lister.Keys() {
+		_ = e.groupKV.Purge(ctx, k)
 	}
 	return nil
 }

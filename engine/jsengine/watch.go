@@ -8,9 +8,12 @@ package jsengine
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard/switchyard/engine"
 )
 
 // kvWatch is a bucket watcher that lives until stop.
@@ -27,13 +30,20 @@ func (e *Engine) watch(kv jetstream.KeyValue, from uint64) (*kvWatch, error) {
 		opts = append(opts, jetstream.ResumeFromRevision(from))
 	}
 	// The watcher's subscription ends when ctx does, so ctx must outlive
-	// it; the timer bounds only its creation.
+	// it; the timer bounds only its creation, one round trip (which a
+	// link gone silent never answers). A watcher made after the timer
+	// fired is stopped here; its consumer, made late by the server, is
+	// ephemeral and removed by the server once nothing subscribes to it.
 	ctx, cancel := context.WithCancel(context.Background())
-	t := time.AfterFunc(5*time.Second, cancel)
+	t := time.AfterFunc(roundTripMax, cancel)
 	kw, err := kv.WatchAll(ctx, opts...)
-	if !t.Stop() && err == nil {
-		(&kvWatch{kw, cancel}).stop()
-		err = context.DeadlineExceeded
+	if !t.Stop() {
+		if err == nil {
+			(&kvWatch{kw, cancel}).stop()
+			err = errWatchStalled
+		} else {
+			err = fmt.Errorf("%w: %w", errWatchStalled, err)
+		}
 	}
 	if err != nil {
 		cancel()
@@ -41,6 +51,10 @@ func (e *Engine) watch(kv jetstream.KeyValue, from uint64) (*kvWatch, error) {
 	}
 	return &kvWatch{kw, cancel}, nil
 }
+
+// errWatchStalled is wrapped by the error of a watcher whose set-up was
+// not answered within roundTripMax (watch).
+var errWatchStalled = fmt.Errorf("watch not set up within %v: %w", roundTripMax, engine.ErrUnavailable)
 
 // stop ends the watcher and drains what it had queued, so its callback,
 // which blocks while the queue is full, can return (bounded: 5 s).
