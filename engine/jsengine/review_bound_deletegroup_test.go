@@ -1,0 +1,79 @@
+package jsengine_test
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/jsengine/natstest"
+)
+
+// TestReviewBoundDeleteGroupRetryAfterUnansweredListing: a DeleteGroup
+// whose listing of the group's positions is not answered fails
+// unavailable within one round trip's bound, telling its caller to try
+// again; but it has removed the definition and forgotten the group by
+// then, so the retry, once the link is back, answers that the group is
+// unknown and removes nothing: the group's positions stay in the bucket
+// for good (and a group made again under the name takes them up).
+func TestReviewBoundDeleteGroupRetryAfterUnansweredListing(t *testing.T) {
+	url := natstest.URL(t)
+	px := newLinkProxy(t, url)
+	prefix := natstest.Prefix(t, url)
+	e := newNode(t, nodeOpts{url: px.URL(), prefix: prefix})
+	var armed atomic.Bool
+	stalled := make(chan struct{})
+	e.SetBeforeGroupListing(stallOnce(px, &armed, stalled))
+	defer px.Resume()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const topic, group = "kept", "leavers"
+	if _, err := e.Append(ctx, engine.Message{Topic: topic, Data: []byte(`"r"`)}); err != nil {
+		t.Fatal(err)
+	}
+	id, err := e.Join(ctx, engine.JoinRequest{Group: group, Pattern: topic, Member: "m"}, idleConsumer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Leave(ctx, group, id); err != nil {
+		t.Fatal(err)
+	}
+	groups := openBucket(t, url, prefix+"_groups")
+	positions := func() []string {
+		t.Helper()
+		l, err := groups.ListKeysFiltered(ctx, "c."+base64.RawURLEncoding.EncodeToString([]byte(group))+".>")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for k := range l.Keys() {
+			keys = append(keys, k)
+		}
+		return keys
+	}
+	if len(positions()) == 0 {
+		t.Fatal("the group has no positions to delete")
+	}
+
+	armed.Store(true)
+	dctx, dcancel := context.WithTimeout(ctx, silentCallerWait)
+	err = e.DeleteGroup(dctx, group)
+	dcancel()
+	<-stalled
+	t.Logf("DeleteGroup over a silent link: %v", err)
+	if !errors.Is(err, engine.ErrUnavailable) {
+		t.Fatalf("DeleteGroup over a silent link: %v, want unavailable", err)
+	}
+	px.Resume()
+	err = e.DeleteGroup(ctx, group)
+	t.Logf("DeleteGroup again once the link is back: %v", err)
+	if err != nil && !errors.Is(err, engine.ErrUnknownGroup) {
+		t.Fatalf("DeleteGroup again: %v", err)
+	}
+	if left := positions(); len(left) > 0 {
+		t.Errorf("after a DeleteGroup answered unavailable and tried again (%v), the group's positions are still in the bucket: %v", err, left)
+	}
+}
