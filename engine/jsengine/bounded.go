@@ -49,19 +49,25 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/internal/lifecycle"
 )
 
 // boundedKV is a bucket handle whose reads and listings are bounded.
-type boundedKV struct{ jetstream.KeyValue }
+// life, the engine's, owns the goroutines that stop a listing's watcher
+// (stopWatch); nil stops it in the caller.
+type boundedKV struct {
+	jetstream.KeyValue
+	life *lifecycle.Guard
+}
 
-func boundKV(kv jetstream.KeyValue) jetstream.KeyValue {
+func boundKV(kv jetstream.KeyValue, life *lifecycle.Guard) jetstream.KeyValue {
 	if kv == nil {
 		return nil
 	}
 	if _, ok := kv.(boundedKV); ok {
 		return kv
 	}
-	return boundedKV{kv}
+	return boundedKV{kv, life}
 }
 
 func (b boundedKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
@@ -131,14 +137,17 @@ func (b boundedKV) listKeys(ctx context.Context, filters []string, opts ...jetst
 	defer cancel(nil)
 	stall := time.AfterFunc(roundTripMax, func() { cancel(errListingStalled) })
 	defer stall.Stop()
-	opts = append(slices.Clip(opts), jetstream.IgnoreDeletes(), jetstream.MetaOnly())
+	// Deleted and purged keys are skipped here, not by the watcher
+	// (IgnoreDeletes), so that each counts as the listing moving: a
+	// bucket's deleted keys after its last live one still arrive.
+	opts = append(slices.Clip(opts), jetstream.MetaOnly())
 	// WatchFiltered writes the bucket's prefix into the filters it is given.
 	kw, err := b.KeyValue.WatchFiltered(lctx, slices.Clone(filters), opts...)
 	if err != nil {
 		return nil, listErr(lctx, err)
 	}
-	w := &kvWatch{kw, func() { cancel(nil) }}
-	defer w.stop()
+	stall.Reset(roundTripMax) // the set-up was answered; the first key gets its own bound
+	defer stopWatch(b.life, &kvWatch{kw, func() { cancel(nil) }})
 	var keys []string
 	for {
 		select {
@@ -149,12 +158,29 @@ func (b boundedKV) listKeys(ctx context.Context, filters []string, opts ...jetst
 			case ent == nil:
 				return keys, nil
 			}
-			keys = append(keys, ent.Key())
+			if ent.Operation() == jetstream.KeyValuePut {
+				keys = append(keys, ent.Key())
+			}
 			stall.Reset(roundTripMax)
 		case <-lctx.Done():
 			return nil, listErr(lctx, context.Cause(lctx))
 		}
 	}
+}
+
+// stopWatch stops w: in a goroutine life owns when life is open, since
+// nats.go deletes a watcher's consumer in a round trip of its own (up to
+// 5 s over a link gone silent) that a listing's caller need not wait for;
+// otherwise at once.
+func stopWatch(life *lifecycle.Guard, w *kvWatch) {
+	if life != nil && life.Enter() {
+		go func() { // exits once w is stopped (bounded: stop's two 5 s waits)
+			defer life.Exit()
+			w.stop()
+		}()
+		return
+	}
+	w.stop()
 }
 
 // listErr returns err wrapping errListingStalled when the listing's

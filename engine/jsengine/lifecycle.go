@@ -101,6 +101,13 @@ func (e *Engine) expireIdle(name string, gen uint64) {
 // registrations from the buckets, and its state on this node; other nodes
 // drop theirs when they see the definition go. It fails with an error
 // wrapping engine.ErrUnknownGroup when there is no such group.
+//
+// The positions are listed before anything is removed, so a listing that
+// is not answered fails the call with the group whole; and a call that
+// finds the definition gone but positions left (a delete whose purges
+// failed part-way) purges them and succeeds, so the caller's retry
+// finishes the delete: positions left behind would be taken up by a group
+// made again under the name.
 func (e *Engine) DeleteGroup(ctx context.Context, name string) (err error) {
 	ctx, done := e.onConn(ctx)
 	defer func() { err = done(err) }()
@@ -108,16 +115,25 @@ func (e *Engine) DeleteGroup(ctx context.Context, name string) (err error) {
 		return err
 	}
 	_, err = e.groupKV.Get(ctx, defKey(name))
+	defined := true
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		e.gmu.Lock()
-		known := e.groups[name] != nil
+		defined = e.groups[name] != nil
 		e.gmu.Unlock()
-		if !known {
-			return groupErr(name)
-		}
 	case err != nil:
 		return unavailable("delete group", err)
+	}
+	var positions []string
+	lister, err := e.groupKV.ListKeysFiltered(ctx, "c."+enc(name)+".>")
+	if err != nil {
+		return unavailable("delete group", err)
+	}
+	for k := range lister.Keys() {
+		positions = append(positions, k)
+	}
+	if !defined && len(positions) == 0 {
+		return groupErr(name)
 	}
 	e.gmu.Lock()
 	members := slices.Collect(maps.Keys(e.reg[name]))
@@ -126,14 +142,20 @@ func (e *Engine) DeleteGroup(ctx context.Context, name string) (err error) {
 	if err := e.groupKV.Delete(ctx, defKey(name)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return unavailable("delete group", err)
 	}
-	if lister, err := e.groupKV.ListKeysFiltered(ctx, "c."+enc(name)+".>"); err == nil {
-		for k := range lister.Keys() {
-			if err := e.groupKV.Purge(ctx, k); err != nil {
-				return unavailable("delete group", err)
-			}
+	for _, k := range positions {
+		if err := e.groupKV.Purge(ctx, k); err != nil {
+			return unavailable("delete group", err)
 		}
-	} else {
+	}
+	// A member of another node may have committed a partition's first
+	// position before it saw the definition go: a second listing finds it.
+	if lister, err = e.groupKV.ListKeysFiltered(ctx, "c."+enc(name)+".>"); err != nil {
 		return unavailable("delete group", err)
+	}
+	for k := range lister.Keys() {
+		if err := e.groupKV.Purge(ctx, k); err != nil {
+			return unavailable("delete group", err)
+		}
 	}
 	for _, id := range members {
 		_ = e.liveKV.Delete(ctx, memberKey(name, id))

@@ -48,7 +48,7 @@ func TestReviewBoundListingSetupAndFirstKeyShareOneBound(t *testing.T) {
 	}
 	slow := newSlowLink(t, url, 400)
 	raw := openBucket(t, slow.URL(), bucket)
-	bounded := jsengine.BoundKV(openBucket(t, slow.URL(), bucket))
+	bounded := jsengine.BoundKV(t, openBucket(t, slow.URL(), bucket))
 	done := make(chan struct{})
 	var rawKeys []string
 	var rawErr error

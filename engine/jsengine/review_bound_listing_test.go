@@ -220,7 +220,7 @@ func TestReviewBoundListingOverSlowLinkWithDeletes(t *testing.T) {
 	}
 
 	slow := newSlowLink(t, url, 8<<10)
-	bounded := jsengine.BoundKV(openBucket(t, slow.URL(), bucket))
+	bounded := jsengine.BoundKV(t, openBucket(t, slow.URL(), bucket))
 	raw := openBucket(t, slow.URL(), bucket)
 
 	var wg sync.WaitGroup

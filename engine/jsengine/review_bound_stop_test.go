@@ -57,7 +57,7 @@ func TestReviewBoundListingCutMidwayAnswersInBound(t *testing.T) {
 	const listings = 8
 	handles := make([]jetstream.KeyValue, listings)
 	for i := range handles {
-		handles[i] = jsengine.BoundKV(openBucket(t, link.URL(), bucket))
+		handles[i] = jsengine.BoundKV(t, openBucket(t, link.URL(), bucket))
 	}
 	var wg sync.WaitGroup
 	for i, h := range handles {

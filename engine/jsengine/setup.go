@@ -189,7 +189,7 @@ func (e *Engine) openStreamUnbounded(ctx context.Context, cfg jetstream.StreamCo
 // are bounded (bounded.go).
 func (e *Engine) openKV(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	kv, err := e.openKVUnbounded(ctx, cfg)
-	return boundKV(kv), err
+	return boundKV(kv, &e.life), err
 }
 
 func (e *Engine) openKVUnbounded(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {

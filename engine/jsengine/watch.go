@@ -39,7 +39,7 @@ func (e *Engine) watch(kv jetstream.KeyValue, from uint64) (*kvWatch, error) {
 	kw, err := kv.WatchAll(ctx, opts...)
 	if !t.Stop() {
 		if err == nil {
-			(&kvWatch{kw, cancel}).stop()
+			stopWatch(&e.life, &kvWatch{kw, cancel})
 			err = errWatchStalled
 		} else {
 			err = fmt.Errorf("%w: %w", errWatchStalled, err)
