@@ -12,14 +12,14 @@ import (
 	"github.com/switchyard/switchyard/engine/jsengine/natstest"
 )
 
-// TestReviewBoundDeleteGroupRetryAfterUnansweredListing: a DeleteGroup
-// whose listing of the group's positions is not answered fails
-// unavailable within one round trip's bound, telling its caller to try
-// again; but it has removed the definition and forgotten the group by
-// then, so the retry, once the link is back, answers that the group is
-// unknown and removes nothing: the group's positions stay in the bucket
-// for good (and a group made again under the name takes them up).
-func TestReviewBoundDeleteGroupRetryAfterUnansweredListing(t *testing.T) {
+// TestDeleteGroupRetriedAfterUnansweredListing: a DeleteGroup whose
+// listing of the group's positions is not answered fails unavailable
+// within one round trip's bound, telling its caller to try again, and
+// the retry, once the link is back, removes the group's positions: none
+// stays in the bucket for a group made again under the name to take up
+// (the first call used to remove the definition before the listing, so
+// the retry answered that the group was unknown and removed nothing).
+func TestDeleteGroupRetriedAfterUnansweredListing(t *testing.T) {
 	url := natstest.URL(t)
 	px := newLinkProxy(t, url)
 	prefix := natstest.Prefix(t, url)
