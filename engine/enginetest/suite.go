@@ -157,6 +157,8 @@ func Run(t *testing.T, f Features, newEngine Factory) {
 		{"DeadLetters/LargeRecord", testLargeRecordLetter},
 		{"Retained/StoreReplaceRemove", testRetained},
 		{"Retained/Bounds", testRetainedBounds},
+		{"Retained/Undo", testRetainedUndo},
+		{"Retained/UndoAfterAnotherWrite", testRetainedUndoAfterAnotherWrite},
 		{"MQTTSessions/Ownership", testMQTTSessions},
 		{"MQTTSessions/BoundsAndExpiry", testMQTTSessionBounds},
 		{"MQTTSessions/Holds", testMQTTSessionHolds},

@@ -10,6 +10,15 @@ package jsengine
 // holds at most the store's bound of bytes (RetainLimits.MaxBytes), on
 // every node.
 //
+// A removal is a put of an empty message (the view drops the topic), so
+// that every write has a revision: SetRetained returns its put's, and
+// UndoRetained writes the previous message back with an update that
+// expects that revision to be the key's last, which NATS checks, so an
+// undo never replaces another node's later write. The previous message
+// is the one the watcher replaced when it applied the put (recorded for
+// the topics with a SetRetained of this node in flight), exact whenever
+// that update can succeed.
+//
 // The bucket and its watcher start with the first retained call, tracked
 // by the engine's WaitGroup; the watcher exits when the engine closes.
 //
@@ -19,6 +28,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -39,6 +49,18 @@ type retained struct {
 	// counts them, so writers of one node cannot pass it together.
 	pendingN int
 	pendingB int64
+	// waiting counts this node's SetRetained calls in flight by topic;
+	// replaced holds, for those topics, what the last event applied
+	// replaced.
+	waiting  map[string]int
+	replaced map[string]retainedReplaced
+}
+
+// retainedReplaced is what the event of revision rev replaced in the view.
+type retainedReplaced struct {
+	rev  uint64
+	prev engine.RetainedMessage
+	had  bool
 }
 
 type retainedVal struct {
@@ -56,7 +78,10 @@ func retainedKey(topic string) string { return hex.EncodeToString([]byte(topic))
 // call that finds NATS reachable; while it is not, calls fail at once.
 func (e *Engine) retainedStart() (*retained, error) {
 	r := &e.ret
-	if err := r.start(e, "retained", "_retained", func() { r.view = map[string]engine.RetainedMessage{} }, e.retainedEvent); err != nil {
+	if err := r.start(e, "retained", "_retained", func() {
+		r.view = map[string]engine.RetainedMessage{}
+		r.waiting, r.replaced = map[string]int{}, map[string]retainedReplaced{}
+	}, e.retainedEvent); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -69,9 +94,15 @@ func (e *Engine) retainedEvent(ent jetstream.KeyValueEntry, _ bool) {
 	defer r.mu.Unlock()
 	var v retainedVal
 	put := ent.Operation() == jetstream.KeyValuePut && json.Unmarshal(ent.Value(), &v) == nil
-	if old, had := r.viewByKey(ent.Key()); had {
-		delete(r.view, old.Topic)
+	b, err := hex.DecodeString(ent.Key())
+	topic := string(b)
+	old, had := r.view[topic]
+	if err == nil && had {
+		delete(r.view, topic)
 		r.bytes -= old.Size()
+	}
+	if err == nil && r.waiting[topic] > 0 {
+		r.replaced[topic] = retainedReplaced{rev: ent.Revision(), prev: old, had: had}
 	}
 	if put && len(v.Data) > 0 {
 		m := engine.RetainedMessage{Topic: v.Topic, Key: v.Key, Headers: v.Headers, Data: v.Data, QoS: v.QoS, Time: v.Time}
@@ -81,67 +112,93 @@ func (e *Engine) retainedEvent(ent jetstream.KeyValueEntry, _ bool) {
 	r.advance(ent.Revision())
 }
 
-// viewByKey finds the view's message of a bucket key.
-func (r *retained) viewByKey(key string) (engine.RetainedMessage, bool) {
-	b, err := hex.DecodeString(key)
-	if err != nil {
-		return engine.RetainedMessage{}, false
-	}
-	m, ok := r.view[string(b)]
-	return m, ok
-}
-
 // SetRetained implements engine.Retainer.
-func (e *Engine) SetRetained(ctx context.Context, m engine.RetainedMessage, lim engine.RetainLimits) error {
+func (e *Engine) SetRetained(ctx context.Context, m engine.RetainedMessage, lim engine.RetainLimits) (engine.RetainedWrite, error) {
 	r, err := e.retainedStart()
 	if err != nil {
-		return err
+		return engine.RetainedWrite{}, err
 	}
 	if err := r.sync(ctx); err != nil {
-		return err
-	}
-	key := retainedKey(m.Topic)
-	var rev uint64
-	if len(m.Data) == 0 {
-		r.mu.Lock()
-		_, had := r.view[m.Topic]
-		r.mu.Unlock()
-		if !had {
-			return nil
-		}
-		if err := r.kv.Delete(ctx, key); err != nil {
-			return unavailable("retained delete", err)
-		}
-		return r.sync(ctx)
+		return engine.RetainedWrite{}, err
 	}
 	r.mu.Lock()
 	old, had := r.view[m.Topic]
-	n, b := len(r.view)+r.pendingN, r.bytes+r.pendingB
-	ok := lim.Admits(n, b, had, old.Size(), &m)
-	addN, addB := 1, int64(m.Size())
-	if had {
-		addN = 0
+	w := engine.RetainedWrite{Topic: m.Topic, Prev: old, Had: had}
+	if len(m.Data) == 0 && !had {
+		r.mu.Unlock()
+		return w, nil
 	}
-	if ok {
-		r.pendingN, r.pendingB = r.pendingN+addN, r.pendingB+addB
+	var addN int
+	var addB int64
+	if len(m.Data) > 0 {
+		n, b := len(r.view)+r.pendingN, r.bytes+r.pendingB
+		if !lim.Admits(n, b, had, old.Size(), &m) {
+			r.mu.Unlock()
+			return engine.RetainedWrite{}, fmt.Errorf("jsengine: %d retained messages of %d bytes held: %w", n, b, engine.ErrRetainedFull)
+		}
+		addB = m.Size()
+		if !had {
+			addN = 1
+		}
 	}
+	r.pendingN, r.pendingB = r.pendingN+addN, r.pendingB+addB
+	r.waiting[m.Topic]++
 	r.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("jsengine: %d retained messages of %d bytes held: %w", n, b, engine.ErrRetainedFull)
-	}
 	defer func() {
 		r.mu.Lock()
 		r.pendingN, r.pendingB = r.pendingN-addN, r.pendingB-addB
+		if r.waiting[m.Topic]--; r.waiting[m.Topic] == 0 {
+			delete(r.waiting, m.Topic)
+			delete(r.replaced, m.Topic)
+		}
 		r.mu.Unlock()
 	}()
 	val, err := json.Marshal(retainedVal{Topic: m.Topic, Key: m.Key, Headers: m.Headers, Data: m.Data, QoS: m.QoS, Time: m.Time})
 	if err != nil {
-		return err
+		return engine.RetainedWrite{}, err
 	}
-	if rev, err = r.kv.Put(ctx, key, val); err != nil {
-		return unavailable("retained put", err)
+	rev, err := r.kv.Put(ctx, retainedKey(m.Topic), val)
+	if err != nil {
+		return engine.RetainedWrite{}, unavailable("retained put", err)
 	}
-	return r.waitApplied(ctx, rev)
+	if err := r.waitApplied(ctx, rev); err != nil {
+		return engine.RetainedWrite{}, err
+	}
+	r.mu.Lock()
+	if rp, ok := r.replaced[m.Topic]; ok && rp.rev == rev {
+		w.Prev, w.Had = rp.prev, rp.had
+	}
+	r.mu.Unlock()
+	w.Rev = rev
+	return w, nil
+}
+
+// UndoRetained implements engine.Retainer.
+func (e *Engine) UndoRetained(ctx context.Context, w engine.RetainedWrite) (bool, error) {
+	if w.Rev == 0 {
+		return false, nil
+	}
+	r, err := e.retainedStart()
+	if err != nil {
+		return false, err
+	}
+	v := retainedVal{Topic: w.Topic}
+	if w.Had {
+		p := &w.Prev
+		v = retainedVal{Topic: w.Topic, Key: p.Key, Headers: p.Headers, Data: p.Data, QoS: p.QoS, Time: p.Time}
+	}
+	val, err := json.Marshal(v)
+	if err != nil {
+		return false, err
+	}
+	rev, err := r.kv.Update(ctx, retainedKey(w.Topic), val, w.Rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return false, nil // written since
+	}
+	if err != nil {
+		return false, unavailable("retained undo", err)
+	}
+	return true, r.waitApplied(ctx, rev)
 }
 
 // Retained implements engine.Retainer.
