@@ -157,3 +157,50 @@ func TestMQTTRetainedWillUndoneWhenAppendFails(t *testing.T) {
 		t.Errorf("switchyard_mqtt_retained_total{result=undone} = %v, want 1", n)
 	}
 }
+
+// unconfirmedRetained is the memory engine whose SetRetained makes its
+// write and then fails, as a JetStream one does whose put was stored but
+// not seen by the node's view in time.
+type unconfirmedRetained struct {
+	*memengine.Engine
+	fail atomic.Bool
+}
+
+func (e *unconfirmedRetained) SetRetained(ctx context.Context, m engine.RetainedMessage, lim engine.RetainLimits) (engine.RetainedWrite, error) {
+	w, err := e.Engine.SetRetained(ctx, m, lim)
+	if err == nil && e.fail.Load() {
+		err = fmt.Errorf("retained write not confirmed (test): %w", engine.ErrUnavailable)
+	}
+	return w, err
+}
+
+// TestMQTTRetainedUndoneWhenStoreFailsAfterWrite: a retained PUBLISH whose
+// store fails after making its write (PUBACK 0x80, not appended) leaves
+// the topic's previous retained message in place.
+func TestMQTTRetainedUndoneWhenStoreFailsAfterWrite(t *testing.T) {
+	var eng *unconfirmedRetained
+	g := newGateway(t, withMQTT, func(c *gwConfig) {
+		c.wrap = func(e engine.Engine) engine.Engine {
+			eng = &unconfirmedRetained{Engine: e.(*memengine.Engine)}
+			return eng
+		}
+	})
+	r := dialRaw(t, g, "tcp", 5)
+	r.connect(t, "unconfirmed-pub", 30)
+	for i, c := range []struct {
+		payload string
+		fail    bool
+	}{{"before", false}, {"unconfirmed", true}} {
+		eng.fail.Store(c.fail)
+		r.send(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true},
+			TopicName: "undo/s/t", PacketID: uint16(i + 1), Payload: []byte(c.payload)})
+		if ack := r.expect(t, packets.Puback); (ack.ReasonCode >= 0x80) != c.fail {
+			t.Fatalf("PUBACK %#x for %q, want a failure %v", ack.ReasonCode, c.payload, c.fail)
+		}
+	}
+	eng.fail.Store(false)
+	got := retainedOf(t, g, "unconfirmed-sub", "undo/#", "undo/marker")
+	if want := map[string]string{"undo/s/t": "before"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("retained messages after a store that failed after its write: %v, want %v", got, want)
+	}
+}
