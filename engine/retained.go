@@ -42,7 +42,9 @@ var ErrRetainedFull = errors.New("engine: retained store full")
 type Retainer interface {
 	// SetRetained stores m as m.Topic's retained message, or removes the
 	// topic's retained message when m.Data is empty, and returns what it
-	// changed for UndoRetained.
+	// changed for UndoRetained. An error that comes after the write was
+	// made (it was not confirmed in time) comes with that write, Rev set,
+	// so that the caller can undo it; otherwise Rev is 0.
 	SetRetained(ctx context.Context, m RetainedMessage, lim RetainLimits) (RetainedWrite, error)
 	// UndoRetained puts w.Prev back as w.Topic's retained message (or
 	// removes the topic's message when w.Had is false) if the store still

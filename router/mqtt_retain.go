@@ -143,6 +143,9 @@ func (s *mqttSession) retain(msg *engine.Message, qos byte) (engine.RetainedWrit
 	case err != nil:
 		m.stores.WithLabelValues("failed").Inc()
 		rt.log.Warn("mqtt retained message not stored", "topic", msg.Topic, "err", err)
+		if w.Rev != 0 { // made but not confirmed: the PUBLISH is refused
+			rt.undoRetained(w)
+		}
 		return engine.RetainedWrite{}, rcUnspecified
 	case len(msg.Data) == 0:
 		m.stores.WithLabelValues("cleared").Inc()

@@ -286,6 +286,9 @@ func (rt *Router) publishWill(w *mqttWill, result string) {
 			if errors.Is(err, engine.ErrRetainedFull) {
 				rt.mq.rm.stores.WithLabelValues("refused").Inc()
 			}
+			if rw.Rev != 0 { // made but not confirmed (mqtt_retain.go)
+				rt.undoRetained(rw)
+			}
 			return
 		}
 		w.msg.Headers = withHeader(w.msg.Headers, mqttRetainHeader, "1")

@@ -162,7 +162,8 @@ func (e *Engine) SetRetained(ctx context.Context, m engine.RetainedMessage, lim 
 		return engine.RetainedWrite{}, unavailable("retained put", err)
 	}
 	if err := r.waitApplied(ctx, rev); err != nil {
-		return engine.RetainedWrite{}, err
+		w.Rev = rev // made, but not seen by the view in time: the caller may undo it
+		return w, err
 	}
 	r.mu.Lock()
 	if rp, ok := r.replaced[m.Topic]; ok && rp.rev == rev {
