@@ -5,7 +5,10 @@ package enginetest
 // and changes nothing once another write has changed it.
 
 import (
+	"fmt"
 	"maps"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -159,5 +162,57 @@ func testRetainedUndoAfterAnotherWrite(t *testing.T, s *suite) {
 	}
 	if d, ok := retainedData(t, r, c); ok {
 		t.Errorf("after the undo: %q, want none (the other writer's removal)", d)
+	}
+}
+
+// testRetainedUndoConcurrent: writers of one topic each store a message
+// and undo it at once, concurrently. An undo that reported true removed
+// its message for good (nothing was written between the write and its
+// undo, so no later undo puts it back): the topic ends with the first
+// message or one whose undo reported false.
+func testRetainedUndoConcurrent(t *testing.T, s *suite) {
+	env := s.env(t, Config{})
+	r := env.retainer()
+	topic := env.topic("t")
+	setRetained(t, r, engine.RetainedMessage{Topic: topic, Data: []byte("first")})
+	defer func() { _, _ = r.SetRetained(ctx(), engine.RetainedMessage{Topic: topic}, engine.RetainLimits{}) }()
+	const writers, rounds = 4, 5
+	kept := make([][]string, writers) // by writer, the messages its undo left
+	errs := make(chan error, writers)
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range rounds {
+				data := fmt.Sprintf("w%d-%d", i, j)
+				w, err := r.SetRetained(ctx(), engine.RetainedMessage{Topic: topic, Data: []byte(data)}, engine.RetainLimits{})
+				if err != nil {
+					errs <- err
+					return
+				}
+				ok, err := r.UndoRetained(ctx(), w)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !ok {
+					kept[i] = append(kept[i], data)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("SetRetained or UndoRetained: %v", err)
+	}
+	d, ok := retainedData(t, r, topic)
+	allowed := []string{"first"}
+	for _, k := range kept {
+		allowed = append(allowed, k...)
+	}
+	if !ok || !slices.Contains(allowed, d) {
+		t.Errorf("the topic ends with %q (%v), want one of %q (the first message or one whose undo reported false)", d, ok, allowed)
 	}
 }

@@ -159,6 +159,7 @@ func Run(t *testing.T, f Features, newEngine Factory) {
 		{"Retained/Bounds", testRetainedBounds},
 		{"Retained/Undo", testRetainedUndo},
 		{"Retained/UndoAfterAnotherWrite", testRetainedUndoAfterAnotherWrite},
+		{"Retained/UndoConcurrent", testRetainedUndoConcurrent},
 		{"MQTTSessions/Ownership", testMQTTSessions},
 		{"MQTTSessions/BoundsAndExpiry", testMQTTSessionBounds},
 		{"MQTTSessions/Holds", testMQTTSessionHolds},
