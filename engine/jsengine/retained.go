@@ -11,13 +11,18 @@ package jsengine
 // every node.
 //
 // A removal is a put of an empty message (the view drops the topic), so
-// that every write has a revision: SetRetained returns its put's, and
+// that every write has a revision, and every write is an update that NATS
+// accepts only if the key's last revision is the one the view holds for
+// it (revs, which keeps the revision of removed topics too: a few bytes
+// by topic ever removed, as the bucket keeps their empty messages). So
+// the message a write replaces is exactly the view's, and SetRetained
+// returns it with the write's revision; a write that finds the key
+// changed under it syncs the view and tries again (retainedTries).
 // UndoRetained writes the previous message back with an update that
-// expects that revision to be the key's last, which NATS checks, so an
-// undo never replaces another node's later write. The previous message
-// is the one the watcher replaced when it applied the put (recorded for
-// the topics with a SetRetained of this node in flight), exact whenever
-// that update can succeed.
+// expects the write's revision, so an undo never replaces another node's
+// later write. (The watcher cannot say what a put replaced: with one
+// revision kept by key, a watcher that lags misses the revisions replaced
+// meanwhile.)
 //
 // The bucket and its watcher start with the first retained call, tracked
 // by the engine's WaitGroup; the watcher exits when the engine closes.
@@ -49,19 +54,14 @@ type retained struct {
 	// counts them, so writers of one node cannot pass it together.
 	pendingN int
 	pendingB int64
-	// waiting counts this node's SetRetained calls in flight by topic;
-	// replaced holds, for those topics, what the last event applied
-	// replaced.
-	waiting  map[string]int
-	replaced map[string]retainedReplaced
+	// revs is the last revision of every key the view has seen, by
+	// topic (removed topics too).
+	revs map[string]uint64
 }
 
-// retainedReplaced is what the event of revision rev replaced in the view.
-type retainedReplaced struct {
-	rev  uint64
-	prev engine.RetainedMessage
-	had  bool
-}
+// retainedTries bounds the updates of one SetRetained that find the key
+// changed since the view's revision (each another writer's success).
+const retainedTries = 16
 
 type retainedVal struct {
 	Topic   string            `json:"t"`
@@ -80,7 +80,7 @@ func (e *Engine) retainedStart() (*retained, error) {
 	r := &e.ret
 	if err := r.start(e, "retained", "_retained", func() {
 		r.view = map[string]engine.RetainedMessage{}
-		r.waiting, r.replaced = map[string]int{}, map[string]retainedReplaced{}
+		r.revs = map[string]uint64{}
 	}, e.retainedEvent); err != nil {
 		return nil, err
 	}
@@ -101,8 +101,8 @@ func (e *Engine) retainedEvent(ent jetstream.KeyValueEntry, _ bool) {
 		delete(r.view, topic)
 		r.bytes -= old.Size()
 	}
-	if err == nil && r.waiting[topic] > 0 {
-		r.replaced[topic] = retainedReplaced{rev: ent.Revision(), prev: old, had: had}
+	if err == nil {
+		r.revs[topic] = ent.Revision()
 	}
 	if put && len(v.Data) > 0 {
 		m := engine.RetainedMessage{Topic: v.Topic, Key: v.Key, Headers: v.Headers, Data: v.Data, QoS: v.QoS, Time: v.Time}
@@ -118,23 +118,40 @@ func (e *Engine) SetRetained(ctx context.Context, m engine.RetainedMessage, lim 
 	if err != nil {
 		return engine.RetainedWrite{}, err
 	}
-	if err := r.sync(ctx); err != nil {
+	val, err := json.Marshal(retainedVal{Topic: m.Topic, Key: m.Key, Headers: m.Headers, Data: m.Data, QoS: m.QoS, Time: m.Time})
+	if err != nil {
 		return engine.RetainedWrite{}, err
 	}
+	for range retainedTries {
+		if err := r.sync(ctx); err != nil {
+			return engine.RetainedWrite{}, err
+		}
+		w, done, err := r.trySet(ctx, &m, val, lim)
+		if done || err != nil {
+			return w, err
+		}
+	}
+	return engine.RetainedWrite{}, unavailable("retained put", fmt.Errorf("the key changed under %d tries", retainedTries))
+}
+
+// trySet writes m (encoded as val) if the key is still at the view's
+// revision; done is false when it was not.
+func (r *retained) trySet(ctx context.Context, m *engine.RetainedMessage, val []byte, lim engine.RetainLimits) (w engine.RetainedWrite, done bool, err error) {
 	r.mu.Lock()
 	old, had := r.view[m.Topic]
-	w := engine.RetainedWrite{Topic: m.Topic, Prev: old, Had: had}
+	last := r.revs[m.Topic]
+	w = engine.RetainedWrite{Topic: m.Topic, Prev: old, Had: had}
 	if len(m.Data) == 0 && !had {
 		r.mu.Unlock()
-		return w, nil
+		return w, true, nil
 	}
 	var addN int
 	var addB int64
 	if len(m.Data) > 0 {
 		n, b := len(r.view)+r.pendingN, r.bytes+r.pendingB
-		if !lim.Admits(n, b, had, old.Size(), &m) {
+		if !lim.Admits(n, b, had, old.Size(), m) {
 			r.mu.Unlock()
-			return engine.RetainedWrite{}, fmt.Errorf("jsengine: %d retained messages of %d bytes held: %w", n, b, engine.ErrRetainedFull)
+			return engine.RetainedWrite{}, true, fmt.Errorf("jsengine: %d retained messages of %d bytes held: %w", n, b, engine.ErrRetainedFull)
 		}
 		addB = m.Size()
 		if !had {
@@ -142,36 +159,24 @@ func (e *Engine) SetRetained(ctx context.Context, m engine.RetainedMessage, lim 
 		}
 	}
 	r.pendingN, r.pendingB = r.pendingN+addN, r.pendingB+addB
-	r.waiting[m.Topic]++
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
 		r.pendingN, r.pendingB = r.pendingN-addN, r.pendingB-addB
-		if r.waiting[m.Topic]--; r.waiting[m.Topic] == 0 {
-			delete(r.waiting, m.Topic)
-			delete(r.replaced, m.Topic)
-		}
 		r.mu.Unlock()
 	}()
-	val, err := json.Marshal(retainedVal{Topic: m.Topic, Key: m.Key, Headers: m.Headers, Data: m.Data, QoS: m.QoS, Time: m.Time})
+	rev, err := r.kv.Update(ctx, retainedKey(m.Topic), val, last)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return engine.RetainedWrite{}, false, nil // written since the view's revision
+	}
 	if err != nil {
-		return engine.RetainedWrite{}, err
+		return engine.RetainedWrite{}, true, unavailable("retained put", err)
 	}
-	rev, err := r.kv.Put(ctx, retainedKey(m.Topic), val)
-	if err != nil {
-		return engine.RetainedWrite{}, unavailable("retained put", err)
-	}
-	if err := r.waitApplied(ctx, rev); err != nil {
-		w.Rev = rev // made, but not seen by the view in time: the caller may undo it
-		return w, err
-	}
-	r.mu.Lock()
-	if rp, ok := r.replaced[m.Topic]; ok && rp.rev == rev {
-		w.Prev, w.Had = rp.prev, rp.had
-	}
-	r.mu.Unlock()
 	w.Rev = rev
-	return w, nil
+	if err := r.waitApplied(ctx, rev); err != nil {
+		return w, true, err // made, but not seen by the view in time: the caller may undo it
+	}
+	return w, true, nil
 }
 
 // UndoRetained implements engine.Retainer.
