@@ -375,6 +375,22 @@ func TestMQTTPersistentSessionShared(t *testing.T) {
 	}
 	pub.publish(t, "psh/a", 1, "first")
 	c.expectPayloads(t, "first")
+	// The client acknowledges after its handler has the message: leaving
+	// before the gateway has its PUBACK would have "first" come again.
+	waitUntil(t, "the group commits past first", func() bool {
+		gs, err := g.eng.Groups(context.Background())
+		if err != nil {
+			return false
+		}
+		for _, gi := range gs {
+			for _, p := range gi.Partitions {
+				if gi.Name == "pshg" && p.Topic == "psh.a" && p.Committed >= 1 {
+					return true
+				}
+			}
+		}
+		return false
+	})
 	c.leave(t, g, "psh-1")
 	pub.publish(t, "psh/a", 1, "away")
 	c2, present := dialSession(t, g, 5, "tcp", "psh-1", false, 600)
