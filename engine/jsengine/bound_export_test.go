@@ -2,6 +2,7 @@ package jsengine
 
 import (
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -19,4 +20,13 @@ func BoundKV(t testing.TB, kv jetstream.KeyValue) jetstream.KeyValue {
 		life.Wait()
 	})
 	return boundKV(kv, life)
+}
+
+// BoundKVSlowSetup is BoundKV whose listings wait before their watcher's
+// set-up and after it, as over a slow link: before, in the set-up's time;
+// after, in the first key's.
+func BoundKVSlowSetup(t testing.TB, kv jetstream.KeyValue, before, after time.Duration) jetstream.KeyValue {
+	b := BoundKV(t, kv).(boundedKV)
+	b.setupWaits = &[2]func(){func() { time.Sleep(before) }, func() { time.Sleep(after) }}
+	return b
 }

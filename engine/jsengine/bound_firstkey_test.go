@@ -2,12 +2,8 @@ package jsengine_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard/switchyard/engine/jsengine"
 	"github.com/switchyard/switchyard/engine/jsengine/natstest"
@@ -16,64 +12,23 @@ import (
 // TestListingFirstKeyHasItsOwnBound: a listing's set-up and its first
 // key get roundTripMax each ("for its set-up and again for each key
 // after"; the timer started before the set-up used to be reset only by a
-// key, so the two shared one). Over a link slow
-// enough (400 B/s) that the set-up's answer and then the bucket's one
-// (long) key take a few seconds each, together just over 5 s, each within
-// its bound, the listing lists the key as nats.go's own lister over the
-// same link does.
+// key, so the two shared one). A listing whose set-up takes 3 s and whose
+// first key comes 3 s after that, each within its bound, lists the key.
 func TestListingFirstKeyHasItsOwnBound(t *testing.T) {
 	url := natstest.URL(t)
 	bucket := natstest.Prefix(t, url) + "_one"
-	nc, err := nats.Connect(url)
-	if err != nil {
+	ctx, kv := listingBucket(t, url, bucket)
+	if _, err := kv.Put(ctx, "only", nil); err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	const wait = 3 * time.Second // each well within the 5 s bound, together past it
+	bounded := jsengine.BoundKVSlowSetup(t, openBucket(t, url, bucket), wait, wait)
+	lctx, cancel := context.WithTimeout(ctx, silentCallerWait)
 	defer cancel()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Storage: jetstream.MemoryStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = js.DeleteKeyValue(context.Background(), bucket) }()
-	// A long key: its message takes about as long as the set-up's answer.
-	only := "only." + strings.Repeat("k", 1200)
-	if _, err := kv.Put(ctx, only, nil); err != nil {
-		t.Fatal(err)
-	}
-	slow := newSlowLink(t, url, 400)
-	raw := openBucket(t, slow.URL(), bucket)
-	bounded := jsengine.BoundKV(t, openBucket(t, slow.URL(), bucket))
-	done := make(chan struct{})
-	var rawKeys []string
-	var rawErr error
-	var rawTook time.Duration
-	go func() { // ends with the listing, at most at ctx's deadline
-		defer close(done)
-		start := time.Now()
-		l, err := raw.ListKeys(ctx)
-		if err != nil {
-			rawErr = err
-			return
-		}
-		for k := range l.Keys() {
-			rawKeys = append(rawKeys, k)
-		}
-		rawTook = time.Since(start)
-	}()
 	start := time.Now()
-	keys, err := bounded.Keys(ctx)
+	keys, err := bounded.Keys(lctx)
 	took := time.Since(start)
-	<-done
-	t.Logf("nats.go's lister: %d keys, err %v, after %v; bounded: %d keys, err %v, after %v", len(rawKeys), rawErr, rawTook, len(keys), err, took)
-	if rawErr != nil || len(rawKeys) != 1 {
-		t.Fatalf("nats.go's lister over the slow link: %d keys, %v", len(rawKeys), rawErr)
-	}
 	if err != nil || len(keys) != 1 {
-		t.Errorf("bounded listing of one key over a slow link: %d keys, err %v, after %v; want the one key (nats.go's lister had it after %v)", len(keys), err, took, rawTook)
+		t.Errorf("listing whose set-up and first key take %v each: %v, err %v, after %v; want the one key", wait, keys, err, took)
 	}
 }

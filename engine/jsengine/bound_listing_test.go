@@ -106,16 +106,13 @@ func (l *slowLink) accept() {
 }
 
 // paced copies src to dst at l.rate bytes a second, in chunks of 64,
-// until l.freezeAfter bytes (when set), then holds the rest.
+// until l.freezeAfter bytes (when set), then holds the rest. The pace
+// keeps to a schedule (a chunk late is made up by the next), so a loaded
+// machine's late wake-ups do not slow the link down.
 func (l *slowLink) paced(dst, src net.Conn) {
 	const chunk = 64
 	buf := make([]byte, chunk)
-	var tick <-chan time.Time
-	if l.rate > 0 {
-		t := time.NewTicker(time.Second * chunk / time.Duration(l.rate))
-		defer t.Stop()
-		tick = t.C
-	}
+	var due time.Time // when the bytes sent so far are due at l.rate
 	sent := 0
 	for {
 		want := chunk
@@ -136,11 +133,20 @@ func (l *slowLink) paced(dst, src net.Conn) {
 		if err != nil {
 			return
 		}
-		if tick != nil {
-			select {
-			case <-tick:
-			case <-l.closed:
-				return
+		if l.rate > 0 {
+			perChunk := time.Second * chunk / time.Duration(l.rate)
+			if now := time.Now(); due.Before(now.Add(-perChunk)) {
+				due = now // idle: no credit kept past one chunk
+			}
+			due = due.Add(time.Second * time.Duration(n) / time.Duration(l.rate))
+			if d := time.Until(due); d > 0 {
+				t := time.NewTimer(d)
+				select {
+				case <-t.C:
+				case <-l.closed:
+					t.Stop()
+					return
+				}
 			}
 		}
 	}
@@ -193,22 +199,7 @@ func openBucket(t *testing.T, url, bucket string) jetstream.KeyValue {
 func TestListingOverSlowLinkWithDeletes(t *testing.T) {
 	url := natstest.URL(t)
 	bucket := natstest.Prefix(t, url) + "_tombs"
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Storage: jetstream.MemoryStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = js.DeleteKeyValue(context.Background(), bucket) }()
+	ctx, kv := listingBucket(t, url, bucket)
 	if _, err := kv.Put(ctx, "live", []byte("1")); err != nil {
 		t.Fatal(err)
 	}
@@ -260,4 +251,28 @@ func TestListingOverSlowLinkWithDeletes(t *testing.T) {
 		t.Errorf("bounded listing of a bucket with %d deleted keys over a slow but alive link: keys %v, err %v after %v; want [live] (nats.go's own lister got %v after %v)",
 			deleted, keys, err, took, rawKeys, rawTook)
 	}
+}
+
+// listingBucket makes a memory bucket named name on url for a listing
+// test, with a context of a minute; the bucket is deleted when the test
+// ends.
+func listingBucket(t *testing.T, url, name string) (context.Context, jetstream.KeyValue) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = js.DeleteKeyValue(context.Background(), name) })
+	return ctx, kv
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard/switchyard/engine"
@@ -29,22 +28,7 @@ import (
 func TestListingCutMidwayAnswersInBound(t *testing.T) {
 	url := natstest.URL(t)
 	bucket := natstest.Prefix(t, url) + "_many"
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Storage: jetstream.MemoryStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = js.DeleteKeyValue(context.Background(), bucket) }()
+	ctx, kv := listingBucket(t, url, bucket)
 	const keys = 2000
 	for i := range keys {
 		if _, err := kv.Put(ctx, fmt.Sprintf("k.%d", i), nil); err != nil {

@@ -58,6 +58,9 @@ import (
 type boundedKV struct {
 	jetstream.KeyValue
 	life *lifecycle.Guard
+	// setupWaits, set by tests only, wait in a listing just before and
+	// just after its watcher's set-up, as a slow link would.
+	setupWaits *[2]func()
 }
 
 func boundKV(kv jetstream.KeyValue, life *lifecycle.Guard) jetstream.KeyValue {
@@ -67,7 +70,7 @@ func boundKV(kv jetstream.KeyValue, life *lifecycle.Guard) jetstream.KeyValue {
 	if _, ok := kv.(boundedKV); ok {
 		return kv
 	}
-	return boundedKV{kv, life}
+	return boundedKV{KeyValue: kv, life: life}
 }
 
 func (b boundedKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
@@ -141,15 +144,24 @@ func (b boundedKV) listKeys(ctx context.Context, filters []string, opts ...jetst
 	// (IgnoreDeletes), so that each counts as the listing moving: a
 	// bucket's deleted keys after its last live one still arrive.
 	opts = append(slices.Clip(opts), jetstream.MetaOnly())
+	if b.setupWaits != nil {
+		b.setupWaits[0]()
+	}
 	// WatchFiltered writes the bucket's prefix into the filters it is given.
 	kw, err := b.KeyValue.WatchFiltered(lctx, slices.Clone(filters), opts...)
 	if err != nil {
 		return nil, listErr(lctx, err)
 	}
 	stall.Reset(roundTripMax) // the set-up was answered; the first key gets its own bound
+	if b.setupWaits != nil {
+		b.setupWaits[1]()
+	}
 	defer stopWatch(b.life, &kvWatch{kw, func() { cancel(nil) }})
 	var keys []string
 	for {
+		if lctx.Err() != nil { // past the bound, even with keys at hand
+			return nil, listErr(lctx, context.Cause(lctx))
+		}
 		select {
 		case ent, ok := <-kw.Updates():
 			switch {
