@@ -29,31 +29,14 @@ var ErrRetainedFull = errors.New("engine: retained store full")
 //     topic's message fails so only when its growth would pass MaxBytes.
 //     Across nodes, writers racing for the last room may pass a bound by
 //     what they store at once.
-//   - Once SetRetained or UndoRetained has returned, Retained and
-//     RetainedStats on any node (that has not lost its store) reflect it.
-//   - SetRetained returns a RetainedWrite naming what it changed, and
-//     UndoRetained of it puts the topic back as it was only while the
-//     topic's retained message (or its absence) is still the one that
-//     write made: compared with the store's current value and applied
-//     atomically, on every node, so an undo never replaces what another
-//     writer stored (or removed) since.
+//   - Once SetRetained has returned, Retained and RetainedStats on any
+//     node (that has not lost its store) reflect it.
 //
 // Implementations are safe for concurrent use.
 type Retainer interface {
 	// SetRetained stores m as m.Topic's retained message, or removes the
-	// topic's retained message when m.Data is empty, and returns what it
-	// changed for UndoRetained. An error that comes after the write was
-	// made (it was not confirmed in time) comes with that write, Rev set,
-	// so that the caller can undo it; otherwise Rev is 0.
-	SetRetained(ctx context.Context, m RetainedMessage, lim RetainLimits) (RetainedWrite, error)
-	// UndoRetained puts w.Prev back as w.Topic's retained message (or
-	// removes the topic's message when w.Had is false) if the store still
-	// holds what the write w made, whatever the bounds, and reports
-	// whether it did; when another write has changed the topic since, or
-	// w changed nothing (w.Rev is 0), it changes nothing and returns
-	// false. A caller undoes a write it could not complete (MQTT: the
-	// retained PUBLISH's append failed).
-	UndoRetained(ctx context.Context, w RetainedWrite) (bool, error)
+	// topic's retained message when m.Data is empty.
+	SetRetained(ctx context.Context, m RetainedMessage, lim RetainLimits) error
 	// Retained calls fn with every retained message whose topic matches
 	// pattern (the trie's syntax: "*" one segment, "#" one or more), in no
 	// particular order, until fn returns false. fn must not call back into
@@ -62,20 +45,6 @@ type Retainer interface {
 	// RetainedStats returns how many retained messages the store holds and
 	// their bytes (RetainedMessage.Size).
 	RetainedStats(ctx context.Context) (count int, bytes int64, err error)
-}
-
-// RetainedWrite is what one SetRetained changed, for UndoRetained.
-type RetainedWrite struct {
-	Topic string
-	// Prev is the topic's retained message the write replaced or
-	// removed; Had is false when the topic had none. They are exact
-	// whenever UndoRetained of the write can still apply.
-	Prev RetainedMessage
-	Had  bool
-	// Rev names the write in the implementation's terms (a revision of
-	// its store); 0 when the call changed nothing (it removed a message
-	// there was not).
-	Rev uint64
 }
 
 // RetainedMessage is a topic's retained message.

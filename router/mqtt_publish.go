@@ -74,16 +74,16 @@ func (s *mqttSession) publish(pk *packets.Packet) bool {
 		return s.refusePublish(pk, rcBadTopic)
 	}
 	msg, rc := s.message(native, pk)
-	var rw engine.RetainedWrite
 	if rc == rcSuccess && pk.FixedHeader.Retain && s.rt.retainer() != nil {
 		// The retained store comes first (a subscriber that gets the
 		// record live finds it stored), so the append's own refusals
 		// (--max-topics) are asked before it; an append that fails after
-		// the store (NATS unreachable) undoes it (appendRetained).
+		// the store (NATS unreachable) leaves it stored, as docs/mqtt.md
+		// says.
 		if err := s.rt.checkTopicLimit(s.cn.ctx, native); err != nil {
 			rc = appendReason(err)
 		} else {
-			rw, rc = s.retain(&msg, q) // mqtt_retain.go
+			rc = s.retain(&msg, q) // mqtt_retain.go
 		}
 	}
 	if rc != rcSuccess {
@@ -96,7 +96,7 @@ func (s *mqttSession) publish(pk *packets.Packet) bool {
 	if s.noLocal > 0 {
 		msg.Headers = withHeader(msg.Headers, mqttOriginHeader, s.cn.id)
 	}
-	s.appendPublish(msg, q, pk.PacketID, rw)
+	s.appendPublish(msg, q, pk.PacketID)
 	return true
 }
 
@@ -236,9 +236,7 @@ func (s *mqttSession) released(id uint16) {
 
 // appendPublish hands the message to the engine through the session's
 // publish pipeline; the PUBACK (QoS 1) goes once the append is answered.
-// rw is the retained message the PUBLISH stored (Rev 0: none), undone
-// when the append fails.
-func (s *mqttSession) appendPublish(msg engine.Message, qos byte, id uint16, rw engine.RetainedWrite) {
+func (s *mqttSession) appendPublish(msg engine.Message, qos byte, id uint16) {
 	cn, rt := s.cn, s.rt
 	slot := cn.pipe.reserve(cn.sess, len(msg.Data), func(bound string) {
 		cn.flushDeferred()
@@ -248,7 +246,7 @@ func (s *mqttSession) appendPublish(msg engine.Message, qos byte, id uint16, rw 
 		return // the session is closing
 	}
 	rt.m.publishesInFlight.Inc()
-	done := func(_ engine.Appended, err error) {
+	rt.appendAsync(cn.publishCtx(), msg, "mqtt", func(_ engine.Appended, err error) {
 		rt.m.publishesInFlight.Dec()
 		var frame []byte
 		if qos > 0 {
@@ -267,13 +265,7 @@ func (s *mqttSession) appendPublish(msg engine.Message, qos byte, id uint16, rw 
 			frame = s.ackPacket(qosAck[qos], id, rc)
 		}
 		cn.pipe.complete(cn.sess, slot, frame)
-	}
-	if rw.Rev == 0 { // no retained message stored
-		rt.appendAsync(cn.publishCtx(), msg, "mqtt", done)
-		return
-	}
-	cn.flushDeferred()                                // before the wait (deferral.go)
-	rt.appendRetained(cn.publishCtx(), msg, rw, done) // mqtt_retain.go
+	})
 }
 
 // appendReason is the PUBACK reason code of a failed append.

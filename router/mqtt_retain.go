@@ -10,11 +10,6 @@ package router
 // payload removes the topic's one), then is appended as any publish, so a
 // subscription that goes live and then reads the retained messages finds
 // a retained message at least as new as any retained publish it got live.
-// When that append fails, the store is put back as it was before the
-// PUBLISH (engine.Retainer.UndoRetained), unless another publisher has
-// changed the topic's retained message since, before the publisher is
-// answered: a retained message is one whose record was appended, or
-// whose append is under way. A retained will does the same.
 // The store is bounded in count (MQTTOptions.MaxRetained) and bytes
 // (MaxRetainedBytes): a retained PUBLISH past a bound is refused (0x97,
 // quota exceeded) and not appended.
@@ -99,7 +94,7 @@ type retainMetrics struct {
 func newRetainMetrics(reg prometheus.Registerer) *retainMetrics {
 	m := &retainMetrics{
 		stores: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_retained_total",
-			Help: "Retained MQTT PUBLISHes, by result: stored, cleared (an empty payload), refused (past --mqtt-max-retained or --mqtt-max-retained-bytes), failed (the store did not answer), off (the topic's policy turns retained messages off: published, not stored), undone (stored or cleared, then its append failed: the topic's previous retained message put back)."}, []string{"result"}),
+			Help: "Retained MQTT PUBLISHes, by result: stored, cleared (an empty payload), refused (past --mqtt-max-retained or --mqtt-max-retained-bytes), failed (the store did not answer), off (the topic's policy turns retained messages off: published, not stored)."}, []string{"result"}),
 		sent: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_mqtt_retained_sent_total",
 			Help: "Retained messages queued to new MQTT subscriptions."}),
 		count: prometheus.NewGauge(prometheus.GaugeOpts{Name: "switchyard_mqtt_retained_messages",
@@ -108,7 +103,7 @@ func newRetainMetrics(reg prometheus.Registerer) *retainMetrics {
 			Help: "Bytes of the retained messages in the store (every node's, as this node last saw it)."}),
 	}
 	reg.MustRegister(m.stores, m.sent, m.count, m.bytes)
-	for _, r := range []string{"stored", "cleared", "refused", "failed", "off", "undone"} {
+	for _, r := range []string{"stored", "cleared", "refused", "failed", "off"} {
 		m.stores.WithLabelValues(r)
 	}
 	return m
@@ -122,85 +117,42 @@ func (rt *Router) retainer() engine.Retainer {
 }
 
 // retain stores (or, for an empty payload, removes) the retained message
-// of a PUBLISH with RETAIN, and returns what it wrote (for undoRetained)
-// and the reason code of a refusal.
-func (s *mqttSession) retain(msg *engine.Message, qos byte) (engine.RetainedWrite, byte) {
+// of a PUBLISH with RETAIN, and returns the reason code of a refusal.
+func (s *mqttSession) retain(msg *engine.Message, qos byte) byte {
 	rt := s.rt
 	r, m := rt.retainer(), rt.mq.rm
 	if rt.retainOff(msg) { // a topic policy's mqtt retained: false (topic_policies_access.go)
-		return engine.RetainedWrite{}, rcSuccess
+		return rcSuccess
 	}
 	rm := engine.RetainedMessage{Topic: msg.Topic, Key: msg.Key, Headers: msg.Headers, Data: msg.Data, QoS: qos, Time: time.Now()}
 	lim := engine.RetainLimits{MaxCount: rt.mq.opts.MaxRetained, MaxBytes: rt.mq.opts.MaxRetainedBytes}
 	ctx, cancel := s.retainContext()
 	defer cancel()
-	w, err := r.SetRetained(ctx, rm, lim)
+	err := r.SetRetained(ctx, rm, lim)
 	switch {
 	case errors.Is(err, engine.ErrRetainedFull):
 		m.stores.WithLabelValues("refused").Inc()
-		rt.retainedStats(ctx)
-		return engine.RetainedWrite{}, rcQuotaExceeded
+		s.retainedStats(ctx)
+		return rcQuotaExceeded
 	case err != nil:
 		m.stores.WithLabelValues("failed").Inc()
 		rt.log.Warn("mqtt retained message not stored", "topic", msg.Topic, "err", err)
-		if w.Rev != 0 { // made but not confirmed: the PUBLISH is refused
-			rt.undoRetained(w)
-		}
-		return engine.RetainedWrite{}, rcUnspecified
+		return rcUnspecified
 	case len(msg.Data) == 0:
 		m.stores.WithLabelValues("cleared").Inc()
 	default:
 		m.stores.WithLabelValues("stored").Inc()
 	}
-	rt.retainedStats(ctx)
-	return w, rcSuccess
-}
-
-// appendRetained appends msg, whose retained message the write w stored
-// (a retained PUBLISH or will), and waits for the engine's answer on the
-// caller's goroutine (a session's reader, or the goroutine publishing a
-// will): when the append failed, it undoes w before done runs, so a
-// publisher told of the failure finds the retained message it had
-// replaced (or none), and no subscriber gets one that is not in the log.
-// A retained PUBLISH thus waits for its append before the reader reads
-// on, as it waits for the store.
-func (rt *Router) appendRetained(ctx context.Context, msg engine.Message, w engine.RetainedWrite, done func(engine.Appended, error)) {
-	type answer struct {
-		a   engine.Appended
-		err error
-	}
-	ch := make(chan answer, 1) // done may run before appendAsync returns
-	rt.appendAsync(ctx, msg, "mqtt", func(a engine.Appended, err error) { ch <- answer{a, err} })
-	ans := <-ch // appendAsync calls back exactly once, within ctx
-	if ans.err != nil {
-		rt.undoRetained(w)
-	}
-	done(ans.a, ans.err)
-}
-
-// undoRetained puts the topic's retained message back as it was before
-// the write w, unless another write has changed it since (that one
-// stays); counted undone when it did.
-func (rt *Router) undoRetained(w engine.RetainedWrite) {
-	ctx, cancel := context.WithTimeout(context.Background(), retainTimeout)
-	defer cancel()
-	ok, err := rt.retainer().UndoRetained(ctx, w)
-	if err != nil {
-		rt.log.Warn("mqtt retained message of a failed publish not undone", "topic", w.Topic, "err", err)
-		return
-	}
-	if ok {
-		rt.mq.rm.stores.WithLabelValues("undone").Inc()
-		rt.retainedStats(ctx)
-	}
+	s.retainedStats(ctx)
+	return rcSuccess
 }
 
 // retainedStats sets the gauges of the retained store.
-func (rt *Router) retainedStats(ctx context.Context) {
-	n, b, err := rt.retainer().RetainedStats(ctx)
+func (s *mqttSession) retainedStats(ctx context.Context) {
+	n, b, err := s.rt.retainer().RetainedStats(ctx)
 	if err == nil {
-		rt.mq.rm.count.Set(float64(n))
-		rt.mq.rm.bytes.Set(float64(b))
+		s.rt.mq.rm.count.Set(float64(n))
+		s.rt.mq.rm.bytes.Set(float64(b))
 	}
 }
 

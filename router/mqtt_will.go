@@ -259,15 +259,13 @@ func (rt *Router) flushWills() {
 }
 
 // publishWill stores a retained will and appends it, counting it under
-// result once the engine answered; a retained will waits for its append
-// and is undone from the store when the append fails.
+// result once the engine answered.
 func (rt *Router) publishWill(w *mqttWill, result string) {
 	m := rt.mq.wm
 	ctx, cancel := context.WithTimeout(context.Background(), retainTimeout)
 	// A topic policy's mqtt retained: false keeps a retained will from
 	// being stored, as a retained PUBLISH (topic_policies_access.go): it
 	// is published as any will.
-	var rw engine.RetainedWrite
 	if w.retain && !rt.retainOff(&w.msg) {
 		// A topic the append would refuse (--max-topics) gets no
 		// retained message either.
@@ -278,23 +276,19 @@ func (rt *Router) publishWill(w *mqttWill, result string) {
 		}
 		rm := engine.RetainedMessage{Topic: w.msg.Topic, Key: w.msg.Key, Headers: w.msg.Headers, Data: w.msg.Data, QoS: w.qos, Time: time.Now()}
 		lim := engine.RetainLimits{MaxCount: rt.mq.opts.MaxRetained, MaxBytes: rt.mq.opts.MaxRetainedBytes}
-		var err error
-		rw, err = rt.retainer().SetRetained(ctx, rm, lim)
+		err := rt.retainer().SetRetained(ctx, rm, lim)
 		if err != nil {
 			cancel()
 			m.wills.WithLabelValues("failed").Inc()
 			if errors.Is(err, engine.ErrRetainedFull) {
 				rt.mq.rm.stores.WithLabelValues("refused").Inc()
 			}
-			if rw.Rev != 0 { // made but not confirmed (mqtt_retain.go)
-				rt.undoRetained(rw)
-			}
 			return
 		}
 		w.msg.Headers = withHeader(w.msg.Headers, mqttRetainHeader, "1")
 		rt.mq.rm.stores.WithLabelValues(map[bool]string{true: "cleared", false: "stored"}[len(w.msg.Data) == 0]).Inc()
 	}
-	done := func(_ engine.Appended, err error) {
+	rt.appendAsync(ctx, w.msg, "mqtt", func(_ engine.Appended, err error) {
 		cancel()
 		if err != nil {
 			m.wills.WithLabelValues("failed").Inc()
@@ -302,10 +296,5 @@ func (rt *Router) publishWill(w *mqttWill, result string) {
 			return
 		}
 		m.wills.WithLabelValues(result).Inc()
-	}
-	if rw.Rev == 0 { // no retained message stored
-		rt.appendAsync(ctx, w.msg, "mqtt", done)
-		return
-	}
-	rt.appendRetained(ctx, w.msg, rw, done) // undone if the append fails (mqtt_retain.go)
+	})
 }

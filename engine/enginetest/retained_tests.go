@@ -55,7 +55,7 @@ func testRetained(t *testing.T, s *suite) {
 	at := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
 	set := func(m engine.RetainedMessage) {
 		t.Helper()
-		if _, err := r.SetRetained(ctx(), m, engine.RetainLimits{}); err != nil {
+		if err := r.SetRetained(ctx(), m, engine.RetainLimits{}); err != nil {
 			t.Fatalf("SetRetained(%s): %v", m.Topic, err)
 		}
 	}
@@ -114,16 +114,16 @@ func testRetainedBounds(t *testing.T, s *suite) {
 	a, b := env.topic("a"), env.topic("b")
 	defer func() {
 		for _, topic := range []string{a, b} {
-			_, _ = r.SetRetained(ctx(), engine.RetainedMessage{Topic: topic}, engine.RetainLimits{})
+			_ = r.SetRetained(ctx(), engine.RetainedMessage{Topic: topic}, engine.RetainLimits{})
 		}
 	}()
 	byCount := engine.RetainLimits{MaxCount: n0 + 1}
-	if _, err := r.SetRetained(ctx(), engine.RetainedMessage{Topic: a, Data: []byte("1")}, byCount); err != nil {
+	if err := r.SetRetained(ctx(), engine.RetainedMessage{Topic: a, Data: []byte("1")}, byCount); err != nil {
 		t.Fatalf("SetRetained within the count bound: %v", err)
 	}
-	_, err := r.SetRetained(ctx(), engine.RetainedMessage{Topic: b, Data: []byte("1")}, byCount)
+	err := r.SetRetained(ctx(), engine.RetainedMessage{Topic: b, Data: []byte("1")}, byCount)
 	wantErr(t, "SetRetained of a new topic past the count bound", err, engine.ErrRetainedFull)
-	if _, err := r.SetRetained(ctx(), engine.RetainedMessage{Topic: a, Data: []byte("22")}, byCount); err != nil {
+	if err := r.SetRetained(ctx(), engine.RetainedMessage{Topic: a, Data: []byte("22")}, byCount); err != nil {
 		t.Errorf("replacing a message at the count bound: %v", err)
 	}
 	if got := mustTopics(t, r, b); len(got) != 0 {
@@ -132,17 +132,17 @@ func testRetainedBounds(t *testing.T, s *suite) {
 
 	// a holds len(a)+2 bytes; room for one more byte.
 	byBytes := engine.RetainLimits{MaxBytes: b0 + int64(len(a)) + 3}
-	_, err = r.SetRetained(ctx(), engine.RetainedMessage{Topic: a, Data: []byte("4444")}, byBytes)
+	err = r.SetRetained(ctx(), engine.RetainedMessage{Topic: a, Data: []byte("4444")}, byBytes)
 	wantErr(t, "replacing a message past the byte bound", err, engine.ErrRetainedFull)
-	if _, err := r.SetRetained(ctx(), engine.RetainedMessage{Topic: a, Data: []byte("333")}, byBytes); err != nil {
+	if err := r.SetRetained(ctx(), engine.RetainedMessage{Topic: a, Data: []byte("333")}, byBytes); err != nil {
 		t.Errorf("replacing a message within the byte bound: %v", err)
 	}
-	_, err = r.SetRetained(ctx(), engine.RetainedMessage{Topic: b, Data: []byte("1")}, byBytes)
+	err = r.SetRetained(ctx(), engine.RetainedMessage{Topic: b, Data: []byte("1")}, byBytes)
 	wantErr(t, "SetRetained of a new topic past the byte bound", err, engine.ErrRetainedFull)
-	if _, err := r.SetRetained(ctx(), engine.RetainedMessage{Topic: a}, byBytes); err != nil {
+	if err := r.SetRetained(ctx(), engine.RetainedMessage{Topic: a}, byBytes); err != nil {
 		t.Errorf("removing a message at the bound: %v", err)
 	}
-	if _, err := r.SetRetained(ctx(), engine.RetainedMessage{Topic: b, Data: []byte("1")}, byBytes); err != nil {
+	if err := r.SetRetained(ctx(), engine.RetainedMessage{Topic: b, Data: []byte("1")}, byBytes); err != nil {
 		t.Errorf("SetRetained once removing made room: %v", err)
 	}
 	if n, _ := retainedStats(t, r); n != n0+1 {

@@ -10,20 +10,6 @@ package jsengine
 // holds at most the store's bound of bytes (RetainLimits.MaxBytes), on
 // every node.
 //
-// A removal is a put of an empty message (the view drops the topic), so
-// that every write has a revision, and every write is an update that NATS
-// accepts only if the key's last revision is the one the view holds for
-// it (revs, which keeps the revision of removed topics too: a few bytes
-// by topic ever removed, as the bucket keeps their empty messages). So
-// the message a write replaces is exactly the view's, and SetRetained
-// returns it with the write's revision; a write that finds the key
-// changed under it syncs the view and tries again (retainedTries).
-// UndoRetained writes the previous message back with an update that
-// expects the write's revision, so an undo never replaces another node's
-// later write. (The watcher cannot say what a put replaced: with one
-// revision kept by key, a watcher that lags misses the revisions replaced
-// meanwhile.)
-//
 // The bucket and its watcher start with the first retained call, tracked
 // by the engine's WaitGroup; the watcher exits when the engine closes.
 //
@@ -33,7 +19,6 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -54,14 +39,7 @@ type retained struct {
 	// counts them, so writers of one node cannot pass it together.
 	pendingN int
 	pendingB int64
-	// revs is the last revision of every key the view has seen, by
-	// topic (removed topics too).
-	revs map[string]uint64
 }
-
-// retainedTries bounds the updates of one SetRetained that find the key
-// changed since the view's revision (each another writer's success).
-const retainedTries = 16
 
 type retainedVal struct {
 	Topic   string            `json:"t"`
@@ -78,10 +56,7 @@ func retainedKey(topic string) string { return hex.EncodeToString([]byte(topic))
 // call that finds NATS reachable; while it is not, calls fail at once.
 func (e *Engine) retainedStart() (*retained, error) {
 	r := &e.ret
-	if err := r.start(e, "retained", "_retained", func() {
-		r.view = map[string]engine.RetainedMessage{}
-		r.revs = map[string]uint64{}
-	}, e.retainedEvent); err != nil {
+	if err := r.start(e, "retained", "_retained", func() { r.view = map[string]engine.RetainedMessage{} }, e.retainedEvent); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -94,15 +69,9 @@ func (e *Engine) retainedEvent(ent jetstream.KeyValueEntry, _ bool) {
 	defer r.mu.Unlock()
 	var v retainedVal
 	put := ent.Operation() == jetstream.KeyValuePut && json.Unmarshal(ent.Value(), &v) == nil
-	b, err := hex.DecodeString(ent.Key())
-	topic := string(b)
-	old, had := r.view[topic]
-	if err == nil && had {
-		delete(r.view, topic)
+	if old, had := r.viewByKey(ent.Key()); had {
+		delete(r.view, old.Topic)
 		r.bytes -= old.Size()
-	}
-	if err == nil {
-		r.revs[topic] = ent.Revision()
 	}
 	if put && len(v.Data) > 0 {
 		m := engine.RetainedMessage{Topic: v.Topic, Key: v.Key, Headers: v.Headers, Data: v.Data, QoS: v.QoS, Time: v.Time}
@@ -112,99 +81,67 @@ func (e *Engine) retainedEvent(ent jetstream.KeyValueEntry, _ bool) {
 	r.advance(ent.Revision())
 }
 
-// SetRetained implements engine.Retainer.
-func (e *Engine) SetRetained(ctx context.Context, m engine.RetainedMessage, lim engine.RetainLimits) (engine.RetainedWrite, error) {
-	r, err := e.retainedStart()
+// viewByKey finds the view's message of a bucket key.
+func (r *retained) viewByKey(key string) (engine.RetainedMessage, bool) {
+	b, err := hex.DecodeString(key)
 	if err != nil {
-		return engine.RetainedWrite{}, err
+		return engine.RetainedMessage{}, false
 	}
-	val, err := json.Marshal(retainedVal{Topic: m.Topic, Key: m.Key, Headers: m.Headers, Data: m.Data, QoS: m.QoS, Time: m.Time})
-	if err != nil {
-		return engine.RetainedWrite{}, err
-	}
-	for range retainedTries {
-		if err := r.sync(ctx); err != nil {
-			return engine.RetainedWrite{}, err
-		}
-		w, done, err := r.trySet(ctx, &m, val, lim)
-		if done || err != nil {
-			return w, err
-		}
-	}
-	return engine.RetainedWrite{}, unavailable("retained put", fmt.Errorf("the key changed under %d tries", retainedTries))
+	m, ok := r.view[string(b)]
+	return m, ok
 }
 
-// trySet writes m (encoded as val) if the key is still at the view's
-// revision; done is false when it was not.
-func (r *retained) trySet(ctx context.Context, m *engine.RetainedMessage, val []byte, lim engine.RetainLimits) (w engine.RetainedWrite, done bool, err error) {
+// SetRetained implements engine.Retainer.
+func (e *Engine) SetRetained(ctx context.Context, m engine.RetainedMessage, lim engine.RetainLimits) error {
+	r, err := e.retainedStart()
+	if err != nil {
+		return err
+	}
+	if err := r.sync(ctx); err != nil {
+		return err
+	}
+	key := retainedKey(m.Topic)
+	var rev uint64
+	if len(m.Data) == 0 {
+		r.mu.Lock()
+		_, had := r.view[m.Topic]
+		r.mu.Unlock()
+		if !had {
+			return nil
+		}
+		if err := r.kv.Delete(ctx, key); err != nil {
+			return unavailable("retained delete", err)
+		}
+		return r.sync(ctx)
+	}
 	r.mu.Lock()
 	old, had := r.view[m.Topic]
-	last := r.revs[m.Topic]
-	w = engine.RetainedWrite{Topic: m.Topic, Prev: old, Had: had}
-	if len(m.Data) == 0 && !had {
-		r.mu.Unlock()
-		return w, true, nil
+	n, b := len(r.view)+r.pendingN, r.bytes+r.pendingB
+	ok := lim.Admits(n, b, had, old.Size(), &m)
+	addN, addB := 1, int64(m.Size())
+	if had {
+		addN = 0
 	}
-	var addN int
-	var addB int64
-	if len(m.Data) > 0 {
-		n, b := len(r.view)+r.pendingN, r.bytes+r.pendingB
-		if !lim.Admits(n, b, had, old.Size(), m) {
-			r.mu.Unlock()
-			return engine.RetainedWrite{}, true, fmt.Errorf("jsengine: %d retained messages of %d bytes held: %w", n, b, engine.ErrRetainedFull)
-		}
-		addB = m.Size()
-		if !had {
-			addN = 1
-		}
+	if ok {
+		r.pendingN, r.pendingB = r.pendingN+addN, r.pendingB+addB
 	}
-	r.pendingN, r.pendingB = r.pendingN+addN, r.pendingB+addB
 	r.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("jsengine: %d retained messages of %d bytes held: %w", n, b, engine.ErrRetainedFull)
+	}
 	defer func() {
 		r.mu.Lock()
 		r.pendingN, r.pendingB = r.pendingN-addN, r.pendingB-addB
 		r.mu.Unlock()
 	}()
-	rev, err := r.kv.Update(ctx, retainedKey(m.Topic), val, last)
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return engine.RetainedWrite{}, false, nil // written since the view's revision
-	}
+	val, err := json.Marshal(retainedVal{Topic: m.Topic, Key: m.Key, Headers: m.Headers, Data: m.Data, QoS: m.QoS, Time: m.Time})
 	if err != nil {
-		return engine.RetainedWrite{}, true, unavailable("retained put", err)
+		return err
 	}
-	w.Rev = rev
-	if err := r.waitApplied(ctx, rev); err != nil {
-		return w, true, err // made, but not seen by the view in time: the caller may undo it
+	if rev, err = r.kv.Put(ctx, key, val); err != nil {
+		return unavailable("retained put", err)
 	}
-	return w, true, nil
-}
-
-// UndoRetained implements engine.Retainer.
-func (e *Engine) UndoRetained(ctx context.Context, w engine.RetainedWrite) (bool, error) {
-	if w.Rev == 0 {
-		return false, nil
-	}
-	r, err := e.retainedStart()
-	if err != nil {
-		return false, err
-	}
-	v := retainedVal{Topic: w.Topic}
-	if w.Had {
-		p := &w.Prev
-		v = retainedVal{Topic: w.Topic, Key: p.Key, Headers: p.Headers, Data: p.Data, QoS: p.QoS, Time: p.Time}
-	}
-	val, err := json.Marshal(v)
-	if err != nil {
-		return false, err
-	}
-	rev, err := r.kv.Update(ctx, retainedKey(w.Topic), val, w.Rev)
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return false, nil // written since
-	}
-	if err != nil {
-		return false, unavailable("retained undo", err)
-	}
-	return true, r.waitApplied(ctx, rev)
+	return r.waitApplied(ctx, rev)
 }
 
 // Retained implements engine.Retainer.

@@ -22,7 +22,7 @@ func TestRetainedAcrossNodes(t *testing.T) {
 		t.Fatalf("RetainedStats on b = %d, %v; want 0", n, err)
 	}
 	for i, topic := range []string{"r.one", "r.two"} {
-		if _, err := a.SetRetained(ctx, engine.RetainedMessage{Topic: topic, Data: []byte("v")}, engine.RetainLimits{}); err != nil {
+		if err := a.SetRetained(ctx, engine.RetainedMessage{Topic: topic, Data: []byte("v")}, engine.RetainLimits{}); err != nil {
 			t.Fatal(err)
 		}
 		var got []string
@@ -33,11 +33,11 @@ func TestRetainedAcrossNodes(t *testing.T) {
 			t.Fatalf("b lists %q after a stored %s, want %d", got, topic, i+1)
 		}
 	}
-	_, err := b.SetRetained(ctx, engine.RetainedMessage{Topic: "r.three", Data: []byte("v")}, engine.RetainLimits{MaxCount: 2})
+	err := b.SetRetained(ctx, engine.RetainedMessage{Topic: "r.three", Data: []byte("v")}, engine.RetainLimits{MaxCount: 2})
 	if !errors.Is(err, engine.ErrRetainedFull) {
 		t.Fatalf("b past a bound a's messages fill: %v, want ErrRetainedFull", err)
 	}
-	if _, err := b.SetRetained(ctx, engine.RetainedMessage{Topic: "r.one"}, engine.RetainLimits{}); err != nil {
+	if err := b.SetRetained(ctx, engine.RetainedMessage{Topic: "r.one"}, engine.RetainLimits{}); err != nil {
 		t.Fatal(err)
 	}
 	if n, _, err := a.RetainedStats(ctx); err != nil || n != 1 {

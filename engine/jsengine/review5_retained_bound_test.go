@@ -34,7 +34,7 @@ func TestReview5RetainedCountOneNode(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			_, _ = e.SetRetained(ctx, engine.RetainedMessage{Topic: fmt.Sprintf("r5.t%d", i), Data: []byte("x")}, lim)
+			_ = e.SetRetained(ctx, engine.RetainedMessage{Topic: fmt.Sprintf("r5.t%d", i), Data: []byte("x")}, lim)
 		}()
 	}
 	close(start)

@@ -22,7 +22,7 @@ func TestReview5RetainedAfterOutage(t *testing.T) {
 	}
 	ns.Stop()
 	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	_, err := e.SetRetained(octx, engine.RetainedMessage{Topic: "o", Data: []byte("during")}, engine.RetainLimits{})
+	err := e.SetRetained(octx, engine.RetainedMessage{Topic: "o", Data: []byte("during")}, engine.RetainLimits{})
 	cancel()
 	if err == nil {
 		t.Fatal("SetRetained during the outage succeeded")
@@ -36,7 +36,7 @@ func TestReview5RetainedAfterOutage(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, last = e.SetRetained(rctx, engine.RetainedMessage{Topic: "o", Data: []byte("after")}, engine.RetainLimits{})
+		last = e.SetRetained(rctx, engine.RetainedMessage{Topic: "o", Data: []byte("after")}, engine.RetainLimits{})
 		cancel()
 		if last == nil {
 			return
