@@ -87,9 +87,9 @@ func TestDeleteTopicOverSilentLinkIsBounded(t *testing.T) {
 }
 
 // TestDeleteGroupOverSilentLinkIsBounded: a DeleteGroup whose listing of
-// the group's positions goes unanswered (the link went silent after the
-// definition was removed) fails with engine.ErrUnavailable within one
-// round trip's bound, not at its caller's deadline.
+// the group's positions goes unanswered (the link went silent before it
+// removed anything) fails with engine.ErrUnavailable within one round
+// trip's bound, not at its caller's deadline.
 func TestDeleteGroupOverSilentLinkIsBounded(t *testing.T) {
 	url := natstest.URL(t)
 	px := newLinkProxy(t, url)
