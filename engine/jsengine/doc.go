@@ -78,7 +78,8 @@
 // engine.ErrUnavailable (conn.go); an append, all its round trips and waits
 // together, is answered within appendMax (8 s) of its call. Over a link
 // gone silent (the connection up, nothing answering) a read, a listing
-// (such as DeleteTopic's and DeleteGroup's of positions), a consumer call
+// (such as DeleteGroup's of positions; DeleteTopic's, which comes once
+// the topic is gone, ends there and the delete succeeds), a consumer call
 // and a watcher's set-up fail unavailable after roundTripMax (5 s) per
 // round trip; other writes wait as long as their caller allows, since one
 // cut short may still land (bounded.go). Records and positions are in NATS, so
@@ -109,7 +110,11 @@
 // batched msg_id claims off the acknowledgement reader, a queue of at most
 // 1,024, pipeline_confirm.go); a goroutine per partition at most that
 // appends a queued msg_id record as Append does (runQueued,
-// pipeline_batch.go, ended by the record's deadline); the handler of the <prefix>.replicas
+// pipeline_batch.go, ended by the record's deadline); a goroutine per
+// finished listing that stops its watcher (nats.go deletes the watcher's
+// consumer in a round trip of its own, at most 5 s; bounded.go's
+// stopWatch, owned by the engine's lifecycle guard, which Close waits
+// for); the handler of the <prefix>.replicas
 // notices (on nats.go's subscription goroutine, replicas_live.go; the
 // subscription ends in Close); and Clock timer callbacks (ack timeouts,
 // backoffs, block timeouts). Close first waits, at most 5 s or its
