@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/engine/jsengine/natstest"
 )
 
 // TestDeleteGroupRetriedAfterUnansweredListing: a DeleteGroup whose
@@ -20,27 +18,12 @@ import (
 // (the first call used to remove the definition before the listing, so
 // the retry answered that the group was unknown and removed nothing).
 func TestDeleteGroupRetriedAfterUnansweredListing(t *testing.T) {
-	url := natstest.URL(t)
-	px := newLinkProxy(t, url)
-	prefix := natstest.Prefix(t, url)
-	e := newNode(t, nodeOpts{url: px.URL(), prefix: prefix})
-	var armed atomic.Bool
-	stalled := make(chan struct{})
-	e.SetBeforeGroupListing(stallOnce(px, &armed, stalled))
-	defer px.Resume()
+	s := newGroupListingStall(t)
+	e, px, url, prefix := s.e, s.px, s.url, s.prefix
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const topic, group = "kept", "leavers"
-	if _, err := e.Append(ctx, engine.Message{Topic: topic, Data: []byte(`"r"`)}); err != nil {
-		t.Fatal(err)
-	}
-	id, err := e.Join(ctx, engine.JoinRequest{Group: group, Pattern: topic, Member: "m"}, idleConsumer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Leave(ctx, group, id); err != nil {
-		t.Fatal(err)
-	}
+	s.groupWithPositions(t, ctx, topic, group)
 	groups := openBucket(t, url, prefix+"_groups")
 	positions := func() []string {
 		t.Helper()
@@ -58,11 +41,11 @@ func TestDeleteGroupRetriedAfterUnansweredListing(t *testing.T) {
 		t.Fatal("the group has no positions to delete")
 	}
 
-	armed.Store(true)
+	s.armed.Store(true)
 	dctx, dcancel := context.WithTimeout(ctx, silentCallerWait)
-	err = e.DeleteGroup(dctx, group)
+	err := e.DeleteGroup(dctx, group)
 	dcancel()
-	<-stalled
+	<-s.stalled
 	t.Logf("DeleteGroup over a silent link: %v", err)
 	if !errors.Is(err, engine.ErrUnavailable) {
 		t.Fatalf("DeleteGroup over a silent link: %v, want unavailable", err)

@@ -34,6 +34,43 @@ func stallOnce(px *linkProxy, armed *atomic.Bool, stalled chan struct{}) func() 
 	}
 }
 
+// groupListingStall is a node behind a link proxy whose next listing of
+// the group bucket, once armed, finds the link gone silent (stalled is
+// closed then); the link is healed when the test ends.
+type groupListingStall struct {
+	url, prefix string
+	px          *linkProxy
+	e           *jsengine.Engine
+	armed       atomic.Bool
+	stalled     chan struct{}
+}
+
+func newGroupListingStall(t *testing.T) *groupListingStall {
+	s := &groupListingStall{url: natstest.URL(t), stalled: make(chan struct{})}
+	s.px = newLinkProxy(t, s.url)
+	s.prefix = natstest.Prefix(t, s.url)
+	s.e = newNode(t, nodeOpts{url: s.px.URL(), prefix: s.prefix})
+	s.e.SetBeforeGroupListing(stallOnce(s.px, &s.armed, s.stalled))
+	t.Cleanup(s.px.Resume)
+	return s
+}
+
+// groupWithPositions makes group, reading topic (one record), with one
+// member that joins and leaves, so the group has positions and no member.
+func (s *groupListingStall) groupWithPositions(t *testing.T, ctx context.Context, topic, group string) {
+	t.Helper()
+	if _, err := s.e.Append(ctx, engine.Message{Topic: topic, Data: []byte(`"r"`)}); err != nil {
+		t.Fatal(err)
+	}
+	id, err := s.e.Join(ctx, engine.JoinRequest{Group: group, Pattern: topic, Member: "m"}, idleConsumer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.e.Leave(ctx, group, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // overSilentLink runs call with a context of silentCallerWait and checks
 // that it fails with engine.ErrUnavailable within within.
 func overSilentLink(t *testing.T, what string, within time.Duration, call func(ctx context.Context) error) {
@@ -65,22 +102,16 @@ func overSilentLinkWant(t *testing.T, what string, within time.Duration, want er
 // trip's bound: the topic is deleted, and its positions go with their
 // groups. The listing waited for the caller's whole context.
 func TestDeleteTopicOverSilentLinkIsBounded(t *testing.T) {
-	url := natstest.URL(t)
-	px := newLinkProxy(t, url)
-	e := newNode(t, nodeOpts{url: px.URL(), prefix: natstest.Prefix(t, url)})
-	var armed atomic.Bool
-	stalled := make(chan struct{})
-	e.SetBeforeGroupListing(stallOnce(px, &armed, stalled))
-	defer px.Resume()
+	s := newGroupListingStall(t)
 	ctx := context.Background()
 	const topic = "doomed"
-	if _, err := e.Append(ctx, engine.Message{Topic: topic, Data: []byte(`"r"`)}); err != nil {
+	if _, err := s.e.Append(ctx, engine.Message{Topic: topic, Data: []byte(`"r"`)}); err != nil {
 		t.Fatal(err)
 	}
-	armed.Store(true)
-	overSilentLinkWant(t, "DeleteTopic", silentOneTrip, nil, func(ctx context.Context) error { return e.DeleteTopic(ctx, topic) })
+	s.armed.Store(true)
+	overSilentLinkWant(t, "DeleteTopic", silentOneTrip, nil, func(ctx context.Context) error { return s.e.DeleteTopic(ctx, topic) })
 	select {
-	case <-stalled:
+	case <-s.stalled:
 	default:
 		t.Fatal("DeleteTopic did not list the group bucket")
 	}
@@ -91,29 +122,13 @@ func TestDeleteTopicOverSilentLinkIsBounded(t *testing.T) {
 // removed anything) fails with engine.ErrUnavailable within one round
 // trip's bound, not at its caller's deadline.
 func TestDeleteGroupOverSilentLinkIsBounded(t *testing.T) {
-	url := natstest.URL(t)
-	px := newLinkProxy(t, url)
-	e := newNode(t, nodeOpts{url: px.URL(), prefix: natstest.Prefix(t, url)})
-	var armed atomic.Bool
-	stalled := make(chan struct{})
-	e.SetBeforeGroupListing(stallOnce(px, &armed, stalled))
-	defer px.Resume()
-	ctx := context.Background()
-	const topic, group = "read", "readers"
-	if _, err := e.Append(ctx, engine.Message{Topic: topic, Data: []byte(`"r"`)}); err != nil {
-		t.Fatal(err)
-	}
-	id, err := e.Join(ctx, engine.JoinRequest{Group: group, Pattern: topic, Member: "m"}, idleConsumer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Leave(ctx, group, id); err != nil {
-		t.Fatal(err)
-	}
-	armed.Store(true)
-	overSilentLink(t, "DeleteGroup", silentOneTrip, func(ctx context.Context) error { return e.DeleteGroup(ctx, group) })
+	s := newGroupListingStall(t)
+	const group = "readers"
+	s.groupWithPositions(t, context.Background(), "read", group)
+	s.armed.Store(true)
+	overSilentLink(t, "DeleteGroup", silentOneTrip, func(ctx context.Context) error { return s.e.DeleteGroup(ctx, group) })
 	select {
-	case <-stalled:
+	case <-s.stalled:
 	default:
 		t.Fatal("DeleteGroup did not list the group bucket")
 	}
