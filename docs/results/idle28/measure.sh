@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idle connections beside NATS (docs/BENCHMARKS.md, "Idle connections at
-# 10,000 beside NATS"): N (10,000) WebSocket connections with one
+# 10,000 and 19,900 beside NATS"): N (10,000) WebSocket connections with one
 # subscription each, three rounds of Switchyard then NATS; samples the
 # server's RSS, and Switchyard's Go figures after a collection, 14 s into
 # a 20 s hold. Needs /tmp/gw and /tmp/lt:
