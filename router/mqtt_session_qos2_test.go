@@ -21,14 +21,7 @@ import (
 func TestMQTTPersistentSessionQoS2Released(t *testing.T) {
 	g := newGateway(t, withMQTT)
 	pub, _ := dialSession(t, g, 5, "tcp", "pq2-pub", true, 0)
-	connect := func() (*rawMQTT, packets.Packet) {
-		r := dialRaw(t, g, "tcp", 5)
-		pk := connectPacket("pq2-1", 30)
-		pk.Connect.Clean = false
-		pk.Properties.SessionExpiryInterval, pk.Properties.SessionExpiryIntervalFlag = 600, true
-		r.send(t, pk)
-		return r, r.expect(t, packets.Connack)
-	}
+	connect := func() (*rawMQTT, packets.Packet) { return connectPersistent(t, g, "pq2-1") }
 	r, ack := connect()
 	if ack.ReasonCode != 0 || ack.SessionPresent {
 		t.Fatalf("CONNACK %#x present %v", ack.ReasonCode, ack.SessionPresent)

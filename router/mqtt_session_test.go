@@ -239,14 +239,7 @@ func TestMQTTPersistentSessionExpiry(t *testing.T) {
 func TestMQTTPersistentSessionInFlightDup(t *testing.T) {
 	g := newGateway(t, withMQTT)
 	pub, _ := dialSession(t, g, 5, "tcp", "pd-pub", true, 0)
-	connect := func() (*rawMQTT, packets.Packet) {
-		r := dialRaw(t, g, "tcp", 5)
-		pk := connectPacket("pd-1", 30)
-		pk.Connect.Clean = false
-		pk.Properties.SessionExpiryInterval, pk.Properties.SessionExpiryIntervalFlag = 600, true
-		r.send(t, pk)
-		return r, r.expect(t, packets.Connack)
-	}
+	connect := func() (*rawMQTT, packets.Packet) { return connectPersistent(t, g, "pd-1") }
 	r, ack := connect()
 	if ack.ReasonCode != 0 || ack.SessionPresent {
 		t.Fatalf("CONNACK %#x present %v", ack.ReasonCode, ack.SessionPresent)
@@ -409,14 +402,7 @@ func TestMQTTPersistentSessionShared(t *testing.T) {
 func TestMQTTPersistentSessionTakeover(t *testing.T) {
 	g := newGateway(t, withMQTT)
 	pub, _ := dialSession(t, g, 5, "tcp", "pt-pub", true, 0)
-	connect := func() (*rawMQTT, packets.Packet) {
-		r := dialRaw(t, g, "tcp", 5)
-		pk := connectPacket("pt-1", 30)
-		pk.Connect.Clean = false
-		pk.Properties.SessionExpiryInterval, pk.Properties.SessionExpiryIntervalFlag = 600, true
-		r.send(t, pk)
-		return r, r.expect(t, packets.Connack)
-	}
+	connect := func() (*rawMQTT, packets.Packet) { return connectPersistent(t, g, "pt-1") }
 	r1, _ := connect()
 	r1.subscribeQoS1(t, "pt/a", "pt/b")
 	var b bytes.Buffer
@@ -448,4 +434,17 @@ func TestMQTTPersistentSessionTakeover(t *testing.T) {
 	if p := r2.expect(t, packets.Publish); string(p.Payload) != "m2" || p.FixedHeader.Dup {
 		t.Fatalf("PUBLISH %q dup %v, want m2", p.Payload, p.FixedHeader.Dup)
 	}
+}
+
+// connectPersistent connects a raw MQTT 5 client over TCP with client id
+// id, clean start 0 and a session expiry of 600 s, and returns it with
+// its CONNACK.
+func connectPersistent(t *testing.T, g *gateway, id string) (*rawMQTT, packets.Packet) {
+	t.Helper()
+	r := dialRaw(t, g, "tcp", 5)
+	pk := connectPacket(id, 30)
+	pk.Connect.Clean = false
+	pk.Properties.SessionExpiryInterval, pk.Properties.SessionExpiryIntervalFlag = 600, true
+	r.send(t, pk)
+	return r, r.expect(t, packets.Connack)
 }
