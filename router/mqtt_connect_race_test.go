@@ -41,10 +41,10 @@ func dialTakenErr(t *testing.T, g *gateway, id string) (*takenClient, error) {
 	return tc, nil
 }
 
-// TestMQTT2SimultaneousConnects: two clean CONNECTs of one client id
+// TestMQTTSimultaneousConnects: two clean CONNECTs of one client id
 // through two gateways (and through one) at once, 40 times: exactly one connection must be
 // ended (DISCONNECT 0x8E) and the other must run on.
-func TestMQTT2SimultaneousConnects(t *testing.T) {
+func TestMQTTSimultaneousConnects(t *testing.T) {
 	url := natstest.URL(t)
 	prefix := natstest.Prefix(t, url)
 	a, b := newJSGateway(t, url, prefix), newJSGateway(t, url, prefix)

@@ -12,14 +12,14 @@ import (
 	"github.com/switchyard/switchyard/engine/jsengine/natstest"
 )
 
-// TestMQTT2HoldSweptEndsLiveConnection: gateway a is alive and its
+// TestMQTTHoldSweptEndsLiveConnection: gateway a is alive and its
 // clean MQTT 5 client connected; gateway b loses sight of a in the
 // membership for a moment (a's live key gone, as after a pause longer
 // than MemberTTL; a's heartbeat puts it back). Nothing claims the client
 // id, yet b's sweeps remove the hold of a's connection (a hold's expiry is
 // 0), and a's watcher, told of the removal, ends the live connection with
 // DISCONNECT 0x8E "session taken over".
-func TestMQTT2HoldSweptEndsLiveConnection(t *testing.T) {
+func TestMQTTHoldSweptEndsLiveConnection(t *testing.T) {
 	url := natstest.URL(t)
 	prefix := natstest.Prefix(t, url)
 	a := newJSGatewaySweep(t, url, prefix, time.Hour)

@@ -9,13 +9,13 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 )
 
-// TestMQTT2PresenceLeftWithFilter: an MQTT 5 session subscribes to
+// TestMQTTPresenceLeftWithFilter: an MQTT 5 session subscribes to
 // "room" with presence=true (it joins room's presence set), then to
 // "room/#" (whose patterns include "room"), then unsubscribes "room": the
 // subscription that asked presence is gone and the session must leave
 // the presence set. It stays: the presence belongs to the shared native
 // pattern, which "room/#" keeps.
-func TestMQTT2PresenceLeftWithFilter(t *testing.T) {
+func TestMQTTPresenceLeftWithFilter(t *testing.T) {
 	g := newGateway(t, withMQTT, withAuth(t))
 	token := hs256(t, jwt.MapClaims{"sub": "bob", "exp": time.Now().Add(time.Hour).Unix(), "subscribe": []string{"room", "room.#"}})
 	mq, err := dialMQTT(t, g, 5, "tcp", "rv2-presence-left", token)
@@ -45,11 +45,11 @@ func TestMQTT2PresenceLeftWithFilter(t *testing.T) {
 	}
 }
 
-// TestMQTT2PresenceOnHeldPattern: an MQTT 5 session subscribed to
+// TestMQTTPresenceOnHeldPattern: an MQTT 5 session subscribed to
 // "room/#" then subscribes to "room" with presence=true and gets SUBACK
 // 0: it must be in room's presence set. It is not: "room" is a pattern of
 // "room/#" already, so no subscription is made and nothing joins.
-func TestMQTT2PresenceOnHeldPattern(t *testing.T) {
+func TestMQTTPresenceOnHeldPattern(t *testing.T) {
 	g := newGateway(t, withMQTT, withAuth(t))
 	token := hs256(t, jwt.MapClaims{"sub": "bob", "exp": time.Now().Add(time.Hour).Unix(), "subscribe": []string{"room", "room.#"}})
 	mq, err := dialMQTT(t, g, 5, "tcp", "rv2-presence-held", token)
