@@ -228,3 +228,37 @@ func TestMQTTGroupWindowFullHandedBack(t *testing.T) {
 		})
 	}
 }
+
+// TestMQTTGroupWindowFullPubcomp: the window a QoS 2 delivery holds until
+// its PUBCOMP (not its PUBREC) lets a held group delivery go once that
+// PUBCOMP comes.
+func TestMQTTGroupWindowFullPubcomp(t *testing.T) {
+	g := newGateway(t, withMQTT, withLongAckTimeout)
+	r := connectWindow(t, g, "wq-member", 1, "$share/wq/wq/jobs")
+	r.send(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 2,
+		Filters: packets.Subscriptions{{Filter: "wq/plain", Qos: 2}}})
+	if ack := r.expect(t, packets.Suback); !bytes.Equal(ack.ReasonCodes, []byte{2}) {
+		t.Fatalf("SUBACK %v, want QoS 2", ack.ReasonCodes)
+	}
+	pub := g.dial(t)
+	pub.publish(t, "wq.plain", "exactly once")
+	p := r.expect(t, packets.Publish)
+	if p.TopicName != "wq/plain" || p.FixedHeader.Qos != 2 {
+		t.Fatalf("got %s at QoS %d", p.TopicName, p.FixedHeader.Qos)
+	}
+	id := []byte{byte(p.PacketID >> 8), byte(p.PacketID)}
+	pub.publish(t, "wq.jobs", "held")
+	waitLeased(t, g, "wq", 1)
+	r.write(t, append([]byte{packets.Pubrec << 4, 2}, id...))
+	if rel := r.expect(t, packets.Pubrel); rel.PacketID != p.PacketID {
+		t.Fatalf("PUBREL %d, want %d", rel.PacketID, p.PacketID)
+	}
+	r.noPublishYet(t) // after PUBREC the identifier is still in flight
+	r.write(t, append([]byte{packets.Pubcomp << 4, 2}, id...))
+	p = r.expect(t, packets.Publish)
+	if p.TopicName != "wq/jobs" || string(p.Payload) != `"held"` || p.FixedHeader.Dup {
+		t.Fatalf("got %s %q dup=%v, want the held group delivery", p.TopicName, p.Payload, p.FixedHeader.Dup)
+	}
+	r.puback(t, p.PacketID)
+	waitLeased(t, g, "wq", 0)
+}
