@@ -90,3 +90,43 @@ func TestMQTTGroupHeldBound(t *testing.T) {
 		t.Fatalf("window_full %v, want 2", got)
 	}
 }
+
+// TestMQTTGroupHeldKeepsOrder: a group delivery that comes while group
+// deliveries are held, or while one taken off the held list is being
+// queued, is held behind them even when the window has room, so that a
+// partition's deliveries reach the client in order.
+func TestMQTTGroupHeldKeepsOrder(t *testing.T) {
+	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}}
+	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 4}
+	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: 4}
+	sub.mqttQoS.Store(1)
+	d := func(off int64) engine.Delivery {
+		return engine.Delivery{Record: &engine.Record{Topic: "t", Offset: off, Data: []byte(`1`)}, Attempt: 1}
+	}
+	for _, tc := range []struct {
+		name string
+		hold groupHold
+	}{
+		{"behind held deliveries", groupHold{q: []heldGroup{{sub: sub, d: d(1), qos: 1}}}},
+		{"behind one being queued", groupHold{sending: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tc.hold
+			s.groupHeld = &h
+			if b := s.groupFrame(sub, d(2)); len(b) != 0 {
+				t.Fatalf("offset 2 written (%d bytes) ahead of the held deliveries", len(b))
+			}
+			if n := len(h.q); n == 0 || h.q[n-1].d.Record.Offset != 2 {
+				t.Fatalf("offset 2 not held last: %d held", n)
+			}
+			if len(s.inflight) != 0 {
+				t.Fatalf("%d identifiers taken, want none", len(s.inflight))
+			}
+		})
+	}
+	s.groupHeld = nil
+	if b := s.groupFrame(sub, d(3)); len(b) == 0 || len(s.inflight) != 1 {
+		t.Fatalf("with nothing held and room in the window: %d bytes, %d identifiers taken; want it written", len(b), len(s.inflight))
+	}
+}
