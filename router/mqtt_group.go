@@ -8,7 +8,8 @@ package router
 // encoded per delivery (mqttSession.groupFrame) with a packet identifier
 // taken when it is delivered and remembered with the record's position:
 // the client's PUBACK (PUBCOMP for QoS 2) acks the record in the group; a
-// redelivery carries DUP; a session that ends hands what it has not
+// delivery that finds the session's window full is held until a PUBACK
+// or PUBCOMP makes room (groupHold); a redelivery carries DUP; a session that ends hands what it has not
 // acknowledged back to the group (dropSub leaves), and max attempts and
 // dead letters apply as for any member. A QoS 0 shared subscription has no
 // acknowledgement: its deliveries are acked once queued, by the session's
