@@ -239,6 +239,9 @@ type mqttSession struct {
 	// groupAcks are the shared-subscription deliveries in flight, by
 	// packet identifier (mqtt_group.go).
 	groupAcks map[uint16]groupAck
+	// groupHeld are the group deliveries waiting for room in the window, nil
+	// until the first (mqtt_group.go).
+	groupHeld *groupHold
 
 	acks chan groupAck // to the acker goroutine; nil until a shared subscription (reader goroutine)
 }

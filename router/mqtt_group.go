@@ -8,7 +8,8 @@ package router
 // encoded per delivery (mqttSession.groupFrame) with a packet identifier
 // taken when it is delivered and remembered with the record's position:
 // the client's PUBACK (PUBCOMP for QoS 2) acks the record in the group; a
-// redelivery carries DUP; a session that ends hands what it has not
+// delivery that finds the session's window full is held until a PUBACK
+// or PUBCOMP makes room (groupHold); a redelivery carries DUP; a session that ends hands what it has not
 // acknowledged back to the group (dropSub leaves), and max attempts and
 // dead letters apply as for any member. A QoS 0 shared subscription has no
 // acknowledgement: its deliveries are acked once queued, by the session's
@@ -21,6 +22,7 @@ package router
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -100,19 +102,60 @@ func (s *mqttSession) subscribeShared(f *packets.Subscription, pf mqtt.Filter, q
 // groupFrame encodes a group delivery to an MQTT member: its PUBLISH with
 // a packet identifier of its own (QoS 1 and 2) remembered with the
 // record's position, DUP on a redelivery. A record MQTT cannot name is
-// acked at once and delivered as nothing.
+// acked at once and delivered as nothing. A QoS 1 or 2 delivery that
+// finds the window full, or group deliveries held before it, is held
+// (holdGroup) and delivered as nothing now: a PUBACK or PUBCOMP writes it
+// later (releaseGroup).
 func (s *mqttSession) groupFrame(sub *subscription, d engine.Delivery) []byte {
-	rec := d.Record
-	pos := engine.Position{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
-	topic, err := mqtt.TopicFromNative(rec.Topic)
 	qos := byte(sub.mqttQoS.Load())
+	b, ok := s.groupPacket(sub, d, qos)
+	if !ok {
+		return []byte{}
+	}
+	if qos == 0 {
+		s.autoAck(groupAck{sub, deliveryPos(d)})
+		return b
+	}
+	bound := -1 // read only when the delivery is to be held
+	for {
+		s.imu.Lock()
+		if !s.mustHoldLocked() {
+			id := s.takeGroupIDLocked(sub, deliveryPos(d))
+			s.imu.Unlock()
+			_, idAt, _ := mqtt.Span(b)
+			mqtt.PatchPublish(b, idAt, d.Attempt > 1, id)
+			return b
+		}
+		if bound >= 0 {
+			s.holdGroupLocked(sub, d, qos, bound)
+			s.imu.Unlock()
+			return []byte{}
+		}
+		s.imu.Unlock()
+		bound = s.holdBound(sub) // under conn.mu, a leaf: not under imu
+	}
+}
+
+// deliveryPos is the position of a delivery's record.
+func deliveryPos(d engine.Delivery) engine.Position {
+	return engine.Position{Topic: d.Record.Topic, Partition: d.Record.Partition, Offset: d.Record.Offset}
+}
+
+// groupPacket encodes a group delivery's PUBLISH at qos, without its
+// packet identifier, or reports false for one not to be written: a record
+// MQTT cannot name or past its message expiry (acked at once), or one
+// over the client's Maximum Packet Size (left to the ack timeout); each is
+// counted.
+func (s *mqttSession) groupPacket(sub *subscription, d engine.Delivery, qos byte) ([]byte, bool) {
+	rec := d.Record
+	topic, err := mqtt.TopicFromNative(rec.Topic)
 	var b []byte
 	if err == nil {
 		pk := packets.Packet{TopicName: topic, Payload: rec.Data, FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos}}
 		if !publishProps(&pk.Properties, rec.Headers, rec.Key, rec.Time, time.Now()) {
 			s.rt.mq.m.skipped.WithLabelValues("expired").Inc() // mqtt_props.go
-			s.autoAck(groupAck{sub, pos})
-			return []byte{}
+			s.autoAck(groupAck{sub, deliveryPos(d)})
+			return nil, false
 		}
 		if b, err = mqtt.EncodePublishFrame(pk, s.version); err == nil {
 			b = withSubIDs(b, sub)
@@ -120,35 +163,25 @@ func (s *mqttSession) groupFrame(sub *subscription, d engine.Delivery) []byte {
 	}
 	if err != nil {
 		s.rt.mq.m.skipped.WithLabelValues("no_mqtt_name").Inc()
-		s.autoAck(groupAck{sub, pos})
-		return []byte{}
+		s.autoAck(groupAck{sub, deliveryPos(d)})
+		return nil, false
 	}
 	if s.maxOut > 0 && len(b) > s.maxOut {
 		// Over the client's Maximum Packet Size [MQTT-3.1.2-25]: not
 		// written, so it takes no packet identifier (one never acked
 		// would shrink the window for good); the lease runs out with the
-		// group's ack timeout, and max attempts and dead letters apply.
+		// group's ack timeout, and max attempts and dead letters apply:
+		// it would never fit.
 		s.rt.mq.m.skipped.WithLabelValues("too_large").Inc()
-		return []byte{}
+		return nil, false
 	}
-	if qos == 0 {
-		s.autoAck(groupAck{sub, pos})
-		return b
-	}
-	s.imu.Lock()
-	if n := len(s.inflight); n >= s.window {
-		// The window (the client's Receive Maximum) is full, with plain
-		// deliveries too, or every packet identifier is in flight: not
-		// written, so the Receive Maximum holds; the lease runs out with
-		// the group's ack timeout and the group delivers it again.
-		s.imu.Unlock()
-		why := "window_full"
-		if n >= maxPacketIDs {
-			why = "no_packet_id"
-		}
-		s.rt.mq.m.skipped.WithLabelValues(why).Inc()
-		return []byte{}
-	}
+	return b, true
+}
+
+// takeGroupIDLocked takes a free packet identifier for a group delivery
+// at pos, remembered for its acknowledgement; the caller holds s.imu and
+// has seen room in the window (which is at most maxPacketIDs).
+func (s *mqttSession) takeGroupIDLocked(sub *subscription, pos engine.Position) uint16 {
 	for {
 		s.nextID++
 		if _, used := s.inflight[s.nextID]; s.nextID != 0 && !used {
@@ -161,10 +194,187 @@ func (s *mqttSession) groupFrame(sub *subscription, d engine.Delivery) []byte {
 		s.groupAcks = make(map[uint16]groupAck)
 	}
 	s.groupAcks[id] = groupAck{sub, pos}
-	s.imu.Unlock()
-	_, idAt, _ := mqtt.Span(b)
-	mqtt.PatchPublish(b, idAt, d.Attempt > 1, id)
-	return b
+	return id
+}
+
+// Held group deliveries. The window (the client's Receive Maximum, or
+// --mqtt-max-in-flight) is shared by the plain QoS 1 and 2 deliveries and
+// the group deliveries of a session; a group delivery that finds it full
+// is held by the session, in order, and written when a PUBACK or PUBCOMP
+// makes room, before the plain deliveries the writer holds (its lease is
+// running). Until then the client has not seen it: its lease may run out
+// (the group's ack timeout) and the group deliver it again, to this
+// member or another, which is what a member that keeps its window full
+// for that long gets. A held delivery the group delivers again to this
+// member is replaced in its place by the newer attempt; one whose lease
+// ran out otherwise is still written (the engine's Delivery does not say
+// when its lease ends), and its PUBACK then gets ErrNotInFlight, which
+// changes nothing. When the session ends, its member leaves the group
+// (dropSub), which takes back every record leased to it, held or
+// written, and the acker drops the held list (startAcker); a graceful
+// shutdown hands the member back in the same way (shutdown.go), the held
+// deliveries counted as attempts as the written ones are.
+//
+// Bound: the engine leases at most the member's window to one shared
+// subscription at once (engine.JoinRequest.MaxLeased, the
+// subscription.leases its membership reserved: at most --queue-messages,
+// and over the session's memberships at most
+// GroupBounds.MaxSessionLeases), so that many held deliveries are live
+// leases at most. Held deliveries whose leases ran out or were dropped
+// by a seek are not, so the held deliveries of a subscription are
+// bounded by its leases: past that the oldest of them, the first whose
+// lease ran out, is dropped, counted as window_full (the group delivers
+// it again after its ack timeout, as before holding).
+
+// groupHold is a session's held group deliveries; under mqttSession.imu.
+type groupHold struct {
+	q []heldGroup
+	// sending: a release took the first of q off and writes it (outside
+	// imu); further deliveries are held behind it, to keep their order.
+	sending bool
+	// closed: the session ended; nothing more is held.
+	closed bool
+}
+
+// heldGroup is a group delivery waiting for room in the window.
+type heldGroup struct {
+	sub *subscription
+	d   engine.Delivery
+	qos byte
+}
+
+// mustHoldLocked reports whether a QoS 1 or 2 group delivery must wait:
+// the window is full, or group deliveries wait before it. The caller holds
+// s.imu.
+func (s *mqttSession) mustHoldLocked() bool {
+	if h := s.groupHeld; h != nil && (len(h.q) > 0 || h.sending) {
+		return true
+	}
+	return len(s.inflight) >= s.window
+}
+
+// holdBound is how many deliveries of sub may be held: its membership's
+// window (group_leases.go), 0 once it left its group.
+func (s *mqttSession) holdBound(sub *subscription) int {
+	if s.cn == nil {
+		return 0
+	}
+	s.cn.mu.Lock()
+	defer s.cn.mu.Unlock()
+	return sub.leases
+}
+
+// holdGroupLocked holds a group delivery of sub until the window has room;
+// the caller holds s.imu. bound is holdBound(sub).
+func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos byte, bound int) {
+	if s.groupHeld == nil {
+		s.groupHeld = &groupHold{}
+	}
+	h := s.groupHeld
+	if h.closed {
+		return // the member leaves: the group has it back
+	}
+	pos := deliveryPos(d)
+	n, oldest := 0, -1
+	for i := range h.q {
+		if h.q[i].sub != sub {
+			continue
+		}
+		if deliveryPos(h.q[i].d) == pos {
+			h.q[i] = heldGroup{sub: sub, d: d, qos: qos} // delivered again: the newer attempt
+			return
+		}
+		if oldest < 0 {
+			oldest = i
+		}
+		n++
+	}
+	if n >= bound {
+		s.rt.mq.m.skipped.WithLabelValues("window_full").Inc()
+		if oldest < 0 {
+			return // bound 0: the member left its group, which has it back
+		}
+		h.q = slices.Delete(h.q, oldest, oldest+1)
+	}
+	h.q = append(h.q, heldGroup{sub: sub, d: d, qos: qos})
+	s.rt.mq.m.windowWaits.Inc()
+}
+
+// nextHeldLocked takes the first held group delivery off the list with a
+// packet identifier, when the window has room and no other release is
+// under way; the caller holds s.imu, and then calls releaseGroup with
+// what it returns (which clears sending).
+func (s *mqttSession) nextHeldLocked() (heldGroup, uint16, bool) {
+	h := s.groupHeld
+	if h == nil || h.sending || h.closed || len(h.q) == 0 || len(s.inflight) >= s.window {
+		return heldGroup{}, 0, false
+	}
+	hg := h.q[0]
+	h.q[0] = heldGroup{}
+	h.q = h.q[1:]
+	if len(h.q) == 0 {
+		h.q = nil
+	}
+	h.sending = true
+	return hg, s.takeGroupIDLocked(hg.sub, deliveryPos(hg.d)), true
+}
+
+// releaseGroup writes the held group delivery hg with packet identifier
+// id (nextHeldLocked), then the next ones while the window has room; on
+// the reader goroutine (a PUBACK or PUBCOMP), or the engine's (a slot
+// given back by unqueued). Each pass takes one held delivery off.
+func (s *mqttSession) releaseGroup(hg heldGroup, id uint16) {
+	for {
+		s.writeHeld(hg, id)
+		s.imu.Lock()
+		s.groupHeld.sending = false
+		var ok bool
+		hg, id, ok = s.nextHeldLocked()
+		s.imu.Unlock()
+		if !ok {
+			return
+		}
+	}
+}
+
+// writeHeld queues a held group delivery with packet identifier id, as
+// subscription.Deliver queues one, encoded now (its MQTT 5 message expiry
+// counts the time it was held); the identifier is given back when it is
+// not written after all.
+func (s *mqttSession) writeHeld(hg heldGroup, id uint16) {
+	sub, d := hg.sub, hg.d
+	b, ok := s.groupPacket(sub, d, hg.qos)
+	if ok {
+		_, idAt, _ := mqtt.Span(b)
+		mqtt.PatchPublish(b, idAt, d.Attempt > 1, id)
+		pos := deliveryPos(d)
+		ok = sub.enqueueReliable(session.Item{
+			Frame:    b,
+			Stream:   session.Stream{Sub: sub.id, Topic: pos.Topic, Partition: pos.Partition},
+			Offset:   pos.Offset,
+			Priority: d.Record.Priority,
+			Policy:   session.Reliable,
+			Ref:      &groupRef{s: sub, pos: pos},
+		})
+	}
+	if !ok {
+		s.imu.Lock()
+		delete(s.inflight, id)
+		delete(s.groupAcks, id)
+		s.imu.Unlock()
+	}
+}
+
+// dropHeld drops the held group deliveries of a session that ended (its
+// members left their groups, which have them back) and holds no more.
+func (s *mqttSession) dropHeld() {
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	if s.groupHeld == nil {
+		s.groupHeld = &groupHold{}
+	}
+	s.groupHeld.q = nil
+	s.groupHeld.closed = true
 }
 
 // ackGroup acks in its group the delivery a PUBACK or PUBCOMP settled,
@@ -211,6 +421,7 @@ func (s *mqttSession) startAcker() {
 				}
 				cancel()
 			case <-cn.ctx.Done():
+				s.dropHeld()
 				return
 			}
 		}
@@ -234,5 +445,9 @@ func (s *mqttSession) unqueued(frame []byte) {
 	s.imu.Lock()
 	delete(s.inflight, id)
 	delete(s.groupAcks, id)
+	hg, hid, release := s.nextHeldLocked() // the slot is free again
 	s.imu.Unlock()
+	if release {
+		s.releaseGroup(hg, hid)
+	}
 }

@@ -14,17 +14,18 @@ import (
 // TestMQTTGroupDeliveryWithoutFreePacketID: a group delivery to an MQTT
 // member all of whose 65,535 packet identifiers are in flight (a window
 // the lease bound allows with a large --queue-messages) is not written
-// and takes no identifier; it is left to the group's ack timeout and
-// counted. Before, the search for a free identifier never ended, with the
+// and takes no identifier; it is held until one is free (mqtt_group.go).
+// Before, the search for a free identifier never ended, with the
 // engine's locks held.
 func TestMQTTGroupDeliveryWithoutFreePacketID(t *testing.T) {
 	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}}
-	s := &mqttSession{rt: rt, version: mqtt.Version5, inflight: make(map[uint16]struct{}, 1<<16),
+	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 0xffff, inflight: make(map[uint16]struct{}, 1<<16),
 		groupAcks: make(map[uint16]groupAck)}
+	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
 	for id := 1; id <= 0xffff; id++ {
 		s.inflight[uint16(id)] = struct{}{}
 	}
-	sub := &subscription{pattern: "t", group: "g"}
+	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: 1}
 	sub.mqttQoS.Store(1)
 	done := make(chan []byte, 1)
 	go func() { // returns at once with the fix; spins for ever without
@@ -38,11 +39,14 @@ func TestMQTTGroupDeliveryWithoutFreePacketID(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the group delivery still looks for a free packet identifier after 10s")
 	}
+	if s.groupHeld == nil || len(s.groupHeld.q) != 1 {
+		t.Fatal("the group delivery is not held for a free packet identifier")
+	}
 	var m dto.Metric
-	if err := rt.mq.m.skipped.WithLabelValues("no_packet_id").Write(&m); err != nil {
+	if err := rt.mq.m.windowWaits.Write(&m); err != nil {
 		t.Fatal(err)
 	}
 	if m.GetCounter().GetValue() != 1 {
-		t.Fatalf("skipped{no_packet_id} = %v, want 1", m.GetCounter().GetValue())
+		t.Fatalf("inflight_waits = %v, want 1", m.GetCounter().GetValue())
 	}
 }

@@ -206,8 +206,9 @@ func (s *mqttSession) takeID(pos trackPos) (uint16, bool) {
 	return s.nextID, true
 }
 
-// acked settles a PUBACK: its packet identifier is free again, and the
-// writer is woken (by an empty control item) when deliveries wait for it.
+// acked settles a PUBACK (or PUBCOMP): its packet identifier is free
+// again; a held group delivery takes it, and the writer is woken (by an
+// empty control item) when deliveries wait for it.
 func (s *mqttSession) acked(id uint16) {
 	s.imu.Lock()
 	_, ok := s.inflight[id]
@@ -218,9 +219,14 @@ func (s *mqttSession) acked(id uint16) {
 	}
 	ga, group := s.groupAcks[id]
 	delete(s.groupAcks, id)
+	// A held group delivery takes the free slot first (mqtt_group.go).
+	hg, hid, release := s.nextHeldLocked()
 	s.imu.Unlock()
 	if group {
 		s.ackGroup(ga)
+	}
+	if release {
+		s.releaseGroup(hg, hid)
 	}
 	if ok && s.heldN.Load() > 0 {
 		s.cn.sess.Send(session.Item{})
