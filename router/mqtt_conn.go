@@ -164,23 +164,26 @@ type mqttSession struct {
 	// idle parks the reader while the connection is idle (TCP and
 	// GET /mqtt, not TLS: nothing tells whether a tls.Conn holds
 	// plaintext it has decrypted already); nil when it cannot or
-	// --idle-park is off. parked: the reader parked once, and ends the
-	// session itself (session.Session.ReadDone); the reader's.
-	idle   *session.IdleSocket
-	parked bool
+	// --idle-park is off. parked (below): the reader parked once, and
+	// ends the session itself (session.Session.ReadDone); the reader's.
+	idle *session.IdleSocket
 	// ka ends the session when no packet starts within keepAlive (the
 	// reader's).
 	ka *time.Timer
 	// finished is called once the session has ended: the connection's
 	// count in mqttState.wg.
 	finished  func()
-	version   byte
 	clientID  string
 	assigned  string        // the client id the gateway chose, for the CONNACK
 	keepAlive time.Duration // 1.5 × the client's keep alive; 0: none
 	expiry    uint32        // MQTT 5's session expiry interval, seconds (reader goroutine)
-	maxOut    int           // the client's Maximum Packet Size; 0: MQTT's
-	window    int           // the in-flight bound of QoS 1 and 2 deliveries
+	version   byte
+	parked    bool
+	// askPresence: the SUBSCRIBE being handled asks presence for its
+	// filters that name a topic (mqtt_presence.go; reader goroutine only).
+	askPresence bool
+	maxOut      int // the client's Maximum Packet Size; 0: MQTT's
+	window      int // the in-flight bound of QoS 1 and 2 deliveries
 
 	// The stored session (mqtt_session.go); the reader goroutine's.
 	owner        string              // this connection's name as the stored session's owner
@@ -195,7 +198,7 @@ type mqttSession struct {
 	expiryCapped bool                // expiry was lowered to --mqtt-max-session-expiry
 	resume       *engine.MQTTSession // the stored session to restore, until it is
 	dup          map[dupKey]struct{} // records in flight when it was saved (mqtt_session_track.go)
-	done         chan struct{}       // closed once the end has saved the session
+	done         chan struct{}       // closed once the end has saved the session; made on first wait, under imu (mqtt_session.go)
 	trk          *mqttTrack          // positions of a persistent session, under imu
 	cur          trackPos            // the writer's: the position of the next packet
 
@@ -208,16 +211,13 @@ type mqttSession struct {
 	disc atomic.Uint32
 
 	aliases mqttAliases // reader goroutine only (mqtt_alias.go)
-	// subs are the SUBSCRIBE filters and the native patterns, one map
+	// subs are the SUBSCRIBE filters and the native patterns, one set
 	// (mqtt.go); reader goroutine only.
-	subs map[string]mqttSubEntry
+	subs mqttSubs
 	// noLocal counts the filters with no local (reader goroutine only):
 	// while there are any, the session's publishes carry its id
 	// (mqtt_retain.go).
 	noLocal int
-	// askPresence: the SUBSCRIBE being handled asks presence for its
-	// filters that name a topic (mqtt_presence.go; reader goroutine only).
-	askPresence bool
 	// retainSeq numbers the retained messages queued (reader goroutine
 	// only), the offsets of their stream.
 	retainSeq int64
@@ -225,7 +225,6 @@ type mqttSession struct {
 	closeOnce sync.Once // the connection is closed once
 
 	// The writer goroutine's (mqtt_write.go).
-	wbuf      []byte
 	held      []heldPacket // QoS 1 and 2 deliveries waiting for room in the window
 	heldBytes int          // the bytes of held
 	heldN     atomic.Int32 // len(held), for the reader
@@ -411,7 +410,7 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 		return refuse(rc)
 	}
 	s := &mqttSession{rt: rt, nc: nc, version: v, clientID: id,
-		window: mq.opts.MaxInFlight, done: make(chan struct{})} // its maps are made on first use (mqtt.go)
+		window: mq.opts.MaxInFlight} // its maps and done are made on first use (mqtt.go, mqtt_session.go)
 	if ka := pk.Connect.Keepalive; ka > 0 {
 		s.keepAlive = time.Duration(ka) * 1500 * time.Millisecond
 	}

@@ -194,7 +194,7 @@ func (s *mqttSession) replayFrame(rec *engine.Record, sub *subscription) []byte 
 // flight. Tracking of subscriptions the session no longer holds is let go.
 func (s *mqttSession) sessionPositions() (next, inFlight map[uint64][]engine.Position) {
 	held := map[uint64]bool{}
-	for _, e := range s.subs {
+	for _, e := range s.subs.all() {
 		mp := e.p
 		if mp == nil {
 			continue
@@ -235,7 +235,7 @@ func (s *mqttSession) sessionRecord(expires time.Time) engine.MQTTSession {
 	rec := engine.MQTTSession{ClientID: s.clientID, Owner: s.owner, Node: s.rt.sessionNode(), ExpiresAt: expires,
 		Expiry: s.expiryDuration(), Epoch: s.rt.eng.Epoch()}
 	next, inFlight := s.sessionPositions()
-	for f, e := range s.subs {
+	for f, e := range s.subs.all() {
 		mf := e.f
 		if mf == nil {
 			continue
