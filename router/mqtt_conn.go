@@ -174,7 +174,6 @@ type mqttSession struct {
 	// count in mqttState.wg.
 	finished  func()
 	clientID  string
-	assigned  string        // the client id the gateway chose, for the CONNACK
 	keepAlive time.Duration // 1.5 × the client's keep alive; 0: none
 	expiry    uint32        // MQTT 5's session expiry interval, seconds (reader goroutine)
 	version   byte
@@ -182,8 +181,9 @@ type mqttSession struct {
 	// askPresence: the SUBSCRIBE being handled asks presence for its
 	// filters that name a topic (mqtt_presence.go; reader goroutine only).
 	askPresence bool
-	maxOut      int // the client's Maximum Packet Size; 0: MQTT's
-	window      int // the in-flight bound of QoS 1 and 2 deliveries
+	assigned    bool // the gateway chose clientID: the CONNACK names it
+	maxOut      int  // the client's Maximum Packet Size; 0: MQTT's
+	window      int  // the in-flight bound of QoS 1 and 2 deliveries
 
 	// The stored session (mqtt_session.go); the reader goroutine's.
 	owner        string              // this connection's name as the stored session's owner
@@ -191,24 +191,19 @@ type mqttSession struct {
 	claimed      bool                // the store holds it under owner
 	holding      bool                // the store holds a hold of the id under owner (mqtt_takeover.go)
 	watched      bool                // claimed or hold at connect: other nodes' claims end it; set before run
-	keepFor      time.Duration       // a persistent session's expiry at connect, for a restored record; set before run
-	restoring    chan struct{}       // closed when the goroutine putting back a removed record exits; nil: none (under mqttState.mu; mqtt_takeover.go)
 	restoreAgain bool                // a removal came while restoring ran (under mqttState.mu)
 	present      bool                // CONNACK's Session Present
 	expiryCapped bool                // expiry was lowered to --mqtt-max-session-expiry
+	keepFor      time.Duration       // a persistent session's expiry at connect, for a restored record; set before run
+	restoring    chan struct{}       // closed when the goroutine putting back a removed record exits; nil: none (under mqttState.mu; mqtt_takeover.go)
 	resume       *engine.MQTTSession // the stored session to restore, until it is
 	dup          map[dupKey]struct{} // records in flight when it was saved (mqtt_session_track.go)
 	done         chan struct{}       // closed once the end has saved the session; made on first wait, under imu (mqtt_session.go)
-	trk          *mqttTrack          // positions of a persistent session, under imu
-	cur          trackPos            // the writer's: the position of the next packet
+	trk          *mqttTrack          // positions of a persistent session, under imu; set before run
 
 	// will is the session's will message, nil when none or discarded
 	// (mqtt_will.go).
 	will atomic.Pointer[mqttWill]
-
-	// disc is the reason code of the DISCONNECT the transport sends when
-	// the session closes (0: derived from the close status).
-	disc atomic.Uint32
 
 	aliases mqttAliases // reader goroutine only (mqtt_alias.go)
 	// subs are the SUBSCRIBE filters and the native patterns, one set
@@ -225,13 +220,17 @@ type mqttSession struct {
 	closeOnce sync.Once // the connection is closed once
 
 	// The writer goroutine's (mqtt_write.go).
+	heldN     atomic.Int32 // len(held), for the reader
 	held      []heldPacket // QoS 1 and 2 deliveries waiting for room in the window
 	heldBytes int          // the bytes of held
-	heldN     atomic.Int32 // len(held), for the reader
+
+	// disc is the reason code of the DISCONNECT the transport sends when
+	// the session closes (0: derived from the close status).
+	disc atomic.Uint32
 
 	imu      sync.Mutex // leaf; guards the fields below
-	inflight map[uint16]struct{}
 	nextID   uint16
+	inflight map[uint16]struct{}
 	// rx are the QoS 2 publishes of the client appended (or being
 	// appended) and not yet released by PUBREL, by packet identifier.
 	rx map[uint16]struct{}
@@ -427,9 +426,7 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 		s.maxOut = int(pk.Properties.MaximumPacketSize)
 		s.expiry = pk.Properties.SessionExpiryInterval
 	}
-	if assigned {
-		s.assigned = id
-	}
+	s.assigned = assigned
 	if rc := rt.openSession(s, pk, will); rc != rcSuccess { // mqtt_session.go
 		return refuse(rc)
 	}
@@ -483,7 +480,9 @@ func (s *mqttSession) connack() []byte {
 		if s.expiryCapped {
 			p.SessionExpiryInterval, p.SessionExpiryIntervalFlag = s.expiry, true
 		}
-		p.AssignedClientID = s.assigned
+		if s.assigned {
+			p.AssignedClientID = s.clientID
+		}
 		p.ReceiveMaximum = uint16(min(s.rt.opts.PublishPipeline, 65535))
 		p.MaximumPacketSize = uint32(s.rt.mq.opts.MaxPacketBytes)
 		p.RetainAvailable, p.RetainAvailableFlag = 0, true

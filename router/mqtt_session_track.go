@@ -28,7 +28,7 @@ package router
 //
 // Concurrency: mqttTrack is guarded by mqttSession.imu (a leaf, taken by
 // the writer per QoS 1 or 2 packet, the reader per acknowledgement and
-// per save); mqttSession.cur is the writer's; mqttSession.dup is written
+// per save), except cur, the writer's; mqttSession.dup is written
 // by restoreSession before any catch-up goroutine starts and only read
 // after.
 
@@ -54,6 +54,10 @@ type mqttTrack struct {
 	// rel are the QoS 2 deliveries received (PUBREC) and not completed
 	// (PUBCOMP), by packet identifier: a resume releases them again.
 	rel map[uint16]struct{}
+	// cur is the position of the next packet the writer writes, from
+	// the line framePrefix put before it; the writer's, not under imu
+	// (mqtt_write.go).
+	cur trackPos
 }
 
 // trackKey is a stream: a subscription's partition.

@@ -75,7 +75,9 @@ func (s *mqttSession) write(_ context.Context, p []byte) error {
 			if j < 0 {
 				j = len(p) - i
 			}
-			s.cur = parsePrefix(p[i+1 : i+j])
+			if s.trk != nil {
+				s.trk.cur = parsePrefix(p[i+1 : i+j])
+			}
 			i += j
 			continue
 		}
@@ -85,8 +87,10 @@ func (s *mqttSession) write(_ context.Context, p []byte) error {
 		}
 		pkt := p[i : i+n]
 		i += n
-		pos := s.cur
-		s.cur = trackPos{}
+		var pos trackPos
+		if s.trk != nil {
+			pos, s.trk.cur = s.trk.cur, trackPos{}
+		}
 		if s.maxOut > 0 && n > s.maxOut {
 			s.rt.mq.m.skipped.WithLabelValues("too_large").Inc() // [MQTT-3.1.2-25]
 			continue

@@ -19,9 +19,9 @@ N=${N:-5000}
 HOLD=${HOLD:-20}
 HOLD_AT=${HOLD_AT:-14}
 OUT=${OUT:-/tmp/mqttidle}; mkdir -p "$OUT"
-HTTP=127.0.0.1:${HTTP_PORT:-23581}
-DEBUG=127.0.0.1:${DEBUG_PORT:-23582}
-MQTT=127.0.0.1:${MQTT_PORT:-23583}
+HTTP=127.0.0.1:${HTTP_PORT:-27461}
+DEBUG=127.0.0.1:${DEBUG_PORT:-27462}
+MQTT=127.0.0.1:${MQTT_PORT:-27463}
 cd "$(dirname "$0")/../../.."
 sample() { # pid name
   local pid=$1 name=$2
@@ -35,6 +35,7 @@ run() { # phase i
   env ${GWENV:-X=1} ${GW:-/tmp/mqi_gw} --addr $HTTP --debug-addr $DEBUG --mqtt-addr $MQTT --log-level warn > "$OUT/gw.log" 2>&1 & pid=$!
   for _ in $(seq 1 100); do curl -sf "http://$HTTP/healthz" >/dev/null 2>&1 && break; (exec 3<>/dev/tcp/${HTTP%:*}/${HTTP#*:}) 2>/dev/null && break; sleep 0.1; done
   sleep 1
+  if ! kill -0 $pid 2>/dev/null; then echo "gateway did not start:" >&2; cat "$OUT/gw.log" >&2; exit 1; fi
   sample $pid ${ph}_${i}_base
   case $ph in
     native)  extra="--mqtt-phases native" ;;
