@@ -26,6 +26,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"iter"
 	"net"
 	"net/http"
 	"strings"
@@ -487,68 +488,147 @@ func offeredMQTT(values []string) string {
 // The maps of an mqttSession are made on first use: an idle session that
 // never subscribed, or never had a QoS 1 or 2 delivery or publish, holds
 // none of them (BenchmarkMQTTIdleMemory). Reading, ranging over and
-// deleting from a nil map need no such step.
+// deleting from a nil map need no such step. The filters and patterns are
+// in mqttSubs, below.
 
 // mqttSubEntry is what mqttSession.subs holds under one string: the
 // SUBSCRIBE filter of that name, the native pattern of that name, or both
-// (a filter and a pattern may be spelt alike: "a"). One map for both
-// holds an idle subscribed session's entries in one table.
+// (a filter and a pattern may be spelt alike: "a").
 type mqttSubEntry struct {
 	f *mqttFilter
 	p *mqttPattern
 }
 
+// mqttFewSubs is how many entries mqttSubs keeps in its slice before it
+// moves them into a map. A subscribed session mostly holds two (a filter
+// "a/b" and its pattern "a.b"): a slice of two is 64 bytes where a map of
+// them is 336, and a search of eight is as quick as a hash.
+const mqttFewSubs = 8
+
+// mqttNamedSub is one entry of mqttSubs.few.
+type mqttNamedSub struct {
+	name string
+	e    mqttSubEntry
+}
+
+// mqttSubs are a session's SUBSCRIBE filters and native patterns by name,
+// in one set: a slice while there are few, a map past mqttFewSubs.
+// Neither is made before the first entry. Not safe for concurrent use
+// (the reader goroutine's).
+type mqttSubs struct {
+	few  []mqttNamedSub          // nil once many is made
+	many map[string]mqttSubEntry // nil while few holds them
+}
+
+// get returns the entry of name, zero when none.
+func (m *mqttSubs) get(name string) mqttSubEntry {
+	if m.many != nil {
+		return m.many[name]
+	}
+	for i := range m.few {
+		if m.few[i].name == name {
+			return m.few[i].e
+		}
+	}
+	return mqttSubEntry{}
+}
+
+// set stores e under name; a zero e takes name off.
+func (m *mqttSubs) set(name string, e mqttSubEntry) {
+	if m.many != nil {
+		if e == (mqttSubEntry{}) {
+			delete(m.many, name)
+		} else {
+			m.many[name] = e
+		}
+		return
+	}
+	for i := range m.few {
+		if m.few[i].name != name {
+			continue
+		}
+		if e != (mqttSubEntry{}) {
+			m.few[i].e = e
+			return
+		}
+		last := len(m.few) - 1
+		m.few[i] = m.few[last]
+		m.few[last] = mqttNamedSub{}
+		if m.few = m.few[:last]; last == 0 {
+			m.few = nil
+		}
+		return
+	}
+	if e == (mqttSubEntry{}) {
+		return
+	}
+	if len(m.few) < mqttFewSubs {
+		if m.few == nil {
+			m.few = make([]mqttNamedSub, 0, 2)
+		}
+		m.few = append(m.few, mqttNamedSub{name, e})
+		return
+	}
+	m.many = make(map[string]mqttSubEntry, 2*mqttFewSubs)
+	for _, x := range m.few {
+		m.many[x.name] = x.e
+	}
+	m.few = nil
+	m.many[name] = e
+}
+
+// all yields every entry, in no set order; the body may not change m.
+func (m *mqttSubs) all() iter.Seq2[string, mqttSubEntry] {
+	return func(yield func(string, mqttSubEntry) bool) {
+		if m.many != nil {
+			for k, e := range m.many {
+				if !yield(k, e) {
+					return
+				}
+			}
+			return
+		}
+		for _, x := range m.few {
+			if !yield(x.name, x.e) {
+				return
+			}
+		}
+	}
+}
+
 // filter returns the SUBSCRIBE filter f, nil when the session has none
 // (reader goroutine, as for the methods below).
-func (s *mqttSession) filter(f string) *mqttFilter { return s.subs[f].f }
+func (s *mqttSession) filter(f string) *mqttFilter { return s.subs.get(f).f }
 
 // pattern returns the native pattern p, nil when the session has none.
-func (s *mqttSession) pattern(p string) *mqttPattern { return s.subs[p].p }
+func (s *mqttSession) pattern(p string) *mqttPattern { return s.subs.get(p).p }
 
 // addFilter lists a SUBSCRIBE filter.
 func (s *mqttSession) addFilter(f string, mf *mqttFilter) {
-	if s.subs == nil {
-		s.subs = make(map[string]mqttSubEntry, 2)
-	}
-	e := s.subs[f]
+	e := s.subs.get(f)
 	e.f = mf
-	s.subs[f] = e
+	s.subs.set(f, e)
 }
 
 // addPattern lists a native pattern of the session.
 func (s *mqttSession) addPattern(p string, mp *mqttPattern) {
-	if s.subs == nil {
-		s.subs = make(map[string]mqttSubEntry, 2)
-	}
-	e := s.subs[p]
+	e := s.subs.get(p)
 	e.p = mp
-	s.subs[p] = e
+	s.subs.set(p, e)
 }
 
 // dropFilter takes a SUBSCRIBE filter off the list.
 func (s *mqttSession) dropFilter(f string) {
-	e, ok := s.subs[f]
-	if !ok {
-		return
-	}
-	if e.f = nil; e.p == nil {
-		delete(s.subs, f)
-		return
-	}
-	s.subs[f] = e
+	e := s.subs.get(f)
+	e.f = nil
+	s.subs.set(f, e)
 }
 
 // dropPattern takes a native pattern off the list.
 func (s *mqttSession) dropPattern(p string) {
-	e, ok := s.subs[p]
-	if !ok {
-		return
-	}
-	if e.p = nil; e.f == nil {
-		delete(s.subs, p)
-		return
-	}
-	s.subs[p] = e
+	e := s.subs.get(p)
+	e.p = nil
+	s.subs.set(p, e)
 }
 
 // addInflight takes packet identifier id; the caller holds s.imu.

@@ -48,8 +48,8 @@ import (
 
 // mqttAliases is a session's topic alias tables; the zero value is empty.
 type mqttAliases struct {
-	topics []string        // by alias; made on first use, MaxTopicAliases+1 long
-	out    mqttSentAliases // the aliases the gateway gives (writer goroutine)
+	topics []string         // by alias; made on first use, MaxTopicAliases+1 long
+	out    *mqttSentAliases // the aliases the gateway gives (writer goroutine); nil: none
 }
 
 // mqttSentAliases are the topic aliases the gateway gave a connection.
@@ -63,8 +63,11 @@ type mqttSentAliases struct {
 // setSentAliases sets the aliases the gateway may give the session of
 // the CONNECT pk (openSession, before the session runs).
 func (s *mqttSession) setSentAliases(pk *packets.Packet) {
-	if s.version == mqtt.Version5 {
-		s.aliases.out.max = min(int(pk.Properties.TopicAliasMaximum), s.rt.mq.opts.MaxSentTopicAliases)
+	if s.version != mqtt.Version5 {
+		return
+	}
+	if n := min(int(pk.Properties.TopicAliasMaximum), s.rt.mq.opts.MaxSentTopicAliases); n > 0 {
+		s.aliases.out = &mqttSentAliases{max: n}
 	}
 }
 
@@ -73,8 +76,8 @@ func (s *mqttSession) setSentAliases(pk *packets.Packet) {
 // for its topic or one to give, and returns out and the offset of the
 // identifier in the packet appended.
 func (s *mqttSession) appendPacket(out, pkt []byte, idAt int) ([]byte, int) {
-	a := &s.aliases.out
-	if a.max == 0 {
+	a := s.aliases.out
+	if a == nil || a.max == 0 {
 		return append(out, pkt...), idAt
 	}
 	topic, ok := mqtt.PublishTopic(pkt)

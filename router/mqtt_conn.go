@@ -164,23 +164,26 @@ type mqttSession struct {
 	// idle parks the reader while the connection is idle (TCP and
 	// GET /mqtt, not TLS: nothing tells whether a tls.Conn holds
 	// plaintext it has decrypted already); nil when it cannot or
-	// --idle-park is off. parked: the reader parked once, and ends the
-	// session itself (session.Session.ReadDone); the reader's.
-	idle   *session.IdleSocket
-	parked bool
+	// --idle-park is off. parked (below): the reader parked once, and
+	// ends the session itself (session.Session.ReadDone); the reader's.
+	idle *session.IdleSocket
 	// ka ends the session when no packet starts within keepAlive (the
 	// reader's).
 	ka *time.Timer
 	// finished is called once the session has ended: the connection's
 	// count in mqttState.wg.
 	finished  func()
-	version   byte
 	clientID  string
-	assigned  string        // the client id the gateway chose, for the CONNACK
 	keepAlive time.Duration // 1.5 × the client's keep alive; 0: none
 	expiry    uint32        // MQTT 5's session expiry interval, seconds (reader goroutine)
-	maxOut    int           // the client's Maximum Packet Size; 0: MQTT's
-	window    int           // the in-flight bound of QoS 1 and 2 deliveries
+	version   byte
+	parked    bool
+	// askPresence: the SUBSCRIBE being handled asks presence for its
+	// filters that name a topic (mqtt_presence.go; reader goroutine only).
+	askPresence bool
+	assigned    bool // the gateway chose clientID: the CONNACK names it
+	maxOut      int  // the client's Maximum Packet Size; 0: MQTT's
+	window      int  // the in-flight bound of QoS 1 and 2 deliveries
 
 	// The stored session (mqtt_session.go); the reader goroutine's.
 	owner        string              // this connection's name as the stored session's owner
@@ -188,36 +191,28 @@ type mqttSession struct {
 	claimed      bool                // the store holds it under owner
 	holding      bool                // the store holds a hold of the id under owner (mqtt_takeover.go)
 	watched      bool                // claimed or hold at connect: other nodes' claims end it; set before run
-	keepFor      time.Duration       // a persistent session's expiry at connect, for a restored record; set before run
-	restoring    chan struct{}       // closed when the goroutine putting back a removed record exits; nil: none (under mqttState.mu; mqtt_takeover.go)
 	restoreAgain bool                // a removal came while restoring ran (under mqttState.mu)
 	present      bool                // CONNACK's Session Present
 	expiryCapped bool                // expiry was lowered to --mqtt-max-session-expiry
+	keepFor      time.Duration       // a persistent session's expiry at connect, for a restored record; set before run
+	restoring    chan struct{}       // closed when the goroutine putting back a removed record exits; nil: none (under mqttState.mu; mqtt_takeover.go)
 	resume       *engine.MQTTSession // the stored session to restore, until it is
 	dup          map[dupKey]struct{} // records in flight when it was saved (mqtt_session_track.go)
-	done         chan struct{}       // closed once the end has saved the session
-	trk          *mqttTrack          // positions of a persistent session, under imu
-	cur          trackPos            // the writer's: the position of the next packet
+	done         chan struct{}       // closed once the end has saved the session; made on first wait, under imu (mqtt_session.go)
+	trk          *mqttTrack          // positions of a persistent session, under imu; set before run
 
 	// will is the session's will message, nil when none or discarded
 	// (mqtt_will.go).
 	will atomic.Pointer[mqttWill]
 
-	// disc is the reason code of the DISCONNECT the transport sends when
-	// the session closes (0: derived from the close status).
-	disc atomic.Uint32
-
 	aliases mqttAliases // reader goroutine only (mqtt_alias.go)
-	// subs are the SUBSCRIBE filters and the native patterns, one map
+	// subs are the SUBSCRIBE filters and the native patterns, one set
 	// (mqtt.go); reader goroutine only.
-	subs map[string]mqttSubEntry
+	subs mqttSubs
 	// noLocal counts the filters with no local (reader goroutine only):
 	// while there are any, the session's publishes carry its id
 	// (mqtt_retain.go).
 	noLocal int
-	// askPresence: the SUBSCRIBE being handled asks presence for its
-	// filters that name a topic (mqtt_presence.go; reader goroutine only).
-	askPresence bool
 	// retainSeq numbers the retained messages queued (reader goroutine
 	// only), the offsets of their stream.
 	retainSeq int64
@@ -225,14 +220,17 @@ type mqttSession struct {
 	closeOnce sync.Once // the connection is closed once
 
 	// The writer goroutine's (mqtt_write.go).
-	wbuf      []byte
+	heldN     atomic.Int32 // len(held), for the reader
 	held      []heldPacket // QoS 1 and 2 deliveries waiting for room in the window
 	heldBytes int          // the bytes of held
-	heldN     atomic.Int32 // len(held), for the reader
+
+	// disc is the reason code of the DISCONNECT the transport sends when
+	// the session closes (0: derived from the close status).
+	disc atomic.Uint32
 
 	imu      sync.Mutex // leaf; guards the fields below
-	inflight map[uint16]struct{}
 	nextID   uint16
+	inflight map[uint16]struct{}
 	// rx are the QoS 2 publishes of the client appended (or being
 	// appended) and not yet released by PUBREL, by packet identifier.
 	rx map[uint16]struct{}
@@ -414,7 +412,7 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 		return refuse(rc)
 	}
 	s := &mqttSession{rt: rt, nc: nc, version: v, clientID: id,
-		window: mq.opts.MaxInFlight, done: make(chan struct{})} // its maps are made on first use (mqtt.go)
+		window: mq.opts.MaxInFlight} // its maps and done are made on first use (mqtt.go, mqtt_session.go)
 	if ka := pk.Connect.Keepalive; ka > 0 {
 		s.keepAlive = time.Duration(ka) * 1500 * time.Millisecond
 	}
@@ -431,9 +429,7 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 		s.maxOut = int(pk.Properties.MaximumPacketSize)
 		s.expiry = pk.Properties.SessionExpiryInterval
 	}
-	if assigned {
-		s.assigned = id
-	}
+	s.assigned = assigned
 	if rc := rt.openSession(s, pk, will); rc != rcSuccess { // mqtt_session.go
 		return refuse(rc)
 	}
@@ -487,7 +483,9 @@ func (s *mqttSession) connack() []byte {
 		if s.expiryCapped {
 			p.SessionExpiryInterval, p.SessionExpiryIntervalFlag = s.expiry, true
 		}
-		p.AssignedClientID = s.assigned
+		if s.assigned {
+			p.AssignedClientID = s.clientID
+		}
 		p.ReceiveMaximum = uint16(min(s.rt.opts.PublishPipeline, 65535))
 		p.MaximumPacketSize = uint32(s.rt.mq.opts.MaxPacketBytes)
 		p.RetainAvailable, p.RetainAvailableFlag = 0, true

@@ -286,10 +286,37 @@ func (rt *Router) takeOverLocal(id string) {
 	t := time.NewTimer(sessionTimeout)
 	defer t.Stop()
 	select {
-	case <-old.done:
+	case <-old.ended():
 	case <-t.C:
 		rt.log.Warn("mqtt session taken over before its last save", "client_id", id)
 	}
+}
+
+// closedDone is the done of every session that ended before anything
+// waited for it.
+var closedDone = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// ended returns a channel closed once the session's end has saved it.
+// The channel is made here, by the first to wait: few sessions are ever
+// waited for (a takeover), and an idle one need not hold a channel.
+func (s *mqttSession) ended() <-chan struct{} {
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	if s.done == nil {
+		s.done = make(chan struct{})
+	}
+	return s.done
+}
+
+// markEnded closes the channel of ended, or has ended return a closed one.
+func (s *mqttSession) markEnded() {
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	if s.done == nil {
+		s.done = closedDone
+		return
+	}
+	close(s.done)
 }
 
 // saveSession stores the session's subscriptions and positions; expires
@@ -343,7 +370,7 @@ func (s *mqttSession) putSession(rec engine.MQTTSession) {
 // are done: it saves the session with its expiry time, or removes it when
 // it is not to be kept, then lets a waiting takeover go on.
 func (s *mqttSession) endSession() {
-	defer close(s.done)
+	defer s.markEnded()
 	s.waitRestore() // its record put back, or not, before the last write (mqtt_takeover.go)
 	if !s.claimed && !s.holding {
 		return
@@ -433,7 +460,7 @@ func (s *mqttSession) sessionFits(filter string) bool {
 		return true
 	}
 	rec := engine.MQTTSession{ClientID: s.clientID, Owner: s.owner, Node: s.rt.sessionNode(), Epoch: s.rt.eng.Epoch()}
-	for f, e := range s.subs {
+	for f, e := range s.subs.all() {
 		if e.f == nil {
 			continue
 		}

@@ -28,7 +28,7 @@ package router
 //
 // Concurrency: mqttTrack is guarded by mqttSession.imu (a leaf, taken by
 // the writer per QoS 1 or 2 packet, the reader per acknowledgement and
-// per save); mqttSession.cur is the writer's; mqttSession.dup is written
+// per save), except cur, the writer's; mqttSession.dup is written
 // by restoreSession before any catch-up goroutine starts and only read
 // after.
 
@@ -54,6 +54,10 @@ type mqttTrack struct {
 	// rel are the QoS 2 deliveries received (PUBREC) and not completed
 	// (PUBCOMP), by packet identifier: a resume releases them again.
 	rel map[uint16]struct{}
+	// cur is the position of the next packet the writer writes, from
+	// the line framePrefix put before it; the writer's, not under imu
+	// (mqtt_write.go).
+	cur trackPos
 }
 
 // trackKey is a stream: a subscription's partition.
@@ -194,7 +198,7 @@ func (s *mqttSession) replayFrame(rec *engine.Record, sub *subscription) []byte 
 // flight. Tracking of subscriptions the session no longer holds is let go.
 func (s *mqttSession) sessionPositions() (next, inFlight map[uint64][]engine.Position) {
 	held := map[uint64]bool{}
-	for _, e := range s.subs {
+	for _, e := range s.subs.all() {
 		mp := e.p
 		if mp == nil {
 			continue
@@ -235,7 +239,7 @@ func (s *mqttSession) sessionRecord(expires time.Time) engine.MQTTSession {
 	rec := engine.MQTTSession{ClientID: s.clientID, Owner: s.owner, Node: s.rt.sessionNode(), ExpiresAt: expires,
 		Expiry: s.expiryDuration(), Epoch: s.rt.eng.Epoch()}
 	next, inFlight := s.sessionPositions()
-	for f, e := range s.subs {
+	for f, e := range s.subs.all() {
 		mf := e.f
 		if mf == nil {
 			continue

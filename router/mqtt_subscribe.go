@@ -230,13 +230,15 @@ func refusalReason(pe *protoError) byte {
 // local, and keeps RETAIN if one of them has retain as published.
 type mqttPattern struct {
 	sub     *subscription
-	users   [3]int // the filters using it, by granted QoS
-	noLocal int    // of those, the ones with no local
-	rap     int    // and with retain as published
-	subIDs  []int  // the subscription identifiers of its filters, one per filter that has one
+	users   [3]int32 // the filters using it, by granted QoS
+	noLocal int32    // of those, the ones with no local
+	rap     int32    // and with retain as published
 	// presence counts the filters that asked presence: the session is in
 	// the topic's presence set while it is above 0 (mqtt_presence.go).
-	presence int
+	// (The counts are int32: a session holds far fewer filters, and the
+	// struct fits 80 bytes.)
+	presence int32
+	subIDs   []int // the subscription identifiers of its filters, one per filter that has one
 	// since is when it began to deliver, for a persistent session's
 	// partitions without a position (mqtt_session_track.go).
 	since time.Time
@@ -244,7 +246,7 @@ type mqttPattern struct {
 
 // add counts filter mf among the pattern's users (n 1) or takes it off
 // (n -1).
-func (mp *mqttPattern) add(mf *mqttFilter, n int) {
+func (mp *mqttPattern) add(mf *mqttFilter, n int32) {
 	mp.users[mf.qos] += n
 	if mf.noLocal {
 		mp.noLocal += n

@@ -28,6 +28,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -42,13 +43,19 @@ import (
 // MQTT's own (the reason code goes in disc).
 const closeStatusMQTT = websocket.StatusNormalClosure
 
-// maxKeptWriteBuf bounds the write buffer a session keeps between batches.
+// maxKeptWriteBuf bounds a write buffer kept for the next batch.
 const maxKeptWriteBuf = 64 << 10
+
+// mqttWriteBufs hold the sessions' write buffers (*[]byte) between
+// batches: a session takes one for a batch and gives it back after, so an
+// idle session holds none and a busy one mostly finds its last.
+var mqttWriteBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // write implements session.Transport.Write: one batch of the queue, after
 // the held QoS 1 and 2 deliveries the window now lets go.
 func (s *mqttSession) write(_ context.Context, p []byte) error {
-	out := s.releaseHeld(s.wbuf[:0])
+	buf := mqttWriteBufs.Get().(*[]byte)
+	out := s.releaseHeld((*buf)[:0])
 	for i := 0; i < len(p); {
 		switch p[i] {
 		case '\n':
@@ -68,7 +75,9 @@ func (s *mqttSession) write(_ context.Context, p []byte) error {
 			if j < 0 {
 				j = len(p) - i
 			}
-			s.cur = parsePrefix(p[i+1 : i+j])
+			if s.trk != nil {
+				s.trk.cur = parsePrefix(p[i+1 : i+j])
+			}
 			i += j
 			continue
 		}
@@ -78,8 +87,10 @@ func (s *mqttSession) write(_ context.Context, p []byte) error {
 		}
 		pkt := p[i : i+n]
 		i += n
-		pos := s.cur
-		s.cur = trackPos{}
+		var pos trackPos
+		if s.trk != nil {
+			pos, s.trk.cur = s.trk.cur, trackPos{}
+		}
 		if s.maxOut > 0 && n > s.maxOut {
 			s.rt.mq.m.skipped.WithLabelValues("too_large").Inc() // [MQTT-3.1.2-25]
 			continue
@@ -102,9 +113,8 @@ func (s *mqttSession) write(_ context.Context, p []byte) error {
 	}
 	err := s.flush(out)
 	if cap(out) <= maxKeptWriteBuf {
-		s.wbuf = out[:0]
-	} else {
-		s.wbuf = nil
+		*buf = out[:0]
+		mqttWriteBufs.Put(buf)
 	}
 	return err
 }
