@@ -358,8 +358,8 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 // pendMsg builds x's NATS message; cum is the partition's bytes with x.
 func (e *Engine) pendMsg(x *pend, cum int64) *nats.Msg {
 	msg := &nats.Msg{Subject: x.p.subject, Data: x.m.Data, Header: header(x.off, x.now, cum)}
-	if meta := metaOf(&x.m); meta != nil {
-		msg.Header.Set(hMeta, string(meta))
+	if meta := metaOf(&x.m); meta != "" {
+		msg.Header.Set(hMeta, meta)
 	}
 	return msg
 }
