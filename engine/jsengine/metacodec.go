@@ -75,11 +75,17 @@ func plainASCII(s string) bool {
 
 // decodeMeta decodes a metadata header as json.Unmarshal into a recMeta
 // does; ok is false where json.Unmarshal fails.
-func decodeMeta(s string) (meta recMeta, ok bool) {
-	if meta, ok = scanMeta(s); ok {
+func decodeMeta(s string) (recMeta, bool) {
+	if meta, ok := scanMeta(s); ok {
 		return meta, true
 	}
-	meta = recMeta{}
+	return unmarshalMeta(s)
+}
+
+// unmarshalMeta is decodeMeta's slow path, apart so that only it moves
+// its result to the heap.
+func unmarshalMeta(s string) (recMeta, bool) {
+	var meta recMeta
 	if err := json.Unmarshal([]byte(s), &meta); err != nil {
 		return recMeta{}, false
 	}
