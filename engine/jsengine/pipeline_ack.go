@@ -26,6 +26,10 @@ package jsengine
 //
 // Batches and records with a MsgID still publish through nats.go.
 //
+// Lock order: ackInbox.mu is taken last (publish runs under
+// partition.amu and Engine.wmu; the subscription's callback and the
+// timers take it alone, and call nothing under it).
+//
 // Concurrency: ackInbox is safe for concurrent use; its status goroutine
 // (watch, started by setup) exits when shutdown closes the inbox or the
 // connection closes.
