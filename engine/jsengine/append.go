@@ -24,7 +24,6 @@ package jsengine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -151,15 +150,6 @@ func (e *Engine) appendTo(ctx context.Context, t *topic, m *engine.Message, msgI
 	return e.appendToPart(ctx, t, m, msgID, t.partitioner.Partition(m.Key, len(t.parts)))
 }
 
-// metaOf is the Sy-Meta header of m, nil when it has none.
-func metaOf(m *engine.Message) []byte {
-	if m.Key == "" && len(m.Headers) == 0 && m.Priority == 0 {
-		return nil
-	}
-	meta, _ := json.Marshal(recMeta{K: m.Key, H: m.Headers, P: m.Priority})
-	return meta
-}
-
 // appendToPart is appendTo into partition index pi. It holds p.amu across
 // the attempts (appendLocked), releasing it while a Block append waits,
 // and lets p's groups catch up when the append trimmed the partition.
@@ -198,7 +188,7 @@ func (e *Engine) appendToPart(ctx context.Context, t *topic, m *engine.Message, 
 type appendReq struct {
 	data  []byte // the payload (a pointer to the message would move it to the heap)
 	msgID string // Nats-Msg-Id, empty for none
-	meta  []byte // the Sy-Meta header, nil for none
+	meta  string // the Sy-Meta header, "" for none
 	size  int64  // recordBytes of the record
 }
 
@@ -315,8 +305,8 @@ func (e *Engine) waitIfFull(ctx context.Context, t *topic, p *partition, bw **li
 // last subject sequence as this node knows it.
 func recordMsg(p *partition, r *appendReq, off int64, now time.Time) *nats.Msg {
 	msg := &nats.Msg{Subject: p.subject, Data: r.data, Header: header(off, now, p.cum+r.size)}
-	if r.meta != nil {
-		msg.Header.Set(hMeta, string(r.meta))
+	if r.meta != "" {
+		msg.Header.Set(hMeta, r.meta)
 	}
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(p.lastSeq, 10))
 	if r.msgID != "" {

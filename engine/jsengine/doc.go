@@ -95,6 +95,9 @@
 // tail.go), one watcher loop per bucket (topics, groups, live, and retained once
 // the first retained call opens it: retained.go; mqtt sessions likewise:
 // mqttsession.go), the
+// acknowledgement inbox's status watcher (answers chained records pending
+// when the connection starts reconnecting; its subscription's handler runs
+// on nats.go's subscription goroutine: pipeline_ack.go), the
 // connection watcher (tracks the connection's status for the fail-fast and
 // watcher-resume rules, conn.go), the committer (writes positions, claims
 // and releases, up to 16 keys at once from goroutines it waits for before
@@ -157,7 +160,8 @@
 // Leaf locks, held while taking no other: tailState.tailMu (tail.go),
 // connState.connMu (conn.go), dedupeCalls.dmu (dedupe.go),
 // letterQueue.lmu and dlBounds.mu (deadletter.go), topicList.topicsMu
-// (listing.go), the mutexes in Engine.life and Engine.observers, and
+// (listing.go), ackInbox.mu (pipeline_ack.go), the mutexes in Engine.life
+// and Engine.observers, and
 // presence's two, taken in the order presence.notifyMu, presence.mu
 // (presence.go), a mirrored bucket's two (kvmirror.go: the retained
 // messages' and the MQTT sessions'), taken in the order kvMirror.startMu

@@ -99,6 +99,7 @@ type Engine struct {
 	nc     *nats.Conn
 	ownNC  bool
 	js     jetstream.JetStream
+	acks   *ackInbox // chained records' acknowledgements (pipeline_ack.go)
 	prefix string
 	node   string // this engine's node ID: random, a safe subject token
 
@@ -488,6 +489,9 @@ func (e *Engine) shutdown() {
 	}
 	e.stopTail()
 	close(e.tailStop)
+	if e.acks != nil {
+		e.acks.close(closedErr())
+	}
 	if e.ownNC {
 		e.nc.Close()
 	}

@@ -5,7 +5,8 @@ package jsengine
 // published, so one partition takes at most one record per NATS round
 // trip, and a round trip that queues behind the node's own fan-out
 // (reading the reply waits for CPU) slows every publisher of it.
-// AppendAsync publishes without waiting (nats.go's PublishMsgAsync) and
+// AppendAsync publishes without waiting (with its own reply subscription:
+// pipeline_ack.go) and
 // keeps the guarantees of the expected-sequence scheme with a chain:
 //
 //   - Every pipelined record carries its own Nats-Msg-Id, <node>.<n>.
@@ -322,7 +323,7 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 	if f := e.beforePipelinedPublish.Load(); f != nil {
 		(*f)()
 	}
-	fut, err := e.js.PublishMsgAsync(msg)
+	fut, err := e.acks.publish(msg) // pipeline_ack.go
 	if err != nil {
 		e.wmu.Unlock()
 		p.amu.Unlock()
@@ -358,8 +359,8 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 // pendMsg builds x's NATS message; cum is the partition's bytes with x.
 func (e *Engine) pendMsg(x *pend, cum int64) *nats.Msg {
 	msg := &nats.Msg{Subject: x.p.subject, Data: x.m.Data, Header: header(x.off, x.now, cum)}
-	if meta := metaOf(&x.m); meta != nil {
-		msg.Header.Set(hMeta, string(meta))
+	if meta := metaOf(&x.m); meta != "" {
+		msg.Header.Set(hMeta, meta)
 	}
 	return msg
 }

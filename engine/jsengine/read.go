@@ -20,7 +20,6 @@ package jsengine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -71,8 +70,7 @@ func parseMsg(t *topic, partition int, seq uint64, h nats.Header, data []byte) (
 	}
 	r := &engine.Record{Topic: t.name, Partition: partition, Offset: off, Data: data, Time: p.time}
 	if m := h.Get(hMeta); m != "" {
-		var meta recMeta
-		if err := json.Unmarshal([]byte(m), &meta); err == nil {
+		if meta, ok := decodeMeta(m); ok { // metacodec.go
 			r.Key, r.Headers, r.Priority = meta.K, meta.H, meta.P
 		}
 	}

@@ -29,6 +29,14 @@ func (e *Engine) setup(ctx context.Context) error {
 		return unavailable("jetstream", err)
 	}
 	e.js = js
+	if e.acks, err = newAckInbox(e.nc); err != nil {
+		return unavailable("ack inbox", err)
+	}
+	e.wg.Add(1)
+	go func() { // exits when shutdown closes the inbox
+		defer e.wg.Done()
+		e.acks.watch()
+	}()
 	if err := e.openStores(ctx); err != nil {
 		return err
 	}
