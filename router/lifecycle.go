@@ -68,7 +68,7 @@ type conn struct {
 	byKey  map[subKey]*subscription
 	nextID uint64
 	closed bool
-	// filterBytes is the filter bytes of the subscriptions in subs
+	// filterBytes is the filter bytes of the subscriptions in byID
 	// (bounded by Bounds.MaxSessionFilterBytes).
 	filterBytes int
 	// leases and leaseBytes are what the group memberships reserved

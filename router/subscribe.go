@@ -277,8 +277,8 @@ func (cn *conn) startReplay(s *subscription, sp *subscribeSpec) *protoError {
 	return nil
 }
 
-// removeLocked takes s out of the session: its key, the filter bytes it
-// held and the id index. Every way a subscription ends passes here
+// removeLocked takes s out of the session: its entries in byID and byKey
+// (conn_subs.go) and the filter bytes it held. Every way a subscription ends passes here
 // (unsubscribe, teardown, a refresh that revokes it, a deleted group, a
 // subscribe that failed, and dropSub itself), so the session's maps hold
 // only its subscriptions, however many came and went. It reports whether
