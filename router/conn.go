@@ -218,8 +218,8 @@ func (cn *conn) ack(req *request) *protoError {
 	}
 	cn.mu.Lock()
 	subscribed, member := false, ""
-	for k, s := range cn.subs {
-		if k.group == *req.Group {
+	for _, s := range cn.byID {
+		if s.group == *req.Group {
 			subscribed, member = true, s.member
 			break
 		}

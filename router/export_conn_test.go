@@ -8,7 +8,7 @@ import "weak"
 func SessionIndexes(rt *Router) (subs, indexed int) {
 	for _, c := range rt.connList() {
 		c.mu.Lock()
-		subs += len(c.subs)
+		subs += len(c.byID)
 		indexed += len(c.byID)
 		c.mu.Unlock()
 	}
@@ -21,7 +21,7 @@ func TrackSubscriptions(rt *Router) func() int {
 	var ws []weak.Pointer[subscription]
 	for _, c := range rt.connList() {
 		c.mu.Lock()
-		for _, s := range c.subs {
+		for _, s := range c.byID {
 			ws = append(ws, weak.Make(s))
 		}
 		c.mu.Unlock()

@@ -8,7 +8,7 @@ func CatchingUp(rt *Router) int {
 	n := 0
 	for _, c := range rt.connList() {
 		c.mu.Lock()
-		for _, s := range c.subs {
+		for _, s := range c.byID {
 			if s.group == "" && !s.isLive.Load() {
 				n++
 			}

@@ -20,8 +20,8 @@ func UnsentGroupDeliveries(rt *Router) int {
 	n := 0
 	for _, c := range rt.connList() {
 		c.mu.Lock()
-		subs := make([]*subscription, 0, len(c.subs))
-		for _, s := range c.subs {
+		subs := make([]*subscription, 0, len(c.byID))
+		for _, s := range c.byID {
 			subs = append(subs, s)
 		}
 		c.mu.Unlock()

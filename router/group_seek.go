@@ -84,8 +84,8 @@ func (rt *Router) awaitDrained(ctx context.Context, group string) {
 	var subs []*subscription
 	for _, cn := range rt.connList() {
 		cn.mu.Lock()
-		for k, s := range cn.subs {
-			if k.group == group {
+		for _, s := range cn.byID {
+			if s.group == group {
 				subs = append(subs, s)
 			}
 		}

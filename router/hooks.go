@@ -274,8 +274,8 @@ func (rt *Router) hookPublish(ctx context.Context, session string, who *principa
 func (cn *conn) hookMember(group string) bool {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	for k, s := range cn.subs {
-		if k.group == group && s.hookAllowed {
+	for _, s := range cn.byID {
+		if s.group == group && s.hookAllowed {
 			return true
 		}
 	}

@@ -61,12 +61,14 @@ type conn struct {
 	// info is what GET /v1/sessions shows of it (sessions_api.go).
 	info sessionInfo
 
-	mu     sync.Mutex // guards the fields below
-	subs   map[subKey]*subscription
+	mu sync.Mutex // guards the fields below
+	// byID holds the session's subscriptions by id; byKey indexes them by
+	// pattern and group once there are many (conn_subs.go).
 	byID   map[uint64]*subscription
+	byKey  map[subKey]*subscription
 	nextID uint64
 	closed bool
-	// filterBytes is the filter bytes of the subscriptions in subs
+	// filterBytes is the filter bytes of the subscriptions in byID
 	// (bounded by Bounds.MaxSessionFilterBytes).
 	filterBytes int
 	// leases and leaseBytes are what the group memberships reserved
@@ -121,7 +123,7 @@ func (k transportKind) String() string {
 func (rt *Router) newConn(c echo.Context, k transportKind, who *principal, lean bool) *conn {
 	cn := &conn{rt: rt, kind: k, id: newID(), lean: lean, set: rt.admittedWith(c),
 		client: clientKey(who, c.RealIP()), info: newSessionInfo(c, k.String(), who),
-		subs: make(map[subKey]*subscription), byID: make(map[uint64]*subscription)}
+		byID: make(map[uint64]*subscription)}
 	cn.who.p.Store(who)
 	if k.ops() {
 		cn.pipe = newPubPipe(rt.opts.PublishPipeline, rt.opts.PublishPipelineBytes, rt.opts.Session.ControlBytes)
@@ -215,8 +217,8 @@ func (cn *conn) teardown() {
 	}
 	cn.mu.Lock()
 	cn.closed = true
-	subs := make([]*subscription, 0, len(cn.subs))
-	for _, s := range cn.subs {
+	subs := make([]*subscription, 0, len(cn.byID))
+	for _, s := range cn.byID {
 		subs = append(subs, s)
 	}
 	for _, s := range subs {

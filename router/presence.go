@@ -270,7 +270,7 @@ func (cn *conn) presenceOp(req *request) *protoError {
 // presenceMemberOf returns the session's presence member of topic, if any.
 func (cn *conn) presenceMemberOf(topic string) *presenceMember {
 	cn.mu.Lock()
-	s := cn.subs[subKey{topic, ""}]
+	s := cn.subNamed(subKey{topic, ""})
 	cn.mu.Unlock()
 	if s == nil || !s.presence.Load() {
 		return nil
@@ -286,7 +286,7 @@ func (cn *conn) presenceMemberOf(topic string) *presenceMember {
 func (cn *conn) presenceMember(topic string) bool {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	s := cn.subs[subKey{topic, ""}]
+	s := cn.subNamed(subKey{topic, ""})
 	return s != nil && s.presence.Load()
 }
 

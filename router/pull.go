@@ -330,8 +330,8 @@ func (rt *Router) endGroup(group string) {
 	for _, cn := range conns {
 		var ended []*subscription
 		cn.mu.Lock()
-		for k, s := range cn.subs {
-			if k.group == group {
+		for _, s := range cn.byID {
+			if s.group == group {
 				ended = append(ended, s)
 				cn.removeLocked(s)
 			}

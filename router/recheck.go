@@ -207,7 +207,7 @@ func (cn *conn) endRefused() {
 func (cn *conn) allowsAll(p *principal) bool {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	for _, s := range cn.subs {
+	for _, s := range cn.byID {
 		if !allowedStill(p, s) {
 			return false
 		}

@@ -152,7 +152,7 @@ func (cn *conn) revoke(op string) {
 	var gone []*subscription
 	who := cn.who.load()
 	cn.mu.Lock()
-	for _, s := range cn.subs {
+	for _, s := range cn.byID {
 		if allowedStill(who, s) {
 			continue
 		}

@@ -164,7 +164,7 @@ func (rt *Router) notFoundOnNodes(id string, asked, answered int) error {
 // view is the session's listing entry.
 func (cn *conn) view(node string) sessionView {
 	cn.mu.Lock()
-	subs := len(cn.subs)
+	subs := len(cn.byID)
 	cn.mu.Unlock()
 	st := cn.sess.Stats()
 	return sessionView{

@@ -202,7 +202,8 @@ func (rt *Router) unsubscribeLocal(id, pattern, group string) (bool, *protoError
 		return true, perr(codeBadRequest, "session %s is an MQTT session, which cannot be told that one subscription ended; end the session instead (DELETE /v1/sessions/%s)", id, id)
 	}
 	cn.mu.Lock()
-	s, ok := cn.subs[subKey{pattern, group}]
+	s := cn.subNamed(subKey{pattern, group})
+	ok := s != nil
 	if ok {
 		cn.removeLocked(s)
 	}

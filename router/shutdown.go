@@ -35,8 +35,8 @@ func (rt *Router) handBack(ctx context.Context, conns []*conn) {
 	var subs []*subscription
 	for _, cn := range conns {
 		cn.mu.Lock()
-		for k, s := range cn.subs {
-			if k.group != "" && s.member != "" {
+		for _, s := range cn.byID {
+			if s.group != "" && s.member != "" {
 				subs = append(subs, s)
 			}
 		}

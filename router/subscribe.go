@@ -182,7 +182,7 @@ func (cn *conn) register(sp *subscribeSpec) (*subscription, *protoError) {
 		cn.mu.Unlock()
 		return nil, perr(codeShuttingDown, "session is closing")
 	}
-	if _, ok := cn.subs[key]; ok {
+	if cn.subNamed(key) != nil {
 		cn.mu.Unlock()
 		return nil, perr(codeBadRequest, "already subscribed to %s", quoteInput(sp.pattern))
 	}
@@ -193,7 +193,7 @@ func (cn *conn) register(sp *subscribeSpec) (*subscription, *protoError) {
 		cn.mu.Unlock()
 		return nil, cn.rt.forbidden("subscribe", "not allowed to subscribe to %q (the grants changed meanwhile)", sp.pattern)
 	}
-	if len(cn.subs) >= cn.set.maxSubscriptions {
+	if len(cn.byID) >= cn.set.maxSubscriptions {
 		cn.mu.Unlock()
 		return nil, perr(codeTooManySubs, "a session may hold at most %d subscriptions", cn.set.maxSubscriptions)
 	}
@@ -211,8 +211,7 @@ func (cn *conn) register(sp *subscribeSpec) (*subscription, *protoError) {
 	if sp.delta {
 		s.delta = &deltaSub{last: map[partKey]int64{}}
 	}
-	cn.subs[key] = s
-	cn.byID[s.id] = s
+	cn.addLocked(s)
 	cn.mu.Unlock()
 	return s, nil
 }
@@ -278,8 +277,8 @@ func (cn *conn) startReplay(s *subscription, sp *subscribeSpec) *protoError {
 	return nil
 }
 
-// removeLocked takes s out of the session: its key, the filter bytes it
-// held and the id index. Every way a subscription ends passes here
+// removeLocked takes s out of the session: its entries in byID and byKey
+// (conn_subs.go) and the filter bytes it held. Every way a subscription ends passes here
 // (unsubscribe, teardown, a refresh that revokes it, a deleted group, a
 // subscribe that failed, and dropSub itself), so the session's maps hold
 // only its subscriptions, however many came and went. It reports whether
@@ -288,14 +287,13 @@ func (cn *conn) startReplay(s *subscription, sp *subscribeSpec) *protoError {
 // and group (the client no longer holds the subscription), and their drops
 // record no dead letter. The caller holds cn.mu.
 func (cn *conn) removeLocked(s *subscription) bool {
-	key := subKey{s.pattern, s.group}
-	held := cn.subs[key] == s
+	held := cn.byID[s.id] == s
 	if held {
-		delete(cn.subs, key)
-		cn.filterBytes -= mapSize(s.filter)
-	}
-	if cn.byID[s.id] == s {
 		delete(cn.byID, s.id)
+		if key := (subKey{s.pattern, s.group}); cn.byKey[key] == s {
+			delete(cn.byKey, key)
+		}
+		cn.filterBytes -= mapSize(s.filter)
 	}
 	return held
 }
@@ -348,7 +346,7 @@ func (cn *conn) joinGroup(s *subscription, from fromSpec, create bool) *protoErr
 	}
 	// Under cn.mu: Shutdown's hand-back reads it from another goroutine.
 	cn.mu.Lock()
-	held := cn.subs[subKey{s.pattern, s.group}] == s
+	held := cn.byID[s.id] == s
 	if held {
 		s.member = member
 	}
@@ -404,7 +402,8 @@ func (cn *conn) unsubscribe(req *request) *protoError {
 	}
 	key := subKey{*req.Pattern, group}
 	cn.mu.Lock()
-	s, ok := cn.subs[key]
+	s := cn.subNamed(key)
+	ok := s != nil
 	if ok {
 		cn.removeLocked(s)
 	}

@@ -80,10 +80,12 @@ type Queue struct {
 	maxFrames int
 	full      chan struct{}
 
-	mu       sync.Mutex // guards following
-	closed   bool
-	control  ring
-	lanes    [numLanes]ring
+	mu      sync.Mutex // guards following
+	closed  bool
+	control ring
+	// lanes are made on first use and, once empty, given back to lanePool
+	// when the session parks (Shrink): an idle session holds none.
+	lanes    [numLanes]*ring
 	msgs     int // queued message items (bounded by limit)
 	others   int // queued control and reliable items (bounded by hardLimit)
 	ctlBytes int // bytes of the queued control items
@@ -93,7 +95,7 @@ type Queue struct {
 	dropped  uint64
 	drops    atomic.Uint64 // dropped, raised once a drop's bookkeeping is done (Session.Dropped)
 	gapsSent uint64
-	dropping Item // the item handed to OnDrop, kept here so it does not escape
+	dropping *Item // the item handed to OnDrop, kept so it does not escape; made at the first drop
 	lastKey  Stream
 	lastSt   *streamState // the state of lastKey, nil when none (see lookup)
 	taken    []any        // Refs of the last AppendBatch; owned by the consumer
@@ -222,7 +224,10 @@ func (q *Queue) push(it *Item) Outcome {
 	}
 	st.queued++
 	st.lane = uint8(lane)
-	r := &q.lanes[lane]
+	r := q.lanes[lane]
+	if r == nil {
+		r = q.newLane(lane)
+	}
 	r.push(*it, st)
 	r.count(it, 1)
 	q.remember(it.Stream, st)
@@ -244,8 +249,8 @@ func laneOf(st *streamState, prio int) int {
 // It reports whether it dropped one.
 func (q *Queue) evict(hi int, oldOnly bool) bool {
 	for l := 0; l <= hi; l++ {
-		r := &q.lanes[l]
-		if r.evictable == 0 || oldOnly && r.dropOld == 0 {
+		r := q.lanes[l]
+		if r == nil || r.evictable == 0 || oldOnly && r.dropOld == 0 {
 			continue
 		}
 		for i := 0; i < r.n; i++ {
@@ -269,9 +274,12 @@ func (q *Queue) evict(hi int, oldOnly bool) bool {
 func (q *Queue) drop(it *Item) {
 	q.dropped++
 	if q.onDrop != nil {
-		q.dropping = *it
-		q.onDrop(&q.dropping)
-		q.dropping = Item{}
+		if q.dropping == nil {
+			q.dropping = new(Item)
+		}
+		*q.dropping = *it
+		q.onDrop(q.dropping)
+		*q.dropping = Item{}
 	}
 	st := q.stream(it.Stream)
 	st.gaps = addGap(st.gaps, it.Offset)

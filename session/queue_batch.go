@@ -46,8 +46,8 @@ func (q *Queue) take(b *batch) {
 	}
 
 	for l := numLanes - 1; l >= 0; l-- {
-		r := &q.lanes[l]
-		for r.n > 0 {
+		r := q.lanes[l]
+		for r != nil && r.n > 0 {
 			sl := r.at(0)
 			it, st := &sl.it, sl.st
 			// A stream's pending gaps before this offset go first, and

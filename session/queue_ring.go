@@ -143,3 +143,28 @@ func (r *ring) compact() {
 	}
 	r.n = w
 }
+
+// lanePool holds the empty lanes that parked sessions gave back (Shrink):
+// each holds no buffer, its counters zero.
+var lanePool = sync.Pool{New: func() any { return new(ring) }}
+
+// newLane makes lane l of q, which has none: the first item of its
+// priority since the session was made or last parked.
+func (q *Queue) newLane(l int) *ring {
+	r := lanePool.Get().(*ring)
+	q.lanes[l] = r
+	return r
+}
+
+// dropLanes gives q's empty lanes that hold no buffer back to lanePool; a
+// lane that grew past minRing slots keeps its buffer, and the queue keeps
+// it.
+func (q *Queue) dropLanes() {
+	for l, r := range q.lanes {
+		if r != nil && r.n == 0 && r.buf == nil {
+			*r = ring{}
+			lanePool.Put(r)
+			q.lanes[l] = nil
+		}
+	}
+}

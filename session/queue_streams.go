@@ -97,10 +97,11 @@ func (q *Queue) release(s Stream, st *streamState) {
 var streamMaps = sync.Pool{New: func() any { return make(map[Stream]*streamState) }}
 
 // Shrink lets an empty queue (no items, no pending gaps) give back what it
-// keeps for its next items: the state of the stream last looked up and
-// its map of streams, which go back to a pool shared by all queues. A
-// session's writer calls it when it parks, so that an idle session holds
-// neither; a queue with anything to do is left as it is.
+// keeps for its next items: the state of the stream last looked up, its
+// map of streams and its empty lanes, which go back to pools shared by
+// all queues. A session's writer calls it when it parks, so that an idle
+// session holds none of them; a queue with anything to do is left as it
+// is.
 func (q *Queue) Shrink() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -116,6 +117,7 @@ func (q *Queue) Shrink() {
 		streamMaps.Put(q.streams)
 		q.streams = nil
 	}
+	q.dropLanes()
 }
 
 // addGap adds offset off to the sorted ranges gs, merging contiguous ones.

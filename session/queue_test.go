@@ -2,6 +2,7 @@ package session
 
 import (
 	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -242,8 +243,10 @@ func checkInvariants(t *testing.T, q *Queue) {
 	}
 	msgs, others := 0, q.control.live
 	perStream := map[Stream]int{}
-	for l := range q.lanes {
-		r := &q.lanes[l]
+	for l, r := range q.lanes {
+		if r == nil {
+			continue
+		}
 		live, ev, old := 0, 0, 0
 		for i := 0; i < r.n; i++ {
 			s := r.at(i)
@@ -331,8 +334,10 @@ func slotsHeld(q *Queue) int {
 // ringSlots is slotsHeld with q's lock held.
 func ringSlots(q *Queue) int {
 	n := len(q.control.buf)
-	for i := range q.lanes {
-		n += len(q.lanes[i].buf)
+	for _, r := range q.lanes {
+		if r != nil {
+			n += len(r.buf)
+		}
 	}
 	return n
 }
@@ -403,6 +408,68 @@ func TestQueueShrink(t *testing.T) {
 	q.Push(msg(1, 3, 0, DropOld))
 	q.Shrink() // a gap pending and an item queued
 	if got := drain(q, 1<<20); !slices.Equal(got, []string{"g1:2-3", "m1:3"}) {
+		t.Fatalf("drained after Shrink %q", got)
+	}
+}
+
+// lanesHeld returns the lanes q holds.
+func lanesHeld(q *Queue) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for _, r := range q.lanes {
+		if r != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// TestQueueLanesOnFirstUse: a new queue holds no lanes; a push makes the
+// lane of its priority only; Shrink gives back the empty lanes but keeps
+// one that grew past its first buffer; the queue delivers highest
+// priority first before and after.
+func TestQueueLanesOnFirstUse(t *testing.T) {
+	q := NewQueue(Options{EncodeGap: testGap, QueueMessages: 64})
+	if n := lanesHeld(q); n != 0 {
+		t.Fatalf("a new queue holds %d lanes, want 0", n)
+	}
+	q.Push(ctl("r1")) // a control item takes no lane
+	q.Push(msg(1, 0, 2, DropOld))
+	if n := lanesHeld(q); n != 1 {
+		t.Fatalf("after a control item and a priority-2 message the queue holds %d lanes, want 1", n)
+	}
+	q.Push(msg(2, 0, 0, DropOld))
+	q.Push(msg(3, 0, 9, DropOld)) // counts as priority 3
+	if got := drain(q, 1<<20); !slices.Equal(got, []string{"c:r1", "m3:0", "m1:0", "m2:0"}) {
+		t.Fatalf("drained %q", got)
+	}
+	if n := lanesHeld(q); n != 3 {
+		t.Fatalf("before Shrink the queue holds %d lanes, want 3", n)
+	}
+	q.Shrink()
+	if n := lanesHeld(q); n != 0 {
+		t.Fatalf("after Shrink an empty queue holds %d lanes, want 0", n)
+	}
+	// A lane that grew keeps its buffer, and the queue keeps the lane.
+	for i := range 2 * minRing {
+		q.Push(msg(1, int64(1+i), 1, DropOld))
+	}
+	q.Push(msg(2, 1, 0, DropOld))
+	q.Shrink() // items queued: nothing changes
+	if n := lanesHeld(q); n != 2 {
+		t.Fatalf("Shrink with items queued left %d lanes, want 2", n)
+	}
+	if got := drain(q, 1<<20); len(got) != 2*minRing+1 || got[0] != "m1:1" || got[len(got)-1] != "m2:1" {
+		t.Fatalf("drained %q", got)
+	}
+	q.Shrink()
+	if n := lanesHeld(q); n != 1 {
+		t.Fatalf("after Shrink the queue holds %d lanes, want the grown one", n)
+	}
+	q.Push(msg(3, 1, 3, DropOld))
+	q.Push(msg(1, 2*minRing+1, 1, DropOld))
+	if got := drain(q, 1<<20); !slices.Equal(got, []string{"m3:1", "m1:" + strconv.Itoa(2*minRing+1)}) {
 		t.Fatalf("drained after Shrink %q", got)
 	}
 }

@@ -56,11 +56,11 @@ type Session struct {
 	q          *Queue
 
 	running   atomic.Bool
-	closeReq  chan struct{} // closed when a close is requested
-	readEnded chan struct{} // closed when the reader has returned
-	done      chan struct{} // closed when Run returns
-	pingDone  chan error    // a keepalive result, for the writer
-	ctl       chan struct{} // capacity 1: wakes the writer for the above
+	closeReq  chan struct{}              // closed when a close is requested
+	readEnded chan struct{}              // closed when the reader has returned
+	done      chan struct{}              // closed when Run returns
+	pingDone  atomic.Pointer[pingResult] // a keepalive's result, for the writer (pingOnce)
+	ctl       chan struct{}              // capacity 1: wakes the writer for the above
 
 	// writer is the writer goroutine's state (writerNotStarted, ...; see
 	// wake).
@@ -195,7 +195,6 @@ func newSession(id string, opts Options, sock socket) *Session {
 		readEnded:   make(chan struct{}),
 		writerEnded: make(chan struct{}),
 		done:        make(chan struct{}),
-		pingDone:    make(chan error, 1),
 		ctl:         make(chan struct{}, 1),
 	}
 	s.watchdog = time.AfterFunc(time.Hour, s.onWriteTimeout)

@@ -223,14 +223,12 @@ func (s *Session) control() (ended bool) {
 		return true
 	default:
 	}
-	select {
-	case err := <-s.pingDone:
+	if r := s.pingDone.Swap(nil); r != nil {
 		s.pinging = false
-		if err != nil {
-			s.abort(fmt.Errorf("%w: %w", ErrKeepalive, err))
+		if r.err != nil {
+			s.abort(fmt.Errorf("%w: %w", ErrKeepalive, r.err))
 			return true
 		}
-	default:
 	}
 	if s.pingDue.Swap(false) {
 		s.busy.Store(false) // see residentWindow
@@ -428,6 +426,18 @@ func (s *Session) pingOnce() {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.PongTimeout)
 	err := s.sock.ping(ctx)
 	cancel()
-	s.pingDone <- err // buffered: one ping at a time
+	r := pingSucceeded
+	if err != nil {
+		r = &pingResult{err: err}
+	}
+	s.pingDone.Store(r) // one ping at a time: the writer takes it before the next
 	s.kick()
 }
+
+// pingResult is the outcome of a keepalive ping (pingOnce), handed to the
+// writer through Session.pingDone: a pointer, where a buffered channel
+// would cost every session 112 bytes.
+type pingResult struct{ err error }
+
+// pingSucceeded is the result of every ping that got its pong.
+var pingSucceeded = &pingResult{}
