@@ -6,11 +6,17 @@ package router_test
 // same window is not overtaken for ever by group deliveries.
 
 import (
+	"context"
 	"fmt"
+	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/memengine"
 	"github.com/switchyard/switchyard/router"
 )
 
@@ -147,4 +153,60 @@ func TestMQTTGroupHeldBoundKeepsLiveAfterSeek(t *testing.T) {
 		}
 	}
 	t.Fatalf("the client acknowledged everything it got, %v, and never got job-0, whose lease is live (partitions %v)", got, part)
+}
+
+// newMQTTGatewayOn is newGatewayOn with the MQTT listener open.
+func newMQTTGatewayOn(t *testing.T, eng *memengine.Engine) *gateway {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	opts := router.Options{Engine: eng, Registry: reg, StatsInterval: -1}
+	opts.MQTT.Addr = "127.0.0.1:0"
+	rt, err := router.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(newAPICheck(t).wrap(rt))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		if err := rt.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		srv.Close()
+	})
+	return &gateway{t: t, eng: eng, rt: rt, srv: srv, reg: reg}
+}
+
+// TestMQTTGroupHeldShutdownNotAttempt: a group delivery an MQTT member
+// holds for want of room in its window when its gateway shuts down never
+// reached the wire, so the hand-back does not count it as an attempt
+// (shutdown.go: at worst a client sees a record once more than its
+// attempt number says, never fewer): a member on another gateway gets it
+// as its first attempt.
+func TestMQTTGroupHeldShutdownNotAttempt(t *testing.T) {
+	eng := memengine.New(memengine.Options{Policy: engine.GroupPolicy{MaxAttempts: 2, AckTimeout: time.Hour}})
+	t.Cleanup(func() { _ = eng.Close(context.Background()) })
+	a, b := newMQTTGatewayOn(t, eng), newGatewayOn(t, eng)
+	r := connectWindow(t, a, "sd-member", 1, "sd/plain", "$share/sd/sd/jobs")
+	pub := a.dial(t)
+	pub.publish(t, "sd.plain", "fills the window")
+	if p := r.expect(t, packets.Publish); p.TopicName != "sd/plain" {
+		t.Fatalf("got %s", p.TopicName)
+	}
+	pub.publish(t, "sd.jobs", "held")
+	waitLeased(t, a, "sd", 1)
+	waitUntil(t, "A's writer to take the held delivery's place in its queue", func() bool {
+		return router.UnsentGroupDeliveries(a.rt) == 0 && router.MQTTGroupHeld(a.rt) == 1
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := a.rt.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	c := b.dial(t)
+	c.subscribe(t, "sd.jobs", "group", "sd")
+	m := c.nextOp(t, "message")
+	if num(m, "attempt") != 1 {
+		t.Fatalf("after a clean shutdown got %v, want attempt 1: the held delivery never reached the client", m)
+	}
 }
