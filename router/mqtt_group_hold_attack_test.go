@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -209,4 +210,71 @@ func TestMQTTGroupHeldShutdownNotAttempt(t *testing.T) {
 	if num(m, "attempt") != 1 {
 		t.Fatalf("after a clean shutdown got %v, want attempt 1: the held delivery never reached the client", m)
 	}
+}
+
+// TestMQTTGroupHeldWindowUnderLoad: a client that keeps its window
+// (Receive Maximum 3) full, acknowledging its oldest delivery only when it
+// has three, while plain records and the records of two shared
+// subscriptions arrive together: no packet identifier is given twice
+// while in flight, each stream arrives in order without DUP, and every
+// record arrives once. (The client counts its own unacknowledged
+// PUBLISHes, which cannot see a PUBLISH written while its PUBACK was on
+// the way; the Receive Maximum itself is checked by the window tests.)
+func TestMQTTGroupHeldWindowUnderLoad(t *testing.T) {
+	g := newGateway(t, withMQTT, withLongAckTimeout)
+	const rm = 3
+	r := connectWindow(t, g, "hl-member", rm, "hl/plain", "$share/hla/hl/ja", "$share/hlb/hl/jb")
+	const n = 60
+	done := make(chan error, 1)
+	t.Cleanup(func() { <-done }) // before the gateway closes
+	go func() { // the publisher; its three streams interleave
+		defer close(done)
+		for i := range n {
+			for _, topic := range []string{"hl.plain", "hl.ja", "hl.jb"} {
+				body := strings.NewReader(fmt.Sprintf(`{"topic":%q,"data":%d}`, topic, i))
+				resp, err := g.srv.Client().Post(g.srv.URL+"/v1/publish", "application/json", body)
+				if err != nil {
+					done <- err
+					return
+				}
+				resp.Body.Close()
+				if resp.StatusCode/100 != 2 {
+					done <- fmt.Errorf("publish %s %d: %s", topic, i, resp.Status)
+					return
+				}
+			}
+		}
+	}()
+	next := map[string]int{}
+	var owed []uint16
+	inFlight := map[uint16]bool{}
+	for got := 0; got < 3*n; got++ {
+		p := r.expect(t, packets.Publish)
+		if inFlight[p.PacketID] {
+			t.Fatalf("packet identifier %d given again while in flight", p.PacketID)
+		}
+		inFlight[p.PacketID] = true
+		owed = append(owed, p.PacketID)
+		if len(owed) > rm {
+			t.Fatalf("%d unacknowledged PUBLISHes, Receive Maximum %d", len(owed), rm)
+		}
+		if want := fmt.Sprint(next[p.TopicName]); string(p.Payload) != want || p.FixedHeader.Dup {
+			t.Fatalf("%s: got %s dup=%v, want %s", p.TopicName, p.Payload, p.FixedHeader.Dup, want)
+		}
+		next[p.TopicName]++
+		if len(owed) == rm {
+			r.puback(t, owed[0])
+			delete(inFlight, owed[0])
+			owed = owed[1:]
+		}
+	}
+	for _, id := range owed {
+		r.puback(t, id)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitLeased(t, g, "hla", 0)
+	waitLeased(t, g, "hlb", 0)
+	r.noPublishYet(t)
 }
