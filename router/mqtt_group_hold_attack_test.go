@@ -227,7 +227,8 @@ func TestMQTTGroupHeldWindowUnderLoad(t *testing.T) {
 	const n = 60
 	done := make(chan error, 1)
 	t.Cleanup(func() { <-done }) // before the gateway closes
-	go func() { // the publisher; its three streams interleave
+	// The publisher; its three streams interleave.
+	go func() {
 		defer close(done)
 		for i := range n {
 			for _, topic := range []string{"hl.plain", "hl.ja", "hl.jb"} {
