@@ -129,6 +129,11 @@ func (s *mqttSession) groupFrame(sub *subscription, d engine.Delivery) []byte {
 		if bound >= 0 {
 			s.holdGroupLocked(sub, d, qos, bound)
 			s.imu.Unlock()
+			if bound > 0 && s.holdBound(sub) == 0 {
+				// The membership ended meanwhile, maybe after its
+				// dropSub dropped what it held (dropHeldOf).
+				s.dropHeldOf(sub)
+			}
 			return []byte{}
 		}
 		s.imu.Unlock()
@@ -209,7 +214,10 @@ func (s *mqttSession) takeGroupIDLocked(sub *subscription, pos engine.Position) 
 // member is replaced in its place by the newer attempt; one whose lease
 // ran out otherwise is still written (the engine's Delivery does not say
 // when its lease ends), and its PUBACK then gets ErrNotInFlight, which
-// changes nothing. When the session ends, its member leaves the group
+// changes nothing. When a subscription ends (an UNSUBSCRIBE, a SUBSCRIBE
+// replacing it, its group deleted: dropSub) its held deliveries are
+// dropped with it, its member having left the group, which has them back.
+// When the session ends, its member leaves the group
 // (dropSub), which takes back every record leased to it, held or
 // written, and the acker drops the held list (startAcker); a graceful
 // shutdown hands the member back in the same way (shutdown.go), the held
@@ -362,6 +370,20 @@ func (s *mqttSession) writeHeld(hg heldGroup, id uint16) {
 		delete(s.inflight, id)
 		delete(s.groupAcks, id)
 		s.imu.Unlock()
+	}
+}
+
+// dropHeldOf drops the held deliveries of a subscription that ended
+// (dropSub: an UNSUBSCRIBE, a SUBSCRIBE replacing it, its group deleted):
+// its member left its group, which has them back.
+func (s *mqttSession) dropHeldOf(sub *subscription) {
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	if h := s.groupHeld; h != nil {
+		h.q = slices.DeleteFunc(h.q, func(hg heldGroup) bool { return hg.sub == sub })
+		if len(h.q) == 0 {
+			h.q = nil
+		}
 	}
 }
 
