@@ -228,11 +228,14 @@ func (s *mqttSession) takeGroupIDLocked(sub *subscription, pos engine.Position) 
 // subscription.leases its membership reserved: at most --queue-messages,
 // and over the session's memberships at most
 // GroupBounds.MaxSessionLeases), so that many held deliveries are live
-// leases at most. Held deliveries whose leases ran out or were dropped
-// by a seek are not, so the held deliveries of a subscription are
-// bounded by its leases: past that the oldest of them, the first whose
-// lease ran out, is dropped, counted as window_full (the group delivers
-// it again after its ack timeout, as before holding).
+// leases at most. Held deliveries whose leases ran out are not, so the
+// held deliveries of a subscription are bounded by its leases: past that
+// the one whose lease began first (a redelivery in place begins a new
+// one), the first whose lease runs out, is dropped, counted as
+// window_full (the group delivers it again after its ack timeout, as
+// before holding). A seek drops the held deliveries of the partitions it
+// moves for this node's members of its group (their leases go with it:
+// Router.seek), and a topic's deletion those of the topic.
 
 // groupHold is a session's held group deliveries; under mqttSession.imu.
 type groupHold struct {
@@ -242,6 +245,8 @@ type groupHold struct {
 	sending bool
 	// closed: the session ended; nothing more is held.
 	closed bool
+	// leases stamps the held deliveries' leases in the order they began.
+	leases uint64
 }
 
 // heldGroup is a group delivery waiting for room in the window.
@@ -249,6 +254,10 @@ type heldGroup struct {
 	sub *subscription
 	d   engine.Delivery
 	qos byte
+	// lease orders the held deliveries by when their leases began (a
+	// redelivery's is newer), 0 for one whose lease a seek is dropping
+	// (dropSeeking).
+	lease uint64
 }
 
 // mustHoldLocked reports whether a QoS 1 or 2 group delivery must wait:
@@ -283,16 +292,17 @@ func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos 
 		return // the member leaves: the group has it back
 	}
 	pos := deliveryPos(d)
+	h.leases++
 	n, oldest := 0, -1
 	for i := range h.q {
 		if h.q[i].sub != sub {
 			continue
 		}
 		if deliveryPos(h.q[i].d) == pos {
-			h.q[i] = heldGroup{sub: sub, d: d, qos: qos} // delivered again: the newer attempt
+			h.q[i] = heldGroup{sub: sub, d: d, qos: qos, lease: h.leases} // delivered again: the newer attempt, a new lease
 			return
 		}
-		if oldest < 0 {
+		if oldest < 0 || h.q[i].lease < h.q[oldest].lease {
 			oldest = i
 		}
 		n++
@@ -304,7 +314,7 @@ func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos 
 		}
 		h.q = slices.Delete(h.q, oldest, oldest+1)
 	}
-	h.q = append(h.q, heldGroup{sub: sub, d: d, qos: qos})
+	h.q = append(h.q, heldGroup{sub: sub, d: d, qos: qos, lease: h.leases})
 	s.rt.mq.m.windowWaits.Inc()
 }
 
@@ -384,6 +394,59 @@ func (s *mqttSession) dropHeldOf(sub *subscription) {
 		if len(h.q) == 0 {
 			h.q = nil
 		}
+	}
+}
+
+// heldSeek marks (drop false) or drops (drop true) the held deliveries of
+// topic's partition (every partition when partition < 0) for this node's
+// members of group, around a seek that drops their leases
+// (Router.seek): marked before it, so that one past the bound is dropped
+// first, whatever the seek leases next; dropped once it is done, unless
+// delivered again meanwhile (a new lease).
+func (rt *Router) heldSeek(group, topic string, partition int, drop bool) {
+	for _, cn := range rt.connList() {
+		if cn.mqtt == nil {
+			continue
+		}
+		cn.mqtt.heldMatch(drop, func(hg *heldGroup) bool {
+			return hg.sub.group == group && hg.d.Record.Topic == topic && (partition < 0 || hg.d.Record.Partition == partition)
+		})
+	}
+}
+
+// heldTopicDeleted drops the held deliveries of a deleted topic: their
+// leases are gone, and a topic made again under its name starts over.
+func (rt *Router) heldTopicDeleted(topic string) {
+	for _, cn := range rt.connList() {
+		if cn.mqtt == nil {
+			continue
+		}
+		match := func(hg *heldGroup) bool { return hg.d.Record.Topic == topic }
+		cn.mqtt.heldMatch(false, match)
+		cn.mqtt.heldMatch(true, match)
+	}
+}
+
+// heldMatch marks the held deliveries match reports (their lease stamp
+// 0), or drops those so marked that match reports when drop is set.
+func (s *mqttSession) heldMatch(drop bool, match func(*heldGroup) bool) {
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	h := s.groupHeld
+	if h == nil {
+		return
+	}
+	if !drop {
+		for i := range h.q {
+			if match(&h.q[i]) {
+				h.q[i].lease = 0
+			}
+		}
+		return
+	}
+	h.q = slices.DeleteFunc(h.q, func(hg heldGroup) bool { return hg.lease == 0 && match(&hg) })
+	if len(h.q) == 0 {
+		h.q = nil
 	}
 }
 
