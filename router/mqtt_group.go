@@ -221,7 +221,7 @@ func (s *mqttSession) takeGroupIDLocked(sub *subscription, pos engine.Position) 
 // (dropSub), which takes back every record leased to it, held or
 // written, and the acker drops the held list (startAcker); a graceful
 // shutdown hands the member back in the same way (shutdown.go), the held
-// deliveries counted as attempts as the written ones are.
+// deliveries as never written (takeHeldFor), not counted as attempts.
 //
 // Bound: the engine leases at most the member's window to one shared
 // subscription at once (engine.JoinRequest.MaxLeased, the
@@ -243,6 +243,9 @@ type groupHold struct {
 	// sending: a release took the first of q off and writes it (outside
 	// imu); further deliveries are held behind it, to keep their order.
 	sending bool
+	// cur is the delivery being written while sending: a graceful
+	// shutdown counts it with the held ones (takeHeldFor).
+	cur heldGroup
 	// closed: the session ended; nothing more is held.
 	closed bool
 	// leases stamps the held deliveries' leases in the order they began.
@@ -334,6 +337,7 @@ func (s *mqttSession) nextHeldLocked() (heldGroup, uint16, bool) {
 		h.q = nil
 	}
 	h.sending = true
+	h.cur = hg
 	return hg, s.takeGroupIDLocked(hg.sub, deliveryPos(hg.d)), true
 }
 
@@ -346,6 +350,7 @@ func (s *mqttSession) releaseGroup(hg heldGroup, id uint16) {
 		s.writeHeld(hg, id)
 		s.imu.Lock()
 		s.groupHeld.sending = false
+		s.groupHeld.cur = heldGroup{}
 		var ok bool
 		hg, id, ok = s.nextHeldLocked()
 		s.imu.Unlock()
@@ -448,6 +453,36 @@ func (s *mqttSession) heldMatch(drop bool, match func(*heldGroup) bool) {
 	if len(h.q) == 0 {
 		h.q = nil
 	}
+}
+
+// takeHeldFor takes the held deliveries of sub off the list for a
+// graceful shutdown (shutdown.go), which hands them back as never
+// written, with the one being written now: it is in the subscription's
+// unsent positions only once queued, and may reach the client after all,
+// which the hand-back allows (an attempt not counted, never one counted
+// and not made).
+func (s *mqttSession) takeHeldFor(sub *subscription) []engine.Position {
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	h := s.groupHeld
+	if h == nil {
+		return nil
+	}
+	var out []engine.Position
+	if h.sending && h.cur.sub == sub {
+		out = append(out, deliveryPos(h.cur.d))
+	}
+	h.q = slices.DeleteFunc(h.q, func(hg heldGroup) bool {
+		if hg.sub != sub {
+			return false
+		}
+		out = append(out, deliveryPos(hg.d))
+		return true
+	})
+	if len(h.q) == 0 {
+		h.q = nil
+	}
+	return out
 }
 
 // dropHeld drops the held group deliveries of a session that ended (its
