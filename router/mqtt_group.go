@@ -206,8 +206,11 @@ func (s *mqttSession) takeGroupIDLocked(sub *subscription, pos engine.Position) 
 // --mqtt-max-in-flight) is shared by the plain QoS 1 and 2 deliveries and
 // the group deliveries of a session; a group delivery that finds it full
 // is held by the session, in order, and written when a PUBACK or PUBCOMP
-// makes room, before the plain deliveries the writer holds (its lease is
-// running). Until then the client has not seen it: its lease may run out
+// makes room. The writer holds the plain deliveries that find it full
+// (mqtt_write.go); a slot that frees goes to the older of the first held
+// group delivery and the first held plain one (groupHold.seq), so that
+// neither kind starves the other, and a group delivery comes after the
+// plain ones held before it. Until then the client has not seen it: its lease may run out
 // (the group's ack timeout) and the group deliver it again, to this
 // member or another, which is what a member that keeps its window full
 // for that long gets. A held delivery the group delivers again to this
@@ -248,8 +251,13 @@ type groupHold struct {
 	cur heldGroup
 	// closed: the session ended; nothing more is held.
 	closed bool
-	// leases stamps the held deliveries' leases in the order they began.
-	leases uint64
+	// seq stamps the held deliveries, group (heldGroup.order, .lease) and
+	// plain (heldPacket.order), in the order they came.
+	seq uint64
+	// plainFirst is the stamp of the first plain delivery the writer
+	// holds (mqtt_write.go), 0 when it holds none: a slot a PUBACK frees
+	// goes to the older of it and the first held group delivery.
+	plainFirst uint64
 }
 
 // heldGroup is a group delivery waiting for room in the window.
@@ -259,16 +267,19 @@ type heldGroup struct {
 	qos byte
 	// lease orders the held deliveries by when their leases began (a
 	// redelivery's is newer), 0 for one whose lease a seek is dropping
-	// (dropSeeking).
+	// (heldSeek).
 	lease uint64
+	// order is when its position in the list was taken (kept by a
+	// redelivery in place).
+	order uint64
 }
 
 // mustHoldLocked reports whether a QoS 1 or 2 group delivery must wait:
 // the window is full, or group deliveries wait before it. The caller holds
 // s.imu.
 func (s *mqttSession) mustHoldLocked() bool {
-	if h := s.groupHeld; h != nil && (len(h.q) > 0 || h.sending) {
-		return true
+	if h := s.groupHeld; h != nil && (len(h.q) > 0 || h.sending || h.plainFirst != 0) {
+		return true // after those, and the plain deliveries held before it
 	}
 	return len(s.inflight) >= s.window
 }
@@ -287,22 +298,19 @@ func (s *mqttSession) holdBound(sub *subscription) int {
 // holdGroupLocked holds a group delivery of sub until the window has room;
 // the caller holds s.imu. bound is holdBound(sub).
 func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos byte, bound int) {
-	if s.groupHeld == nil {
-		s.groupHeld = &groupHold{}
-	}
-	h := s.groupHeld
+	h := s.holdsLocked()
 	if h.closed {
 		return // the member leaves: the group has it back
 	}
 	pos := deliveryPos(d)
-	h.leases++
+	h.seq++
 	n, oldest := 0, -1
 	for i := range h.q {
 		if h.q[i].sub != sub {
 			continue
 		}
 		if deliveryPos(h.q[i].d) == pos {
-			h.q[i] = heldGroup{sub: sub, d: d, qos: qos, lease: h.leases} // delivered again: the newer attempt, a new lease
+			h.q[i] = heldGroup{sub: sub, d: d, qos: qos, lease: h.seq, order: h.q[i].order} // delivered again: the newer attempt, a new lease
 			return
 		}
 		if oldest < 0 || h.q[i].lease < h.q[oldest].lease {
@@ -317,7 +325,7 @@ func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos 
 		}
 		h.q = slices.Delete(h.q, oldest, oldest+1)
 	}
-	h.q = append(h.q, heldGroup{sub: sub, d: d, qos: qos, lease: h.leases})
+	h.q = append(h.q, heldGroup{sub: sub, d: d, qos: qos, lease: h.seq, order: h.seq})
 	s.rt.mq.m.windowWaits.Inc()
 }
 
@@ -329,6 +337,9 @@ func (s *mqttSession) nextHeldLocked() (heldGroup, uint16, bool) {
 	h := s.groupHeld
 	if h == nil || h.sending || h.closed || len(h.q) == 0 || len(s.inflight) >= s.window {
 		return heldGroup{}, 0, false
+	}
+	if h.plainFirst != 0 && h.plainFirst < h.q[0].order {
+		return heldGroup{}, 0, false // the writer's, held before it, goes first
 	}
 	hg := h.q[0]
 	h.q[0] = heldGroup{}
@@ -570,4 +581,16 @@ func (s *mqttSession) unqueued(frame []byte) {
 	if release {
 		s.releaseGroup(hg, hid)
 	}
+	if s.heldN.Load() > 0 {
+		s.cn.sess.Send(session.Item{}) // the writer may take it
+	}
+}
+
+// holdsLocked returns the session's held list, made on first use; the
+// caller holds s.imu.
+func (s *mqttSession) holdsLocked() *groupHold {
+	if s.groupHeld == nil {
+		s.groupHeld = &groupHold{}
+	}
+	return s.groupHeld
 }
