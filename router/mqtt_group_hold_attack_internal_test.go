@@ -51,3 +51,46 @@ func TestMQTTGroupHeldBoundDropsExpiredLease(t *testing.T) {
 		t.Fatalf("held (offset, attempt) %v: the live second attempt of offset 1 was dropped; want offset 2 (its lease ran out first) dropped", got)
 	}
 }
+
+// TestMQTTGroupHeldDupOnlyIfWritten: a held first attempt the group
+// delivers again to this member before the window frees is written
+// without DUP (MQTT: DUP only for a packet that may have been sent
+// before; the client never got attempt 1), while a delivery held first at
+// a later attempt, whose earlier attempt may have reached the client,
+// keeps it.
+func TestMQTTGroupHeldDupOnlyIfWritten(t *testing.T) {
+	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}}
+	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
+	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: 2}
+	sub.holding = true // what writeHeld queues stays in sub.held, to read
+	sub.mqttQoS.Store(1)
+	deliver := func(off int64, attempt int) {
+		t.Helper()
+		d := engine.Delivery{Record: &engine.Record{Topic: "t", Offset: off, Data: []byte(`1`)}, Attempt: attempt}
+		if b := s.groupFrame(sub, d); len(b) != 0 {
+			t.Fatalf("offset %d: wrote %d bytes with the window full", off, len(b))
+		}
+	}
+	deliver(1, 1)
+	deliver(1, 2) // attempt 1's lease ran out while held; delivered here again
+	deliver(2, 2) // held first at attempt 2
+	written := func(i int) (int64, bool) {
+		t.Helper()
+		if len(sub.held) <= i {
+			t.Fatalf("%d deliveries written, want %d", len(sub.held), i+1)
+		}
+		it := sub.held[i]
+		return it.Offset, it.Frame[0]&dupFlag != 0
+	}
+	s.acked(1) // the window frees: offset 1 is written
+	if off, dup := written(0); off != 1 || dup {
+		t.Fatalf("wrote offset %d with DUP %v; want offset 1 without DUP: its first attempt never reached the client", off, dup)
+	}
+	for id := range s.groupAcks {
+		s.acked(id)
+	}
+	if off, dup := written(1); off != 2 || !dup {
+		t.Fatalf("wrote offset %d with DUP %v; want offset 2 with DUP", off, dup)
+	}
+}
