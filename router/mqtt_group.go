@@ -214,7 +214,8 @@ func (s *mqttSession) takeGroupIDLocked(sub *subscription, pos engine.Position) 
 // (the group's ack timeout) and the group deliver it again, to this
 // member or another, which is what a member that keeps its window full
 // for that long gets. A held delivery the group delivers again to this
-// member is replaced in its place by the newer attempt; one whose lease
+// member is replaced in its place by the newer attempt, with DUP only if
+// the attempt it replaces had it (that one never reached the client); one whose lease
 // ran out otherwise is still written (the engine's Delivery does not say
 // when its lease ends), and its PUBACK then gets ErrNotInFlight, which
 // changes nothing. When a subscription ends (an UNSUBSCRIBE, a SUBSCRIBE
@@ -272,6 +273,9 @@ type heldGroup struct {
 	// order is when its position in the list was taken (kept by a
 	// redelivery in place).
 	order uint64
+	// dup: an earlier attempt may have reached the client (a redelivery
+	// held as such; one replacing a held attempt keeps that one's dup).
+	dup bool
 }
 
 // mustHoldLocked reports whether a QoS 1 or 2 group delivery must wait:
@@ -310,7 +314,9 @@ func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos 
 			continue
 		}
 		if deliveryPos(h.q[i].d) == pos {
-			h.q[i] = heldGroup{sub: sub, d: d, qos: qos, lease: h.seq, order: h.q[i].order} // delivered again: the newer attempt, a new lease
+			// Delivered again: the newer attempt, a new lease; the one it
+			// replaces was never written, so DUP only as for that one.
+			h.q[i] = heldGroup{sub: sub, d: d, qos: qos, lease: h.seq, order: h.q[i].order, dup: h.q[i].dup}
 			return
 		}
 		if oldest < 0 || h.q[i].lease < h.q[oldest].lease {
@@ -325,7 +331,7 @@ func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos 
 		}
 		h.q = slices.Delete(h.q, oldest, oldest+1)
 	}
-	h.q = append(h.q, heldGroup{sub: sub, d: d, qos: qos, lease: h.seq, order: h.seq})
+	h.q = append(h.q, heldGroup{sub: sub, d: d, qos: qos, lease: h.seq, order: h.seq, dup: d.Attempt > 1})
 	s.rt.mq.m.windowWaits.Inc()
 }
 
@@ -380,7 +386,7 @@ func (s *mqttSession) writeHeld(hg heldGroup, id uint16) {
 	b, ok := s.groupPacket(sub, d, hg.qos)
 	if ok {
 		_, idAt, _ := mqtt.Span(b)
-		mqtt.PatchPublish(b, idAt, d.Attempt > 1, id)
+		mqtt.PatchPublish(b, idAt, hg.dup, id)
 		pos := deliveryPos(d)
 		ok = sub.enqueueReliable(session.Item{
 			Frame:    b,
