@@ -116,7 +116,7 @@ func (s *mqttSession) groupFrame(sub *subscription, d engine.Delivery) []byte {
 		s.autoAck(groupAck{sub, deliveryPos(d)})
 		return b
 	}
-	bound := -1 // read only when the delivery is to be held
+	bound := holdBounds{n: -1} // read only when the delivery is to be held
 	for {
 		s.imu.Lock()
 		if !s.mustHoldLocked() {
@@ -126,10 +126,10 @@ func (s *mqttSession) groupFrame(sub *subscription, d engine.Delivery) []byte {
 			mqtt.PatchPublish(b, idAt, d.Attempt > 1, id)
 			return b
 		}
-		if bound >= 0 {
+		if bound.n >= 0 {
 			s.holdGroupLocked(sub, d, qos, bound)
 			s.imu.Unlock()
-			if bound > 0 && s.holdBound(sub) == 0 {
+			if bound.n > 0 && s.holdBound(sub).n == 0 {
 				// The membership ended meanwhile, maybe after its
 				// dropSub dropped what it held (dropHeldOf).
 				s.dropHeldOf(sub)
@@ -231,9 +231,11 @@ func (s *mqttSession) takeGroupIDLocked(sub *subscription, pos engine.Position) 
 // subscription at once (engine.JoinRequest.MaxLeased, the
 // subscription.leases its membership reserved: at most --queue-messages,
 // and over the session's memberships at most
-// GroupBounds.MaxSessionLeases), so that many held deliveries are live
-// leases at most. Held deliveries whose leases ran out are not, so the
-// held deliveries of a subscription are bounded by its leases: past that
+// GroupBounds.MaxSessionLeases), and another only while the member holds
+// fewer bytes than its bytes bound (MaxLeasedBytes, when there is one), so
+// that many held deliveries are live leases at most. Held deliveries whose
+// leases ran out are not, so the held deliveries of a subscription are
+// bounded by its leases, in records and bytes: past that
 // the one whose lease began first (a redelivery in place begins a new
 // one), the first whose lease runs out, is dropped, counted as
 // window_full (the group delivers it again after its ack timeout, as
@@ -288,43 +290,68 @@ func (s *mqttSession) mustHoldLocked() bool {
 	return len(s.inflight) >= s.window
 }
 
-// holdBound is how many deliveries of sub may be held: its membership's
-// window (group_leases.go), 0 once it left its group.
-func (s *mqttSession) holdBound(sub *subscription) int {
+// holdBounds bound the held deliveries of a subscription: its
+// membership's window in records and bytes (group_leases.go).
+type holdBounds struct {
+	n     int   // 0 once it left its group
+	bytes int64 // 0: no bound
+}
+
+// holdBound is how many deliveries of sub may be held, and how many bytes
+// of records: its membership's window (group_leases.go).
+func (s *mqttSession) holdBound(sub *subscription) holdBounds {
 	if s.cn == nil {
-		return 0
+		return holdBounds{}
 	}
 	s.cn.mu.Lock()
 	defer s.cn.mu.Unlock()
-	return sub.leases
+	return holdBounds{n: sub.leases, bytes: sub.leaseBytes}
+}
+
+// leaseBytes is what a lease of rec counts against the membership's bytes
+// (engine.JoinRequest.MaxLeasedBytes): its data, key and headers.
+func leaseBytes(rec *engine.Record) int64 {
+	n := len(rec.Data) + len(rec.Key)
+	for k, v := range rec.Headers {
+		n += len(k) + len(v)
+	}
+	return int64(n)
 }
 
 // holdGroupLocked holds a group delivery of sub until the window has room;
 // the caller holds s.imu. bound is holdBound(sub).
-func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos byte, bound int) {
+func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos byte, bound holdBounds) {
 	h := s.holdsLocked()
 	if h.closed {
 		return // the member leaves: the group has it back
 	}
 	pos := deliveryPos(d)
 	h.seq++
-	n, oldest := 0, -1
 	for i := range h.q {
-		if h.q[i].sub != sub {
-			continue
-		}
-		if deliveryPos(h.q[i].d) == pos {
+		if h.q[i].sub == sub && deliveryPos(h.q[i].d) == pos {
 			// Delivered again: the newer attempt, a new lease; the one it
 			// replaces was never written, so DUP only as for that one.
 			h.q[i] = heldGroup{sub: sub, d: d, qos: qos, lease: h.seq, order: h.q[i].order, dup: h.q[i].dup}
 			return
 		}
-		if oldest < 0 || h.q[i].lease < h.q[oldest].lease {
-			oldest = i
-		}
-		n++
 	}
-	if n >= bound {
+	// The engine leases another record to the member only while it holds
+	// fewer than its window (and bytes): past that, held ones are dead.
+	for {
+		n, nb, oldest := 0, int64(0), -1
+		for i := range h.q {
+			if h.q[i].sub != sub {
+				continue
+			}
+			if oldest < 0 || h.q[i].lease < h.q[oldest].lease {
+				oldest = i
+			}
+			n++
+			nb += leaseBytes(h.q[i].d.Record)
+		}
+		if n < bound.n && (bound.bytes <= 0 || nb < bound.bytes) {
+			break
+		}
 		s.rt.mq.m.skipped.WithLabelValues("window_full").Inc()
 		if oldest < 0 {
 			return // bound 0: the member left its group, which has it back

@@ -94,3 +94,29 @@ func TestMQTTGroupHeldDupOnlyIfWritten(t *testing.T) {
 		t.Fatalf("wrote offset %d with DUP %v; want offset 2 with DUP", off, dup)
 	}
 }
+
+// TestMQTTGroupHeldBoundBytes: the held deliveries of a membership with a
+// bound on leased bytes stay within it: the engine leases another record
+// only while the member holds fewer bytes than its bound, so held
+// deliveries at or past it include one whose lease ran out, and the one
+// whose lease began first is dropped.
+func TestMQTTGroupHeldBoundBytes(t *testing.T) {
+	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}}
+	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
+	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: 10, leaseBytes: 10}
+	sub.mqttQoS.Store(1)
+	for off := int64(1); off <= 4; off++ {
+		d := engine.Delivery{Record: &engine.Record{Topic: "t", Offset: off, Data: []byte(`1234`)}, Attempt: 1}
+		if b := s.groupFrame(sub, d); len(b) != 0 {
+			t.Fatalf("offset %d: wrote %d bytes with the window full", off, len(b))
+		}
+	}
+	var got []int64
+	for _, h := range s.groupHeld.q {
+		got = append(got, h.d.Record.Offset)
+	}
+	if len(got) != 3 || got[0] != 2 {
+		t.Fatalf("held offsets %v of 4-byte records, membership bound 10 bytes; want [2 3 4] (offset 1 dropped once 12 bytes were held)", got)
+	}
+}
