@@ -429,6 +429,9 @@ func (s *mqttSession) writeHeld(hg heldGroup, id uint16) {
 		delete(s.inflight, id)
 		delete(s.groupAcks, id)
 		s.imu.Unlock()
+		if s.heldN.Load() > 0 {
+			s.cn.sess.Send(session.Item{}) // the slot may be the writer's (nextHeldLocked)
+		}
 	}
 }
 
