@@ -75,7 +75,12 @@ func (rt *Router) seek(ctx context.Context, group, topic string, partition int, 
 	}
 	defer unlock()
 	rt.awaitDrained(ctx, group)
-	return rt.eng.Seek(ctx, group, topic, partition, to)
+	rt.heldSeek(group, topic, partition, false) // mqtt_group.go
+	if err := rt.eng.Seek(ctx, group, topic, partition, to); err != nil {
+		return err
+	}
+	rt.heldSeek(group, topic, partition, true)
+	return nil
 }
 
 // awaitDrained waits until this node's members of group have no delivery

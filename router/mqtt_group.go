@@ -116,7 +116,7 @@ func (s *mqttSession) groupFrame(sub *subscription, d engine.Delivery) []byte {
 		s.autoAck(groupAck{sub, deliveryPos(d)})
 		return b
 	}
-	bound := -1 // read only when the delivery is to be held
+	bound := holdBounds{n: -1} // read only when the delivery is to be held
 	for {
 		s.imu.Lock()
 		if !s.mustHoldLocked() {
@@ -126,9 +126,14 @@ func (s *mqttSession) groupFrame(sub *subscription, d engine.Delivery) []byte {
 			mqtt.PatchPublish(b, idAt, d.Attempt > 1, id)
 			return b
 		}
-		if bound >= 0 {
+		if bound.n >= 0 {
 			s.holdGroupLocked(sub, d, qos, bound)
 			s.imu.Unlock()
+			if bound.n > 0 && s.holdBound(sub).n == 0 {
+				// The membership ended meanwhile, maybe after its
+				// dropSub dropped what it held (dropHeldOf).
+				s.dropHeldOf(sub)
+			}
 			return []byte{}
 		}
 		s.imu.Unlock()
@@ -201,30 +206,42 @@ func (s *mqttSession) takeGroupIDLocked(sub *subscription, pos engine.Position) 
 // --mqtt-max-in-flight) is shared by the plain QoS 1 and 2 deliveries and
 // the group deliveries of a session; a group delivery that finds it full
 // is held by the session, in order, and written when a PUBACK or PUBCOMP
-// makes room, before the plain deliveries the writer holds (its lease is
-// running). Until then the client has not seen it: its lease may run out
+// makes room. The writer holds the plain deliveries that find it full
+// (mqtt_write.go); a slot that frees goes to the older of the first held
+// group delivery and the first held plain one (groupHold.seq), so that
+// neither kind starves the other, and a group delivery comes after the
+// plain ones held before it. Until then the client has not seen it: its lease may run out
 // (the group's ack timeout) and the group deliver it again, to this
 // member or another, which is what a member that keeps its window full
 // for that long gets. A held delivery the group delivers again to this
-// member is replaced in its place by the newer attempt; one whose lease
+// member is replaced in its place by the newer attempt, with DUP only if
+// the attempt it replaces had it (that one never reached the client); one whose lease
 // ran out otherwise is still written (the engine's Delivery does not say
 // when its lease ends), and its PUBACK then gets ErrNotInFlight, which
-// changes nothing. When the session ends, its member leaves the group
+// changes nothing. When a subscription ends (an UNSUBSCRIBE, a SUBSCRIBE
+// replacing it, its group deleted: dropSub) its held deliveries are
+// dropped with it, its member having left the group, which has them back.
+// When the session ends, its member leaves the group
 // (dropSub), which takes back every record leased to it, held or
 // written, and the acker drops the held list (startAcker); a graceful
 // shutdown hands the member back in the same way (shutdown.go), the held
-// deliveries counted as attempts as the written ones are.
+// deliveries as never written (takeHeldFor), not counted as attempts.
 //
 // Bound: the engine leases at most the member's window to one shared
 // subscription at once (engine.JoinRequest.MaxLeased, the
 // subscription.leases its membership reserved: at most --queue-messages,
 // and over the session's memberships at most
-// GroupBounds.MaxSessionLeases), so that many held deliveries are live
-// leases at most. Held deliveries whose leases ran out or were dropped
-// by a seek are not, so the held deliveries of a subscription are
-// bounded by its leases: past that the oldest of them, the first whose
-// lease ran out, is dropped, counted as window_full (the group delivers
-// it again after its ack timeout, as before holding).
+// GroupBounds.MaxSessionLeases), and another only while the member holds
+// fewer bytes than its bytes bound (MaxLeasedBytes, when there is one), so
+// that many held deliveries are live leases at most. Held deliveries whose
+// leases ran out are not, so the held deliveries of a subscription are
+// bounded by its leases, in records and bytes: past that
+// the one whose lease began first (a redelivery in place begins a new
+// one), the first whose lease runs out, is dropped, counted as
+// window_full (the group delivers it again after its ack timeout, as
+// before holding). A seek drops the held deliveries of the partitions it
+// moves for this node's members of its group (their leases go with it:
+// Router.seek), and a topic's deletion those of the topic.
 
 // groupHold is a session's held group deliveries; under mqttSession.imu.
 type groupHold struct {
@@ -232,8 +249,18 @@ type groupHold struct {
 	// sending: a release took the first of q off and writes it (outside
 	// imu); further deliveries are held behind it, to keep their order.
 	sending bool
+	// cur is the delivery being written while sending: a graceful
+	// shutdown counts it with the held ones (takeHeldFor).
+	cur heldGroup
 	// closed: the session ended; nothing more is held.
 	closed bool
+	// seq stamps the held deliveries, group (heldGroup.order, .lease) and
+	// plain (heldPacket.order), in the order they came.
+	seq uint64
+	// plainFirst is the stamp of the first plain delivery the writer
+	// holds (mqtt_write.go), 0 when it holds none: a slot a PUBACK frees
+	// goes to the older of it and the first held group delivery.
+	plainFirst uint64
 }
 
 // heldGroup is a group delivery waiting for room in the window.
@@ -241,62 +268,97 @@ type heldGroup struct {
 	sub *subscription
 	d   engine.Delivery
 	qos byte
+	// lease orders the held deliveries by when their leases began (a
+	// redelivery's is newer), 0 for one whose lease a seek is dropping
+	// (heldSeek).
+	lease uint64
+	// order is when its position in the list was taken (kept by a
+	// redelivery in place).
+	order uint64
+	// dup: an earlier attempt may have reached the client (a redelivery
+	// held as such; one replacing a held attempt keeps that one's dup).
+	dup bool
 }
 
 // mustHoldLocked reports whether a QoS 1 or 2 group delivery must wait:
 // the window is full, or group deliveries wait before it. The caller holds
 // s.imu.
 func (s *mqttSession) mustHoldLocked() bool {
-	if h := s.groupHeld; h != nil && (len(h.q) > 0 || h.sending) {
-		return true
+	if h := s.groupHeld; h != nil && (len(h.q) > 0 || h.sending || h.plainFirst != 0) {
+		return true // after those, and the plain deliveries held before it
 	}
 	return len(s.inflight) >= s.window
 }
 
-// holdBound is how many deliveries of sub may be held: its membership's
-// window (group_leases.go), 0 once it left its group.
-func (s *mqttSession) holdBound(sub *subscription) int {
+// holdBounds bound the held deliveries of a subscription: its
+// membership's window in records and bytes (group_leases.go).
+type holdBounds struct {
+	n     int   // 0 once it left its group
+	bytes int64 // 0: no bound
+}
+
+// holdBound is how many deliveries of sub may be held, and how many bytes
+// of records: its membership's window (group_leases.go).
+func (s *mqttSession) holdBound(sub *subscription) holdBounds {
 	if s.cn == nil {
-		return 0
+		return holdBounds{}
 	}
 	s.cn.mu.Lock()
 	defer s.cn.mu.Unlock()
-	return sub.leases
+	return holdBounds{n: sub.leases, bytes: sub.leaseBytes}
+}
+
+// leaseBytes is what a lease of rec counts against the membership's bytes
+// (engine.JoinRequest.MaxLeasedBytes): its data, key and headers.
+func leaseBytes(rec *engine.Record) int64 {
+	n := len(rec.Data) + len(rec.Key)
+	for k, v := range rec.Headers {
+		n += len(k) + len(v)
+	}
+	return int64(n)
 }
 
 // holdGroupLocked holds a group delivery of sub until the window has room;
 // the caller holds s.imu. bound is holdBound(sub).
-func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos byte, bound int) {
-	if s.groupHeld == nil {
-		s.groupHeld = &groupHold{}
-	}
-	h := s.groupHeld
+func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos byte, bound holdBounds) {
+	h := s.holdsLocked()
 	if h.closed {
 		return // the member leaves: the group has it back
 	}
 	pos := deliveryPos(d)
-	n, oldest := 0, -1
+	h.seq++
 	for i := range h.q {
-		if h.q[i].sub != sub {
-			continue
-		}
-		if deliveryPos(h.q[i].d) == pos {
-			h.q[i] = heldGroup{sub: sub, d: d, qos: qos} // delivered again: the newer attempt
+		if h.q[i].sub == sub && deliveryPos(h.q[i].d) == pos {
+			// Delivered again: the newer attempt, a new lease; the one it
+			// replaces was never written, so DUP only as for that one.
+			h.q[i] = heldGroup{sub: sub, d: d, qos: qos, lease: h.seq, order: h.q[i].order, dup: h.q[i].dup}
 			return
 		}
-		if oldest < 0 {
-			oldest = i
-		}
-		n++
 	}
-	if n >= bound {
+	// The engine leases another record to the member only while it holds
+	// fewer than its window (and bytes): past that, held ones are dead.
+	for {
+		n, nb, oldest := 0, int64(0), -1
+		for i := range h.q {
+			if h.q[i].sub != sub {
+				continue
+			}
+			if oldest < 0 || h.q[i].lease < h.q[oldest].lease {
+				oldest = i
+			}
+			n++
+			nb += leaseBytes(h.q[i].d.Record)
+		}
+		if n < bound.n && (bound.bytes <= 0 || nb < bound.bytes) {
+			break
+		}
 		s.rt.mq.m.skipped.WithLabelValues("window_full").Inc()
 		if oldest < 0 {
 			return // bound 0: the member left its group, which has it back
 		}
 		h.q = slices.Delete(h.q, oldest, oldest+1)
 	}
-	h.q = append(h.q, heldGroup{sub: sub, d: d, qos: qos})
+	h.q = append(h.q, heldGroup{sub: sub, d: d, qos: qos, lease: h.seq, order: h.seq, dup: d.Attempt > 1})
 	s.rt.mq.m.windowWaits.Inc()
 }
 
@@ -309,6 +371,9 @@ func (s *mqttSession) nextHeldLocked() (heldGroup, uint16, bool) {
 	if h == nil || h.sending || h.closed || len(h.q) == 0 || len(s.inflight) >= s.window {
 		return heldGroup{}, 0, false
 	}
+	if h.plainFirst != 0 && h.plainFirst < h.q[0].order {
+		return heldGroup{}, 0, false // the writer's, held before it, goes first
+	}
 	hg := h.q[0]
 	h.q[0] = heldGroup{}
 	h.q = h.q[1:]
@@ -316,6 +381,7 @@ func (s *mqttSession) nextHeldLocked() (heldGroup, uint16, bool) {
 		h.q = nil
 	}
 	h.sending = true
+	h.cur = hg
 	return hg, s.takeGroupIDLocked(hg.sub, deliveryPos(hg.d)), true
 }
 
@@ -328,6 +394,7 @@ func (s *mqttSession) releaseGroup(hg heldGroup, id uint16) {
 		s.writeHeld(hg, id)
 		s.imu.Lock()
 		s.groupHeld.sending = false
+		s.groupHeld.cur = heldGroup{}
 		var ok bool
 		hg, id, ok = s.nextHeldLocked()
 		s.imu.Unlock()
@@ -346,7 +413,7 @@ func (s *mqttSession) writeHeld(hg heldGroup, id uint16) {
 	b, ok := s.groupPacket(sub, d, hg.qos)
 	if ok {
 		_, idAt, _ := mqtt.Span(b)
-		mqtt.PatchPublish(b, idAt, d.Attempt > 1, id)
+		mqtt.PatchPublish(b, idAt, hg.dup, id)
 		pos := deliveryPos(d)
 		ok = sub.enqueueReliable(session.Item{
 			Frame:    b,
@@ -362,7 +429,107 @@ func (s *mqttSession) writeHeld(hg heldGroup, id uint16) {
 		delete(s.inflight, id)
 		delete(s.groupAcks, id)
 		s.imu.Unlock()
+		if s.heldN.Load() > 0 {
+			s.cn.sess.Send(session.Item{}) // the slot may be the writer's (nextHeldLocked)
+		}
 	}
+}
+
+// dropHeldOf drops the held deliveries of a subscription that ended
+// (dropSub: an UNSUBSCRIBE, a SUBSCRIBE replacing it, its group deleted):
+// its member left its group, which has them back.
+func (s *mqttSession) dropHeldOf(sub *subscription) {
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	if h := s.groupHeld; h != nil {
+		h.q = slices.DeleteFunc(h.q, func(hg heldGroup) bool { return hg.sub == sub })
+		if len(h.q) == 0 {
+			h.q = nil
+		}
+	}
+}
+
+// heldSeek marks (drop false) or drops (drop true) the held deliveries of
+// topic's partition (every partition when partition < 0) for this node's
+// members of group, around a seek that drops their leases
+// (Router.seek): marked before it, so that one past the bound is dropped
+// first, whatever the seek leases next; dropped once it is done, unless
+// delivered again meanwhile (a new lease).
+func (rt *Router) heldSeek(group, topic string, partition int, drop bool) {
+	for _, cn := range rt.connList() {
+		if cn.mqtt == nil {
+			continue
+		}
+		cn.mqtt.heldMatch(drop, func(hg *heldGroup) bool {
+			return hg.sub.group == group && hg.d.Record.Topic == topic && (partition < 0 || hg.d.Record.Partition == partition)
+		})
+	}
+}
+
+// heldTopicDeleted drops the held deliveries of a deleted topic: their
+// leases are gone, and a topic made again under its name starts over.
+func (rt *Router) heldTopicDeleted(topic string) {
+	for _, cn := range rt.connList() {
+		if cn.mqtt == nil {
+			continue
+		}
+		match := func(hg *heldGroup) bool { return hg.d.Record.Topic == topic }
+		cn.mqtt.heldMatch(false, match)
+		cn.mqtt.heldMatch(true, match)
+	}
+}
+
+// heldMatch marks the held deliveries match reports (their lease stamp
+// 0), or drops those so marked that match reports when drop is set.
+func (s *mqttSession) heldMatch(drop bool, match func(*heldGroup) bool) {
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	h := s.groupHeld
+	if h == nil {
+		return
+	}
+	if !drop {
+		for i := range h.q {
+			if match(&h.q[i]) {
+				h.q[i].lease = 0
+			}
+		}
+		return
+	}
+	h.q = slices.DeleteFunc(h.q, func(hg heldGroup) bool { return hg.lease == 0 && match(&hg) })
+	if len(h.q) == 0 {
+		h.q = nil
+	}
+}
+
+// takeHeldFor takes the held deliveries of sub off the list for a
+// graceful shutdown (shutdown.go), which hands them back as never
+// written, with the one being written now: it is in the subscription's
+// unsent positions only once queued, and may reach the client after all,
+// which the hand-back allows (an attempt not counted, never one counted
+// and not made).
+func (s *mqttSession) takeHeldFor(sub *subscription) []engine.Position {
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	h := s.groupHeld
+	if h == nil {
+		return nil
+	}
+	var out []engine.Position
+	if h.sending && h.cur.sub == sub {
+		out = append(out, deliveryPos(h.cur.d))
+	}
+	h.q = slices.DeleteFunc(h.q, func(hg heldGroup) bool {
+		if hg.sub != sub {
+			return false
+		}
+		out = append(out, deliveryPos(hg.d))
+		return true
+	})
+	if len(h.q) == 0 {
+		h.q = nil
+	}
+	return out
 }
 
 // dropHeld drops the held group deliveries of a session that ended (its
@@ -450,4 +617,16 @@ func (s *mqttSession) unqueued(frame []byte) {
 	if release {
 		s.releaseGroup(hg, hid)
 	}
+	if s.heldN.Load() > 0 {
+		s.cn.sess.Send(session.Item{}) // the writer may take it
+	}
+}
+
+// holdsLocked returns the session's held list, made on first use; the
+// caller holds s.imu.
+func (s *mqttSession) holdsLocked() *groupHold {
+	if s.groupHeld == nil {
+		s.groupHeld = &groupHold{}
+	}
+	return s.groupHeld
 }

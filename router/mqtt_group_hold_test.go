@@ -12,8 +12,9 @@ import (
 
 // TestMQTTGroupHeldBound: the group deliveries a session holds for want of
 // room in its window are bounded by the membership's window (its leases):
-// a delivery the group makes again replaces the held one in its place,
-// one past the bound drops the oldest held (counted window_full), a
+// a delivery the group makes again replaces the held one in its place
+// with a new lease, one past the bound drops the held one whose lease
+// began first (counted window_full), a
 // membership that left holds nothing, and neither does a session that
 // ended. Held deliveries of a subscription that ended are not written
 // when the window frees, and give their packet identifiers back.
@@ -59,8 +60,8 @@ func TestMQTTGroupHeldBound(t *testing.T) {
 	held([2]int64{1, 1}, [2]int64{2, 1})
 	deliver(1, 2) // its lease ran out and the group delivered it again
 	held([2]int64{1, 2}, [2]int64{2, 1})
-	deliver(3, 1) // past the membership's window: offset 1's lease ran out
-	held([2]int64{2, 1}, [2]int64{3, 1})
+	deliver(3, 1) // past the membership's window: offset 2's lease began first, and ran out
+	held([2]int64{1, 2}, [2]int64{3, 1})
 	if got := dropped(); got != 1 {
 		t.Fatalf("window_full %v, want 1", got)
 	}

@@ -16,7 +16,8 @@ package router
 // taken only within the window (MQTTOptions.MaxInFlight, or the client's
 // smaller Receive Maximum): with the window full the writer sends what it
 // has and holds the QoS 1 and 2 deliveries that do not fit, in order, until
-// PUBACKs (PUBCOMPs for QoS 2) make room, while every other packet (PINGRESP, PUBACK, SUBACK,
+// PUBACKs (PUBCOMPs for QoS 2) make room (shared with the held
+// shared-subscription deliveries, the older first: mqtt_group.go), while every other packet (PINGRESP, PUBACK, SUBACK,
 // QoS 0 deliveries) still goes out; the held deliveries are bounded by the
 // queue's bound and past it the oldest is dropped, counted as a queue drop.
 //
@@ -125,6 +126,9 @@ type heldPacket struct {
 	b    []byte
 	idAt int
 	pos  trackPos // a persistent session's (mqtt_session_track.go)
+	// order is when it came, against the held group deliveries'
+	// (groupHold.seq): a freed slot goes to the older.
+	order uint64
 }
 
 // dupFlag is PUBLISH's DUP bit, set on a replayed delivery that was in
@@ -149,6 +153,12 @@ func (s *mqttSession) hold(pkt []byte, idAt int, pos trackPos) {
 	s.held = append(s.held, heldPacket{b: bytes.Clone(pkt), idAt: idAt, pos: pos})
 	s.heldBytes += len(pkt)
 	s.heldN.Store(int32(len(s.held)))
+	s.imu.Lock()
+	h := s.holdsLocked()
+	h.seq++
+	s.held[len(s.held)-1].order = h.seq
+	h.plainFirst = s.held[0].order
+	s.imu.Unlock()
 }
 
 // releaseHeld appends to out the held deliveries the window has room for.
@@ -174,8 +184,26 @@ func (s *mqttSession) releaseHeld(out []byte) []byte {
 			s.held = nil
 		}
 		s.heldN.Store(int32(len(s.held)))
+		s.plainReleased()
 	}
 	return out
+}
+
+// plainReleased notes that the writer let held deliveries go: a held group
+// delivery older than the plain ones still held (or any, when none is)
+// takes the room the window may have left.
+func (s *mqttSession) plainReleased() {
+	s.imu.Lock()
+	var first uint64
+	if len(s.held) > 0 {
+		first = s.held[0].order
+	}
+	s.holdsLocked().plainFirst = first
+	hg, id, release := s.nextHeldLocked()
+	s.imu.Unlock()
+	if release {
+		s.releaseGroup(hg, id)
+	}
 }
 
 // flush writes b to the connection within the write timeout.
@@ -229,7 +257,8 @@ func (s *mqttSession) acked(id uint16) {
 	}
 	ga, group := s.groupAcks[id]
 	delete(s.groupAcks, id)
-	// A held group delivery takes the free slot first (mqtt_group.go).
+	// A held group delivery takes the free slot, unless the writer holds
+	// a plain one held before it (mqtt_group.go).
 	hg, hid, release := s.nextHeldLocked()
 	s.imu.Unlock()
 	if group {

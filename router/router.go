@@ -702,6 +702,7 @@ func (rt *Router) countPlainDeliveries(n int) {
 func (rt *Router) TopicDeleted(topic string) {
 	rt.limits.forgetTopic(topic)
 	rt.deltas.forgetTopic(topic)
+	rt.heldTopicDeleted(topic) // mqtt_group.go
 	rt.subs.Match(topic, func(pattern string, subs []*subscription) {
 		for _, s := range subs {
 			if s.local == nil {

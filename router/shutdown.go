@@ -11,7 +11,8 @@ package router
 // delivery carries a Ref that the session's writer reports once written
 // (Router.onSent), so the router knows, per member, which leased records
 // are still queued; those, and a pull member's buffered records, are
-// handed back as unsent. A record still queued at that moment may be
+// handed back as unsent, and so are an MQTT member's deliveries held for
+// room in its client's window (mqtt_group.go). A record still queued at that moment may be
 // flushed to its client while the session closes; its attempt was not
 // counted, so at worst a client sees a record once more than its attempt
 // number says, never fewer.
@@ -62,7 +63,13 @@ func (rt *Router) handBack(ctx context.Context, conns []*conn) {
 	}
 	for _, s := range subs {
 		s.handedBack.Store(true)
-		refs = append(refs, engine.MemberRef{Group: s.group, Member: s.member, Unsent: s.unsentPositions()})
+		var unsent []engine.Position
+		if s.c != nil && s.c.mqtt != nil {
+			// Held for room in the client's window (mqtt_group.go): read
+			// first, as one being written leaves them once queued.
+			unsent = s.c.mqtt.takeHeldFor(s)
+		}
+		refs = append(refs, engine.MemberRef{Group: s.group, Member: s.member, Unsent: append(unsent, s.unsentPositions()...)})
 	}
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handBackTimeout)
 	defer cancel()

@@ -451,5 +451,8 @@ func (rt *Router) dropSub(s *subscription) {
 	}
 	if s.c != nil {
 		s.c.releaseLeases(s) // the member's leases went with it
+		if s.c.mqtt != nil {
+			s.c.mqtt.dropHeldOf(s) // mqtt_group.go
+		}
 	}
 }
