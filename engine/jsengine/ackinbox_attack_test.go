@@ -1,0 +1,101 @@
+package jsengine
+
+// Attacks on the acknowledgement inbox (pipeline_ack.go) and the hand
+// decoders (metacodec.go, decodePubAck). Tests whose name ends in
+// Defect fail on the code they were written against; the others hold.
+
+import (
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// TestAckInboxCloseRacingPublishDefect: every future publish hands out is
+// answered exactly once, even when close runs while records are being
+// published. close answers what is pending (failAll) and only then, in a
+// second critical section, marks the inbox closed (pending = nil): a
+// publish that registers its future between the two is answered neither
+// by close nor by its own timer (settle finds no entry in the nil map),
+// so its future is never answered.
+func TestAckInboxCloseRacingPublishDefect(t *testing.T) {
+	r := newAckRig(t)
+	subj := "silent." + strconv.FormatInt(time.Now().UnixNano(), 36)
+	sub, err := r.nc.SubscribeSync(subj) // holds every answer back
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	_ = sub.SetPendingLimits(-1, -1)
+
+	const rounds = 40
+	lost := 0
+	for round := 0; round < rounds && lost == 0; round++ {
+		in, err := newAckInbox(r.nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.mu.Lock()
+		in.timeout = 100 * time.Millisecond // a lost future is not even timed out
+		in.mu.Unlock()
+		// Many records pending make failAll's answering (between its
+		// two critical sections) take a while.
+		var fs []*ackFuture
+		for range 3000 {
+			f, err := in.publish(nats.NewMsg(subj))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs = append(fs, f)
+		}
+		var mu sync.Mutex
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		started := make(chan struct{}, 2)
+		for range 2 {
+			wg.Add(1)
+			go func() { // exits when publish refuses (closed) or stop
+				defer wg.Done()
+				for i := 0; i < 1_000_000; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					f, err := in.publish(nats.NewMsg(subj))
+					if err != nil {
+						return
+					}
+					mu.Lock()
+					fs = append(fs, f)
+					mu.Unlock()
+					if i == 0 {
+						started <- struct{}{}
+					}
+				}
+			}()
+		}
+		<-started
+		<-started
+		in.close(errors.New("closed"))
+		close(stop)
+		wg.Wait()
+		in.watch() // the status channel is closed: returns at once
+		deadline := time.After(5 * time.Second)
+		for i, f := range fs {
+			select {
+			case <-f.Ok():
+			case <-f.Err():
+			case <-deadline:
+				t.Errorf("round %d: future %d of %d published before close returned was never answered (inbox timeout %v)", round, i, len(fs), in.timeout)
+				lost++
+			}
+			if lost > 0 {
+				break
+			}
+		}
+	}
+}
