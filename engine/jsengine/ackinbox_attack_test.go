@@ -99,3 +99,37 @@ func TestAckInboxCloseRacingPublishDefect(t *testing.T) {
 		}
 	}
 }
+
+// TestAckInboxTwoOnOneConnection: two inboxes on one connection (two
+// engines sharing it), publishing alternately into one stream, each get
+// the acknowledgements of their own records: the i-th publish is stored
+// at sequence i+1, and its future says so.
+func TestAckInboxTwoOnOneConnection(t *testing.T) {
+	r := newAckRig(t)
+	other, err := newAckInbox(r.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.close(errors.New("closed"))
+	if other.prefix == r.in.prefix {
+		t.Fatalf("two inboxes share the prefix %q", other.prefix)
+	}
+	var fs []*ackFuture
+	for i := range 40 {
+		in := r.in
+		if i%2 == 1 {
+			in = other
+		}
+		f, err := in.publish(nats.NewMsg(r.stream + ".x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs = append(fs, f)
+	}
+	for i, f := range fs {
+		a, err := answer(t, f)
+		if err != nil || a.Sequence != uint64(i+1) {
+			t.Fatalf("publish %d: %+v, %v; want sequence %d", i, a, err, i+1)
+		}
+	}
+}
