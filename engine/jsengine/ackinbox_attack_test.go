@@ -5,6 +5,7 @@ package jsengine
 // Defect fail on the code they were written against; the others hold.
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestAckInboxCloseRacingPublishDefect: every future publish hands out is
@@ -131,5 +133,53 @@ func TestAckInboxTwoOnOneConnection(t *testing.T) {
 		if err != nil || a.Sequence != uint64(i+1) {
 			t.Fatalf("publish %d: %+v, %v; want sequence %d", i, a, err, i+1)
 		}
+	}
+}
+
+// TestAckInboxNoRespondersThenStream: records published before their
+// stream exists get no responders; the stream is created meanwhile and
+// the retries store them: each answered once, at a sequence of its own.
+// Holds.
+func TestAckInboxNoRespondersThenStream(t *testing.T) {
+	r := newAckRig(t)
+	js, err := jetstream.New(r.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "LATE" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	var fs []*ackFuture
+	for range 20 {
+		f, err := r.in.publish(nats.NewMsg(name + ".x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs = append(fs, f)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	seen := map[uint64]bool{}
+	for i, f := range fs {
+		a, err := answer(t, f)
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		if seen[a.Sequence] {
+			t.Fatalf("record %d answered with sequence %d, already another's", i, a.Sequence)
+		}
+		seen[a.Sequence] = true
+	}
+	info, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := info.Info(ctx); st == nil || st.State.Msgs != uint64(len(fs)) {
+		t.Fatalf("stream holds %v, want %d records", st, len(fs))
+	}
+	if n := r.in.len(); n != 0 {
+		t.Fatalf("%d records still pending", n)
 	}
 }
