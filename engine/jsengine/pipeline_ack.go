@@ -107,10 +107,7 @@ func (in *ackInbox) watch() {
 func (in *ackInbox) close(err error) {
 	_ = in.sub.Unsubscribe()
 	in.nc.RemoveStatusListener(in.status)
-	in.failAll(err)
-	in.mu.Lock()
-	in.pending = nil
-	in.mu.Unlock()
+	in.failPending(err, true)
 }
 
 // publish publishes msg (which must have no reply subject) and returns the
@@ -195,13 +192,22 @@ func (in *ackInbox) settle(id string, ack *jetstream.PubAck, err error) {
 }
 
 // failAll answers every pending record with err.
-func (in *ackInbox) failAll(err error) {
+func (in *ackInbox) failAll(err error) { in.failPending(err, false) }
+
+// failPending answers every pending record with err; closing, it also
+// refuses later publishes, in the same critical section, so that no
+// publish can slip in between the answers and the refusal and be left
+// without either.
+func (in *ackInbox) failPending(err error, closing bool) {
 	in.mu.Lock()
 	fs := make([]*ackFuture, 0, len(in.pending))
 	for id, f := range in.pending {
 		delete(in.pending, id)
 		f.timer.Stop()
 		fs = append(fs, f)
+	}
+	if closing {
+		in.pending = nil
 	}
 	in.mu.Unlock()
 	for _, f := range fs {

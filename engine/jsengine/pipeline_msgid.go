@@ -149,9 +149,11 @@ func (e *Engine) appendFallback(ctx context.Context, m engine.Message, t *topic,
 // retry failing: the confirmation is skipped only past the confirmer's
 // bound or on Close (pipeline_confirm.go).
 //
-// Confirmations share the node's asynchronous publishes with the
-// pipelined records (at most maxPipelined of them, within the client's
-// 2*maxPipelined): up to maxPipelined/2 publishes pending, it is published
+// Confirmations share the client's asynchronous publishes (its limit is
+// 2*maxPipelined) with claims, batches and other confirmations; chained
+// records go through the engine's own acknowledgement inbox
+// (pipeline_ack.go) and do not count: up to maxPipelined/2 publishes
+// pending, it is published
 // without waiting for the answer (one lost then, the node closing, is
 // made good by the next repeat while the record is in the log); past
 // that, it is handed to the node's confirmer, which writes it waiting for

@@ -1,8 +1,8 @@
 package jsengine
 
-// Attacks on the acknowledgement inbox (pipeline_ack.go) and the hand
-// decoders (metacodec.go, decodePubAck). Tests whose name ends in
-// Defect fail on the code they were written against; the others hold.
+// Races and failures around the acknowledgement inbox (pipeline_ack.go):
+// a close racing publishes, two inboxes on one connection, retries after
+// no responders.
 
 import (
 	"context"
@@ -16,14 +16,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// TestAckInboxCloseRacingPublishDefect: every future publish hands out is
+// TestAckInboxCloseRacingPublishAnswered: every future publish hands out is
 // answered exactly once, even when close runs while records are being
 // published. close answers what is pending (failAll) and only then, in a
 // second critical section, marks the inbox closed (pending = nil): a
 // publish that registers its future between the two is answered neither
 // by close nor by its own timer (settle finds no entry in the nil map),
 // so its future is never answered.
-func TestAckInboxCloseRacingPublishDefect(t *testing.T) {
+func TestAckInboxCloseRacingPublishAnswered(t *testing.T) {
 	r := newAckRig(t)
 	subj := "silent." + strconv.FormatInt(time.Now().UnixNano(), 36)
 	sub, err := r.nc.SubscribeSync(subj) // holds every answer back

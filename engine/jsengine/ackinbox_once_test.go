@@ -1,6 +1,6 @@
 package jsengine_test
 
-// Attacks on the acknowledgement inbox at the engine's level: they hold
+// The acknowledgement inbox at the engine's level: they hold
 // on the code they were written against.
 
 import (
@@ -77,7 +77,7 @@ func TestAckInboxTwoNodesContendExactlyOnce(t *testing.T) {
 	}
 	t.Logf("pipelined %d+%d, re-appended %d+%d", a.Pipelined(), b.Pipelined(), a.Reappends(), b.Reappends())
 	if a.Pipelined()+b.Pipelined() == 0 {
-		t.Fatal("no record was chained: the attack did not reach the inbox")
+		t.Fatal("no record was chained: the test did not reach the inbox")
 	}
 	mu.Lock()
 	defer mu.Unlock()
