@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/router"
 )
 
 // TestSubsIndexCrossingOverWire: a session subscribes past the size at
@@ -108,4 +111,49 @@ func TestSubsIndexCrossingOverWire(t *testing.T) {
 		}
 	}
 	check("ten again")
+}
+
+// TestSubsIndexRevokeManyOverWire: a refresh that revokes most of a
+// session's subscriptions, held in its key index, ends each once and
+// keeps the rest findable by key; the session's index holds only those.
+func TestSubsIndexRevokeManyOverWire(t *testing.T) {
+	g := newGateway(t, withAuth(t))
+	tok, _ := lifeToken(t, "dana", time.Minute, []string{"a.#", "b.#"}, nil, nil)
+	c := g.dialToken(t, tok)
+	for i := range 7 {
+		c.subscribe(t, fmt.Sprintf("a.%d", i))
+	}
+	for i := range 4 {
+		c.subscribe(t, fmt.Sprintf("b.%d", i))
+	}
+	narrow, _ := lifeToken(t, "dana", time.Minute, []string{"b.#"}, nil, nil)
+	if m := c.call(t, map[string]any{"op": "refresh", "token": narrow}); m["op"] != "refreshed" {
+		t.Fatalf("refresh: %v", m)
+	}
+	revoked := map[string]int{}
+	for range 7 {
+		m := c.nextOp(t, "unsubscribed")
+		if m["reason"] != "forbidden" {
+			t.Fatalf("got %v, want a revocation", m)
+		}
+		revoked[m["pattern"].(string)]++
+	}
+	c.noFrame(t)
+	for i := range 7 {
+		if p := fmt.Sprintf("a.%d", i); revoked[p] != 1 {
+			t.Fatalf("%s revoked %d times, want once (%v)", p, revoked[p], revoked)
+		}
+	}
+	if subs, indexed := router.SessionIndexes(g.rt); subs != 4 || indexed != 4 {
+		t.Fatalf("session holds %d subscriptions and indexes %d, want 4 and 4", subs, indexed)
+	}
+	for i := range 4 {
+		if m := c.call(t, map[string]any{"op": "subscribe", "pattern": fmt.Sprintf("b.%d", i)}); m["code"] != "bad_request" {
+			t.Fatalf("subscribe b.%d again: %v, want already subscribed", i, m)
+		}
+		if m := c.call(t, map[string]any{"op": "unsubscribe", "pattern": fmt.Sprintf("a.%d", i)}); m["code"] != "not_subscribed" {
+			t.Fatalf("unsubscribe revoked a.%d: %v, want not_subscribed", i, m)
+		}
+	}
+	c.mustOK(t, map[string]any{"op": "unsubscribe", "pattern": "b.0"}, "unsubscribed")
 }
