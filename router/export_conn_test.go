@@ -3,13 +3,17 @@ package router
 import "weak"
 
 // SessionIndexes returns, summed over the sessions of rt, the
-// subscriptions they hold and the entries of their subscription id
-// indexes.
+// subscriptions they hold and the entries of their key indexes (the
+// subscriptions themselves while a session scans them instead).
 func SessionIndexes(rt *Router) (subs, indexed int) {
 	for _, c := range rt.connList() {
 		c.mu.Lock()
 		subs += len(c.byID)
-		indexed += len(c.byID)
+		if c.byKey != nil {
+			indexed += len(c.byKey)
+		} else {
+			indexed += len(c.byID)
+		}
 		c.mu.Unlock()
 	}
 	return subs, indexed

@@ -293,6 +293,13 @@ func (cn *conn) removeLocked(s *subscription) bool {
 		if key := (subKey{s.pattern, s.group}); cn.byKey[key] == s {
 			delete(cn.byKey, key)
 		}
+		if cn.byKey != nil && len(cn.byID) <= keyIndexAt/2 {
+			// Back to a few: the scan serves again, and the index (a
+			// map that would keep its grown size) goes. Half the
+			// threshold, so that churn around it does not rebuild the
+			// index on every subscribe.
+			cn.byKey = nil
+		}
 		cn.filterBytes -= mapSize(s.filter)
 	}
 	return held
