@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -20,11 +21,27 @@ import (
 // made on demand.
 func TestMQTTIdleSessionStructFits384(t *testing.T) {
 	if n := unsafe.Sizeof(mqttSession{}); n > 384 {
-		t.Fatalf("mqttSession is %d bytes, past the 384-byte size class (the next is 416)", n)
+		t.Fatalf("mqttSession is %d bytes, past the 384-byte size class: %d bytes allocated a session", n, sessionAllocBytes())
 	}
 	if n := unsafe.Sizeof(mqttPattern{}); n > 80 {
 		t.Fatalf("mqttPattern is %d bytes, want at most 80", n)
 	}
+}
+
+// sessionAllocBytes is what the heap gives one mqttSession: its size
+// class.
+func sessionAllocBytes() uint64 {
+	const n = 1000
+	keep := make([]*mqttSession, n)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range keep {
+		keep[i] = new(mqttSession)
+	}
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(keep)
+	return (after.TotalAlloc - before.TotalAlloc) / n
 }
 
 // TestMQTTSubsMatchesMap runs random sets and takes off against a map:
