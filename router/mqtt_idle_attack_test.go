@@ -11,12 +11,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/switchyard/switchyard/mqtt"
 )
 
 // attackPayload is message j of subscriber i: its own bytes, of a length
@@ -384,4 +388,86 @@ func TestMQTTPersistentManyFiltersResume(t *testing.T) {
 	receive("live")
 	r2.send(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}})
 	r2.expect(t, packets.Pingresp) // and nothing else before it
+}
+
+// lockedLog is a log sink for a gateway's Logger.
+type lockedLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestMQTTTakeoverRacingEndReleased: takeovers of a persistent session
+// race its end (the client closes as a new connection comes) and each
+// other (two new connections at once): every new connection gets its
+// CONNACK with the session, and no takeover waits out its bound for a
+// done channel nobody closes (logged "taken over before its last save").
+func TestMQTTTakeoverRacingEndReleased(t *testing.T) {
+	logs := &lockedLog{}
+	g := newGateway(t, withMQTT, func(c *gwConfig) {
+		c.router.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	connect := func(r *rawMQTT, id string) (packets.Packet, error) {
+		pk := connectPacket(id, 30)
+		pk.ProtocolVersion = 5
+		pk.Connect.Clean = false
+		pk.Properties.SessionExpiryInterval, pk.Properties.SessionExpiryIntervalFlag = 600, true
+		var b bytes.Buffer
+		if err := pk.ConnectEncode(&b); err != nil {
+			return packets.Packet{}, err
+		}
+		if _, err := r.nc.Write(b.Bytes()); err != nil {
+			return packets.Packet{}, err
+		}
+		_ = r.nc.SetReadDeadline(time.Now().Add(waitTimeout))
+		return mqtt.ReadPacket(r.br, 5, 1<<20)
+	}
+	for k := range 15 {
+		id := fmt.Sprintf("race-end-%d", k)
+		r1, _ := connectPersistent(t, g, id)
+		r1.subscribeQoS1(t, "race/a")
+		news := []*rawMQTT{dialRaw(t, g, "tcp", 5), dialRaw(t, g, "tcp", 5)}
+		if k%2 == 0 {
+			news = news[:1] // one new connection racing the old one's end
+		}
+		acks := make(chan error, len(news))
+		start := make(chan struct{})
+		for _, r := range news {
+			go func() {
+				<-start
+				ack, err := connect(r, id)
+				switch {
+				case err != nil:
+					acks <- err
+				case ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 || !ack.SessionPresent:
+					acks <- fmt.Errorf("%s %#x present %v", packets.PacketNames[ack.FixedHeader.Type], ack.ReasonCode, ack.SessionPresent)
+				default:
+					acks <- nil
+				}
+			}()
+		}
+		close(start)
+		if k%2 == 0 {
+			r1.nc.Close() // the end races the takeover
+		}
+		for range news {
+			if err := <-acks; err != nil {
+				t.Fatalf("round %d: a new connection: %v", k, err)
+			}
+		}
+	}
+	if l := logs.String(); strings.Contains(l, "before its last save") {
+		t.Fatalf("a takeover waited out its bound:\n%s", l)
+	}
 }
