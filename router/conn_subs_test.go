@@ -106,11 +106,10 @@ func checkSubsIndex(rt *rapid.T, cn *conn, model map[subKey]*subscription, step 
 }
 
 // TestConnSubsKeyIndexGoesBelowThreshold: the key index is made so that a
-// session with few subscriptions holds one small map, not two; a session
-// that once held more than keyIndexAt and is back to one subscription
-// holds it (and every key index it ever needed) for good.
-//
-// Fails on b476133: byKey is never given up.
+// session with few subscriptions holds one small map, not two, so a
+// session that once held more than keyIndexAt and is back to one
+// subscription must not keep the index (a map keeps its grown size):
+// removeLocked gives it up at keyIndexAt/2.
 func TestConnSubsKeyIndexGoesBelowThreshold(t *testing.T) {
 	cn := &conn{byID: make(map[uint64]*subscription)}
 	var subs []*subscription

@@ -97,7 +97,7 @@ func (s *mqttSession) appendPacket(out, pkt []byte, idAt int) ([]byte, int) {
 	}
 	start := len(out)
 	o, at, ok := mqtt.AppendPublishAlias(out, pkt, alias, !known)
-	if ok && s.maxOut > 0 && len(o)-start > s.maxOut {
+	if ok && s.maxOut > 0 && len(o)-start > int(s.maxOut) {
 		// The alias property (and a longer length) took the packet past
 		// the client's Maximum Packet Size [MQTT-3.1.2-24]: it goes with
 		// its topic name, which fits, and no alias; a first use gives none.

@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"strings"
@@ -181,9 +182,9 @@ type mqttSession struct {
 	// askPresence: the SUBSCRIBE being handled asks presence for its
 	// filters that name a topic (mqtt_presence.go; reader goroutine only).
 	askPresence bool
-	assigned    bool // the gateway chose clientID: the CONNACK names it
-	maxOut      int  // the client's Maximum Packet Size; 0: MQTT's
-	window      int  // the in-flight bound of QoS 1 and 2 deliveries
+	assigned    bool  // the gateway chose clientID: the CONNACK names it
+	maxOut      int32 // the client's Maximum Packet Size (at most MaxInt32); 0: MQTT's
+	window      int32 // the in-flight bound of QoS 1 and 2 deliveries (at most 65,535)
 
 	// The stored session (mqtt_session.go); the reader goroutine's.
 	owner        string              // this connection's name as the stored session's owner
@@ -412,7 +413,7 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 		return refuse(rc)
 	}
 	s := &mqttSession{rt: rt, nc: nc, version: v, clientID: id,
-		window: mq.opts.MaxInFlight} // its maps and done are made on first use (mqtt.go, mqtt_session.go)
+		window: int32(mq.opts.MaxInFlight)} // its maps and done are made on first use (mqtt.go, mqtt_session.go)
 	if ka := pk.Connect.Keepalive; ka > 0 {
 		s.keepAlive = time.Duration(ka) * 1500 * time.Millisecond
 	}
@@ -424,9 +425,11 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 	}
 	if v == mqtt.Version5 {
 		if rm := int(pk.Properties.ReceiveMaximum); rm > 0 {
-			s.window = min(s.window, rm)
+			s.window = min(s.window, int32(rm))
 		}
-		s.maxOut = int(pk.Properties.MaximumPacketSize)
+		// Past MaxInt32 no packet can reach it (MQTT's own limit is
+		// 268,435,455 bytes): it bounds nothing.
+		s.maxOut = int32(min(pk.Properties.MaximumPacketSize, math.MaxInt32))
 		s.expiry = pk.Properties.SessionExpiryInterval
 	}
 	s.assigned = assigned

@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -60,7 +61,7 @@ func (s *mqttSession) subscribeShared(f *packets.Subscription, pf mqtt.Filter, q
 		s.release(old)
 	}
 	sub, pe := cn.register(&subscribeSpec{pattern: p, group: pf.Group, policy: session.DropOld,
-		maxInFlight: min(s.window, engine.MaxGroupInFlight), hookAllowed: viaHook})
+		maxInFlight: min(int(s.window), engine.MaxGroupInFlight), hookAllowed: viaHook})
 	if pe != nil {
 		if pe.Code == codeTooManySubs {
 			return rcQuotaExceeded, nil
@@ -95,7 +96,7 @@ func (s *mqttSession) subscribeShared(f *packets.Subscription, pf mqtt.Filter, q
 	mp := &mqttPattern{sub: sub}
 	s.addPattern(key, mp)
 	mp.add(mf, 1)
-	s.addFilter(f.Filter, mf)
+	s.addFilter(strings.Clone(f.Filter), mf) // f.Filter is a view into the packet
 	return qos, sub
 }
 
@@ -171,7 +172,7 @@ func (s *mqttSession) groupPacket(sub *subscription, d engine.Delivery, qos byte
 		s.autoAck(groupAck{sub, deliveryPos(d)})
 		return nil, false
 	}
-	if s.maxOut > 0 && len(b) > s.maxOut {
+	if s.maxOut > 0 && len(b) > int(s.maxOut) {
 		// Over the client's Maximum Packet Size [MQTT-3.1.2-25]: not
 		// written, so it takes no packet identifier (one never acked
 		// would shrink the window for good); the lease runs out with the
@@ -287,7 +288,7 @@ func (s *mqttSession) mustHoldLocked() bool {
 	if h := s.groupHeld; h != nil && (len(h.q) > 0 || h.sending || h.plainFirst != 0) {
 		return true // after those, and the plain deliveries held before it
 	}
-	return len(s.inflight) >= s.window
+	return len(s.inflight) >= int(s.window)
 }
 
 // holdBounds bound the held deliveries of a subscription: its
@@ -368,7 +369,7 @@ func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos 
 // what it returns (which clears sending).
 func (s *mqttSession) nextHeldLocked() (heldGroup, uint16, bool) {
 	h := s.groupHeld
-	if h == nil || h.sending || h.closed || len(h.q) == 0 || len(s.inflight) >= s.window {
+	if h == nil || h.sending || h.closed || len(h.q) == 0 || len(s.inflight) >= int(s.window) {
 		return heldGroup{}, 0, false
 	}
 	if h.plainFirst != 0 && h.plainFirst < h.q[0].order {

@@ -92,7 +92,7 @@ func (s *mqttSession) write(_ context.Context, p []byte) error {
 		if s.trk != nil {
 			pos, s.trk.cur = s.trk.cur, trackPos{}
 		}
-		if s.maxOut > 0 && n > s.maxOut {
+		if s.maxOut > 0 && n > int(s.maxOut) {
 			s.rt.mq.m.skipped.WithLabelValues("too_large").Inc() // [MQTT-3.1.2-25]
 			continue
 		}
@@ -229,7 +229,7 @@ func (s *mqttSession) flush(b []byte) error {
 func (s *mqttSession) takeID(pos trackPos) (uint16, bool) {
 	s.imu.Lock()
 	defer s.imu.Unlock()
-	if len(s.inflight) >= s.window {
+	if len(s.inflight) >= int(s.window) {
 		s.rt.mq.m.windowWaits.Inc()
 		return 0, false
 	}

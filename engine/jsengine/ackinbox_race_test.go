@@ -18,11 +18,11 @@ import (
 
 // TestAckInboxCloseRacingPublishAnswered: every future publish hands out is
 // answered exactly once, even when close runs while records are being
-// published. close answers what is pending (failAll) and only then, in a
-// second critical section, marks the inbox closed (pending = nil): a
-// publish that registers its future between the two is answered neither
-// by close nor by its own timer (settle finds no entry in the nil map),
-// so its future is never answered.
+// published. Were close to answer what is pending and only then, in a
+// second critical section, mark the inbox closed (pending = nil), a
+// publish that registers its future between the two would be answered
+// neither by close nor by its own timer (settle finds no entry in the nil
+// map); failPending does both under one lock.
 func TestAckInboxCloseRacingPublishAnswered(t *testing.T) {
 	r := newAckRig(t)
 	subj := "silent." + strconv.FormatInt(time.Now().UnixNano(), 36)

@@ -1,6 +1,6 @@
 package router_test
 
-// Attacks on the idle MQTT session's smaller state, end to end: the
+// Tests of the idle MQTT session's smaller state, end to end: the
 // pooled write buffer under concurrent sessions with different payloads
 // (TCP, WebSocket, compressed WebSocket; topic aliases; the in-flight
 // window's held deliveries), filters past and back under the slice's
@@ -23,9 +23,9 @@ import (
 	"github.com/switchyard/switchyard/mqtt"
 )
 
-// attackPayload is message j of subscriber i: its own bytes, of a length
+// layoutPayload is message j of subscriber i: its own bytes, of a length
 // that varies from a few bytes to several KiB.
-func attackPayload(i, j int) []byte {
+func layoutPayload(i, j int) []byte {
 	n := 16 + (j*977+i*131)%5000
 	b := make([]byte, n)
 	copy(b, fmt.Sprintf("s%02d-m%04d|", i, j))
@@ -35,9 +35,9 @@ func attackPayload(i, j int) []byte {
 	return b
 }
 
-// dialAttackRaw opens a raw MQTT 5 connection over transport: "tcp",
+// dialLayoutRaw opens a raw MQTT 5 connection over transport: "tcp",
 // "ws", or "wsz" (WebSocket with permessage-deflate).
-func dialAttackRaw(t *testing.T, g *gateway, transport string) *rawMQTT {
+func dialLayoutRaw(t *testing.T, g *gateway, transport string) *rawMQTT {
 	t.Helper()
 	if transport != "wsz" {
 		return dialRaw(t, g, transport, 5)
@@ -72,7 +72,7 @@ func TestMQTTPooledWriteBufferPayloadsIntact(t *testing.T) {
 	}
 	ss := make([]sub, subs)
 	for i := range ss {
-		r := dialAttackRaw(t, g, transports[i%3])
+		r := dialLayoutRaw(t, g, transports[i%3])
 		pk := connectPacket(fmt.Sprintf("pool-sub-%d", i), 30)
 		pk.Properties.ReceiveMaximum = 2
 		alias := i%2 == 0
@@ -91,7 +91,7 @@ func TestMQTTPooledWriteBufferPayloadsIntact(t *testing.T) {
 	}
 	pubs := make([]*rawMQTT, subs)
 	for i := range pubs {
-		pubs[i] = dialAttackRaw(t, g, "tcp")
+		pubs[i] = dialLayoutRaw(t, g, "tcp")
 		pubs[i].connect(t, fmt.Sprintf("pool-pub-%d", i), 30)
 	}
 	var wg sync.WaitGroup
@@ -105,7 +105,7 @@ func TestMQTTPooledWriteBufferPayloadsIntact(t *testing.T) {
 				var b bytes.Buffer
 				for k := j; k < min(j+8, msgs); k++ {
 					pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, ProtocolVersion: 5,
-						TopicName: ss[i].topic, PacketID: uint16(k + 1), Payload: attackPayload(i, k)}
+						TopicName: ss[i].topic, PacketID: uint16(k + 1), Payload: layoutPayload(i, k)}
 					if err := pk.PublishEncode(&b); err != nil {
 						errs <- err
 						return
@@ -145,7 +145,7 @@ func TestMQTTPooledWriteBufferPayloadsIntact(t *testing.T) {
 					}
 					topic = aliases[a]
 				}
-				if want := attackPayload(i, j); topic != ss[i].topic || !bytes.Equal(pk.Payload, want) {
+				if want := layoutPayload(i, j); topic != ss[i].topic || !bytes.Equal(pk.Payload, want) {
 					errs <- fmt.Errorf("subscriber %d (alias %v): message %d on %q is %d bytes %.24q, want %d bytes %.24q on %q",
 						i, ss[i].alias, j, topic, len(pk.Payload), pk.Payload, len(want), want, ss[i].topic)
 					return
@@ -168,7 +168,7 @@ func TestMQTTPooledWriteBufferPayloadsIntact(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	// The attack reached what it meant to: held deliveries and aliases.
+	// The test reached what it meant to: held deliveries and aliases.
 	if n := metricValue(t, g.reg, "switchyard_mqtt_inflight_waits_total", nil); n == 0 {
 		t.Error("no delivery waited for the window: the held path was not taken")
 	}
