@@ -11,9 +11,17 @@ import (
 )
 
 // TestUpgradeDuringShutdownIsClosed holds a WebSocket upgrade in its
-// connect hook until Shutdown has begun, then lets it finish: the session
-// the gateway refuses after the 101 gets a close frame with 1001 and its
-// socket is closed, instead of a socket nobody serves.
+// connect hook until Shutdown has returned, then lets it finish: the
+// session the gateway refuses after the 101 gets a close frame with 1001
+// and its socket is closed, instead of a socket nobody serves.
+//
+// The upgrade waits for Shutdown's return, an event, and not for Ready to
+// fail: a Ready that passes its shutting-down check just before Shutdown
+// begins runs a readiness probe whose record Shutdown's stopped live tail
+// never announces, so it would answer only when its context ends, and the
+// upgrade would be let go too late for the dial sharing that context.
+// Shutdown does not wait for an upgrade still in its connect hook: the
+// session is not yet the Router's.
 func TestUpgradeDuringShutdownIsClosed(t *testing.T) {
 	entered := make(chan struct{})
 	proceed := make(chan struct{})
@@ -47,7 +55,14 @@ func TestUpgradeDuringShutdownIsClosed(t *testing.T) {
 	}
 	shut := make(chan error, 1)
 	go func() { shut <- g.rt.Shutdown(ctx) }()
-	waitUntil(t, "the gateway is shutting down", func() bool { return g.rt.Ready(ctx) != nil })
+	select {
+	case err := <-shut:
+		if err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Shutdown did not return while an upgrade waited in its connect hook")
+	}
 	close(proceed)
 
 	d := <-dialc
@@ -58,8 +73,5 @@ func TestUpgradeDuringShutdownIsClosed(t *testing.T) {
 	_, _, err := d.conn.Read(ctx)
 	if got := websocket.CloseStatus(err); got != websocket.StatusGoingAway {
 		t.Fatalf("first read: %v (status %d), want a close frame with %d", err, got, websocket.StatusGoingAway)
-	}
-	if err := <-shut; err != nil {
-		t.Fatalf("shutdown: %v", err)
 	}
 }
