@@ -127,6 +127,10 @@ func (rt *Router) appendProbe(ctx context.Context) error {
 	select {
 	case <-w.done:
 		return nil
+	case <-rt.stopBG:
+		// Shutdown has begun and stops the tail: the probe's record may
+		// never be announced, and the answer is known already.
+		return perr(codeShuttingDown, "server is shutting down")
 	case <-ctx.Done():
 		return perr(codeUnavailable, "the log took a probe record but its live tail did not announce it within the readiness timeout: fan-out has stopped")
 	}

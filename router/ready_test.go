@@ -3,6 +3,7 @@ package router_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -80,4 +81,54 @@ func TestReadyMeansDelivery(t *testing.T) {
 		st, _, _ := g.httpDo(t, http.MethodGet, "/readyz", nil)
 		return st == http.StatusOK
 	})
+}
+
+// probeAppends is a mutedTail that tells when a readiness probe record
+// has been appended.
+type probeAppends struct {
+	mutedTail
+	appended chan struct{}
+}
+
+func (e *probeAppends) Append(ctx context.Context, m engine.Message) (engine.Appended, error) {
+	a, err := e.mutedTail.Append(ctx, m)
+	if m.Topic == "$sys.ready" {
+		select {
+		case e.appended <- struct{}{}:
+		default:
+		}
+	}
+	return a, err
+}
+
+// TestReadyDuringShutdownAnswersShuttingDown: a readiness probe waiting
+// for its record's announcement when Shutdown begins (the tail stops with
+// it) answers shutting_down at once, not unavailable ("fan-out has
+// stopped") at the end of its timeout.
+func TestReadyDuringShutdownAnswersShuttingDown(t *testing.T) {
+	pa := &probeAppends{appended: make(chan struct{}, 1)}
+	g := newGateway(t, func(c *gwConfig) {
+		c.wrap = func(e engine.Engine) engine.Engine { pa.Engine = e; return pa }
+	})
+	pa.muted.Store(true) // the probe's record is never announced
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	ready := make(chan error, 1)
+	go func() { ready <- g.rt.Ready(ctx) }()
+	select {
+	case <-pa.appended:
+	case <-ctx.Done():
+		t.Fatal("no probe record was appended")
+	}
+	if err := g.rt.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	select {
+	case err := <-ready:
+		if err == nil || !strings.Contains(err.Error(), "shutting") {
+			t.Fatalf("Ready during shutdown: %v, want shutting_down", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Ready still waits for its probe after Shutdown returned")
+	}
 }
