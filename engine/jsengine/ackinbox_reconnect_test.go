@@ -80,6 +80,10 @@ func TestAckInboxReconnectMidStreamStoresOnce(t *testing.T) {
 	for p := range parts {
 		recs, _, err := e.Read(rctx, topic, p, 0, 2*n)
 		for err != nil && rctx.Err() == nil { // the connection may still be coming back
+			select {
+			case <-time.After(20 * time.Millisecond): // a pause between tries, not a wait for an event
+			case <-rctx.Done():
+			}
 			recs, _, err = e.Read(rctx, topic, p, 0, 2*n)
 		}
 		if err != nil {
