@@ -1,0 +1,128 @@
+package router
+
+// Held shared-subscription deliveries (mqtt_group.go) where the writer,
+// the reader and a seek interleave: a slot freed while the writer is
+// about to hold a plain delivery, and a seek the engine refuses.
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/coder/websocket"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/mqtt"
+	"github.com/switchyard/switchyard/session"
+)
+
+// TestMQTTHeldPlainLostWakeStallsGroup (fails on 5329ea4): the writer
+// finds the window full for a plain QoS 1 delivery (takeID fails) and
+// holds it (hold) with no lock between the two; a PUBACK read meanwhile
+// frees the slot while the writer holds nothing yet (heldN 0), so acked
+// neither wakes the writer nor has a held group delivery to release. Once
+// hold has stored the plain delivery and stamped plainFirst, the window
+// has room, nothing is in flight, and no wake is queued: the plain
+// delivery waits for a PUBACK that can never come (the client owes
+// none). Since plainFirst makes every group delivery wait behind it
+// (mustHoldLocked), a group delivery that comes later is held too, with
+// an empty window, for ever: a client waiting for either never gets it.
+// The steps are those of mqttSession.write and of the reader, in the
+// order the race gives them.
+func TestMQTTHeldPlainLostWakeStallsGroup(t *testing.T) {
+	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}}
+	rt.opts.Session.QueueMessages = 16
+	rt.mq.opts.MaxHeldBytes = 1 << 20
+	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
+	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	s.cn.sess = session.NewOneWay("lost-wake", session.Options{EncodeGap: s.encodeGap}, session.Transport{
+		Write:    s.write,
+		Close:    func(websocket.StatusCode, string) error { return nil },
+		CloseNow: func() error { return nil },
+	}) // never run: what is queued stays, to count
+	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: 4}
+	sub.mqttQoS.Store(1)
+
+	pkt, err := mqtt.EncodePublishFrame(packets.Packet{TopicName: "p", Payload: []byte(`1`),
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}}, mqtt.Version5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, idAt, _ := mqtt.Span(pkt)
+
+	// The writer (mqttSession.write): nothing held, the window is full.
+	if _, ok := s.takeID(trackPos{}); ok {
+		t.Fatal("took an identifier with the window full")
+	}
+	// The reader: the client's PUBACK of identifier 1.
+	s.acked(1)
+	// The writer again: it holds the delivery that did not fit.
+	s.hold(pkt, idAt, trackPos{})
+
+	// A group delivery comes now, with the window empty.
+	d := engine.Delivery{Record: &engine.Record{Topic: "t", Offset: 1, Data: []byte(`1`)}, Attempt: 1}
+	gb := s.groupFrame(sub, d)
+
+	woken := s.cn.sess.Stats().Queued > 0
+	if len(s.inflight) == 0 && len(s.held) > 0 && !woken {
+		held := 0
+		if s.groupHeld != nil {
+			held = len(s.groupHeld.q)
+		}
+		t.Fatalf("window %d with %d in flight, %d plain and %d group deliveries held (group delivery written: %d bytes), and no wake queued for the writer: both wait for a PUBACK the client does not owe",
+			s.window, len(s.inflight), len(s.held), held, len(gb))
+	}
+}
+
+// failingSeek is an engine whose Seek fails (a store that times out); it
+// serves nothing else.
+type failingSeek struct{ engine.Engine }
+
+func (failingSeek) Seek(context.Context, string, string, int, engine.Start) error {
+	return errors.New("store unavailable")
+}
+
+// TestMQTTHeldFailedSeekDropsLive (fails on 5329ea4): a seek marks the
+// held deliveries of the partition it moves (lease stamp 0, the first to
+// drop past the bound) before the engine's Seek; when the Seek fails the
+// mark stays though the leases do too. The membership's window is 2;
+// offset 1 of partitions 0 and 1 is held. A seek of partition 1 fails.
+// Partition 0's lease, the older, runs out and goes to another member,
+// and the group leases offset 2 of partition 1 to this member: past the
+// bound, the held delivery to drop is partition 0's (its lease ran out),
+// not partition 1's offset 1, whose lease is live and which, dropped, is
+// left unseen to the group's ack timeout, an attempt spent.
+func TestMQTTHeldFailedSeekDropsLive(t *testing.T) {
+	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())},
+		eng: failingSeek{}, conns: map[*conn]struct{}{}}
+	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
+	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	rt.conns[s.cn] = struct{}{}
+	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: 2}
+	sub.mqttQoS.Store(1)
+	deliver := func(part int, off int64) {
+		t.Helper()
+		d := engine.Delivery{Record: &engine.Record{Topic: "t", Partition: part, Offset: off, Data: []byte(`1`)}, Attempt: 1}
+		if b := s.groupFrame(sub, d); len(b) != 0 {
+			t.Fatalf("partition %d offset %d: wrote %d bytes with the window full", part, off, len(b))
+		}
+	}
+	deliver(0, 1)
+	deliver(1, 1)
+	if err := rt.seek(context.Background(), "g", "t", 1, engine.Start{Kind: engine.StartEarliest}); err == nil {
+		t.Fatal("the seek succeeded; want the engine's error")
+	}
+	deliver(1, 2) // partition 0's lease, the older, ran out and went elsewhere
+	var got [][2]int64
+	for _, h := range s.groupHeld.q {
+		got = append(got, [2]int64{int64(h.d.Record.Partition), h.d.Record.Offset})
+	}
+	for _, h := range got {
+		if h == [2]int64{1, 1} {
+			return
+		}
+	}
+	t.Fatalf("held (partition, offset) %v after a seek that failed: partition 1 offset 1, whose lease is live, was dropped; want partition 0 offset 1 (its lease began first) dropped", got)
+}
