@@ -187,3 +187,44 @@ func TestMQTTHeldAfterHandBackReadIsAttempt(t *testing.T) {
 		t.Fatalf("handed back %+v: offset %d is held for the window, never written, and not handed back as unsent: the engine counts an attempt the client never got", eng.refs, pos.Offset)
 	}
 }
+
+// TestMQTTHeldDroppedThenRedeliveredDup (fails on 5329ea4): a held first
+// attempt that the session drops past its membership's bound is never
+// written; when the group delivers that record again to this member, its
+// only earlier attempt could not have reached the client, so it is
+// written without DUP (DUP only if an earlier attempt could have reached
+// the client, as for a held attempt replaced in place).
+func TestMQTTHeldDroppedThenRedeliveredDup(t *testing.T) {
+	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}}
+	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
+	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: 1}
+	sub.holding = true // what writeHeld queues stays in sub.held, to read
+	sub.mqttQoS.Store(1)
+	d := func(off int64, attempt int) engine.Delivery {
+		return engine.Delivery{Record: &engine.Record{Topic: "t", Offset: off, Data: []byte(`1`)}, Attempt: attempt}
+	}
+	if b := s.groupFrame(sub, d(1, 1)); len(b) != 0 {
+		t.Fatal("offset 1 written with the window full")
+	}
+	// Offset 1's lease ran out unwritten; the group leases offset 2: past
+	// the bound of 1, offset 1 is dropped, never written.
+	if b := s.groupFrame(sub, d(2, 1)); len(b) != 0 {
+		t.Fatal("offset 2 written with the window full")
+	}
+	s.acked(1) // offset 2 is written
+	if len(sub.held) != 1 || sub.held[0].Offset != 2 {
+		t.Fatalf("%d written, want offset 2", len(sub.held))
+	}
+	for id := range s.groupAcks {
+		s.acked(id)
+	}
+	// The group delivers offset 1 again, to this member: the window has room.
+	b := s.groupFrame(sub, d(1, 2))
+	if len(b) == 0 {
+		t.Fatal("offset 1's second attempt not written with the window empty")
+	}
+	if b[0]&dupFlag != 0 {
+		t.Fatalf("offset 1's second attempt written with DUP; its only earlier attempt was held and dropped by this session, never written")
+	}
+}
