@@ -270,9 +270,11 @@ type heldGroup struct {
 	d   engine.Delivery
 	qos byte
 	// lease orders the held deliveries by when their leases began (a
-	// redelivery's is newer), 0 for one whose lease a seek is dropping
-	// (heldSeek).
+	// redelivery's is newer).
 	lease uint64
+	// seeking: a seek is dropping its lease (heldSeek); it drops first
+	// past the bound, and is unmarked if the seek fails.
+	seeking bool
 	// order is when its position in the list was taken (kept by a
 	// redelivery in place).
 	order uint64
@@ -344,7 +346,7 @@ func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos 
 			if h.q[i].sub != sub {
 				continue
 			}
-			if oldest < 0 || h.q[i].lease < h.q[oldest].lease {
+			if oldest < 0 || h.q[i].dropsBefore(&h.q[oldest]) {
 				oldest = i
 			}
 			n++
@@ -361,6 +363,15 @@ func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos 
 	}
 	h.q = append(h.q, heldGroup{sub: sub, d: d, qos: qos, lease: h.seq, order: h.seq, dup: d.Attempt > 1})
 	s.rt.mq.m.windowWaits.Inc()
+}
+
+// dropsBefore reports whether hg is dropped before o past the bound: one
+// a seek is dropping (seeking), else the one whose lease began first.
+func (hg *heldGroup) dropsBefore(o *heldGroup) bool {
+	if hg.seeking != o.seeking {
+		return hg.seeking
+	}
+	return hg.lease < o.lease
 }
 
 // nextHeldLocked takes the first held group delivery off the list with a
@@ -450,18 +461,28 @@ func (s *mqttSession) dropHeldOf(sub *subscription) {
 	}
 }
 
-// heldSeek marks (drop false) or drops (drop true) the held deliveries of
-// topic's partition (every partition when partition < 0) for this node's
-// members of group, around a seek that drops their leases
-// (Router.seek): marked before it, so that one past the bound is dropped
-// first, whatever the seek leases next; dropped once it is done, unless
-// delivered again meanwhile (a new lease).
-func (rt *Router) heldSeek(group, topic string, partition int, drop bool) {
+// heldOp is what heldMatch does to the held deliveries it matches.
+type heldOp int
+
+const (
+	heldMark   heldOp = iota // mark them seeking
+	heldUnmark               // clear the mark: the seek failed
+	heldDrop                 // drop those still marked
+)
+
+// heldSeek marks, unmarks or drops the held deliveries of topic's
+// partition (every partition when partition < 0) for this node's members
+// of group, around a seek that drops their leases (Router.seek): marked
+// before it, so that one past the bound is dropped first, whatever the
+// seek leases next; dropped once it is done, unless delivered again
+// meanwhile (a new lease, unmarked); unmarked if it failed, their leases
+// live.
+func (rt *Router) heldSeek(group, topic string, partition int, op heldOp) {
 	for _, cn := range rt.connList() {
 		if cn.mqtt == nil {
 			continue
 		}
-		cn.mqtt.heldMatch(drop, func(hg *heldGroup) bool {
+		cn.mqtt.heldMatch(op, func(hg *heldGroup) bool {
 			return hg.sub.group == group && hg.d.Record.Topic == topic && (partition < 0 || hg.d.Record.Partition == partition)
 		})
 	}
@@ -475,29 +496,29 @@ func (rt *Router) heldTopicDeleted(topic string) {
 			continue
 		}
 		match := func(hg *heldGroup) bool { return hg.d.Record.Topic == topic }
-		cn.mqtt.heldMatch(false, match)
-		cn.mqtt.heldMatch(true, match)
+		cn.mqtt.heldMatch(heldMark, match)
+		cn.mqtt.heldMatch(heldDrop, match)
 	}
 }
 
-// heldMatch marks the held deliveries match reports (their lease stamp
-// 0), or drops those so marked that match reports when drop is set.
-func (s *mqttSession) heldMatch(drop bool, match func(*heldGroup) bool) {
+// heldMatch marks the held deliveries match reports (seeking), unmarks
+// them, or drops those so marked, as op says.
+func (s *mqttSession) heldMatch(op heldOp, match func(*heldGroup) bool) {
 	s.imu.Lock()
 	defer s.imu.Unlock()
 	h := s.groupHeld
 	if h == nil {
 		return
 	}
-	if !drop {
+	if op != heldDrop {
 		for i := range h.q {
 			if match(&h.q[i]) {
-				h.q[i].lease = 0
+				h.q[i].seeking = op == heldMark
 			}
 		}
 		return
 	}
-	h.q = slices.DeleteFunc(h.q, func(hg heldGroup) bool { return hg.lease == 0 && match(&hg) })
+	h.q = slices.DeleteFunc(h.q, func(hg heldGroup) bool { return hg.seeking && match(&hg) })
 	if len(h.q) == 0 {
 		h.q = nil
 	}

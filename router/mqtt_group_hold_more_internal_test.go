@@ -18,13 +18,14 @@ import (
 	"github.com/switchyard/switchyard/session"
 )
 
-// TestMQTTHeldPlainLostWake (fails on 5329ea4): the writer finds the
+// TestMQTTHeldPlainLostWake checks that a slot freed while the writer is
+// about to hold a plain delivery wakes the writer: it finds the
 // window full for a plain QoS 1 delivery (takeID fails) and holds it
 // (hold) with no lock between the two; a PUBACK read meanwhile frees the
 // slot while the writer holds nothing yet (heldN 0), so acked neither
 // wakes the writer nor has a held group delivery to give the slot to.
-// Once hold has stored the plain delivery and stamped plainFirst, the
-// window is empty and no wake is queued: the delivery waits until
+// Without hold's own wake, once it has stored the plain delivery and
+// stamped plainFirst, the window is empty and none is queued: the delivery waits until
 // something else is queued to the session (a PINGRESP, another
 // delivery); for a client with keepalive 0 and nothing else coming, for
 // ever. plainFirst also makes a group delivery that finds the window
@@ -80,10 +81,10 @@ func (failingSeek) Seek(context.Context, string, string, int, engine.Start) erro
 	return errors.New("store unavailable")
 }
 
-// TestMQTTHeldFailedSeekDropsLive (fails on 5329ea4): a seek marks the
-// held deliveries of the partition it moves (lease stamp 0, the first to
-// drop past the bound) before the engine's Seek; when the Seek fails the
-// mark stays though the leases do too. The membership's window is 2;
+// TestMQTTHeldFailedSeekDropsLive checks that a seek the engine refuses
+// unmarks the held deliveries it marked: a seek marks those of the
+// partition it moves (the first to drop past the bound) before the
+// engine's Seek, and a failed Seek leaves their leases live. The membership's window is 2;
 // offset 1 of partitions 0 and 1 is held. A seek of partition 1 fails.
 // Partition 0's lease, the older, runs out and goes to another member,
 // and the group leases offset 2 of partition 1 to this member: past the
