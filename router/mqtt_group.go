@@ -255,6 +255,11 @@ type groupHold struct {
 	cur heldGroup
 	// closed: the session ended; nothing more is held.
 	closed bool
+	// late: deliveries of subscriptions a graceful shutdown is handing
+	// back that found the window full after it read what they held
+	// (takeHeldFor): not held but listed, for the engine's HandBack to
+	// read (takeLateFor).
+	late map[*subscription][]engine.Position
 	// seq stamps the held deliveries, group (heldGroup.order, .lease) and
 	// plain (heldPacket.order), in the order they came.
 	seq uint64
@@ -329,6 +334,20 @@ func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos 
 		return // the member leaves: the group has it back
 	}
 	pos := deliveryPos(d)
+	if sub.handedBack.Load() {
+		// A graceful shutdown began handing the member back (shutdown.go)
+		// and may have read its held deliveries already: held now, this
+		// one would be in no list and count as an attempt never made.
+		// handedBack is set before takeHeldFor takes imu, and read here
+		// under it: a delivery held is either seen by takeHeldFor or
+		// comes here. The engine reads these (takeLateFor) under the lock
+		// its deliveries are made under, after which none comes.
+		if h.late == nil {
+			h.late = make(map[*subscription][]engine.Position)
+		}
+		h.late[sub] = append(h.late[sub], pos)
+		return
+	}
 	h.seq++
 	for i := range h.q {
 		if h.q[i].sub == sub && deliveryPos(h.q[i].d) == pos {
@@ -551,6 +570,22 @@ func (s *mqttSession) takeHeldFor(sub *subscription) []engine.Position {
 	if len(h.q) == 0 {
 		h.q = nil
 	}
+	return out
+}
+
+// takeLateFor takes the deliveries of sub that came after a graceful
+// shutdown began handing it back and found the window full
+// (holdGroupLocked): never written. engine.MemberRef.Later, called by the
+// engine's HandBack.
+func (s *mqttSession) takeLateFor(sub *subscription) []engine.Position {
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	h := s.groupHeld
+	if h == nil {
+		return nil
+	}
+	out := h.late[sub]
+	delete(h.late, sub)
 	return out
 }
 
