@@ -1,8 +1,10 @@
 package router
 
 // Held shared-subscription deliveries (mqtt_group.go) where the writer,
-// the reader and a seek interleave: a slot freed while the writer is
-// about to hold a plain delivery, and a seek the engine refuses.
+// the reader, a seek and a graceful shutdown interleave: a slot freed
+// while the writer is about to hold a plain delivery, a seek the engine
+// refuses, a delivery that comes during a hand-back; and the DUP of a
+// redelivery whose earlier attempt was held and dropped.
 
 import (
 	"context"
@@ -188,12 +190,15 @@ func TestMQTTHeldAfterHandBackReadIsAttempt(t *testing.T) {
 	}
 }
 
-// TestMQTTHeldDroppedThenRedeliveredDup (fails on 5329ea4): a held first
-// attempt that the session drops past its membership's bound is never
-// written; when the group delivers that record again to this member, its
-// only earlier attempt could not have reached the client, so it is
-// written without DUP (DUP only if an earlier attempt could have reached
-// the client, as for a held attempt replaced in place).
+// TestMQTTHeldDroppedThenRedeliveredDup checks the DUP of a redelivery
+// whose earlier attempt this client never received: a held first attempt
+// that the session drops past its membership's bound is never written;
+// when the group delivers that record again to this member, it is written
+// with DUP, as a redelivery to a member other than the one the earlier
+// attempt went to is (docs/mqtt.md): DUP says the group delivered the
+// record before, which [MQTT-3.3.1-1] allows ("might be re-delivery").
+// Only a held attempt replaced in place keeps the DUP of the one it
+// replaces, which the session knows was never written.
 func TestMQTTHeldDroppedThenRedeliveredDup(t *testing.T) {
 	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}}
 	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
@@ -224,7 +229,7 @@ func TestMQTTHeldDroppedThenRedeliveredDup(t *testing.T) {
 	if len(b) == 0 {
 		t.Fatal("offset 1's second attempt not written with the window empty")
 	}
-	if b[0]&dupFlag != 0 {
-		t.Fatalf("offset 1's second attempt written with DUP; its only earlier attempt was held and dropped by this session, never written")
+	if b[0]&dupFlag == 0 {
+		t.Fatalf("offset 1's second attempt written without DUP; a redelivery carries DUP")
 	}
 }
