@@ -226,7 +226,8 @@ func (s *mqttSession) takeGroupIDLocked(sub *subscription, pos engine.Position) 
 // (dropSub), which takes back every record leased to it, held or
 // written, and the acker drops the held list (startAcker); a graceful
 // shutdown hands the member back in the same way (shutdown.go), the held
-// deliveries as never written (takeHeldFor), not counted as attempts.
+// deliveries as never written (takeHeldFor), not counted as attempts, and
+// those that come meanwhile and find the window full too (takeLateFor).
 //
 // Bound: the engine leases at most the member's window to one shared
 // subscription at once (engine.JoinRequest.MaxLeased, the
