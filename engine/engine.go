@@ -415,6 +415,20 @@ type MemberRef struct {
 	// Unsent lists records leased to the member that never reached it (a
 	// HandBack does not count those deliveries as attempts).
 	Unsent []Position
+	// Later, when set, lists further unsent records: HandBack calls it with
+	// the lock Consumer.Deliver runs under held, once no delivery can reach
+	// the member any more, so that a delivery made after Unsent was read
+	// is listed too. It must not block or call into the Engine.
+	Later func() []Position
+}
+
+// AllUnsent is Unsent and what Later lists; an engine's HandBack reads it
+// under the lock its Consumer.Deliver calls run under.
+func (r MemberRef) AllUnsent() []Position {
+	if r.Later == nil {
+		return r.Unsent
+	}
+	return append(r.Unsent[:len(r.Unsent):len(r.Unsent)], r.Later()...)
 }
 
 // GroupPolicy holds the delivery rules an engine applies to every group.

@@ -75,11 +75,14 @@ func (rt *Router) seek(ctx context.Context, group, topic string, partition int, 
 	}
 	defer unlock()
 	rt.awaitDrained(ctx, group)
-	rt.heldSeek(group, topic, partition, false) // mqtt_group.go
+	// Marked before the engine's Seek (mqtt_group.go), unmarked if it
+	// fails: the leases are still live.
+	rt.heldSeek(group, topic, partition, heldMark)
 	if err := rt.eng.Seek(ctx, group, topic, partition, to); err != nil {
+		rt.heldSeek(group, topic, partition, heldUnmark)
 		return err
 	}
-	rt.heldSeek(group, topic, partition, true)
+	rt.heldSeek(group, topic, partition, heldDrop)
 	return nil
 }
 

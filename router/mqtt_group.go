@@ -226,7 +226,8 @@ func (s *mqttSession) takeGroupIDLocked(sub *subscription, pos engine.Position) 
 // (dropSub), which takes back every record leased to it, held or
 // written, and the acker drops the held list (startAcker); a graceful
 // shutdown hands the member back in the same way (shutdown.go), the held
-// deliveries as never written (takeHeldFor), not counted as attempts.
+// deliveries as never written (takeHeldFor), not counted as attempts, and
+// those that come meanwhile and find the window full too (takeLateFor).
 //
 // Bound: the engine leases at most the member's window to one shared
 // subscription at once (engine.JoinRequest.MaxLeased, the
@@ -255,6 +256,11 @@ type groupHold struct {
 	cur heldGroup
 	// closed: the session ended; nothing more is held.
 	closed bool
+	// late: deliveries of subscriptions a graceful shutdown is handing
+	// back that found the window full after it read what they held
+	// (takeHeldFor): not held but listed, for the engine's HandBack to
+	// read (takeLateFor).
+	late map[*subscription][]engine.Position
 	// seq stamps the held deliveries, group (heldGroup.order, .lease) and
 	// plain (heldPacket.order), in the order they came.
 	seq uint64
@@ -270,9 +276,11 @@ type heldGroup struct {
 	d   engine.Delivery
 	qos byte
 	// lease orders the held deliveries by when their leases began (a
-	// redelivery's is newer), 0 for one whose lease a seek is dropping
-	// (heldSeek).
+	// redelivery's is newer).
 	lease uint64
+	// seeking: a seek is dropping its lease (heldSeek); it drops first
+	// past the bound, and is unmarked if the seek fails.
+	seeking bool
 	// order is when its position in the list was taken (kept by a
 	// redelivery in place).
 	order uint64
@@ -327,6 +335,20 @@ func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos 
 		return // the member leaves: the group has it back
 	}
 	pos := deliveryPos(d)
+	if sub.handedBack.Load() {
+		// A graceful shutdown began handing the member back (shutdown.go)
+		// and may have read its held deliveries already: held now, this
+		// one would be in no list and count as an attempt never made.
+		// handedBack is set before takeHeldFor takes imu, and read here
+		// under it: a delivery held is either seen by takeHeldFor or
+		// comes here. The engine reads these (takeLateFor) under the lock
+		// its deliveries are made under, after which none comes.
+		if h.late == nil {
+			h.late = make(map[*subscription][]engine.Position)
+		}
+		h.late[sub] = append(h.late[sub], pos)
+		return
+	}
 	h.seq++
 	for i := range h.q {
 		if h.q[i].sub == sub && deliveryPos(h.q[i].d) == pos {
@@ -344,7 +366,7 @@ func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos 
 			if h.q[i].sub != sub {
 				continue
 			}
-			if oldest < 0 || h.q[i].lease < h.q[oldest].lease {
+			if oldest < 0 || h.q[i].dropsBefore(&h.q[oldest]) {
 				oldest = i
 			}
 			n++
@@ -361,6 +383,15 @@ func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos 
 	}
 	h.q = append(h.q, heldGroup{sub: sub, d: d, qos: qos, lease: h.seq, order: h.seq, dup: d.Attempt > 1})
 	s.rt.mq.m.windowWaits.Inc()
+}
+
+// dropsBefore reports whether hg is dropped before o past the bound: one
+// a seek is dropping (seeking), else the one whose lease began first.
+func (hg *heldGroup) dropsBefore(o *heldGroup) bool {
+	if hg.seeking != o.seeking {
+		return hg.seeking
+	}
+	return hg.lease < o.lease
 }
 
 // nextHeldLocked takes the first held group delivery off the list with a
@@ -450,18 +481,28 @@ func (s *mqttSession) dropHeldOf(sub *subscription) {
 	}
 }
 
-// heldSeek marks (drop false) or drops (drop true) the held deliveries of
-// topic's partition (every partition when partition < 0) for this node's
-// members of group, around a seek that drops their leases
-// (Router.seek): marked before it, so that one past the bound is dropped
-// first, whatever the seek leases next; dropped once it is done, unless
-// delivered again meanwhile (a new lease).
-func (rt *Router) heldSeek(group, topic string, partition int, drop bool) {
+// heldOp is what heldMatch does to the held deliveries it matches.
+type heldOp int
+
+const (
+	heldMark   heldOp = iota // mark them seeking
+	heldUnmark               // clear the mark: the seek failed
+	heldDrop                 // drop those still marked
+)
+
+// heldSeek marks, unmarks or drops the held deliveries of topic's
+// partition (every partition when partition < 0) for this node's members
+// of group, around a seek that drops their leases (Router.seek): marked
+// before it, so that one past the bound is dropped first, whatever the
+// seek leases next; dropped once it is done, unless delivered again
+// meanwhile (a new lease, unmarked); unmarked if it failed, their leases
+// live.
+func (rt *Router) heldSeek(group, topic string, partition int, op heldOp) {
 	for _, cn := range rt.connList() {
 		if cn.mqtt == nil {
 			continue
 		}
-		cn.mqtt.heldMatch(drop, func(hg *heldGroup) bool {
+		cn.mqtt.heldMatch(op, func(hg *heldGroup) bool {
 			return hg.sub.group == group && hg.d.Record.Topic == topic && (partition < 0 || hg.d.Record.Partition == partition)
 		})
 	}
@@ -475,29 +516,29 @@ func (rt *Router) heldTopicDeleted(topic string) {
 			continue
 		}
 		match := func(hg *heldGroup) bool { return hg.d.Record.Topic == topic }
-		cn.mqtt.heldMatch(false, match)
-		cn.mqtt.heldMatch(true, match)
+		cn.mqtt.heldMatch(heldMark, match)
+		cn.mqtt.heldMatch(heldDrop, match)
 	}
 }
 
-// heldMatch marks the held deliveries match reports (their lease stamp
-// 0), or drops those so marked that match reports when drop is set.
-func (s *mqttSession) heldMatch(drop bool, match func(*heldGroup) bool) {
+// heldMatch marks the held deliveries match reports (seeking), unmarks
+// them, or drops those so marked, as op says.
+func (s *mqttSession) heldMatch(op heldOp, match func(*heldGroup) bool) {
 	s.imu.Lock()
 	defer s.imu.Unlock()
 	h := s.groupHeld
 	if h == nil {
 		return
 	}
-	if !drop {
+	if op != heldDrop {
 		for i := range h.q {
 			if match(&h.q[i]) {
-				h.q[i].lease = 0
+				h.q[i].seeking = op == heldMark
 			}
 		}
 		return
 	}
-	h.q = slices.DeleteFunc(h.q, func(hg heldGroup) bool { return hg.lease == 0 && match(&hg) })
+	h.q = slices.DeleteFunc(h.q, func(hg heldGroup) bool { return hg.seeking && match(&hg) })
 	if len(h.q) == 0 {
 		h.q = nil
 	}
@@ -530,6 +571,22 @@ func (s *mqttSession) takeHeldFor(sub *subscription) []engine.Position {
 	if len(h.q) == 0 {
 		h.q = nil
 	}
+	return out
+}
+
+// takeLateFor takes the deliveries of sub that came after a graceful
+// shutdown began handing it back and found the window full
+// (holdGroupLocked): never written. engine.MemberRef.Later, called by the
+// engine's HandBack.
+func (s *mqttSession) takeLateFor(sub *subscription) []engine.Position {
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	h := s.groupHeld
+	if h == nil {
+		return nil
+	}
+	out := h.late[sub]
+	delete(h.late, sub)
 	return out
 }
 

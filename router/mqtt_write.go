@@ -158,7 +158,17 @@ func (s *mqttSession) hold(pkt []byte, idAt int, pos trackPos) {
 	h.seq++
 	s.held[len(s.held)-1].order = h.seq
 	h.plainFirst = s.held[0].order
+	// A PUBACK read since takeID found the window full, while nothing was
+	// held yet (heldN 0), freed a slot and woke no one (acked): the writer
+	// wakes itself for it, or the delivery, and the group deliveries held
+	// behind it (plainFirst), wait for whatever is queued next. Checked
+	// under imu after heldN is stored: acked deletes under imu before it
+	// reads heldN, so one of the two sees the other.
+	room := len(s.inflight) < int(s.window)
 	s.imu.Unlock()
+	if room {
+		s.cn.sess.Send(session.Item{})
+	}
 }
 
 // releaseHeld appends to out the held deliveries the window has room for.

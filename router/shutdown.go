@@ -64,12 +64,19 @@ func (rt *Router) handBack(ctx context.Context, conns []*conn) {
 	for _, s := range subs {
 		s.handedBack.Store(true)
 		var unsent []engine.Position
+		var later func() []engine.Position
 		if s.c != nil && s.c.mqtt != nil {
 			// Held for room in the client's window (mqtt_group.go): read
-			// first, as one being written leaves them once queued.
+			// first, as one being written leaves them once queued. One
+			// delivered from here on is not held (handedBack) but listed
+			// for the engine to read inside HandBack (takeLateFor), after
+			// its last delivery to the member.
 			unsent = s.c.mqtt.takeHeldFor(s)
+			mq, sub := s.c.mqtt, s
+			later = func() []engine.Position { return mq.takeLateFor(sub) }
 		}
-		refs = append(refs, engine.MemberRef{Group: s.group, Member: s.member, Unsent: append(unsent, s.unsentPositions()...)})
+		refs = append(refs, engine.MemberRef{Group: s.group, Member: s.member,
+			Unsent: append(unsent, s.unsentPositions()...), Later: later})
 	}
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handBackTimeout)
 	defer cancel()

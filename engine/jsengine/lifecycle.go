@@ -218,7 +218,7 @@ func (e *Engine) HandBack(ctx context.Context, refs []engine.MemberRef) (err err
 		}
 		m := g.local[r.Member]
 		byGroup[r.Group] = append(byGroup[r.Group], m)
-		unsent[m] = groupstate.NewUnsent(r.Unsent)
+		unsent[m] = groupstate.NewUnsent(r.AllUnsent())
 		delete(g.local, r.Member)
 		delete(e.reg[r.Group], r.Member)
 		gone = append(gone, r)

@@ -489,7 +489,7 @@ func (e *Engine) HandBack(ctx context.Context, refs []engine.MemberRef) error {
 		for _, r := range byGroup[name] {
 			if m := g.members[r.Member]; m != nil {
 				gone = append(gone, m)
-				unsent = append(unsent, groupstate.NewUnsent(r.Unsent))
+				unsent = append(unsent, groupstate.NewUnsent(r.AllUnsent()))
 				delete(g.members, r.Member)
 			}
 		}
