@@ -6,7 +6,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/mqtt"
 )
 
 // TestMQTTGroupHeldBoundDropsExpiredLease: past its membership's window a
@@ -22,17 +21,10 @@ import (
 // offset 2 is written to this client as well as to the other member.
 func TestMQTTGroupHeldBoundDropsExpiredLease(t *testing.T) {
 	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}}
-	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
-	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	s := fullWindowSession(rt)
 	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: 2}
 	sub.mqttQoS.Store(1)
-	deliver := func(off int64, attempt int) {
-		t.Helper()
-		d := engine.Delivery{Record: &engine.Record{Topic: "t", Offset: off, Data: []byte(`1`)}, Attempt: attempt}
-		if b := s.groupFrame(sub, d); len(b) != 0 {
-			t.Fatalf("offset %d: wrote %d bytes with the window full", off, len(b))
-		}
-	}
+	deliver := func(off int64, attempt int) { t.Helper(); deliverHeld(t, s, sub, off, attempt) }
 	deliver(1, 1)
 	deliver(2, 1)
 	deliver(1, 2) // offset 1's lease ran out; delivered to this member again
@@ -60,18 +52,11 @@ func TestMQTTGroupHeldBoundDropsExpiredLease(t *testing.T) {
 // keeps it.
 func TestMQTTGroupHeldDupOnlyIfWritten(t *testing.T) {
 	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}}
-	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
-	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	s := fullWindowSession(rt)
 	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: 2}
 	sub.holding = true // what writeHeld queues stays in sub.held, to read
 	sub.mqttQoS.Store(1)
-	deliver := func(off int64, attempt int) {
-		t.Helper()
-		d := engine.Delivery{Record: &engine.Record{Topic: "t", Offset: off, Data: []byte(`1`)}, Attempt: attempt}
-		if b := s.groupFrame(sub, d); len(b) != 0 {
-			t.Fatalf("offset %d: wrote %d bytes with the window full", off, len(b))
-		}
-	}
+	deliver := func(off int64, attempt int) { t.Helper(); deliverHeld(t, s, sub, off, attempt) }
 	deliver(1, 1)
 	deliver(1, 2) // attempt 1's lease ran out while held; delivered here again
 	deliver(2, 2) // held first at attempt 2
@@ -102,8 +87,7 @@ func TestMQTTGroupHeldDupOnlyIfWritten(t *testing.T) {
 // whose lease began first is dropped.
 func TestMQTTGroupHeldBoundBytes(t *testing.T) {
 	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}}
-	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
-	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	s := fullWindowSession(rt)
 	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: 10, leaseBytes: 10}
 	sub.mqttQoS.Store(1)
 	for off := int64(1); off <= 4; off++ {

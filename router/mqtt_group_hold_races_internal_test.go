@@ -38,8 +38,7 @@ func TestMQTTHeldPlainLostWake(t *testing.T) {
 	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}}
 	rt.opts.Session.QueueMessages = 16
 	rt.mq.opts.MaxHeldBytes = 1 << 20
-	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
-	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	s := fullWindowSession(rt)
 	s.cn.sess = session.NewOneWay("lost-wake", session.Options{EncodeGap: s.encodeGap}, session.Transport{
 		Write:    s.write,
 		Close:    func(websocket.StatusCode, string) error { return nil },
@@ -96,8 +95,7 @@ func (failingSeek) Seek(context.Context, string, string, int, engine.Start) erro
 func TestMQTTHeldFailedSeekDropsLive(t *testing.T) {
 	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())},
 		eng: failingSeek{}, conns: map[*conn]struct{}{}}
-	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
-	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	s := fullWindowSession(rt)
 	rt.conns[s.cn] = struct{}{}
 	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: 2}
 	sub.mqttQoS.Store(1)
@@ -160,8 +158,7 @@ func (e *handBackEngine) HandBack(_ context.Context, refs []engine.MemberRef) er
 func TestMQTTHeldAfterHandBackReadIsAttempt(t *testing.T) {
 	eng := &handBackEngine{}
 	rt := &Router{m: newMetrics(prometheus.NewRegistry()), mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}, eng: eng}
-	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
-	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	s := fullWindowSession(rt)
 	s.cn.sess = session.NewOneWay("hand-back", session.Options{EncodeGap: s.encodeGap}, session.Transport{
 		Write:    s.write,
 		Close:    func(websocket.StatusCode, string) error { return nil },
@@ -201,8 +198,7 @@ func TestMQTTHeldAfterHandBackReadIsAttempt(t *testing.T) {
 // replaces, which the session knows was never written.
 func TestMQTTHeldDroppedThenRedeliveredDup(t *testing.T) {
 	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}}
-	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
-	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	s := fullWindowSession(rt)
 	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: 1}
 	sub.holding = true // what writeHeld queues stays in sub.held, to read
 	sub.mqttQoS.Store(1)

@@ -20,17 +20,10 @@ import (
 // when the window frees, and give their packet identifiers back.
 func TestMQTTGroupHeldBound(t *testing.T) {
 	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}}
-	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
-	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	s := fullWindowSession(rt)
 	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: 2}
 	sub.mqttQoS.Store(1)
-	deliver := func(off int64, attempt int) {
-		t.Helper()
-		d := engine.Delivery{Record: &engine.Record{Topic: "t", Offset: off, Data: []byte(`1`)}, Attempt: attempt}
-		if b := s.groupFrame(sub, d); len(b) != 0 {
-			t.Fatalf("offset %d: wrote %d bytes with the window full", off, len(b))
-		}
-	}
+	deliver := func(off int64, attempt int) { t.Helper(); deliverHeld(t, s, sub, off, attempt) }
 	held := func(want ...[2]int64) {
 		t.Helper()
 		var got [][2]int64
@@ -129,5 +122,24 @@ func TestMQTTGroupHeldKeepsOrder(t *testing.T) {
 	s.groupHeld = nil
 	if b := s.groupFrame(sub, d(3)); len(b) == 0 || len(s.inflight) != 1 {
 		t.Fatalf("with nothing held and room in the window: %d bytes, %d identifiers taken; want it written", len(b), len(s.inflight))
+	}
+}
+
+// fullWindowSession returns an MQTT 5 session of rt whose window of one is
+// taken (packet identifier 1 in flight), so that every QoS 1 or 2 group
+// delivery to it is held.
+func fullWindowSession(rt *Router) *mqttSession {
+	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
+	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	return s
+}
+
+// deliverHeld makes the group deliver offset off of topic t to sub at
+// attempt, and fails unless the delivery was held (nothing written).
+func deliverHeld(t *testing.T, s *mqttSession, sub *subscription, off int64, attempt int) {
+	t.Helper()
+	d := engine.Delivery{Record: &engine.Record{Topic: "t", Offset: off, Data: []byte(`1`)}, Attempt: attempt}
+	if b := s.groupFrame(sub, d); len(b) != 0 {
+		t.Fatalf("offset %d: wrote %d bytes with the window full", off, len(b))
 	}
 }
