@@ -1,0 +1,124 @@
+package router
+
+// Held shared-subscription deliveries (mqtt_group.go) around a seek: a
+// redelivery that reaches the session between the seek's mark and the
+// engine's Seek, and a topic deletion whose mark and drop a failed seek
+// falls between.
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/mqtt"
+)
+
+// hookSeek is an engine whose Seek runs before, then returns err; it
+// serves nothing else.
+type hookSeek struct {
+	engine.Engine
+	before func()
+	err    error
+}
+
+func (e hookSeek) Seek(context.Context, string, string, int, engine.Start) error {
+	e.before()
+	return e.err
+}
+
+// heldPositions lists the held group deliveries as (partition, offset).
+func heldPositions(s *mqttSession) [][2]int64 {
+	var got [][2]int64
+	if s.groupHeld == nil {
+		return nil
+	}
+	for _, h := range s.groupHeld.q {
+		got = append(got, [2]int64{int64(h.d.Record.Partition), h.d.Record.Offset})
+	}
+	return got
+}
+
+// TestMQTTHeldSeekRedeliveredBeforeEngineSeek checks that a held delivery
+// whose lease a seek drops is dropped even when the group delivered it
+// again between the seek's mark (heldSeek heldMark) and the engine's
+// Seek: an ack timeout fires there (the engine's timers run under the lock
+// its Seek takes, so the redelivery comes before the Seek, and the Seek
+// drops that new lease too). The redelivery replaces the held one
+// unmarked, so heldDrop keeps it: held with no lease, and stamped newer
+// than every live one, so past the bound a live delivery is dropped in its
+// place. The membership's window is 2: partition 0 offset 1 and partition
+// 1 offset 1 are held; a seek of partition 1 drops its lease; the group
+// then leases partition 0 offset 2.
+func TestMQTTHeldSeekRedeliveredBeforeEngineSeek(t *testing.T) {
+	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}, conns: map[*conn]struct{}{}}
+	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
+	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	rt.conns[s.cn] = struct{}{}
+	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: 2}
+	sub.mqttQoS.Store(1)
+	deliver := func(part int, off int64, attempt int) {
+		t.Helper()
+		d := engine.Delivery{Group: "g", Record: &engine.Record{Topic: "t", Partition: part, Offset: off, Data: []byte(`1`)}, Attempt: attempt}
+		if b := s.groupFrame(sub, d); len(b) != 0 {
+			t.Fatalf("partition %d offset %d: wrote %d bytes with the window full", part, off, len(b))
+		}
+	}
+	deliver(0, 1, 1)
+	deliver(1, 1, 1)
+	// Partition 1 offset 1's ack timeout fires before the engine's Seek
+	// takes its lock: attempt 2, whose lease the Seek then drops.
+	rt.eng = hookSeek{before: func() { deliver(1, 1, 2) }}
+	if err := rt.seek(context.Background(), "g", "t", 1, engine.Start{Kind: engine.StartLatest}); err != nil {
+		t.Fatal(err)
+	}
+	deliver(0, 2, 1) // the member holds one lease (partition 0 offset 1): room for another
+	got := heldPositions(s)
+	for _, h := range got {
+		if h == [2]int64{1, 1} {
+			t.Fatalf("held (partition, offset) %v after a seek of partition 1 that succeeded: partition 1 offset 1, whose lease the seek dropped, is still held (to be written to a client the group no longer leases it to)", got)
+		}
+	}
+	live := false
+	for _, h := range got {
+		live = live || h == [2]int64{0, 1}
+	}
+	if !live {
+		t.Fatalf("held %v: partition 0 offset 1, whose lease is live, was dropped", got)
+	}
+}
+
+// TestMQTTHeldTopicDeletedDuringFailedSeek checks that the held
+// deliveries of a deleted topic are dropped when a seek of that topic
+// fails meanwhile: heldTopicDeleted marks them, then drops those marked,
+// under imu each but not in one step, and the seeking mark is shared with
+// seeks; a seek that fails between the two unmarks them (heldUnmark), and
+// the drop keeps them: held deliveries of a deleted topic, written when
+// the window has room. The steps are heldTopicDeleted's, in the order the
+// race gives them.
+func TestMQTTHeldTopicDeletedDuringFailedSeek(t *testing.T) {
+	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}, conns: map[*conn]struct{}{}}
+	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
+	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	rt.conns[s.cn] = struct{}{}
+	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: 2}
+	sub.mqttQoS.Store(1)
+	d := engine.Delivery{Group: "g", Record: &engine.Record{Topic: "t", Offset: 1, Data: []byte(`1`)}, Attempt: 1}
+	if b := s.groupFrame(sub, d); len(b) != 0 {
+		t.Fatal("written with the window full")
+	}
+	match := func(hg *heldGroup) bool { return hg.d.Record.Topic == "t" }
+	// The topic is deleted: heldTopicDeleted's mark ...
+	rt.eng = hookSeek{before: func() { s.heldMatch(heldMark, match) }, err: errors.New("topic deleted")}
+	// ... comes during a seek of it, which the engine refuses ...
+	if err := rt.seek(context.Background(), "g", "t", 0, engine.Start{Kind: engine.StartEarliest}); err == nil {
+		t.Fatal("the seek succeeded; want the engine's error")
+	}
+	// ... and heldTopicDeleted's drop after the seek's unmark.
+	s.heldMatch(heldDrop, match)
+	if got := heldPositions(s); len(got) != 0 {
+		t.Fatalf("held (partition, offset) %v of topic t after it was deleted: the failed seek's unmark cleared the deletion's mark", got)
+	}
+}
