@@ -122,3 +122,39 @@ func TestMQTTHeldTopicDeletedDuringFailedSeek(t *testing.T) {
 		t.Fatalf("held (partition, offset) %v of topic t after it was deleted: the failed seek's unmark cleared the deletion's mark", got)
 	}
 }
+
+// TestMQTTHeldSeekAllPartitionsPartlyFailed checks that a seek of every
+// partition (partition -1) which the engine carries out for some
+// partitions and then fails drops the held deliveries of those it moved.
+// jsengine's Seek seeks the partitions one by one (seekOne: dropWindow,
+// the leases gone, under gmu), and returns the first error, leaving the
+// partitions before it moved; the router then unmarks every partition's
+// held deliveries (heldUnmark), keeping those whose leases the engine
+// dropped: written later, to a client the group no longer leases them to,
+// records the seek skipped. The engine here moves partition 0 and fails
+// on partition 1, as jsengine does when the store refuses the second
+// write.
+func TestMQTTHeldSeekAllPartitionsPartlyFailed(t *testing.T) {
+	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}, conns: map[*conn]struct{}{}}
+	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
+	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	rt.conns[s.cn] = struct{}{}
+	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: 2}
+	sub.mqttQoS.Store(1)
+	for part := range 2 {
+		d := engine.Delivery{Group: "g", Record: &engine.Record{Topic: "t", Partition: part, Offset: 1, Data: []byte(`1`)}, Attempt: 1}
+		if b := s.groupFrame(sub, d); len(b) != 0 {
+			t.Fatalf("partition %d written with the window full", part)
+		}
+	}
+	// Partition 0 moved (its lease dropped), partition 1's write refused.
+	rt.eng = hookSeek{before: func() {}, err: errors.New("jsengine: seek: store unavailable")}
+	if err := rt.seek(context.Background(), "g", "t", -1, engine.Start{Kind: engine.StartLatest}); err == nil {
+		t.Fatal("the seek succeeded; want the engine's error")
+	}
+	for _, h := range heldPositions(s) {
+		if h == [2]int64{0, 1} {
+			t.Fatalf("held (partition, offset) %v after a seek of every partition that moved partition 0 and failed on partition 1: partition 0 offset 1, whose lease the seek dropped, is still held, to be written though the seek skipped it", heldPositions(s))
+		}
+	}
+}
