@@ -10,10 +10,13 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/coder/websocket"
+	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/mqtt"
+	"github.com/switchyard/switchyard/session"
 )
 
 // hookSeek is an engine whose Seek runs before, then returns err; it
@@ -52,6 +55,8 @@ func heldPositions(s *mqttSession) [][2]int64 {
 // place. The membership's window is 2: partition 0 offset 1 and partition
 // 1 offset 1 are held; a seek of partition 1 drops its lease; the group
 // then leases partition 0 offset 2.
+//
+// Fails on e24e2bf (the defect is not fixed yet).
 func TestMQTTHeldSeekRedeliveredBeforeEngineSeek(t *testing.T) {
 	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}, conns: map[*conn]struct{}{}}
 	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
@@ -98,6 +103,8 @@ func TestMQTTHeldSeekRedeliveredBeforeEngineSeek(t *testing.T) {
 // the drop keeps them: held deliveries of a deleted topic, written when
 // the window has room. The steps are heldTopicDeleted's, in the order the
 // race gives them.
+//
+// Fails on e24e2bf (the defect is not fixed yet).
 func TestMQTTHeldTopicDeletedDuringFailedSeek(t *testing.T) {
 	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}, conns: map[*conn]struct{}{}}
 	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
@@ -134,6 +141,8 @@ func TestMQTTHeldTopicDeletedDuringFailedSeek(t *testing.T) {
 // records the seek skipped. The engine here moves partition 0 and fails
 // on partition 1, as jsengine does when the store refuses the second
 // write.
+//
+// Fails on e24e2bf (the defect is not fixed yet).
 func TestMQTTHeldSeekAllPartitionsPartlyFailed(t *testing.T) {
 	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}, conns: map[*conn]struct{}{}}
 	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
@@ -156,5 +165,69 @@ func TestMQTTHeldSeekAllPartitionsPartlyFailed(t *testing.T) {
 		if h == [2]int64{0, 1} {
 			t.Fatalf("held (partition, offset) %v after a seek of every partition that moved partition 0 and failed on partition 1: partition 0 offset 1, whose lease the seek dropped, is still held, to be written though the seek skipped it", heldPositions(s))
 		}
+	}
+}
+
+// TestPullHandBackLateDeliveryIsAttempt checks the hand-back of a pull
+// member the way TestMQTTHeldAfterHandBackReadIsAttempt checks an MQTT
+// member's: a graceful shutdown reads a pull member's buffer (never
+// polled: handed back as unsent) and then the engine takes the member
+// back; a delivery the engine makes in between lands in the buffer after
+// it was read, with no MemberRef.Later to list it. The engine counts it as
+// an attempt; no poll comes (the member has left rt.pulls), so it never
+// reaches a client.
+//
+// Fails on e24e2bf (the defect is not fixed yet).
+func TestPullHandBackLateDeliveryIsAttempt(t *testing.T) {
+	eng := &handBackEngine{}
+	rt := &Router{m: newMetrics(prometheus.NewRegistry()), mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}, eng: eng}
+	pm := &pullMember{group: "g", pattern: "t", member: pullPrefix + "1", client: "c", wake: make(chan struct{}, 1)}
+	rt.pulls = map[string]*pullMember{"g": pm}
+	rt.pullsBy = map[string]int{"c": 1}
+	pos := engine.Position{Topic: "t", Offset: 7}
+	eng.deliver = func() {
+		pm.Deliver(engine.Delivery{Group: "g", Record: &engine.Record{Topic: pos.Topic, Offset: pos.Offset, Data: []byte(`1`)}, Attempt: 1})
+	}
+	rt.handBack(context.Background(), nil)
+	for _, r := range eng.refs {
+		for _, p := range r.Unsent {
+			if p == pos {
+				return
+			}
+		}
+	}
+	t.Fatalf("handed back %+v; buffered and never polled: %d; offset %d is not handed back as unsent: the engine counts an attempt no client got", eng.refs, len(pm.buf), pos.Offset)
+}
+
+// TestMQTTHeldPlainNoSelfWakeWindowFull checks that hold's own wake does
+// not spin the writer under a client that never acks: with the window
+// full, holding plain deliveries queues no wake, and a writer pass woken
+// for nothing (an empty batch) neither writes nor queues one.
+func TestMQTTHeldPlainNoSelfWakeWindowFull(t *testing.T) {
+	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}}
+	rt.opts.Session.QueueMessages = 16
+	rt.mq.opts.MaxHeldBytes = 1 << 20
+	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
+	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	s.cn.sess = session.NewOneWay("no-spin", session.Options{EncodeGap: s.encodeGap}, session.Transport{
+		Write:    s.write,
+		Close:    func(websocket.StatusCode, string) error { return nil },
+		CloseNow: func() error { return nil },
+	}) // never run: what is queued stays, to count
+	pkt, err := mqtt.EncodePublishFrame(packets.Packet{TopicName: "p", Payload: []byte(`1`),
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}}, mqtt.Version5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := s.write(context.Background(), pkt); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.write(context.Background(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q := s.cn.sess.Stats().Queued; q != 0 || len(s.held) != 3 {
+		t.Fatalf("window full, never acked: %d held, %d wakes queued; want 3 held and none queued", len(s.held), q)
 	}
 }
