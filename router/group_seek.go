@@ -29,6 +29,47 @@ const seekDrainWait = 5 * time.Second
 type seekLocks struct {
 	mu sync.Mutex // guards m
 	m  map[string]*seekLock
+
+	// rmu guards running: a leaf, taken under an MQTT session's imu
+	// (holdGroupLocked reads it).
+	rmu sync.Mutex
+	// running is the (topic, partition) each group's seek on this node
+	// moves from just before its mark of the held deliveries (heldSeek)
+	// until the engine's Seek returned; a group has at most one (lock).
+	running map[string]seekRun
+}
+
+// seekRun is what a running seek moves: topic's partition, or every
+// partition when partition < 0.
+type seekRun struct {
+	topic     string
+	partition int
+}
+
+// begin records group's seek of topic's partition as running.
+func (l *seekLocks) begin(group, topic string, partition int) {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	if l.running == nil {
+		l.running = make(map[string]seekRun)
+	}
+	l.running[group] = seekRun{topic, partition}
+}
+
+// end records group's seek as done.
+func (l *seekLocks) end(group string) {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	delete(l.running, group)
+}
+
+// moving reports whether a seek of group running now moves the position
+// of topic's partition.
+func (l *seekLocks) moving(group, topic string, partition int) bool {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	r, ok := l.running[group]
+	return ok && r.topic == topic && (r.partition < 0 || r.partition == partition)
 }
 
 type seekLock struct {
@@ -76,9 +117,18 @@ func (rt *Router) seek(ctx context.Context, group, topic string, partition int, 
 	defer unlock()
 	rt.awaitDrained(ctx, group)
 	// Marked before the engine's Seek (mqtt_group.go), unmarked if it
-	// fails: the leases are still live.
+	// fails: the leases are still live. A delivery held while the seek
+	// runs (a redelivery the engine made before its Seek took the lock its
+	// deliveries are made under, whose lease the Seek drops too) is marked
+	// as it is held (running); the seek ends running before it drops or
+	// unmarks, so that one held after the engine's Seek returned is
+	// unmarked: a live lease kept. One held between the Seek's return and
+	// end is dropped though live: it costs its record one ack timeout.
+	rt.seeks.begin(group, topic, partition)
 	rt.heldSeek(group, topic, partition, heldMark)
-	if err := rt.eng.Seek(ctx, group, topic, partition, to); err != nil {
+	err = rt.eng.Seek(ctx, group, topic, partition, to)
+	rt.seeks.end(group)
+	if err != nil {
 		rt.heldSeek(group, topic, partition, heldUnmark)
 		return err
 	}
