@@ -491,6 +491,7 @@ const (
 	heldMark   heldOp = iota // mark them seeking
 	heldUnmark               // clear the mark: the seek failed
 	heldDrop                 // drop those still marked
+	heldPurge                // drop them all, marked or not
 )
 
 // heldSeek marks, unmarks or drops the held deliveries of topic's
@@ -513,19 +514,20 @@ func (rt *Router) heldSeek(group, topic string, partition int, op heldOp) {
 
 // heldTopicDeleted drops the held deliveries of a deleted topic: their
 // leases are gone, and a topic made again under its name starts over.
+// Each session's are dropped in one step under its imu, whatever their
+// seeking mark: a seek of the topic failing meanwhile unmarks them, and
+// its unmark must not come between a mark and a drop of the deletion.
 func (rt *Router) heldTopicDeleted(topic string) {
 	for _, cn := range rt.connList() {
 		if cn.mqtt == nil {
 			continue
 		}
-		match := func(hg *heldGroup) bool { return hg.d.Record.Topic == topic }
-		cn.mqtt.heldMatch(heldMark, match)
-		cn.mqtt.heldMatch(heldDrop, match)
+		cn.mqtt.heldMatch(heldPurge, func(hg *heldGroup) bool { return hg.d.Record.Topic == topic })
 	}
 }
 
 // heldMatch marks the held deliveries match reports (seeking), unmarks
-// them, or drops those so marked, as op says.
+// them, drops those so marked, or drops them all, as op says.
 func (s *mqttSession) heldMatch(op heldOp, match func(*heldGroup) bool) {
 	s.imu.Lock()
 	defer s.imu.Unlock()
@@ -533,7 +535,7 @@ func (s *mqttSession) heldMatch(op heldOp, match func(*heldGroup) bool) {
 	if h == nil {
 		return
 	}
-	if op != heldDrop {
+	if op == heldMark || op == heldUnmark {
 		for i := range h.q {
 			if match(&h.q[i]) {
 				h.q[i].seeking = op == heldMark
@@ -541,7 +543,7 @@ func (s *mqttSession) heldMatch(op heldOp, match func(*heldGroup) bool) {
 		}
 		return
 	}
-	h.q = slices.DeleteFunc(h.q, func(hg heldGroup) bool { return hg.seeking && match(&hg) })
+	h.q = slices.DeleteFunc(h.q, func(hg heldGroup) bool { return (hg.seeking || op == heldPurge) && match(&hg) })
 	if len(h.q) == 0 {
 		h.q = nil
 	}
