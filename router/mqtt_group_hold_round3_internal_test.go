@@ -176,12 +176,10 @@ func TestMQTTHeldSeekAllPartitionsPartlyFailed(t *testing.T) {
 // member the way TestMQTTHeldAfterHandBackReadIsAttempt checks an MQTT
 // member's: a graceful shutdown reads a pull member's buffer (never
 // polled: handed back as unsent) and then the engine takes the member
-// back; a delivery the engine makes in between lands in the buffer after
-// it was read, with no MemberRef.Later to list it. The engine counts it as
-// an attempt; no poll comes (the member has left rt.pulls), so it never
-// reaches a client.
-//
-// Fails on e24e2bf (the defect is not fixed yet).
+// back; a delivery the engine makes in between comes after the buffer
+// was read, and no poll will come (the member has left rt.pulls). It is
+// listed as late (the member left) and handed back as unsent through
+// MemberRef.Later, not counted as an attempt no client got.
 func TestPullHandBackLateDeliveryIsAttempt(t *testing.T) {
 	eng := &handBackEngine{}
 	rt := &Router{m: newMetrics(prometheus.NewRegistry()), mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}, eng: eng}
