@@ -124,12 +124,24 @@ func (rt *Router) seek(ctx context.Context, group, topic string, partition int, 
 	// unmarks, so that one held after the engine's Seek returned is
 	// unmarked: a live lease kept. One held between the Seek's return and
 	// end is dropped though live: it costs its record one ack timeout.
+	//
+	// A seek of every partition (partition < 0) may fail part-way, the
+	// partitions before the failure moved (jsengine seeks them one by one
+	// and returns the first error), and the error does not say which:
+	// its held deliveries are dropped as after a seek that succeeded, as
+	// a held delivery whose lease the seek dropped must not be written (a
+	// record the seek skipped, to a client the group no longer leases it
+	// to). One whose lease is live costs its record one ack timeout.
 	rt.seeks.begin(group, topic, partition)
 	rt.heldSeek(group, topic, partition, heldMark)
 	err = rt.eng.Seek(ctx, group, topic, partition, to)
 	rt.seeks.end(group)
 	if err != nil {
-		rt.heldSeek(group, topic, partition, heldUnmark)
+		if partition >= 0 {
+			rt.heldSeek(group, topic, partition, heldUnmark)
+		} else {
+			rt.heldSeek(group, topic, partition, heldDrop)
+		}
 		return err
 	}
 	rt.heldSeek(group, topic, partition, heldDrop)

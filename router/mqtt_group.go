@@ -243,7 +243,9 @@ func (s *mqttSession) takeGroupIDLocked(sub *subscription, pos engine.Position) 
 // window_full (the group delivers it again after its ack timeout, as
 // before holding). A seek drops the held deliveries of the partitions it
 // moves for this node's members of its group (their leases go with it:
-// Router.seek), and a topic's deletion those of the topic.
+// Router.seek), those held while it runs included, and those of every
+// partition when a seek of them all fails part-way; a topic's deletion
+// drops those of the topic.
 
 // groupHold is a session's held group deliveries; under mqttSession.imu.
 type groupHold struct {

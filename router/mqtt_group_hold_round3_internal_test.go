@@ -139,14 +139,12 @@ func TestMQTTHeldTopicDeletedDuringFailedSeek(t *testing.T) {
 // partitions and then fails drops the held deliveries of those it moved.
 // jsengine's Seek seeks the partitions one by one (seekOne: dropWindow,
 // the leases gone, under gmu), and returns the first error, leaving the
-// partitions before it moved; the router then unmarks every partition's
-// held deliveries (heldUnmark), keeping those whose leases the engine
-// dropped: written later, to a client the group no longer leases them to,
-// records the seek skipped. The engine here moves partition 0 and fails
-// on partition 1, as jsengine does when the store refuses the second
-// write.
-//
-// Fails on e24e2bf (the defect is not fixed yet).
+// partitions before it moved; the error does not say which, so the router
+// drops the held deliveries of every partition (Router.seek), rather than
+// keep one whose lease the engine dropped: written later, to a client the
+// group no longer leases it to, a record the seek skipped. The engine
+// here stands for one that moved partition 0 and failed on partition 1,
+// as jsengine does when the store refuses the second write.
 func TestMQTTHeldSeekAllPartitionsPartlyFailed(t *testing.T) {
 	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}, conns: map[*conn]struct{}{}}
 	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
