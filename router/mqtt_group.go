@@ -281,7 +281,7 @@ type heldGroup struct {
 	// redelivery's is newer).
 	lease uint64
 	// seeking: a seek is dropping its lease (heldSeek); it drops first
-	// past the bound, and is unmarked if the seek fails.
+	// past the bound, and is unmarked if a seek of one partition fails.
 	seeking bool
 	// order is when its position in the list was taken (kept by a
 	// redelivery in place).
@@ -500,9 +500,9 @@ const (
 // partition (every partition when partition < 0) for this node's members
 // of group, around a seek that drops their leases (Router.seek): marked
 // before it, so that one past the bound is dropped first, whatever the
-// seek leases next; dropped once it is done, unless delivered again
-// meanwhile (a new lease, unmarked); unmarked if it failed, their leases
-// live.
+// seek leases next (one held while it runs is marked as it is held:
+// holdGroupLocked); dropped once it is done; unmarked if a seek of one
+// partition failed, their leases live.
 func (rt *Router) heldSeek(group, topic string, partition int, op heldOp) {
 	for _, cn := range rt.connList() {
 		if cn.mqtt == nil {
