@@ -243,7 +243,9 @@ func (s *mqttSession) takeGroupIDLocked(sub *subscription, pos engine.Position) 
 // window_full (the group delivers it again after its ack timeout, as
 // before holding). A seek drops the held deliveries of the partitions it
 // moves for this node's members of its group (their leases go with it:
-// Router.seek), and a topic's deletion those of the topic.
+// Router.seek), those held while it runs included, and those of every
+// partition when a seek of them all fails part-way; a topic's deletion
+// drops those of the topic.
 
 // groupHold is a session's held group deliveries; under mqttSession.imu.
 type groupHold struct {
@@ -279,7 +281,7 @@ type heldGroup struct {
 	// redelivery's is newer).
 	lease uint64
 	// seeking: a seek is dropping its lease (heldSeek); it drops first
-	// past the bound, and is unmarked if the seek fails.
+	// past the bound, and is unmarked if a seek of one partition fails.
 	seeking bool
 	// order is when its position in the list was taken (kept by a
 	// redelivery in place).
@@ -350,11 +352,14 @@ func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos 
 		return
 	}
 	h.seq++
+	// A seek of its partition running (group_seek.go) may drop this lease
+	// too: marked as the seek marked those held before it.
+	seeking := s.rt.seeks.moving(sub.group, pos.Topic, pos.Partition)
 	for i := range h.q {
 		if h.q[i].sub == sub && deliveryPos(h.q[i].d) == pos {
 			// Delivered again: the newer attempt, a new lease; the one it
 			// replaces was never written, so DUP only as for that one.
-			h.q[i] = heldGroup{sub: sub, d: d, qos: qos, lease: h.seq, order: h.q[i].order, dup: h.q[i].dup}
+			h.q[i] = heldGroup{sub: sub, d: d, qos: qos, lease: h.seq, seeking: seeking, order: h.q[i].order, dup: h.q[i].dup}
 			return
 		}
 	}
@@ -381,7 +386,7 @@ func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos 
 		}
 		h.q = slices.Delete(h.q, oldest, oldest+1)
 	}
-	h.q = append(h.q, heldGroup{sub: sub, d: d, qos: qos, lease: h.seq, order: h.seq, dup: d.Attempt > 1})
+	h.q = append(h.q, heldGroup{sub: sub, d: d, qos: qos, lease: h.seq, seeking: seeking, order: h.seq, dup: d.Attempt > 1})
 	s.rt.mq.m.windowWaits.Inc()
 }
 
@@ -488,15 +493,16 @@ const (
 	heldMark   heldOp = iota // mark them seeking
 	heldUnmark               // clear the mark: the seek failed
 	heldDrop                 // drop those still marked
+	heldPurge                // drop them all, marked or not
 )
 
 // heldSeek marks, unmarks or drops the held deliveries of topic's
 // partition (every partition when partition < 0) for this node's members
 // of group, around a seek that drops their leases (Router.seek): marked
 // before it, so that one past the bound is dropped first, whatever the
-// seek leases next; dropped once it is done, unless delivered again
-// meanwhile (a new lease, unmarked); unmarked if it failed, their leases
-// live.
+// seek leases next (one held while it runs is marked as it is held:
+// holdGroupLocked); dropped once it is done; unmarked if a seek of one
+// partition failed, their leases live.
 func (rt *Router) heldSeek(group, topic string, partition int, op heldOp) {
 	for _, cn := range rt.connList() {
 		if cn.mqtt == nil {
@@ -510,19 +516,20 @@ func (rt *Router) heldSeek(group, topic string, partition int, op heldOp) {
 
 // heldTopicDeleted drops the held deliveries of a deleted topic: their
 // leases are gone, and a topic made again under its name starts over.
+// Each session's are dropped in one step under its imu, whatever their
+// seeking mark: a seek of the topic failing meanwhile unmarks them, and
+// its unmark must not come between a mark and a drop of the deletion.
 func (rt *Router) heldTopicDeleted(topic string) {
 	for _, cn := range rt.connList() {
 		if cn.mqtt == nil {
 			continue
 		}
-		match := func(hg *heldGroup) bool { return hg.d.Record.Topic == topic }
-		cn.mqtt.heldMatch(heldMark, match)
-		cn.mqtt.heldMatch(heldDrop, match)
+		cn.mqtt.heldMatch(heldPurge, func(hg *heldGroup) bool { return hg.d.Record.Topic == topic })
 	}
 }
 
 // heldMatch marks the held deliveries match reports (seeking), unmarks
-// them, or drops those so marked, as op says.
+// them, drops those so marked, or drops them all, as op says.
 func (s *mqttSession) heldMatch(op heldOp, match func(*heldGroup) bool) {
 	s.imu.Lock()
 	defer s.imu.Unlock()
@@ -530,7 +537,7 @@ func (s *mqttSession) heldMatch(op heldOp, match func(*heldGroup) bool) {
 	if h == nil {
 		return
 	}
-	if op != heldDrop {
+	if op == heldMark || op == heldUnmark {
 		for i := range h.q {
 			if match(&h.q[i]) {
 				h.q[i].seeking = op == heldMark
@@ -538,7 +545,7 @@ func (s *mqttSession) heldMatch(op heldOp, match func(*heldGroup) bool) {
 		}
 		return
 	}
-	h.q = slices.DeleteFunc(h.q, func(hg heldGroup) bool { return hg.seeking && match(&hg) })
+	h.q = slices.DeleteFunc(h.q, func(hg heldGroup) bool { return (hg.seeking || op == heldPurge) && match(&hg) })
 	if len(h.q) == 0 {
 		h.q = nil
 	}

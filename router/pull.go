@@ -49,11 +49,22 @@ type pullMember struct {
 	buf      []engine.Delivery
 	lastPoll time.Time
 	left     bool
+	// late: deliveries made once the member left (no poll comes for
+	// them), their positions listed for a graceful shutdown's hand-back
+	// to give back as unsent (takeLate); at most its leases.
+	late []engine.Position
 }
 
-// Deliver implements engine.Consumer.
+// Deliver implements engine.Consumer. A delivery made once the member
+// left (a graceful shutdown read its buffer, and the engine has not yet
+// taken it back) is listed as late, not buffered.
 func (p *pullMember) Deliver(d engine.Delivery) {
 	p.mu.Lock()
+	if p.left {
+		p.late = append(p.late, deliveryPos(d))
+		p.mu.Unlock()
+		return
+	}
 	p.buf = append(p.buf, d)
 	p.mu.Unlock()
 	select {
@@ -65,6 +76,17 @@ func (p *pullMember) Deliver(d engine.Delivery) {
 // Skipped implements engine.Consumer; a poller learns of trimmed records
 // from the group's skipped count in GET /v1/groups/{group}.
 func (p *pullMember) Skipped(string, string, int, int64, int64) {}
+
+// takeLate takes the deliveries made once the member left; the engine's
+// HandBack reads them (engine.MemberRef.Later) under the lock its
+// deliveries are made under, after which none comes.
+func (p *pullMember) takeLate() []engine.Position {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	late := p.late
+	p.late = nil
+	return late
+}
 
 func (p *pullMember) take(n int) []engine.Delivery {
 	p.mu.Lock()

@@ -12,10 +12,11 @@ package router
 // (Router.onSent), so the router knows, per member, which leased records
 // are still queued; those, and a pull member's buffered records, are
 // handed back as unsent, and so are an MQTT member's deliveries held for
-// room in its client's window (mqtt_group.go). A record still queued at that moment may be
-// flushed to its client while the session closes; its attempt was not
-// counted, so at worst a client sees a record once more than its attempt
-// number says, never fewer.
+// room in its client's window (mqtt_group.go), and the deliveries made to
+// a member after its held or buffered ones were read (MemberRef.Later).
+// A record still queued at that moment may be flushed to its client while
+// the session closes; its attempt was not counted, so at worst a client
+// sees a record once more than its attempt number says, never fewer.
 
 import (
 	"context"
@@ -53,7 +54,9 @@ func (rt *Router) handBack(ctx context.Context, conns []*conn) {
 		}
 		pm.buf = nil
 		pm.mu.Unlock()
-		refs = append(refs, engine.MemberRef{Group: g, Member: pm.member, Unsent: unsent})
+		// One delivered from here on is not buffered (left) but listed
+		// for the engine to read inside HandBack (takeLate).
+		refs = append(refs, engine.MemberRef{Group: g, Member: pm.member, Unsent: unsent, Later: pm.takeLate})
 		delete(rt.pulls, g)
 		rt.unreservePullLocked(pm.client)
 	}
