@@ -29,47 +29,6 @@ const seekDrainWait = 5 * time.Second
 type seekLocks struct {
 	mu sync.Mutex // guards m
 	m  map[string]*seekLock
-
-	// rmu guards running: a leaf, taken under an MQTT session's imu
-	// (holdGroupLocked reads it).
-	rmu sync.Mutex
-	// running is the (topic, partition) each group's seek on this node
-	// moves from just before its mark of the held deliveries (heldSeek)
-	// until the engine's Seek returned; a group has at most one (lock).
-	running map[string]seekRun
-}
-
-// seekRun is what a running seek moves: topic's partition, or every
-// partition when partition < 0.
-type seekRun struct {
-	topic     string
-	partition int
-}
-
-// begin records group's seek of topic's partition as running.
-func (l *seekLocks) begin(group, topic string, partition int) {
-	l.rmu.Lock()
-	defer l.rmu.Unlock()
-	if l.running == nil {
-		l.running = make(map[string]seekRun)
-	}
-	l.running[group] = seekRun{topic, partition}
-}
-
-// end records group's seek as done.
-func (l *seekLocks) end(group string) {
-	l.rmu.Lock()
-	defer l.rmu.Unlock()
-	delete(l.running, group)
-}
-
-// moving reports whether a seek of group running now moves the position
-// of topic's partition.
-func (l *seekLocks) moving(group, topic string, partition int) bool {
-	l.rmu.Lock()
-	defer l.rmu.Unlock()
-	r, ok := l.running[group]
-	return ok && r.topic == topic && (r.partition < 0 || r.partition == partition)
 }
 
 type seekLock struct {
@@ -117,13 +76,12 @@ func (rt *Router) seek(ctx context.Context, group, topic string, partition int, 
 	defer unlock()
 	rt.awaitDrained(ctx, group)
 	// Marked before the engine's Seek (mqtt_group.go), unmarked if it
-	// fails: the leases are still live. A delivery held while the seek
-	// runs (a redelivery the engine made before its Seek took the lock its
-	// deliveries are made under, whose lease the Seek drops too) is marked
-	// as it is held (running); the seek ends running before it drops or
-	// unmarks, so that one held after the engine's Seek returned is
-	// unmarked: a live lease kept. One held between the Seek's return and
-	// end is dropped though live: it costs its record one ack timeout.
+	// fails: the leases are still live. A delivery the engine makes
+	// again while the seek runs takes the held one's place with its mark
+	// (holdGroupLocked): a redelivery made before the engine's Seek took
+	// the lock its deliveries are made under has its lease dropped by the
+	// Seek too. A new position held meanwhile is not marked: the window
+	// the Seek itself delivers is live.
 	//
 	// A seek of every partition (partition < 0) may fail part-way, the
 	// partitions before the failure moved (jsengine seeks them one by one
@@ -131,12 +89,14 @@ func (rt *Router) seek(ctx context.Context, group, topic string, partition int, 
 	// its held deliveries are dropped as after a seek that succeeded, as
 	// a held delivery whose lease the seek dropped must not be written (a
 	// record the seek skipped, to a client the group no longer leases it
-	// to). One whose lease is live costs its record one ack timeout.
-	rt.seeks.begin(group, topic, partition)
+	// to). One whose lease is live costs its record one ack timeout. A
+	// caller gone before the engine is asked moves nothing and drops
+	// nothing.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	rt.heldSeek(group, topic, partition, heldMark)
-	err = rt.eng.Seek(ctx, group, topic, partition, to)
-	rt.seeks.end(group)
-	if err != nil {
+	if err := rt.eng.Seek(ctx, group, topic, partition, to); err != nil {
 		if partition >= 0 {
 			rt.heldSeek(group, topic, partition, heldUnmark)
 		} else {

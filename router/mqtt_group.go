@@ -352,14 +352,15 @@ func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos 
 		return
 	}
 	h.seq++
-	// A seek of its partition running (group_seek.go) may drop this lease
-	// too: marked as the seek marked those held before it.
-	seeking := s.rt.seeks.moving(sub.group, pos.Topic, pos.Partition)
 	for i := range h.q {
 		if h.q[i].sub == sub && deliveryPos(h.q[i].d) == pos {
 			// Delivered again: the newer attempt, a new lease; the one it
-			// replaces was never written, so DUP only as for that one.
-			h.q[i] = heldGroup{sub: sub, d: d, qos: qos, lease: h.seq, seeking: seeking, order: h.q[i].order, dup: h.q[i].dup}
+			// replaces was never written, so DUP only as for that one. A
+			// seek's mark stays (group_seek.go): a redelivery made before
+			// the engine's Seek has its lease dropped by that Seek too. (A
+			// seek back to an earlier offset whose new window delivers a
+			// position held and marked costs that record one ack timeout.)
+			h.q[i] = heldGroup{sub: sub, d: d, qos: qos, lease: h.seq, seeking: h.q[i].seeking, order: h.q[i].order, dup: h.q[i].dup}
 			return
 		}
 	}
@@ -386,7 +387,7 @@ func (s *mqttSession) holdGroupLocked(sub *subscription, d engine.Delivery, qos 
 		}
 		h.q = slices.Delete(h.q, oldest, oldest+1)
 	}
-	h.q = append(h.q, heldGroup{sub: sub, d: d, qos: qos, lease: h.seq, seeking: seeking, order: h.seq, dup: d.Attempt > 1})
+	h.q = append(h.q, heldGroup{sub: sub, d: d, qos: qos, lease: h.seq, order: h.seq, dup: d.Attempt > 1})
 	s.rt.mq.m.windowWaits.Inc()
 }
 

@@ -54,9 +54,9 @@ func heldPositions(s *mqttSession) [][2]int64 {
 // than every live one, so past the bound a live delivery is dropped in its
 // place. The membership's window is 2: partition 0 offset 1 and partition
 // 1 offset 1 are held; a seek of partition 1 drops its lease; the group
-// then leases partition 0 offset 2. A delivery held while a seek of its
-// partition runs is marked as it is held (seekLocks.moving), so the
-// seek's drop takes the redelivery too.
+// then leases partition 0 offset 2.
+//
+// Fails on e24e2bf (the defect is not fixed yet).
 func TestMQTTHeldSeekRedeliveredBeforeEngineSeek(t *testing.T) {
 	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}, conns: map[*conn]struct{}{}}
 	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
