@@ -8,10 +8,13 @@ import (
 	"context"
 	"testing"
 
+	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/memengine"
 	"github.com/switchyard/switchyard/mqtt"
+	"github.com/switchyard/switchyard/session"
 )
 
 // heldRig is one MQTT session with a full window (one identifier in
@@ -148,5 +151,50 @@ func TestMQTTSeekOtherGroupOrPartitionNotMarked(t *testing.T) {
 	}
 	if n := len(rt.seeks.running); n != 0 {
 		t.Fatalf("%d seeks recorded as running after both returned", n)
+	}
+}
+
+// TestMQTTHeldSeekFreshWindowKeptMemengine is TestMQTTHeldSeekFreshWindowKept
+// on the memory engine, whose Seek delivers the new position's window
+// inside the call: a member with window 2 and a client whose window is
+// full holds offsets 0 and 1; a seek to offset 3 drops their leases and
+// leases offsets 3 and 4, held as they come. The seek must keep those.
+//
+// FAILS on 1a66280: a defect, not yet fixed.
+func TestMQTTHeldSeekFreshWindowKeptMemengine(t *testing.T) {
+	ctx := context.Background()
+	eng := memengine.New(memengine.Options{})
+	defer func() { _ = eng.Close(ctx) }()
+	if _, err := eng.CreateTopic(ctx, engine.TopicConfig{Name: "t", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if _, err := eng.Append(ctx, engine.Message{Topic: "t", Data: []byte(`1`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt := &Router{m: newMetrics(prometheus.NewRegistry()), mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}, conns: map[*conn]struct{}{}, eng: eng}
+	rt.opts.Session.QueueMessages = 16
+	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
+	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
+	s.cn.sess = session.NewOneWay("fresh-window", session.Options{EncodeGap: s.encodeGap}, session.Transport{
+		Write:    s.write,
+		Close:    func(websocket.StatusCode, string) error { return nil },
+		CloseNow: func() error { return nil },
+	}) // never run
+	rt.conns[s.cn] = struct{}{}
+	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: 4}
+	sub.mqttQoS.Store(1)
+	if _, err := eng.Join(ctx, engine.JoinRequest{Group: "g", Pattern: "t", Member: "m", MaxInFlight: 2}, sub); err != nil {
+		t.Fatal(err)
+	}
+	if !heldHas(s, 0, 0) || !heldHas(s, 0, 1) {
+		t.Fatalf("held %v before the seek; want offsets 0 and 1", heldPositions(s))
+	}
+	if err := rt.seek(ctx, "g", "t", 0, engine.Start{Kind: engine.StartOffset, Offset: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if heldHas(s, 0, 0) || !heldHas(s, 0, 3) || !heldHas(s, 0, 4) {
+		t.Fatalf("held %v after a seek to offset 3 that succeeded; want offsets 3 and 4, the window the seek leased (offsets 0 and 1 gone with their leases)", heldPositions(s))
 	}
 }
