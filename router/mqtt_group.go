@@ -243,7 +243,8 @@ func (s *mqttSession) takeGroupIDLocked(sub *subscription, pos engine.Position) 
 // window_full (the group delivers it again after its ack timeout, as
 // before holding). A seek drops the held deliveries of the partitions it
 // moves for this node's members of its group (their leases go with it:
-// Router.seek), those held while it runs included, and those of every
+// Router.seek), a redelivery that took a held one's place while it ran
+// included (the window the seek itself delivers is kept), and those of every
 // partition when a seek of them all fails part-way; a topic's deletion
 // drops those of the topic.
 
@@ -501,8 +502,8 @@ const (
 // partition (every partition when partition < 0) for this node's members
 // of group, around a seek that drops their leases (Router.seek): marked
 // before it, so that one past the bound is dropped first, whatever the
-// seek leases next (one held while it runs is marked as it is held:
-// holdGroupLocked); dropped once it is done; unmarked if a seek of one
+// seek leases next (a redelivery taking a marked one's place keeps the
+// mark: holdGroupLocked); dropped once it is done; unmarked if a seek of one
 // partition failed, their leases live.
 func (rt *Router) heldSeek(group, topic string, partition int, op heldOp) {
 	for _, cn := range rt.connList() {

