@@ -126,9 +126,11 @@ func TestMsgIDClaimReplicationOutlivesContext(t *testing.T) {
 		return kv
 	})
 	const wait = 200 * time.Millisecond
+	// start before the context: the deadline is then at least wait after
+	// it, however long the goroutine waits between the two lines.
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	start := time.Now()
 	_, err := b.Append(ctx, engine.Message{Topic: "claim.stuck", MsgID: "x", Data: []byte(`1`)})
 	took := time.Since(start)
 	t.Logf("failed after %v, %d refused claims: %v", took, kv.refusals(), err)
