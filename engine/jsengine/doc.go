@@ -169,6 +169,11 @@
 // nodeServer.mu (nodes.go: held, shared, while a node request's handler
 // runs).
 //
+// HandBack calls a member's engine.MemberRef.Later (through AllUnsent)
+// with gmu held, as every delivery to a member is made (pump), so that no
+// delivery falls between the lists it hands back; Later takes only the
+// caller's leaf locks and never calls into the engine.
+//
 // No NATS round trip happens under gmu: records missing from the cache are
 // fetched by a goroutine per cursor, dead letters are stored by the letter
 // writer, and positions are written by the committer, each without it,

@@ -26,9 +26,10 @@
 //     instead, with the Append's context. TopicDeleted runs with no engine
 //     lock held.
 //   - Consumer.Deliver and Consumer.Skipped run with that group's lock
-//     held.
+//     held, and so does a HandBack's call of MemberRef.Later (through
+//     AllUnsent), so that no delivery falls between the member's lists.
 //
-// Neither may block, and neither may call back into the Engine: doing so
+// None may block, and neither may call back into the Engine: doing so
 // deadlocks. A consumer hands the delivery to its own goroutine or queue and
 // acks from there.
 //
