@@ -55,22 +55,8 @@ func heldPositions(s *mqttSession) [][2]int64 {
 // place. The membership's window is 2: partition 0 offset 1 and partition
 // 1 offset 1 are held; a seek of partition 1 drops its lease; the group
 // then leases partition 0 offset 2.
-//
-// Fails on e24e2bf (the defect is not fixed yet).
 func TestMQTTHeldSeekRedeliveredBeforeEngineSeek(t *testing.T) {
-	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}, conns: map[*conn]struct{}{}}
-	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
-	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
-	rt.conns[s.cn] = struct{}{}
-	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: 2}
-	sub.mqttQoS.Store(1)
-	deliver := func(part int, off int64, attempt int) {
-		t.Helper()
-		d := engine.Delivery{Group: "g", Record: &engine.Record{Topic: "t", Partition: part, Offset: off, Data: []byte(`1`)}, Attempt: attempt}
-		if b := s.groupFrame(sub, d); len(b) != 0 {
-			t.Fatalf("partition %d offset %d: wrote %d bytes with the window full", part, off, len(b))
-		}
-	}
+	rt, s, deliver := heldRig(t, 2)
 	deliver(0, 1, 1)
 	deliver(1, 1, 1)
 	// Partition 1 offset 1's ack timeout fires before the engine's Seek

@@ -18,14 +18,15 @@ import (
 )
 
 // heldRig is one MQTT session with a full window (one identifier in
-// flight) and a shared subscription of group g on topic t, leases 4.
-func heldRig(t *testing.T) (*Router, *mqttSession, func(part int, off int64, attempt int)) {
+// flight) and a shared subscription of group g on topic t with leases
+// leases; deliver fails unless what it delivers is held.
+func heldRig(t *testing.T, leases int) (*Router, *mqttSession, func(part int, off int64, attempt int)) {
 	t.Helper()
 	rt := &Router{mq: &mqttState{m: newMQTTMetrics(prometheus.NewRegistry())}, conns: map[*conn]struct{}{}}
 	s := &mqttSession{rt: rt, version: mqtt.Version5, window: 1, inflight: map[uint16]struct{}{1: {}}}
 	s.cn = &conn{rt: rt, kind: transportMQTT, mqtt: s}
 	rt.conns[s.cn] = struct{}{}
-	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: 4}
+	sub := &subscription{c: s.cn, pattern: "t", group: "g", leases: leases}
 	sub.mqttQoS.Store(1)
 	deliver := func(part int, off int64, attempt int) {
 		t.Helper()
@@ -55,7 +56,7 @@ func heldHas(s *mqttSession, part int, off int64) bool {
 // dropped: a seek that succeeded must not drop them, else each waits out
 // an ack timeout before the group delivers it again.
 func TestMQTTHeldSeekFreshWindowKept(t *testing.T) {
-	rt, s, deliver := heldRig(t)
+	rt, s, deliver := heldRig(t, 4)
 	deliver(0, 1, 1) // held before the seek: its lease the seek drops
 	// The engine seeks partition 0 to offset 10 and delivers it at once.
 	rt.eng = hookSeek{before: func() { deliver(0, 10, 1) }}
@@ -75,7 +76,7 @@ func TestMQTTHeldSeekFreshWindowKept(t *testing.T) {
 // partition: a seek of group g2, or of partition 1, on topic t leaves a
 // delivery of group g on partition 0 unmarked and held.
 func TestMQTTSeekOtherGroupOrPartitionNotMarked(t *testing.T) {
-	rt, s, deliver := heldRig(t)
+	rt, s, deliver := heldRig(t, 4)
 	rt.eng = hookSeek{before: func() { deliver(0, 1, 1) }}
 	if err := rt.seek(context.Background(), "g2", "t", 0, engine.Start{Kind: engine.StartLatest}); err != nil {
 		t.Fatal(err)
