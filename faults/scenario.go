@@ -102,20 +102,22 @@ func (r *Report) String() string {
 // publisher has Recover more acknowledged, stops the load, reads the log
 // whole and checks the history. The error is for a run that could not be
 // made (the cluster did not start, the load made no progress); what the
-// run found is in the report. It is about 120 lines on purpose: the
-// phases of a run (start, warm up, inject, hold, heal, recover, stop, read
-// whole, check) follow one another in it as in this paragraph, sharing the
-// cluster, the load and the history.
+// run found is in the report. A scenario's gateway processes run
+// RunOptions.GatewayBinary, or the gateway command built for the run. It
+// is about 150 lines on purpose: the phases of a run (build, start, warm
+// up, inject, hold, heal, recover, stop, read whole, check) follow one
+// another in it as in this paragraph, sharing the cluster, the load and
+// the history.
 func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
 	o = o.withDefaults(sc)
 	start := time.Now()
 	if len(sc.Processes) > 0 && o.GatewayBinary == "" {
 		dir, err := os.MkdirTemp("", "switchyard-faults-gateway-")
-		if err != nil {
-			return nil, err
+		if err == nil {
+			defer os.RemoveAll(dir)
+			o.GatewayBinary, err = BuildGateway(ctx, dir)
 		}
-		defer os.RemoveAll(dir)
-		if o.GatewayBinary, err = BuildGateway(ctx, dir); err != nil {
+		if err != nil {
 			return nil, err
 		}
 	}

@@ -104,7 +104,7 @@ func TestScenarioNoFault(t *testing.T) {
 // TestScenarios runs every scenario (about two minutes; -short skips it).
 func TestScenarios(t *testing.T) {
 	if testing.Short() {
-		t.Skip("six faults on a cluster of three NATS servers and three gateways")
+		t.Skip("every fault on a cluster of three NATS servers and three gateways")
 	}
 	for _, sc := range Scenarios() {
 		t.Run(sc.Name, func(t *testing.T) {
