@@ -60,9 +60,12 @@ type Cluster struct {
 	// routes[i][j] carries the route connections server i dials to
 	// server j.
 	routes [][]*Proxy
-	gmu    sync.Mutex // guards the elements of gateways
+	gmu    sync.Mutex // guards the elements of gateways, and procs
 	// gateways is made once by NewCluster; RestartGateway replaces one.
 	gateways []*Gateway
+	// procs is every gateway process the cluster started that became
+	// ready, killed ones too (ProcessFailures).
+	procs []*gatewayProc
 }
 
 type natsServer struct {

@@ -24,6 +24,10 @@ package faults
 // killed takes its gateways with it), and each child leads a process
 // group of its own, which the kill signals whole. LiveProcesses says how
 // many have not been reaped, for tests that check nothing outlives them.
+//
+// Concurrency: a gatewayProc's fields are set before it is shared, but
+// for killed, raced (atomic) and err (read once done is closed); a
+// lineWriter's lock is taken alone; Cluster.gmu guards Cluster.procs.
 
 import (
 	"bytes"
@@ -54,11 +58,14 @@ const processReadyTimeout = 60 * time.Second
 // listeningLine is what the gateway command logs once it serves.
 const listeningLine = `msg="switchyard gateway listening"`
 
-// BuildGateway builds the gateway command (without -race: a child under
-// the race detector is several times slower, and it is the cluster's
-// engine, not the child's code, that the scenarios check) into dir and
-// returns the binary's path. The go command is the one on PATH (go test
-// puts its own first); it runs within this module.
+// BuildGateway builds the gateway command into dir and returns the
+// binary's path. It is built with -race when this binary is: the
+// packages are then those go test -race compiled already (built without,
+// a build cache that holds only the race builds, as after go test -race
+// ./... on a fresh machine, compiles them all again), the scenario ran as
+// fast with it, and a race the child reports fails the run (see
+// ProcessFailures). The go command is the one on PATH (go test puts its
+// own first); it runs within this module.
 func BuildGateway(ctx context.Context, dir string) (string, error) {
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
@@ -68,7 +75,11 @@ func BuildGateway(ctx context.Context, dir string) (string, error) {
 	if runtime.GOOS == "windows" {
 		bin += ".exe"
 	}
-	cmd := exec.CommandContext(ctx, goCmd, "build", "-o", bin, "github.com/switchyard/switchyard/cmd/gateway")
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.CommandContext(ctx, goCmd, append(args, "github.com/switchyard/switchyard/cmd/gateway")...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("faults: go build ./cmd/gateway: %w\n%s", err, out)
 	}
@@ -80,6 +91,7 @@ type gatewayProc struct {
 	name   string // "gateway 2 (pid 1234)"
 	pid    int
 	killed atomic.Bool // set before Kill9Gateway or Close signals it
+	raced  atomic.Bool // it reported a data race
 	ready  chan struct{}
 	done   chan struct{} // closed once reaped
 	err    error         // Wait's, set before done is closed
@@ -121,7 +133,7 @@ func KillProcesses() int {
 // ready: see waitReady).
 func startProc(g int, bin string, args []string, out io.Writer) (*gatewayProc, error) {
 	p := &gatewayProc{ready: make(chan struct{}), done: make(chan struct{})}
-	lw := &lineWriter{out: out, ready: p.ready, name: fmt.Sprintf("gateway %d", g)}
+	lw := &lineWriter{out: out, ready: p.ready, raced: &p.raced, name: fmt.Sprintf("gateway %d", g)}
 	started := make(chan error, 1)
 	go func() { // exits once the process is reaped
 		// The child's Pdeathsig fires when the thread that started it
@@ -258,6 +270,9 @@ func (c *Cluster) startProcessGateway(ctx context.Context, gw *Gateway, urls []s
 		}
 		if err = p.waitReady(ctx); err == nil {
 			gw.proc, gw.Addr = p, a
+			c.gmu.Lock()
+			c.procs = append(c.procs, p)
+			c.gmu.Unlock()
 			return nil
 		}
 		if p.exitedOnItsOwn() == "" { // still running: it goes first
@@ -285,28 +300,31 @@ func (c *Cluster) Kill9Gateway(g int) error {
 	return err
 }
 
-// ProcessFailures says which gateway processes ended on their own (not
-// killed by the cluster), with their exit status.
+// ProcessFailures says which of the cluster's gateway processes, those
+// running and those killed, ended on their own (not killed by the
+// cluster), with their exit status, and which reported a data race.
 func (c *Cluster) ProcessFailures() []string {
 	c.gmu.Lock()
 	defer c.gmu.Unlock()
 	var out []string
-	for _, gw := range c.gateways {
-		if gw.proc != nil {
-			if msg := gw.proc.exitedOnItsOwn(); msg != "" {
-				out = append(out, msg)
-			}
+	for _, p := range c.procs {
+		if msg := p.exitedOnItsOwn(); msg != "" {
+			out = append(out, msg)
+		}
+		if p.raced.Load() {
+			out = append(out, p.name+" reported a data race (see its output)")
 		}
 	}
 	return out
 }
 
 // lineWriter takes a process's output: it closes ready at the first
-// listening line and writes each line, prefixed with the process's name,
-// to out (when not nil).
+// listening line, sets raced at a race detector's report, and writes each
+// line, prefixed with the process's name, to out (when not nil).
 type lineWriter struct {
 	out   io.Writer
 	ready chan struct{}
+	raced *atomic.Bool
 
 	mu    sync.Mutex // guards the fields below
 	name  string
@@ -336,6 +354,9 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 		if !w.found && bytes.Contains(w.line, []byte(listeningLine)) {
 			w.found = true
 			close(w.ready)
+		}
+		if bytes.HasPrefix(w.line, []byte("WARNING: DATA RACE")) {
+			w.raced.Store(true)
 		}
 		if w.out != nil {
 			fmt.Fprintf(w.out, "%s: %s\n", w.name, w.line)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -108,14 +109,19 @@ func TestClipLog(t *testing.T) {
 	}
 }
 
-// The process's output is passed on a line at a time, named, and the
-// listening line (even split over writes) makes it ready once.
+// The process's output is passed on a line at a time, named; the
+// listening line (even split over writes) makes it ready once, and a race
+// detector's report is noticed.
 func TestLineWriter(t *testing.T) {
 	var out bytes.Buffer
 	ready := make(chan struct{})
-	w := &lineWriter{out: &out, ready: ready, name: "gateway 2"}
+	var raced atomic.Bool
+	w := &lineWriter{out: &out, ready: ready, raced: &raced, name: "gateway 2"}
 	for _, s := range []string{"level=WARN msg=x\nlevel=INFO msg=\"switchyard gate", "way listening\" addr=127.0.0.1:1\n",
 		"level=INFO msg=\"switchyard gateway listening\" again\npartial"} {
+		if raced.Load() {
+			t.Fatal("raced before any report")
+		}
 		if n, err := w.Write([]byte(s)); n != len(s) || err != nil {
 			t.Fatalf("Write: %d, %v", n, err)
 		}
@@ -129,5 +135,9 @@ func TestLineWriter(t *testing.T) {
 		"gateway 2: level=INFO msg=\"switchyard gateway listening\" again\n"
 	if out.String() != want {
 		t.Fatalf("output:\n%s\nwant:\n%s", out.String(), want)
+	}
+	w.Write([]byte(" line\n==================\nWARNING: DATA RACE\n"))
+	if !raced.Load() {
+		t.Fatal("a race report not noticed")
 	}
 }
