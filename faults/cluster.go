@@ -2,18 +2,21 @@ package faults
 
 // The cluster under test: NATS servers in this process whose routes run
 // through proxies, and gateways (router and JetStream engine in this
-// process) whose NATS connections run through proxies of their own.
+// process, or the gateway command in a child process: gatewayproc.go)
+// whose NATS connections run through proxies of their own.
 
 import (
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -38,6 +41,13 @@ type Options struct {
 	PingInterval time.Duration
 	// Logger receives the gateways' logs (discarded when nil).
 	Logger *slog.Logger
+	// Processes are the gateways (by index) that run the gateway command
+	// Binary in a child process (gatewayproc.go); the others run in
+	// this process. ProcessOutput receives the processes' stdout and
+	// stderr, a line at a time (discarded when nil).
+	Processes     []int
+	Binary        string
+	ProcessOutput io.Writer
 }
 
 // Cluster is NATS servers routed to each other through proxies, and
@@ -50,9 +60,12 @@ type Cluster struct {
 	// routes[i][j] carries the route connections server i dials to
 	// server j.
 	routes [][]*Proxy
-	gmu    sync.Mutex // guards the elements of gateways
+	gmu    sync.Mutex // guards the elements of gateways, and procs
 	// gateways is made once by NewCluster; RestartGateway replaces one.
 	gateways []*Gateway
+	// procs is every gateway process the cluster started that became
+	// ready, killed ones too (ProcessFailures).
+	procs []*gatewayProc
 }
 
 type natsServer struct {
@@ -66,12 +79,14 @@ type natsServer struct {
 
 // Gateway is one gateway: a router serving WebSocket and HTTP on a
 // loopback port, on a JetStream engine connected through Links[j] to NATS
-// server j.
+// server j; or the gateway command in a child process, connected the same
+// way, when Options.Processes lists it.
 type Gateway struct {
 	I     int
 	Addr  string // host:port of its HTTP and WebSocket listener
 	Links []*Proxy
-	Eng   *jsengine.Engine
+	Eng   *jsengine.Engine // nil for a process
+	proc  *gatewayProc     // the process, or nil
 
 	rt     *router.Router
 	srv    *http.Server
@@ -112,6 +127,9 @@ func newCluster(ctx context.Context, opts Options) (c *Cluster, err error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	c = &Cluster{opts: opts, name: fmt.Sprintf("faults-%d", os.Getpid())}
+	if len(opts.Processes) > 0 && opts.Binary == "" {
+		return c, errors.New("faults: gateway processes need Options.Binary (BuildGateway)")
+	}
 	ports, err := freePorts(2 * opts.Servers)
 	if err != nil {
 		return c, err
@@ -420,6 +438,19 @@ func (c *Cluster) startGateway(ctx context.Context, g int, addr string) (*Gatewa
 	for k := range gw.Links {
 		urls = append(urls, "nats://"+gw.Links[(g+k)%len(gw.Links)].Addr())
 	}
+	if slices.Contains(c.opts.Processes, g) {
+		if err := c.startProcessGateway(ctx, gw, urls, addr); err != nil {
+			gw.closeLinks()
+			return nil, err
+		}
+		return gw, nil
+	}
+	// The live bucket's TTL is its creator's: with a gateway process,
+	// the process's (see processMemberTTL).
+	ttl := 3 * time.Second
+	if len(c.opts.Processes) > 0 {
+		ttl = processMemberTTL
+	}
 	logger := c.opts.Logger.With("gateway", g)
 	// A cluster just formed may still be placing its first streams (an
 	// election right after the meta leader's): an engine whose start
@@ -433,7 +464,7 @@ func (c *Cluster) startGateway(ctx context.Context, g int, addr string) (*Gatewa
 		}
 		ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		eng, err = jsengine.New(ectx, jsengine.Options{URL: strings.Join(urls, ","), Prefix: c.opts.Prefix,
-			Replicas: len(c.servers), Logger: logger, MemberTTL: 3 * time.Second,
+			Replicas: len(c.servers), Logger: logger, MemberTTL: ttl,
 			Policy: engine.GroupPolicy{AckTimeout: 3 * time.Second, MaxAttempts: 5,
 				BackoffMin: 100 * time.Millisecond, BackoffMax: 500 * time.Millisecond}})
 		cancel()
@@ -471,10 +502,16 @@ func (gw *Gateway) closeLinks() {
 	}
 }
 
-// stop shuts the gateway down: sessions, HTTP server, engine, links.
-// A killed gateway (KillGateway) is stopped already.
+// stop shuts the gateway down: sessions, HTTP server, engine, links; a
+// process is killed with SIGKILL and reaped. A killed gateway
+// (KillGateway, Kill9Gateway) is stopped already.
 func (gw *Gateway) stop() {
 	if gw.killed {
+		return
+	}
+	if gw.proc != nil {
+		_ = gw.proc.stop() // a process that ended on its own is reported by ProcessFailures
+		gw.closeLinks()
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)

@@ -18,11 +18,34 @@
 //
 // Cluster runs three NATS servers in this process, each route between two
 // of them going through a pair of proxies (one per dialling side), and
-// gateways (router and JetStream engine in this process), each gateway's
-// NATS connection going through a proxy of its own to each server. So a
-// scenario can isolate one NATS server, cut the cluster 2/1, cut a gateway
-// off NATS while its WebSocket clients stay connected, slow every link, or
-// stop a server and start it again on its store.
+// gateways (router and JetStream engine in this process, or the gateway
+// command in a child process: see below), each gateway's NATS connection
+// going through a proxy of its own to each server. So a scenario can
+// isolate one NATS server, cut the cluster 2/1, cut a gateway off NATS
+// while its WebSocket clients stay connected, slow every link, stop a
+// server and start it again on its store, or kill a gateway and start it
+// again on its address.
+//
+// # Killing a gateway
+//
+// A gateway in this process is "killed" by KillGateway (gatewaykill.go):
+// its NATS links are closed at the proxies without a drain, then its
+// clients' connections, then it is shut down in the process; that is the
+// kill-gateway-mid-pipeline scenario. The kill-9-gateway-process scenario
+// kills one for real: gateway 2 runs the gateway command (cmd/gateway,
+// built once per run by BuildGateway, with -race when the tests have it)
+// in a child process, with --engine nats through its own proxies, and
+// Kill9Gateway sends it SIGKILL with its publishers' pipelined publishes
+// in flight, so no shutdown of any kind runs in it and the kernel ends
+// its connections. It is started again on its address, and the run checks
+// every history as the other scenarios do (linearizable logs, fan-out in
+// order or in a gap, the group at least once), that some publishes were
+// in flight when it died (cut off unanswered), that it died of the
+// signal, and that no gateway process ended on its own or reported a data
+// race. Each process leads a process group that its kill signals whole,
+// is reaped by the cluster (Close kills what is left), and on Linux dies
+// with the test binary (Pdeathsig) (gatewayproc.go); its output is shown
+// when a test fails.
 //
 // A server cannot be paused with SIGSTOP here: the servers run in the
 // test's process (the machine's nats-server binary is 2.9, older than the

@@ -2,15 +2,19 @@ package faults
 
 // A gateway killed mid-pipeline, and started again.
 //
-// The gateways run in the test's process, so a gateway cannot be killed
-// with SIGKILL. KillGateway does the nearest thing: it closes the
+// A gateway that runs in the test's process cannot be killed with
+// SIGKILL: that would kill the test. One that runs as a child process
+// (Options.Processes, gatewayproc.go) is, by Kill9Gateway (the
+// kill-9-gateway-process scenario). For the others KillGateway does the
+// nearest thing: it closes the
 // gateway's NATS links at the proxies first (its NATS connections end
 // without a drain, with whatever its publishes had in flight lost in the
 // proxies' buffers or unanswered: the NATS servers never hear from it
 // again), then every connection of its WebSocket clients, and only then
 // shuts the remains down in the process, which can no longer reach NATS
-// nor its clients. RestartGateway starts a new gateway in its place, on
-// the same address, as a supervisor restarting the process would.
+// nor its clients. RestartGateway starts a new gateway in its place (in
+// this process or as a process, as before), on the same address, as a
+// supervisor restarting the process would.
 
 import (
 	"context"

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -29,6 +30,9 @@ type Scenario struct {
 	// Failover: a publisher whose connection fails goes on through the
 	// next gateway (else it dials its own again).
 	Failover bool
+	// Processes are the gateways that run the gateway command in a child
+	// process (Options.Processes; gatewayproc.go).
+	Processes []int
 }
 
 // RunOptions shape a run.
@@ -47,6 +51,11 @@ type RunOptions struct {
 	HistoryDir string
 	// Logger receives the gateways' logs (discarded when nil).
 	Logger *slog.Logger
+	// GatewayBinary is the gateway command for the scenarios' gateway
+	// processes (BuildGateway); when empty, Run builds it for the run.
+	// GatewayOutput receives the processes' output (discarded when nil).
+	GatewayBinary string
+	GatewayOutput io.Writer
 }
 
 // Report is what a run saw.
@@ -93,14 +102,27 @@ func (r *Report) String() string {
 // publisher has Recover more acknowledged, stops the load, reads the log
 // whole and checks the history. The error is for a run that could not be
 // made (the cluster did not start, the load made no progress); what the
-// run found is in the report. It is about 120 lines on purpose: the
-// phases of a run (start, warm up, inject, hold, heal, recover, stop, read
-// whole, check) follow one another in it as in this paragraph, sharing the
-// cluster, the load and the history.
+// run found is in the report. A scenario's gateway processes run
+// RunOptions.GatewayBinary, or the gateway command built for the run. It
+// is about 150 lines on purpose: the phases of a run (build, start, warm
+// up, inject, hold, heal, recover, stop, read whole, check) follow one
+// another in it as in this paragraph, sharing the cluster, the load and
+// the history.
 func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
 	o = o.withDefaults(sc)
 	start := time.Now()
-	c, err := NewCluster(ctx, Options{Logger: o.Logger})
+	if len(sc.Processes) > 0 && o.GatewayBinary == "" {
+		dir, err := os.MkdirTemp("", "switchyard-faults-gateway-")
+		if err == nil {
+			defer os.RemoveAll(dir)
+			o.GatewayBinary, err = BuildGateway(ctx, dir)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	c, err := NewCluster(ctx, Options{Logger: o.Logger, Processes: sc.Processes,
+		Binary: o.GatewayBinary, ProcessOutput: o.GatewayOutput})
 	if err != nil {
 		return nil, err
 	}
@@ -218,6 +240,9 @@ func Run(ctx context.Context, sc Scenario, o RunOptions) (*Report, error) {
 	cancel()
 	stopSubs()
 	l.wg.Wait()
+	for _, f := range c.ProcessFailures() {
+		l.violate("%s", f)
+	}
 
 	r := &Report{Scenario: sc.Name, Operations: h.Len()}
 	l.mu.Lock()

@@ -26,6 +26,10 @@ func Scenarios() []Scenario {
 		// Pipelined publishers whose gateway dies under them retry
 		// through another.
 		{Name: "kill-gateway-mid-pipeline", Hold: 2 * time.Second, Inject: killGateway, Window: 4, Failover: true},
+		// The same with a true kill -9: gateway 2 is the gateway command
+		// in a child process, sent SIGKILL.
+		{Name: "kill-9-gateway-process", Hold: 2 * time.Second, Inject: kill9Gateway, Window: 4, Failover: true,
+			Processes: []int{2}},
 	}
 }
 
@@ -108,5 +112,18 @@ func lossyGatewayLinks(_ context.Context, c *Cluster) (func(context.Context) err
 // Gateway 0, which the run's final reads use, stays up.
 func killGateway(_ context.Context, c *Cluster) (func(context.Context) error, error) {
 	c.KillGateway(2)
+	return func(ctx context.Context) error { return c.RestartGateway(ctx, 2) }, nil
+}
+
+// kill9Gateway sends gateway 2, a child process (the scenario's
+// Processes), SIGKILL with its publishers' pipelined publishes in flight:
+// no shutdown of any kind runs in it, and the kernel closes its NATS and
+// WebSocket connections. Its publishers go on through gateway 0; the heal
+// starts the command again on its address. It fails if the process had
+// ended before the signal or ended otherwise than by it.
+func kill9Gateway(_ context.Context, c *Cluster) (func(context.Context) error, error) {
+	if err := c.Kill9Gateway(2); err != nil {
+		return nil, err
+	}
 	return func(ctx context.Context) error { return c.RestartGateway(ctx, 2) }, nil
 }

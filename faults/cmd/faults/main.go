@@ -1,7 +1,9 @@
 // Command faults runs Switchyard's fault scenarios (package faults) for as
 // long as asked: each round starts three NATS servers (R3) and three
-// gateways in this process, runs a publish and fan-out load, injects one
-// fault, heals it and checks the whole history. It prints one report per
+// gateways in this process (one runs the gateway command in a child
+// process for kill-9-gateway-process, built once at the start), runs a
+// publish and fan-out load, injects one fault, heals it and checks the
+// whole history. It prints one report per
 // run and exits 1 if any run found a violation or a history that is not
 // linearizable (its visualization is saved in -history).
 //
@@ -41,6 +43,26 @@ func main() {
 	o := faults.RunOptions{HistoryDir: *history, Warmup: *warmup, Recover: *warmup, Window: *window}
 	if *logs {
 		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		o.GatewayOutput = os.Stderr
+	}
+	// The gateway command, built once for the scenarios that run it;
+	// removed before every exit.
+	var binDir string
+	for _, sc := range faults.Scenarios() {
+		if len(sc.Processes) == 0 || !re.MatchString(sc.Name) || binDir != "" {
+			continue
+		}
+		if binDir, err = os.MkdirTemp("", "switchyard-faults-gateway-"); err == nil {
+			o.GatewayBinary, err = faults.BuildGateway(ctx, binDir)
+		}
+		if err != nil {
+			os.RemoveAll(binDir)
+			fmt.Fprintln(os.Stderr, "faults:", err)
+			os.Exit(1)
+		}
+	}
+	if binDir != "" {
+		defer os.RemoveAll(binDir)
 	}
 	failed, runs := 0, 0
 	start := time.Now()
@@ -71,6 +93,9 @@ func main() {
 	}
 	fmt.Printf("%d runs, %d failed, in %v\n", runs, failed, time.Since(start).Round(time.Second))
 	if failed > 0 {
+		if binDir != "" {
+			os.RemoveAll(binDir)
+		}
 		os.Exit(1)
 	}
 }
