@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/jsengine/natstest"
 )
 
 // TestMQTTPersistentSessionGapNewTopic: a partition a resumed session has
@@ -14,15 +14,29 @@ import (
 // resume are counted in switchyard_mqtt_session_gaps_total, as for a
 // partition resumed from its position (TestMQTTPersistentSessionGap).
 func TestMQTTPersistentSessionGapNewTopic(t *testing.T) {
-	g := newGateway(t, withMQTT, func(c *gwConfig) {
-		c.engine.Defaults = engine.TopicConfig{Partitions: 1, MaxMessages: 2, OnFull: engine.DropOldest}
-	})
+	sessionGapNewTopic(t, newGateway(t, withMQTT))
+}
+
+// TestMQTTPersistentSessionGapNewTopicJetStream is
+// TestMQTTPersistentSessionGapNewTopic on JetStream, whose topics keep
+// their making time in the store.
+func TestMQTTPersistentSessionGapNewTopicJetStream(t *testing.T) {
+	url := natstest.URL(t)
+	sessionGapNewTopic(t, newJSGateway(t, url, natstest.Prefix(t, url)))
+}
+
+func sessionGapNewTopic(t *testing.T, g *gateway) {
 	pub, _ := dialSession(t, g, 5, "tcp", "pgn-pub", true, 0)
 	c, _ := dialSession(t, g, 5, "tcp", "pgn-1", false, 600)
 	c.subscribe(t, "pgn/#", 1)
 	pub.publish(t, "pgn/old", 1, "seen")
 	c.expectPayloads(t, "seen")
 	c.leave(t, g, "pgn-1")
+	code, _, _ := g.httpDo(t, "POST", "/v1/topics", map[string]any{"name": "pgn.new", "partitions": 1,
+		"retention": map[string]any{"max_messages": 2}, "on_full": "drop_oldest"})
+	if code != 201 {
+		t.Fatalf("topic not made: %d", code)
+	}
 	for i := range 5 {
 		pub.publish(t, "pgn/new", 1, fmt.Sprint("away", i))
 	}
