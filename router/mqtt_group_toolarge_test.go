@@ -10,6 +10,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/jsengine/natstest"
 )
 
 // TestMQTTGroupTooLargeKeepsWindow: a shared-subscription delivery
@@ -92,18 +93,33 @@ func groupDeadLetters(t *testing.T, g *gateway, group string) []engine.DeadLette
 // only member too small for the record, it is dead-lettered within the
 // test's wait, each attempt counted too_large.
 func TestMQTTGroupTooLargeNacked(t *testing.T) {
-	g := newGateway(t, withMQTT, withTooLargePolicy(2, time.Millisecond))
+	groupTooLargeNacked(t, newGateway(t, withMQTT, withTooLargePolicy(2, time.Millisecond)), 2)
+}
+
+// TestMQTTGroupTooLargeNackedJetStream is TestMQTTGroupTooLargeNacked on
+// JetStream, with its default group policy: an ack timeout of 30 s, five
+// attempts, a backoff from 200 ms doubling (3 s in all).
+func TestMQTTGroupTooLargeNackedJetStream(t *testing.T) {
+	url := natstest.URL(t)
+	groupTooLargeNacked(t, newJSGateway(t, url, natstest.Prefix(t, url)), engine.DefaultGroupPolicy.MaxAttempts)
+}
+
+func groupTooLargeNacked(t *testing.T, g *gateway, attempts int) {
 	connectSmall(t, g, "group-too-large-dl", 256, "$share/tldl/tldl/+")
-	g.dial(t).publish(t, "tldl.a", strings.Repeat("x", 1000))
+	pub, err := dialMQTT(t, g, 5, "tcp", "group-too-large-pub", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub.publish(t, "tldl/a", 1, strings.Repeat("x", 1000))
 	waitUntil(t, "the too-large record to be dead-lettered", func() bool {
 		return len(groupDeadLetters(t, g, "tldl")) > 0
 	})
 	dls := groupDeadLetters(t, g, "tldl")
-	if len(dls) != 1 || dls[0].Record.Topic != "tldl.a" || dls[0].Attempts != 2 || !strings.Contains(dls[0].Error, "Maximum Packet Size") {
-		t.Fatalf("dead letters %+v", dls)
+	if len(dls) != 1 || dls[0].Record.Topic != "tldl.a" || dls[0].Attempts != attempts || !strings.Contains(dls[0].Error, "Maximum Packet Size") {
+		t.Fatalf("dead letters %+v, want one after %d attempts", dls, attempts)
 	}
-	if n := metricValue(t, g.reg, "switchyard_mqtt_skipped_total", map[string]string{"why": "too_large"}); n != 2 {
-		t.Fatalf("too_large counted %v times, want 2 (one per attempt)", n)
+	if n := metricValue(t, g.reg, "switchyard_mqtt_skipped_total", map[string]string{"why": "too_large"}); n != float64(attempts) {
+		t.Fatalf("too_large counted %v times, want %d (one per attempt)", n, attempts)
 	}
 }
 
