@@ -210,7 +210,7 @@ func newMQTTMetrics(reg prometheus.Registerer) *mqttMetrics {
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_refused_total",
 			Help: "MQTT requests answered with a failure reason code (PUBACK, SUBACK, UNSUBACK), by reason."}, []string{"reason"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_skipped_total",
-			Help: "Deliveries not written to MQTT sessions, by why: no_mqtt_name (a native topic MQTT cannot name), too_large (over the client's maximum packet size), native_frame (a frame of the native protocol), window_full (the oldest held delivery, past the queue bound or, for a group delivery, its membership's window), ack_backlog (a QoS 0 group delivery left to the ack timeout), no_packet_id (no longer counted: such a group delivery waits for a free identifier), no_local (a publish of the session itself to its no-local subscription), expired (past its MQTT 5 message expiry interval)."}, []string{"why"}),
+			Help: "Deliveries not written to MQTT sessions, by why: no_mqtt_name (a native topic MQTT cannot name), too_large (over the client's maximum packet size), native_frame (a frame of the native protocol), window_full (the oldest held delivery, past the queue bound or, for a group delivery, its membership's window), ack_backlog (a group delivery the gateway settles itself, QoS 0 or not to be written, left to the ack timeout past its backlog), no_local (a publish of the session itself to its no-local subscription), expired (past its MQTT 5 message expiry interval)."}, []string{"why"}),
 		windowWaits: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_mqtt_inflight_waits_total",
 			Help: "Times an MQTT session's writer, or a shared-subscription delivery, waited for a PUBACK because its in-flight window was full."}),
 		takeovers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_takeovers_total",
@@ -242,7 +242,7 @@ func newMQTTMetrics(reg prometheus.Registerer) *mqttMetrics {
 	for _, w := range []string{"local", "remote"} {
 		m.takeovers.WithLabelValues(w)
 	}
-	for _, w := range []string{"no_mqtt_name", "too_large", "native_frame", "window_full", "ack_backlog", "no_packet_id", "no_local", "expired"} {
+	for _, w := range []string{"no_mqtt_name", "too_large", "native_frame", "window_full", "ack_backlog", "no_local", "expired"} {
 		m.skipped.WithLabelValues(w)
 	}
 	return m

@@ -34,11 +34,17 @@ import (
 )
 
 // groupAck is a shared-subscription delivery awaiting the client's
-// acknowledgement.
+// acknowledgement, or one the acker settles: acked, or nacked when nack
+// is set (its reason).
 type groupAck struct {
-	sub *subscription
-	pos engine.Position
+	sub  *subscription
+	pos  engine.Position
+	nack string
 }
+
+// nackTooLarge is the error a group delivery over the client's Maximum
+// Packet Size is nacked with, which its dead letter keeps.
+const nackTooLarge = "the record's PUBLISH is larger than the MQTT client's Maximum Packet Size"
 
 // subscribeShared registers and joins a shared filter; it returns the
 // SUBACK reason code and the subscription to release once the SUBACK is
@@ -114,7 +120,7 @@ func (s *mqttSession) groupFrame(sub *subscription, d engine.Delivery) []byte {
 		return []byte{}
 	}
 	if qos == 0 {
-		s.autoAck(groupAck{sub, deliveryPos(d)})
+		s.autoAck(groupAck{sub: sub, pos: deliveryPos(d)})
 		return b
 	}
 	bound := holdBounds{n: -1} // read only when the delivery is to be held
@@ -150,7 +156,7 @@ func deliveryPos(d engine.Delivery) engine.Position {
 // groupPacket encodes a group delivery's PUBLISH at qos, without its
 // packet identifier, or reports false for one not to be written: a record
 // MQTT cannot name or past its message expiry (acked at once), or one
-// over the client's Maximum Packet Size (left to the ack timeout); each is
+// over the client's Maximum Packet Size (nacked at once); each is
 // counted.
 func (s *mqttSession) groupPacket(sub *subscription, d engine.Delivery, qos byte) ([]byte, bool) {
 	rec := d.Record
@@ -160,7 +166,7 @@ func (s *mqttSession) groupPacket(sub *subscription, d engine.Delivery, qos byte
 		pk := packets.Packet{TopicName: topic, Payload: rec.Data, FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos}}
 		if !publishProps(&pk.Properties, rec.Headers, rec.Key, rec.Time, time.Now()) {
 			s.rt.mq.m.skipped.WithLabelValues("expired").Inc() // mqtt_props.go
-			s.autoAck(groupAck{sub, deliveryPos(d)})
+			s.autoAck(groupAck{sub: sub, pos: deliveryPos(d)})
 			return nil, false
 		}
 		if b, err = mqtt.EncodePublishFrame(pk, s.version); err == nil {
@@ -169,16 +175,19 @@ func (s *mqttSession) groupPacket(sub *subscription, d engine.Delivery, qos byte
 	}
 	if err != nil {
 		s.rt.mq.m.skipped.WithLabelValues("no_mqtt_name").Inc()
-		s.autoAck(groupAck{sub, deliveryPos(d)})
+		s.autoAck(groupAck{sub: sub, pos: deliveryPos(d)})
 		return nil, false
 	}
 	if s.maxOut > 0 && len(b) > int(s.maxOut) {
 		// Over the client's Maximum Packet Size [MQTT-3.1.2-25]: not
 		// written, so it takes no packet identifier (one never acked
-		// would shrink the window for good); the lease runs out with the
-		// group's ack timeout, and max attempts and dead letters apply:
-		// it would never fit.
+		// would shrink the window for good). Nacked at once, an attempt
+		// made: the group delivers it again after its backoff, to a
+		// member it may fit (a rebalance may move the partition), and
+		// dead-letters it after max attempts. Past the acker's backlog
+		// the lease runs out with the ack timeout instead.
 		s.rt.mq.m.skipped.WithLabelValues("too_large").Inc()
+		s.autoAck(groupAck{sub: sub, pos: deliveryPos(d), nack: nackTooLarge})
 		return nil, false
 	}
 	return b, true
@@ -199,7 +208,7 @@ func (s *mqttSession) takeGroupIDLocked(sub *subscription, pos engine.Position) 
 	if s.groupAcks == nil {
 		s.groupAcks = make(map[uint16]groupAck)
 	}
-	s.groupAcks[id] = groupAck{sub, pos}
+	s.groupAcks[id] = groupAck{sub: sub, pos: pos}
 	return id
 }
 
@@ -624,8 +633,10 @@ func (s *mqttSession) ackGroup(ga groupAck) {
 	}
 }
 
-// autoAck hands a QoS 0 (or unnameable) group delivery to the acker; past
-// its bound the record is left to the group's ack timeout.
+// autoAck hands a group delivery to the acker to settle (a QoS 0 one, one
+// MQTT cannot name or past its expiry: acked; one too large: nacked); past
+// its bound the record is left to the group's ack timeout. It does not
+// block: it is called from the engine's Deliver.
 func (s *mqttSession) autoAck(ga groupAck) {
 	select {
 	case s.acks <- ga:
@@ -634,8 +645,8 @@ func (s *mqttSession) autoAck(ga groupAck) {
 	}
 }
 
-// startAcker starts the session's acker goroutine, once: it acks what
-// autoAck hands it until the session's context ends (teardown waits for
+// startAcker starts the session's acker goroutine, once: it acks (or
+// nacks) what autoAck hands it until the session's context ends (teardown waits for
 // it in cn.wg).
 func (s *mqttSession) startAcker() {
 	if s.acks != nil {
@@ -650,8 +661,14 @@ func (s *mqttSession) startAcker() {
 			select {
 			case ga := <-s.acks:
 				ctx, cancel := context.WithTimeout(cn.ctx, 5*time.Second)
-				if err := s.rt.eng.Ack(ctx, ga.sub.group, ga.sub.member, ga.pos); err != nil && !errors.Is(err, engine.ErrNotInFlight) {
-					s.rt.log.Debug("mqtt group ack failed", "group", ga.sub.group, "err", err)
+				var err error
+				if ga.nack != "" {
+					err = s.rt.eng.Nack(ctx, ga.sub.group, ga.sub.member, ga.pos, ga.nack)
+				} else {
+					err = s.rt.eng.Ack(ctx, ga.sub.group, ga.sub.member, ga.pos)
+				}
+				if err != nil && !errors.Is(err, engine.ErrNotInFlight) {
+					s.rt.log.Debug("mqtt group settle failed", "group", ga.sub.group, "nack", ga.nack != "", "err", err)
 				}
 				cancel()
 			case <-cn.ctx.Done():

@@ -289,6 +289,10 @@ func (s *mqttSession) restoreSession() {
 	}
 	s.releaseAgain(rec.Released) // packet identifiers, whatever the log's epoch
 	epochOK := rec.Epoch == s.rt.eng.Epoch()
+	var ended time.Time // when its last connection ended, if known
+	if !rec.ExpiresAt.IsZero() && rec.Expiry > 0 {
+		ended = rec.ExpiresAt.Add(-rec.Expiry)
+	}
 	s.dup = map[dupKey]struct{}{}
 	since := map[string]time.Time{}
 	next := map[string]map[partKey]int64{}
@@ -339,7 +343,7 @@ func (s *mqttSession) restoreSession() {
 			s.startLive(sub) // QoS 0: what was published meanwhile is not kept
 			continue
 		}
-		s.startResumed(sub, since[sub.pattern], next[sub.pattern])
+		s.startResumed(sub, since[sub.pattern], ended, next[sub.pattern])
 	}
 	for _, sub := range joined {
 		sub.release()
@@ -359,10 +363,10 @@ func (s *mqttSession) startLive(sub *subscription) {
 
 // startResumed starts a restored QoS 1 or 2 subscription with a replay
 // from its positions (next: by partition, the next offset), partitions
-// without one from since, then live.
-func (s *mqttSession) startResumed(sub *subscription, since time.Time, next map[partKey]int64) {
+// without one from since (ended: see resumeFrom), then live.
+func (s *mqttSession) startResumed(sub *subscription, since, ended time.Time, next map[partKey]int64) {
 	rt, cn := s.rt, s.cn
-	from, err := s.resumeFrom(sub.pattern, since, next)
+	from, away, err := s.resumeFrom(sub.pattern, since, ended, next)
 	if err != nil {
 		rt.log.Warn("mqtt session positions not read: the subscription goes on live", "pattern", sub.pattern, "err", err)
 		s.startLive(sub)
@@ -380,6 +384,11 @@ func (s *mqttSession) startResumed(sub *subscription, since time.Time, next map[
 		cn.forget(sub)
 		rt.dropSub(sub)
 		return
+	}
+	for i := range plan {
+		if p := &plan[i]; away[partKey{p.topic, p.partition}] {
+			p.gapFrom = 0 // what came while away and was trimmed (resumeFrom)
+		}
 	}
 	rt.m.subscriptions.WithLabelValues("plain").Inc()
 	// Where the replay starts is the resume point until a delivery moves
@@ -400,24 +409,43 @@ func (s *mqttSession) startResumed(sub *subscription, since time.Time, next map[
 // resumeFrom is the replay of a restored subscription: a position for
 // every partition its pattern matches, the stored one or, for a partition
 // without, the first record appended at or after since.
-func (s *mqttSession) resumeFrom(pattern string, since time.Time, next map[partKey]int64) (fromSpec, error) {
+//
+// A partition resumed from since has no position to tell what retention
+// trimmed, but for one of a topic made after the session's connection
+// ended (ended, zero when not known: a session saved while held): every
+// record of it came while the client was away, so it resumes from the
+// topic's first offset, 0 (away lists those partitions): the replay
+// counts those trimmed as a gap (sessionGap), as for a stored position.
+// For a topic made before, the records trimmed may be older than since or
+// not, and none is counted.
+func (s *mqttSession) resumeFrom(pattern string, since, ended time.Time, next map[partKey]int64) (from fromSpec, away map[partKey]bool, err error) {
 	rt := s.rt
 	ctx, cancel := context.WithTimeout(s.cn.ctx, sessionTimeout)
 	defer cancel()
 	topics, err := rt.matchingTopics(ctx, pattern)
 	if err != nil {
-		return fromSpec{}, err
+		return fromSpec{}, nil, err
 	}
-	from := fromSpec{positions: true, epoch: rt.eng.Epoch()}
+	from = fromSpec{positions: true, epoch: rt.eng.Epoch()}
 	for _, t := range topics {
 		if !trie.Matches(pattern, t.Config.Name) {
 			continue
 		}
+		madeAway := !ended.IsZero() && t.Created.After(ended)
+		if madeAway && away == nil {
+			away = map[partKey]bool{}
+		}
 		for _, p := range t.Parts {
 			n, ok := next[partKey{t.Config.Name, p.Partition}]
+			if !ok && madeAway {
+				// From its earliest record, what retention trimmed
+				// before it a gap (startResumed).
+				away[partKey{t.Config.Name, p.Partition}] = true
+				continue
+			}
 			if !ok {
 				if n, err = rt.eng.Resolve(ctx, t.Config.Name, p.Partition, engine.Start{Kind: engine.StartTime, Time: since}); err != nil {
-					return fromSpec{}, err
+					return fromSpec{}, nil, err
 				}
 			}
 			if n <= 0 {
@@ -429,5 +457,5 @@ func (s *mqttSession) resumeFrom(pattern string, since time.Time, next map[partK
 			from.pos = append(from.pos, engine.Position{Topic: t.Config.Name, Partition: p.Partition, Offset: n - 1})
 		}
 	}
-	return from, nil
+	return from, away, nil
 }
