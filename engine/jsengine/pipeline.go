@@ -185,6 +185,10 @@ type pend struct {
 	// appended as by Append, under its claim, when it reaches the head of
 	// its partition's queue. Guarded by wmu.
 	claimWait, serial bool
+	// A chained record's message and the future of its acknowledgement
+	// (appendPipelined), made with it in one allocation.
+	rm recMsg
+	af ackFuture
 }
 
 var _ engine.AsyncAppender = (*Engine)(nil)
@@ -280,7 +284,8 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 	if x.now.Before(p.lastTime) {
 		x.now = p.lastTime
 	}
-	msg := e.pendMsg(x, p.cum+x.size)
+	msg := &x.rm
+	e.initPendMsg(x, msg, p.cum+x.size)
 	e.wmu.Lock()
 	if p.inflight > 0 && p.chain != e.w.epoch {
 		// A re-append started a new chain since the check above (it
@@ -321,7 +326,7 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 	if f := e.beforePipelinedPublish.Load(); f != nil {
 		(*f)()
 	}
-	fut, err := e.acks.publish(&msg.msg) // pipeline_ack.go
+	fut, err := e.acks.publishWith(&x.af, &msg.msg) // pipeline_ack.go
 	if err != nil {
 		e.wmu.Unlock()
 		p.amu.Unlock()
@@ -356,11 +361,17 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 
 // pendMsg builds x's NATS message; cum is the partition's bytes with x.
 func (e *Engine) pendMsg(x *pend, cum int64) *recMsg {
-	msg := newRecMsg(x.p.subject, x.m.Data, x.off, x.now, cum) // recmsg.go
+	msg := &recMsg{}
+	e.initPendMsg(x, msg, cum)
+	return msg
+}
+
+// initPendMsg makes msg, which must be new, pendMsg's message.
+func (e *Engine) initPendMsg(x *pend, msg *recMsg, cum int64) {
+	msg.init(x.p.subject, x.m.Data, x.off, x.now, cum) // recmsg.go
 	if meta := metaOf(&x.m); meta != "" {
 		msg.set(hMeta, meta)
 	}
-	return msg
 }
 
 // appendSerial appends m as Append does, by deadline, once the partition

@@ -66,8 +66,11 @@ type ackInbox struct {
 	sub    *nats.Subscription
 	status chan nats.Status
 	// wake gets a token (when it has none) after each answer, for the
-	// engine's ack reader to wait on (waitAck).
+	// engine's ack reader to wait on (readAcks).
 	wake chan struct{}
+	// stream is the stream the last acknowledgement named; used by
+	// handle only, which nats.go calls for one message at a time.
+	stream string
 
 	mu sync.Mutex // guards following
 	// timeout bounds the wait for an acknowledgement: pipelineAckTimeout
@@ -181,7 +184,12 @@ func (in *ackInbox) close(err error) {
 // publish publishes msg (which must have no reply subject) and returns the
 // future of its acknowledgement.
 func (in *ackInbox) publish(msg *nats.Msg) (*ackFuture, error) {
-	f := &ackFuture{msg: msg, in: in}
+	return in.publishWith(&ackFuture{}, msg)
+}
+
+// publishWith is publish with f, which must be new, as the future.
+func (in *ackInbox) publishWith(f *ackFuture, msg *nats.Msg) (*ackFuture, error) {
+	f.msg, f.in = msg, in
 	in.mu.Lock()
 	if in.closed {
 		in.mu.Unlock()
@@ -335,7 +343,10 @@ func (in *ackInbox) handle(m *nats.Msg) {
 		in.settle(id, nil, jetstream.ErrNoStreamResponse)
 		return
 	}
-	ack, err := decodePubAck(m.Data)
+	ack, err := decodePubAckIn(m.Data, in.stream)
+	if ack != nil {
+		in.stream = ack.Stream // the next answers share the string
+	}
 	in.settle(id, ack, err)
 }
 
@@ -425,7 +436,13 @@ type pubAckReply struct {
 // "duplicate":true, S a plain string) are read by hand, the rest with
 // encoding/json.
 func decodePubAck(data []byte) (*jetstream.PubAck, error) {
-	if ack, ok := scanPubAck(data); ok {
+	return decodePubAckIn(data, "")
+}
+
+// decodePubAckIn is decodePubAck, whose PubAck holds the string stream,
+// when the answer names that stream, instead of a copy of its own.
+func decodePubAckIn(data []byte, stream string) (*jetstream.PubAck, error) {
+	if ack, ok := scanPubAck(data, stream); ok {
 		return ack, nil
 	}
 	var r pubAckReply
@@ -441,9 +458,9 @@ func decodePubAck(data []byte) (*jetstream.PubAck, error) {
 	return r.PubAck, nil
 }
 
-// scanPubAck is decodePubAck's fast path; ok is false for anything
+// scanPubAck is decodePubAckIn's fast path; ok is false for anything
 // outside it.
-func scanPubAck(data []byte) (*jetstream.PubAck, bool) {
+func scanPubAck(data []byte, known string) (*jetstream.PubAck, bool) {
 	const head, mid, dup = `{"stream":"`, `","seq":`, `,"duplicate":true}`
 	s := data
 	if len(s) < len(head) || string(s[:len(head)]) != head {
@@ -480,7 +497,10 @@ func scanPubAck(data []byte) (*jetstream.PubAck, bool) {
 	if err != nil {
 		return nil, false
 	}
-	ack := &jetstream.PubAck{Stream: string(stream), Sequence: seq}
+	ack := &jetstream.PubAck{Stream: known, Sequence: seq}
+	if string(stream) != known {
+		ack.Stream = string(stream)
+	}
 	switch rest := string(s[i:]); rest {
 	case "}":
 	case dup:

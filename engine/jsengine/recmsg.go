@@ -35,7 +35,14 @@ type recMsg struct {
 // with the append time at and the partition's bytes cum: its header is
 // header(off, at, cum).
 func newRecMsg(subject string, data []byte, off int64, at time.Time, cum int64) *recMsg {
-	r := &recMsg{msg: nats.Msg{Subject: subject, Data: data, Header: make(nats.Header, recHeaderSlots)}}
+	r := &recMsg{}
+	r.init(subject, data, off, at, cum)
+	return r
+}
+
+// init makes r, which must be new, newRecMsg's message.
+func (r *recMsg) init(subject string, data []byte, off int64, at time.Time, cum int64) {
+	r.msg = nats.Msg{Subject: subject, Data: data, Header: make(nats.Header, recHeaderSlots)}
 	var buf [3 * 20]byte // three int64s in decimal, sign included
 	b := strconv.AppendInt(buf[:0], off, 10)
 	i := len(b)
@@ -46,7 +53,6 @@ func newRecMsg(subject string, data []byte, off int64, at time.Time, cum int64) 
 	r.set(hOff, s[:i])
 	r.set(hTime, s[i:j])
 	r.set(hCum, s[j:])
-	return r
 }
 
 // set sets the header key to v, as nats.Header.Set does.
