@@ -26,7 +26,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -304,15 +303,15 @@ func (e *Engine) waitIfFull(ctx context.Context, t *topic, p *partition, bw **li
 // recordMsg is the message storing r at offset off of p, expecting p's
 // last subject sequence as this node knows it.
 func recordMsg(p *partition, r *appendReq, off int64, now time.Time) *nats.Msg {
-	msg := &nats.Msg{Subject: p.subject, Data: r.data, Header: header(off, now, p.cum+r.size)}
+	msg := newRecMsg(p.subject, r.data, off, now, p.cum+r.size) // recmsg.go
 	if r.meta != "" {
-		msg.Header.Set(hMeta, r.meta)
+		msg.set(hMeta, r.meta)
 	}
-	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(p.lastSeq, 10))
+	msg.setUint(jetstream.ExpectedLastSubjSeqHeader, p.lastSeq)
 	if r.msgID != "" {
-		msg.Header.Set(jetstream.MsgIDHeader, r.msgID)
+		msg.set(jetstream.MsgIDHeader, r.msgID)
 	}
-	return msg
+	return &msg.msg
 }
 
 // landedBefore reports the record p's last message holds when it carries

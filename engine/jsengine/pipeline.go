@@ -83,12 +83,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard/switchyard/engine"
@@ -187,6 +185,10 @@ type pend struct {
 	// appended as by Append, under its claim, when it reaches the head of
 	// its partition's queue. Guarded by wmu.
 	claimWait, serial bool
+	// A chained record's message and the future of its acknowledgement
+	// (appendPipelined), made with it in one allocation.
+	rm recMsg
+	af ackFuture
 }
 
 var _ engine.AsyncAppender = (*Engine)(nil)
@@ -282,7 +284,8 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 	if x.now.Before(p.lastTime) {
 		x.now = p.lastTime
 	}
-	msg := e.pendMsg(x, p.cum+x.size)
+	msg := &x.rm
+	e.initPendMsg(x, msg, p.cum+x.size)
 	e.wmu.Lock()
 	if p.inflight > 0 && p.chain != e.w.epoch {
 		// A re-append started a new chain since the check above (it
@@ -309,21 +312,21 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 	x.id = claim
 	if claim == "" {
 		e.w.n++
-		x.id = e.node + "." + strconv.FormatUint(e.w.n, 10)
+		x.id = nodeMsgID(e.node, ".", e.w.n)
 	}
-	msg.Header.Set(jetstream.MsgIDHeader, x.id)
+	msg.set(jetstream.MsgIDHeader, x.id)
 	if p.inflight == 0 {
-		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(p.lastSeq, 10))
+		msg.setUint(jetstream.ExpectedLastSubjSeqHeader, p.lastSeq)
 	}
 	if e.w.open > 0 {
 		// Chained: p.inflight > 0 implies this, so every record of p after
 		// its first in flight is checked through the chain.
-		msg.Header.Set(jetstream.ExpectedLastMsgIDHeader, e.w.lastID)
+		msg.set(jetstream.ExpectedLastMsgIDHeader, e.w.lastID)
 	}
 	if f := e.beforePipelinedPublish.Load(); f != nil {
 		(*f)()
 	}
-	fut, err := e.acks.publish(msg) // pipeline_ack.go
+	fut, err := e.acks.publishWith(&x.af, &msg.msg) // pipeline_ack.go
 	if err != nil {
 		e.wmu.Unlock()
 		p.amu.Unlock()
@@ -357,12 +360,18 @@ func (e *Engine) appendPipelined(ctx context.Context, m engine.Message, t *topic
 }
 
 // pendMsg builds x's NATS message; cum is the partition's bytes with x.
-func (e *Engine) pendMsg(x *pend, cum int64) *nats.Msg {
-	msg := &nats.Msg{Subject: x.p.subject, Data: x.m.Data, Header: header(x.off, x.now, cum)}
-	if meta := metaOf(&x.m); meta != "" {
-		msg.Header.Set(hMeta, meta)
-	}
+func (e *Engine) pendMsg(x *pend, cum int64) *recMsg {
+	msg := &recMsg{}
+	e.initPendMsg(x, msg, cum)
 	return msg
+}
+
+// initPendMsg makes msg, which must be new, pendMsg's message.
+func (e *Engine) initPendMsg(x *pend, msg *recMsg, cum int64) {
+	msg.init(x.p.subject, x.m.Data, x.off, x.now, cum) // recmsg.go
+	if meta := metaOf(&x.m); meta != "" {
+		msg.set(hMeta, meta)
+	}
 }
 
 // appendSerial appends m as Append does, by deadline, once the partition
@@ -496,52 +505,62 @@ func (e *Engine) readAcks() {
 			return
 		}
 		x := e.w.q[0]
-		// The wait ends at the earliest deadline in flight: a batch is
-		// published after its records' calls, so it may follow claims or
-		// batches whose deadlines are later than its own. Only those are
-		// answered out of order (settleOverdue), so only theirs count.
-		at := x.deadline
-		for _, y := range e.w.q[1:] {
-			if (y.batch != nil || y.claimOf != nil) && y.deadline.Before(at) {
-				at = y.deadline
-			}
-		}
-		timer := e.w.ackTimer
-		e.wmu.Unlock()
-		if timer == nil {
-			timer = time.NewTimer(time.Until(at))
-			e.wmu.Lock()
-			e.w.ackTimer = timer
-			e.wmu.Unlock()
-		} else {
-			timer.Reset(time.Until(at))
-		}
-		var ack *jetstream.PubAck
-		var err error
-		select {
-		case ack = <-x.fut.Ok():
-		case err = <-x.fut.Err():
-		case <-timer.C:
-			// Not answered in time: its outcome is unknown, as after
-			// the client's own timeout. An answer that came meanwhile
-			// still counts.
-			select {
-			case ack = <-x.fut.Ok():
-			case err = <-x.fut.Err():
-			default:
-				if time.Now().Before(x.deadline) {
-					e.settleOverdue() // another's deadline came first
-					continue
+		ack, err, ok := answerOf(x.fut) // pipeline_ack.go
+		if !ok {
+			// The wait ends at the earliest deadline in flight: a batch is
+			// published after its records' calls, so it may follow claims
+			// or batches whose deadlines are later than its own. Only those
+			// are answered out of order (settleOverdue), so only theirs
+			// count.
+			at := x.deadline
+			for _, y := range e.w.q[1:] {
+				if (y.batch != nil || y.claimOf != nil) && y.deadline.Before(at) {
+					at = y.deadline
 				}
-				err = errAppendTimeout
 			}
-		case <-e.closeCh:
+			timer := e.w.ackTimer
+			if timer == nil {
+				timer = time.NewTimer(time.Until(at))
+				e.w.ackTimer = timer
+			} else {
+				timer.Reset(time.Until(at))
+			}
+			e.wmu.Unlock()
+			// A chained record's future signals its inbox's wake channel
+			// when answered; others answer on their own channels.
+			var okc <-chan *jetstream.PubAck
+			var errc <-chan error
+			var wake <-chan struct{}
+			if f, is := x.fut.(*ackFuture); is {
+				wake = f.in.wake
+			} else {
+				okc, errc = x.fut.Ok(), x.fut.Err()
+			}
+			select {
+			case ack = <-okc:
+			case err = <-errc:
+			case <-wake:
+				timer.Stop()
+				continue // an answer came: perhaps x's
+			case <-timer.C:
+				// Not answered in time: its outcome is unknown, as after
+				// the client's own timeout. An answer that came meanwhile
+				// still counts.
+				if ack, err, ok = answerOf(x.fut); !ok {
+					if time.Now().Before(x.deadline) {
+						e.settleOverdue() // another's deadline came first
+						continue
+					}
+					err = errAppendTimeout
+				}
+			case <-e.closeCh:
+				timer.Stop()
+				e.failPending(closedErr())
+				return
+			}
 			timer.Stop()
-			e.failPending(closedErr())
-			return
+			e.wmu.Lock()
 		}
-		timer.Stop()
-		e.wmu.Lock()
 		e.w.q = e.w.q[1:]
 		e.wmu.Unlock()
 		e.settlePend(x, ack, err)
@@ -710,11 +729,11 @@ func (e *Engine) reappend(x *pend) (_ engine.Appended, _ uint64, err error) {
 		id := x.claim
 		if id == "" {
 			e.w.n++
-			id = e.node + "." + strconv.FormatUint(e.w.n, 10)
+			id = nodeMsgID(e.node, ".", e.w.n)
 		}
-		msg.Header.Set(jetstream.MsgIDHeader, id)
-		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(p.lastSeq, 10))
-		ack, err := e.js.PublishMsg(ctx, msg)
+		msg.set(jetstream.MsgIDHeader, id)
+		msg.setUint(jetstream.ExpectedLastSubjSeqHeader, p.lastSeq)
+		ack, err := e.js.PublishMsg(ctx, &msg.msg)
 		if isWrongLast(err) {
 			continue
 		}

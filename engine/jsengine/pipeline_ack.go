@@ -10,7 +10,9 @@ package jsengine
 //
 //   - An acknowledgement answers the record whose reply subject it came
 //     on, through a jetstream.PubAckFuture, which the ack reader reads in
-//     publish order as before.
+//     publish order as before (without the future's channels: it checks
+//     the answer and waits on the inbox's wake channel, signalled after
+//     every answer).
 //   - It is decoded as nats.go decodes it (decodePubAck): a PubAck, the
 //     server's *jetstream.APIError (so refusals are told apart as
 //     before), or jetstream.ErrInvalidJSAck.
@@ -28,7 +30,8 @@ package jsengine
 //
 // Lock order: ackInbox.mu is taken last (publish runs under
 // partition.amu and Engine.wmu; the subscription's callback and the
-// timers take it alone, and call nothing under it).
+// timers take it alone, and call nothing under it but sends into a
+// future's buffered channels, which never wait).
 //
 // Concurrency: ackInbox is safe for concurrent use; its status goroutine
 // (watch, started by setup) exits when shutdown closes the inbox or the
@@ -39,6 +42,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -48,39 +52,106 @@ import (
 
 // ackInbox routes the acknowledgements of chained records to their
 // futures.
+//
+// Its records wait in q in publish order, a record's id being its place
+// in that order (base is q[0]'s); an answered record leaves a nil behind,
+// and q starts at the oldest record not answered. One timer (ackTimer)
+// times them out: it fires at q[0]'s deadline or before, answers every
+// record past its deadline and is set again for the earliest one left.
+// (A timer per record, and a map from reply subject to future, cost more
+// than the rest of the inbox under a publish load.)
 type ackInbox struct {
 	nc     *nats.Conn
-	prefix string // reply subjects are prefix + id
+	prefix string // reply subjects are prefix + id in base 36
 	sub    *nats.Subscription
 	status chan nats.Status
+	// wake gets a token (when it has none) after each answer, for the
+	// engine's ack reader to wait on (readAcks).
+	wake chan struct{}
+	// stream is the stream the last acknowledgement named; used by
+	// handle only, which nats.go calls for one message at a time.
+	stream string
+
+	mu sync.Mutex // guards following
 	// timeout bounds the wait for an acknowledgement: pipelineAckTimeout
 	// (tests shorten it).
 	timeout time.Duration
-
-	mu      sync.Mutex // guards following
-	n       uint64
-	pending map[string]*ackFuture // nil once closed
+	base    uint64       // id of q[0]
+	q       []*ackFuture // by id from base; nil once answered; q[0] is not
+	waiting int          // records in q not answered
+	closed  bool
+	timer   *time.Timer // answers records past their deadline (expire); made by the first publish
+	timerAt time.Time   // when timer fires; zero when it is not set
 }
 
 // ackFuture is one chained record's acknowledgement; it implements
-// jetstream.PubAckFuture. Exactly one of ok and err receives a value.
+// jetstream.PubAckFuture. It is answered once: ack or err is set, then
+// done; Ok and Err give it as nats.go's futures do (exactly one of them
+// receives a value), through channels made when first asked for.
 type ackFuture struct {
-	msg     *nats.Msg
-	ok      chan *jetstream.PubAck
-	err     chan error
-	retries int         // guarded by ackInbox.mu
-	timer   *time.Timer // guarded by ackInbox.mu
+	msg      *nats.Msg
+	id       uint64
+	deadline time.Time // answered with jetstream.ErrAsyncPublishTimeout past it
+	done     atomic.Bool
+	ack      *jetstream.PubAck // set before done
+	err      error             // set before done
+
+	retries int                    // guarded by ackInbox.mu
+	ok      chan *jetstream.PubAck // guarded by ackInbox.mu; made by Ok or Err
+	errc    chan error             // guarded by ackInbox.mu; made by Ok or Err
+	in      *ackInbox
 }
 
-func (f *ackFuture) Ok() <-chan *jetstream.PubAck { return f.ok }
-func (f *ackFuture) Err() <-chan error            { return f.err }
+func (f *ackFuture) Ok() <-chan *jetstream.PubAck { f.chans(); return f.ok }
+func (f *ackFuture) Err() <-chan error            { f.chans(); return f.errc }
 func (f *ackFuture) Msg() *nats.Msg               { return f.msg }
 
 var _ jetstream.PubAckFuture = (*ackFuture)(nil)
 
+// chans makes f's channels, with f's answer in one when it came before.
+func (f *ackFuture) chans() {
+	f.in.mu.Lock()
+	defer f.in.mu.Unlock()
+	if f.ok != nil {
+		return
+	}
+	f.ok, f.errc = make(chan *jetstream.PubAck, 1), make(chan error, 1)
+	if f.done.Load() {
+		f.send()
+	}
+}
+
+// send puts f's answer into its channels. Caller holds ackInbox.mu, and
+// f is answered.
+func (f *ackFuture) send() {
+	if f.err != nil {
+		f.errc <- f.err
+		return
+	}
+	f.ok <- f.ack
+}
+
+// answerOf returns fut's answer and true once it came, without waiting.
+func answerOf(fut jetstream.PubAckFuture) (ack *jetstream.PubAck, err error, ok bool) {
+	if f, is := fut.(*ackFuture); is {
+		if !f.done.Load() {
+			return nil, nil, false
+		}
+		return f.ack, f.err, true
+	}
+	select {
+	case ack = <-fut.Ok():
+		return ack, nil, true
+	case err = <-fut.Err():
+		return nil, err, true
+	default:
+		return nil, nil, false
+	}
+}
+
 // newAckInbox subscribes to a fresh inbox on nc.
 func newAckInbox(nc *nats.Conn) (*ackInbox, error) {
-	in := &ackInbox{nc: nc, prefix: nc.NewRespInbox() + ".", pending: map[string]*ackFuture{}, timeout: pipelineAckTimeout}
+	in := &ackInbox{nc: nc, prefix: nc.NewRespInbox() + ".", wake: make(chan struct{}, 1), timeout: pipelineAckTimeout}
 	sub, err := nc.Subscribe(in.prefix+"*", in.handle)
 	if err != nil {
 		return nil, err
@@ -113,23 +184,39 @@ func (in *ackInbox) close(err error) {
 // publish publishes msg (which must have no reply subject) and returns the
 // future of its acknowledgement.
 func (in *ackInbox) publish(msg *nats.Msg) (*ackFuture, error) {
-	f := &ackFuture{msg: msg, ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1)}
+	return in.publishWith(&ackFuture{}, msg)
+}
+
+// publishWith is publish with f, which must be new, as the future.
+func (in *ackInbox) publishWith(f *ackFuture, msg *nats.Msg) (*ackFuture, error) {
+	f.msg, f.in = msg, in
 	in.mu.Lock()
-	if in.pending == nil {
+	if in.closed {
 		in.mu.Unlock()
 		return nil, nats.ErrConnectionClosed
 	}
-	in.n++
-	id := strconv.FormatUint(in.n, 36)
-	in.pending[id] = f
-	f.timer = time.AfterFunc(in.timeout, func() { in.settle(id, nil, jetstream.ErrAsyncPublishTimeout) })
+	f.id = in.base + uint64(len(in.q))
+	f.deadline = time.Now().Add(in.timeout)
+	in.q = append(in.q, f)
+	in.waiting++
+	if in.timerAt.IsZero() || f.deadline.Before(in.timerAt) {
+		// Set for no record or a later deadline (a shorter timeout):
+		// set for this one. Otherwise it fires at an earlier record's
+		// deadline and is set again for the earliest one left.
+		in.timerAt = f.deadline
+		if in.timer == nil {
+			in.timer = time.AfterFunc(in.timeout, in.expire)
+		} else {
+			in.timer.Reset(in.timeout)
+		}
+	}
 	in.mu.Unlock()
-	msg.Reply = in.prefix + id
+	var buf [64]byte
+	msg.Reply = string(strconv.AppendUint(append(buf[:0], in.prefix...), f.id, 36))
 	if err := in.nc.PublishMsg(msg); err != nil {
 		in.mu.Lock()
-		if in.pending[id] == f {
-			delete(in.pending, id)
-			f.timer.Stop()
+		if in.take(f.id) == f {
+			in.drop()
 		}
 		in.mu.Unlock()
 		return nil, err
@@ -137,58 +224,166 @@ func (in *ackInbox) publish(msg *nats.Msg) (*ackFuture, error) {
 	return f, nil
 }
 
+// take returns the record of id when it waits for its answer, and takes
+// it out of q (the caller answers it or drops it). Caller holds mu.
+func (in *ackInbox) take(id uint64) *ackFuture {
+	if id < in.base || id-in.base >= uint64(len(in.q)) {
+		return nil
+	}
+	i := id - in.base
+	f := in.q[i]
+	if f == nil {
+		return nil
+	}
+	in.q[i] = nil
+	in.waiting--
+	return f
+}
+
+// drop moves q's start past the records answered. Caller holds mu.
+func (in *ackInbox) drop() {
+	i := 0
+	for i < len(in.q) && in.q[i] == nil {
+		i++
+	}
+	in.q = in.q[i:]
+	in.base += uint64(i)
+	if len(in.q) == 0 {
+		in.q = in.q[:0:0] // lets a burst's array go
+	}
+}
+
+// answer answers f. Caller holds mu and took f out of q.
+func (in *ackInbox) answer(f *ackFuture, ack *jetstream.PubAck, err error) {
+	f.ack, f.err = ack, err
+	f.done.Store(true)
+	if f.ok != nil {
+		f.send()
+	}
+}
+
+// signal tells the ack reader an answer came.
+func (in *ackInbox) signal() {
+	select {
+	case in.wake <- struct{}{}:
+	default:
+	}
+}
+
+// expire is the timer's callback: it answers the records past their
+// deadline with jetstream.ErrAsyncPublishTimeout and sets the timer for
+// the earliest deadline left.
+func (in *ackInbox) expire() {
+	now := time.Now()
+	in.mu.Lock()
+	var next time.Time
+	n := 0
+	for i, f := range in.q {
+		switch {
+		case f == nil:
+		case !now.Before(f.deadline):
+			in.q[i] = nil
+			in.waiting--
+			in.answer(f, nil, jetstream.ErrAsyncPublishTimeout)
+			n++
+		case next.IsZero() || f.deadline.Before(next):
+			next = f.deadline
+		}
+	}
+	in.drop()
+	in.timerAt = time.Time{}
+	if !next.IsZero() && !in.closed {
+		in.timerAt = next
+		in.timer.Reset(next.Sub(now))
+	}
+	in.mu.Unlock()
+	if n > 0 {
+		in.signal()
+	}
+}
+
+// idOf returns the id of a reply subject's last token: base 36 as
+// publish writes it (no sign, no leading zero, no upper case).
+func idOf(s string) (uint64, bool) {
+	if s == "" || len(s) > 13 || (s[0] == '0' && len(s) > 1) {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'z') {
+			return 0, false
+		}
+	}
+	id, err := strconv.ParseUint(s, 36, 64)
+	if err != nil {
+		return 0, false
+	}
+	return id, true
+}
+
 // handle is the subscription's callback.
 func (in *ackInbox) handle(m *nats.Msg) {
-	id, ok := strings.CutPrefix(m.Subject, in.prefix)
+	tok, ok := strings.CutPrefix(m.Subject, in.prefix)
+	if !ok {
+		return
+	}
+	id, ok := idOf(tok)
 	if !ok {
 		return
 	}
 	if len(m.Data) == 0 && m.Header.Get("Status") == "503" { // no responders
 		in.mu.Lock()
-		f := in.pending[id]
+		f := in.at(id)
 		if f != nil && f.retries < jetstream.DefaultPubRetryAttempts {
 			f.retries++
 			in.mu.Unlock()
-			time.AfterFunc(jetstream.DefaultPubRetryWait, func() { in.retry(id, f) })
+			time.AfterFunc(jetstream.DefaultPubRetryWait, func() { in.retry(f) })
 			return
 		}
 		in.mu.Unlock()
 		in.settle(id, nil, jetstream.ErrNoStreamResponse)
 		return
 	}
-	ack, err := decodePubAck(m.Data)
+	ack, err := decodePubAckIn(m.Data, in.stream)
+	if ack != nil {
+		in.stream = ack.Stream // the next answers share the string
+	}
 	in.settle(id, ack, err)
 }
 
+// at returns the record of id when it waits for its answer. Caller holds
+// mu.
+func (in *ackInbox) at(id uint64) *ackFuture {
+	if id < in.base || id-in.base >= uint64(len(in.q)) {
+		return nil
+	}
+	return in.q[id-in.base]
+}
+
 // retry publishes f's record again, unless it was answered meanwhile.
-func (in *ackInbox) retry(id string, f *ackFuture) {
+func (in *ackInbox) retry(f *ackFuture) {
 	in.mu.Lock()
-	pending := in.pending[id] == f
+	pending := in.at(f.id) == f
 	in.mu.Unlock()
 	if !pending {
 		return
 	}
 	if err := in.nc.PublishMsg(f.msg); err != nil {
-		in.settle(id, nil, err)
+		in.settle(f.id, nil, err)
 	}
 }
 
 // settle answers the record of id, unless it was answered before.
-func (in *ackInbox) settle(id string, ack *jetstream.PubAck, err error) {
+func (in *ackInbox) settle(id uint64, ack *jetstream.PubAck, err error) {
 	in.mu.Lock()
-	f := in.pending[id]
+	f := in.take(id)
 	if f == nil {
 		in.mu.Unlock()
 		return
 	}
-	delete(in.pending, id)
-	f.timer.Stop()
+	in.drop()
+	in.answer(f, ack, err)
 	in.mu.Unlock()
-	if err != nil {
-		f.err <- err
-		return
-	}
-	f.ok <- ack
+	in.signal()
 }
 
 // failAll answers every pending record with err.
@@ -200,26 +395,31 @@ func (in *ackInbox) failAll(err error) { in.failPending(err, false) }
 // without either.
 func (in *ackInbox) failPending(err error, closing bool) {
 	in.mu.Lock()
-	fs := make([]*ackFuture, 0, len(in.pending))
-	for id, f := range in.pending {
-		delete(in.pending, id)
-		f.timer.Stop()
-		fs = append(fs, f)
+	for _, f := range in.q {
+		if f != nil {
+			in.answer(f, nil, err)
+		}
 	}
+	clear(in.q)
+	in.base += uint64(len(in.q))
+	in.q = in.q[:0:0]
+	in.waiting = 0
 	if closing {
-		in.pending = nil
+		in.closed = true
+		if in.timer != nil {
+			in.timer.Stop()
+			in.timerAt = time.Time{}
+		}
 	}
 	in.mu.Unlock()
-	for _, f := range fs {
-		f.err <- err
-	}
+	in.signal()
 }
 
 // len returns how many records wait for their acknowledgement.
 func (in *ackInbox) len() int {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	return len(in.pending)
+	return in.waiting
 }
 
 // pubAckReply is a publish's answer as nats.go decodes it.
@@ -236,7 +436,13 @@ type pubAckReply struct {
 // "duplicate":true, S a plain string) are read by hand, the rest with
 // encoding/json.
 func decodePubAck(data []byte) (*jetstream.PubAck, error) {
-	if ack, ok := scanPubAck(data); ok {
+	return decodePubAckIn(data, "")
+}
+
+// decodePubAckIn is decodePubAck, whose PubAck holds the string stream,
+// when the answer names that stream, instead of a copy of its own.
+func decodePubAckIn(data []byte, stream string) (*jetstream.PubAck, error) {
+	if ack, ok := scanPubAck(data, stream); ok {
 		return ack, nil
 	}
 	var r pubAckReply
@@ -252,9 +458,9 @@ func decodePubAck(data []byte) (*jetstream.PubAck, error) {
 	return r.PubAck, nil
 }
 
-// scanPubAck is decodePubAck's fast path; ok is false for anything
+// scanPubAck is decodePubAckIn's fast path; ok is false for anything
 // outside it.
-func scanPubAck(data []byte) (*jetstream.PubAck, bool) {
+func scanPubAck(data []byte, known string) (*jetstream.PubAck, bool) {
 	const head, mid, dup = `{"stream":"`, `","seq":`, `,"duplicate":true}`
 	s := data
 	if len(s) < len(head) || string(s[:len(head)]) != head {
@@ -291,7 +497,10 @@ func scanPubAck(data []byte) (*jetstream.PubAck, bool) {
 	if err != nil {
 		return nil, false
 	}
-	ack := &jetstream.PubAck{Stream: string(stream), Sequence: seq}
+	ack := &jetstream.PubAck{Stream: known, Sequence: seq}
+	if string(stream) != known {
+		ack.Stream = string(stream)
+	}
 	switch rest := string(s[i:]); rest {
 	case "}":
 	case dup:

@@ -43,6 +43,14 @@ func checkPubAck(t testing.TB, data []byte) {
 	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(err, werr) {
 		t.Fatalf("decodePubAck(%q) = %#v, %v; nats.go gives %#v, %v", data, got, err, want, werr)
 	}
+	// The inbox's decoding, with the stream of an earlier answer: the
+	// same answer, whether the stream is this one or another.
+	for _, known := range []string{"S", "other", ""} {
+		got, err := decodePubAckIn(data, known)
+		if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(err, werr) {
+			t.Fatalf("decodePubAckIn(%q, %q) = %#v, %v; nats.go gives %#v, %v", data, known, got, err, want, werr)
+		}
+	}
 }
 
 func TestDecodePubAckMatchesNATS(t *testing.T) {
@@ -61,10 +69,10 @@ func TestDecodePubAckMatchesNATS(t *testing.T) {
 	} {
 		checkPubAck(t, []byte(s))
 	}
-	if _, ok := scanPubAck([]byte(`{"stream":"S","seq":42}`)); !ok {
+	if _, ok := scanPubAck([]byte(`{"stream":"S","seq":42}`), ""); !ok {
 		t.Fatal("a plain PubAck took the slow path")
 	}
-	if _, ok := scanPubAck([]byte(`{"stream":"S","seq":42,"duplicate":true}`)); !ok {
+	if _, ok := scanPubAck([]byte(`{"stream":"S","seq":42,"duplicate":true}`), ""); !ok {
 		t.Fatal("a plain duplicate PubAck took the slow path")
 	}
 }

@@ -42,7 +42,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -287,6 +286,7 @@ func (e *Engine) sendBatch(p *partition, xs []*pend, attempt int, since time.Tim
 	}
 	n := len(xs)
 	off, cum, last := p.nextW, p.cum, p.lastTime
+	rms := make([]*recMsg, n)
 	msgs := make([]*nats.Msg, n)
 	for i, x := range xs {
 		x.off = off + int64(i)
@@ -296,21 +296,22 @@ func (e *Engine) sendBatch(p *partition, xs []*pend, attempt int, since time.Tim
 		}
 		last = x.now
 		cum += x.size
-		msgs[i] = e.pendMsg(x, cum)
+		rms[i] = e.pendMsg(x, cum)
+		msgs[i] = &rms[i].msg
 		if x.claim != "" {
-			msgs[i].Header.Set(jetstream.MsgIDHeader, x.claim)
+			rms[i].set(jetstream.MsgIDHeader, x.claim)
 		}
 	}
-	msgs[0].Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(p.lastSeq, 10))
+	rms[0].setUint(jetstream.ExpectedLastSubjSeqHeader, p.lastSeq)
 	e.wmu.Lock()
 	if n > 1 {
 		e.w.n++
-		id := e.node + ".b" + strconv.FormatUint(e.w.n, 10)
-		for i, msg := range msgs {
-			msg.Header.Set(hBatchID, id)
-			msg.Header.Set(hBatchSeq, strconv.Itoa(i+1))
+		id := nodeMsgID(e.node, ".b", e.w.n)
+		for i, rm := range rms {
+			rm.set(hBatchID, id)
+			rm.setUint(hBatchSeq, uint64(i+1))
 		}
-		msgs[n-1].Header.Set(hBatchCommit, "1")
+		rms[n-1].set(hBatchCommit, "1")
 		for _, msg := range msgs[:n-1] {
 			if err := e.nc.PublishMsg(msg); err != nil {
 				e.wmu.Unlock()

@@ -132,11 +132,10 @@ func (e *Engine) tailLoop() {
 // view and cache, calls observers and feeds the partition's groups. It
 // runs on the tail goroutine (tail.go), and announces in tailBatch's run.
 func (e *Engine) tailMsg(msg jetstream.Msg) {
-	md, err := msg.Metadata()
-	if err != nil {
+	seq, ok := streamSeqOf(msg.Reply()) // msg.Metadata()'s, without its allocations: tailseq.go
+	if !ok {
 		return
 	}
-	seq := md.Sequence.Stream
 	defer e.advanceTail(seq)
 	e.tailMu.Lock()
 	stale := seq <= e.tailSeq
