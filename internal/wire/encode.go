@@ -27,11 +27,29 @@ import (
 // TimeFormat is RFC3339 in UTC with exactly three fractional digits.
 const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
-// AppendTime appends t as a JSON string in TimeFormat, in UTC.
+// AppendTime appends t as a JSON string in TimeFormat, in UTC. It runs
+// for every frame that carries a time, so the usual case (years 0 to
+// 9999) is written digit by digit, byte for byte as AppendFormat writes
+// it (TestAppendTimeMatchesFormat, FuzzAppendTime); other years go
+// through AppendFormat.
 func AppendTime(dst []byte, t time.Time) []byte {
-	dst = append(dst, '"')
-	dst = t.UTC().AppendFormat(dst, TimeFormat)
-	return append(dst, '"')
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		dst = append(dst, '"')
+		dst = t.AppendFormat(dst, TimeFormat)
+		return append(dst, '"')
+	}
+	hour, minute, sec := t.Clock()
+	ms := t.Nanosecond() / 1_000_000
+	return append(dst, '"',
+		byte('0'+year/1000), byte('0'+year/100%10), byte('0'+year/10%10), byte('0'+year%10), '-',
+		byte('0'+int(month)/10), byte('0'+int(month)%10), '-',
+		byte('0'+day/10), byte('0'+day%10), 'T',
+		byte('0'+hour/10), byte('0'+hour%10), ':',
+		byte('0'+minute/10), byte('0'+minute%10), ':',
+		byte('0'+sec/10), byte('0'+sec%10), '.',
+		byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z', '"')
 }
 
 // AppendString appends s as a JSON string.
