@@ -276,7 +276,7 @@ var errReadCanceled = errors.New("session: closed while waiting for read buffers
 // waiting while it is spent (after a flush of the session's Deferral); it
 // returns nil if the session closes first (as the message timeout does).
 func (s *Session) chunk() *[]byte {
-	if b := s.opts.ReadBudget; b != nil && !b.take(chunkSize, s.closeReq, &s.deferral) {
+	if b := s.opts.ReadBudget; b != nil && !b.take(chunkSize, s.Closing, &s.deferral) {
 		return nil
 	}
 	c := chunkPool.Get().(*[]byte)

@@ -93,7 +93,7 @@ func (s *Session) startWriter() {
 func (s *Session) finishWriter() {
 	s.writer.Store(writerDone)
 	s.pingTimer.Stop()
-	close(s.writerEnded)
+	s.take(stepWriterEnded)
 }
 
 // wake makes sure a writer goroutine looks at the queue and the control
@@ -207,21 +207,17 @@ func (s *Session) drainOrEnd() bool {
 // reader, a keepalive due or its result. It reports whether the session
 // has ended (the connection is closed).
 func (s *Session) control() (ended bool) {
-	select {
-	case <-s.closeReq:
+	if s.reached(stepClosing) {
 		s.closeConn()
 		return true
-	default:
 	}
-	select {
-	case <-s.readEnded:
+	if s.reached(stepReadEnded) {
 		if s.closeRequested() {
 			s.closeConn()
 		} else {
 			s.abort(nil)
 		}
 		return true
-	default:
 	}
 	if r := s.pingDone.Swap(nil); r != nil {
 		s.pinging = false
@@ -255,12 +251,8 @@ func (s *Session) kick() {
 // drain writes batches until the queue is empty or a close is requested.
 func (s *Session) drain() error {
 	for {
-		select {
-		case <-s.closeReq:
-			return nil // the loop flushes what is left within FlushTimeout
-		case <-s.readEnded:
-			return nil
-		default:
+		if s.reached(stepClosing | stepReadEnded) {
+			return nil // on a close, the loop flushes what is left within FlushTimeout
 		}
 		if s.q.full != nil && !s.linger() {
 			return nil
@@ -387,7 +379,8 @@ func (s *Session) onWriteTimeout() {
 // FlushTimeout when asked to, then the close handshake.
 func (s *Session) closeConn() {
 	s.mu.Lock()
-	code, reason, flush := s.closeCode, s.closeReason, s.closeFlush
+	e := s.endLocked() // made by closeWith
+	code, reason, flush := e.code, e.reason, e.flush
 	s.mu.Unlock()
 	if flush {
 		deadline := time.Now().Add(s.opts.FlushTimeout)
