@@ -55,9 +55,12 @@ type Session struct {
 	sock       socket
 	q          *Queue
 
-	running  atomic.Bool
+	running atomic.Bool
+	// ctlDue is set by kick for the writer, with a signal on the queue's
+	// Ready channel (which wakes it for queued items too): look at the
+	// control state (a keepalive's result below, the end steps).
+	ctlDue   atomic.Bool
 	pingDone atomic.Pointer[pingResult] // a keepalive's result, for the writer (pingOnce)
-	ctl      chan struct{}              // capacity 1: wakes the writer for the above and the end steps
 
 	// writer is the writer goroutine's state (writerNotStarted, ...; see
 	// wake).
@@ -186,7 +189,6 @@ func newSession(id string, opts Options, sock socket) *Session {
 		opts: opts,
 		sock: sock,
 		q:    NewQueue(opts),
-		ctl:  make(chan struct{}, 1),
 	}
 	s.watchdog = time.AfterFunc(time.Hour, s.onWriteTimeout)
 	s.watchdog.Stop()

@@ -157,36 +157,29 @@ func (s *Session) writeLoop() {
 		s.writer.CompareAndSwap(writerNotified, writerRunning)
 		select {
 		case <-s.q.Ready():
-			if !s.drainOrEnd() {
-				return
-			}
-			continue
-		case <-s.ctl:
 		default:
-			if s.busy.Load() {
-				// Frequent traffic: wait here, a wake costs less than
-				// a new goroutine growing its stack again.
-				select {
-				case <-s.q.Ready():
-					if !s.drainOrEnd() {
-						return
-					}
-					continue
-				case <-s.ctl:
+			if !s.busy.Load() {
+				// Nothing to do. Park unless a wake came in since the
+				// top of the loop; a wake after this starts a new
+				// writer. An idle session keeps no queue state for its
+				// next items.
+				s.q.Shrink()
+				if s.writer.CompareAndSwap(writerRunning, writerParked) {
+					return
 				}
-				break
+				continue
 			}
-			// Nothing to do. Park unless a wake came in since the top of
-			// the loop; a wake after this starts a new writer. An idle
-			// session keeps no queue state for its next items.
-			s.q.Shrink()
-			if s.writer.CompareAndSwap(writerRunning, writerParked) {
-				return
-			}
-			continue
+			// Frequent traffic: wait here, a wake costs less than a new
+			// goroutine growing its stack again.
+			<-s.q.Ready()
 		}
-		if s.control() {
+		// Ready signals queued items and kicks alike: the control state
+		// first (a close flushes what is queued itself), then the queue.
+		if s.ctlDue.Swap(false) && s.control() {
 			s.finishWriter()
+			return
+		}
+		if !s.drainOrEnd() {
 			return
 		}
 	}
@@ -239,12 +232,11 @@ func (s *Session) control() (ended bool) {
 	return false
 }
 
-// kick wakes the writer to look at its control state.
+// kick wakes the writer to look at its control state. The flag is set
+// before the signal, so the writer that takes the signal sees it.
 func (s *Session) kick() {
-	select {
-	case s.ctl <- struct{}{}:
-	default:
-	}
+	s.ctlDue.Store(true)
+	s.q.signal()
 	s.wake()
 }
 
