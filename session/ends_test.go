@@ -83,3 +83,11 @@ func TestIdleSessionMakesNoEndState(t *testing.T) {
 		t.Fatalf("Cause after Close: %v", err)
 	}
 }
+
+// TestQueueStructFits352: a Queue fits the 352-byte size class (it was
+// 360 bytes, in the 384-byte class).
+func TestQueueStructFits352(t *testing.T) {
+	if n := unsafe.Sizeof(Queue{}); n > 352 {
+		t.Fatalf("Queue is %d bytes, past the 352-byte size class", n)
+	}
+}
