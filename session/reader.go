@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
@@ -73,6 +74,9 @@ func (s *Session) readLoop(ctx context.Context, h Handler) error {
 			// cost no read buffer, and no goroutine once parked in the
 			// idle poller (resume reads on); otherwise this goroutine no
 			// more than the smallest stack (see Start).
+			if !s.msgTimed {
+				s.msgTimer = nil // stopped; see startMessageTimer
+			}
 			if s.idle.flushed(); s.park() {
 				return errParked
 			}
@@ -321,13 +325,19 @@ func fill(r io.Reader, buf []byte) (_ []byte, end bool, err error) {
 }
 
 // startMessageTimer starts the message timeout unless it runs already.
+// The timer is reused while the reader runs and let go when it parks its
+// socket (readLoop): a parked session holds none.
 func (s *Session) startMessageTimer() {
 	if s.msgTimed {
 		return
 	}
 	s.msgTimed = true
 	s.wg.Add(1) // for the timer's callback; released by Stop or by it
-	s.msgTimer.Reset(s.opts.MessageTimeout)
+	if s.msgTimer == nil {
+		s.msgTimer = time.AfterFunc(s.opts.MessageTimeout, s.onMessageTimeout)
+	} else {
+		s.msgTimer.Reset(s.opts.MessageTimeout)
+	}
 }
 
 // stopMessageTimer stops the message timeout if it runs; it returns

@@ -70,7 +70,9 @@ type Session struct {
 	pingDue   atomic.Bool
 
 	// Owned by the writer goroutine.
-	watchdog *time.Timer // write timeout, reused
+	// watchdog is the write timeout, reused while the writer runs, made
+	// by its first write and let go when it parks (guardedWrite).
+	watchdog *time.Timer
 	delay    *time.Timer // write coalescing (coalesce.go), made on first use
 	pinging  bool        // a keepalive ping is in flight
 	// busy, quickRuns and prevRun decide whether the writer parks (see
@@ -92,10 +94,13 @@ type Session struct {
 	caughtUp atomic.Pointer[chan struct{}]
 
 	// Owned by the reader goroutine.
-	idle     idleWait    // zero unless Accept took the lazy path
-	msgTimer *time.Timer // message timeout, reused
-	msgTimed bool        // msgTimer runs (startMessageTimer)
-	chunks   []*[]byte   // the chunks of the long message being read
+	idle idleWait // zero unless Accept took the lazy path
+	// msgTimer is the message timeout, reused while the reader runs,
+	// made by its first frame and let go when it parks its socket with
+	// no message under way (startMessageTimer).
+	msgTimer *time.Timer
+	msgTimed bool      // msgTimer runs (startMessageTimer)
+	chunks   []*[]byte // the chunks of the long message being read
 	reading  atomic.Int64
 
 	// Parking (idlepoll_linux.go): the reader's socket as the idle poller
@@ -190,10 +195,6 @@ func newSession(id string, opts Options, sock socket) *Session {
 		sock: sock,
 		q:    NewQueue(opts),
 	}
-	s.watchdog = time.AfterFunc(time.Hour, s.onWriteTimeout)
-	s.watchdog.Stop()
-	s.msgTimer = time.AfterFunc(time.Hour, s.onMessageTimeout)
-	s.msgTimer.Stop()
 	s.deferral.maxWait = opts.MaxDeferredWake
 	return s
 }

@@ -164,6 +164,7 @@ func (s *Session) writeLoop() {
 				// writer. An idle session keeps no queue state for its
 				// next items.
 				s.q.Shrink()
+				s.watchdog = nil // stopped; the next run's first write makes one
 				if s.writer.CompareAndSwap(writerRunning, writerParked) {
 					return
 				}
@@ -306,11 +307,17 @@ var vecPool = sync.Pool{New: func() any { v := make([][]byte, 0, 64); return &v 
 const maxPooledVec = 4096
 
 // guardedWrite runs write under the write watchdog, which closes the
-// connection if the write outlives timeout; it is reused so that a write
-// allocates nothing. wg covers its callback.
+// connection if the write outlives timeout; it is reused while the writer
+// runs, so that a busy session's writes allocate nothing, and let go when
+// the writer parks, so that an idle session holds no timer for it. wg
+// covers its callback.
 func (s *Session) guardedWrite(timeout time.Duration, write func() error) error {
 	s.wg.Add(1)
-	s.watchdog.Reset(timeout)
+	if s.watchdog == nil {
+		s.watchdog = time.AfterFunc(timeout, s.onWriteTimeout)
+	} else {
+		s.watchdog.Reset(timeout)
+	}
 	err := write()
 	if s.watchdog.Stop() {
 		s.wg.Done()
