@@ -74,10 +74,7 @@ func (s *Session) readLoop(ctx context.Context, h Handler) error {
 			// cost no read buffer, and no goroutine once parked in the
 			// idle poller (resume reads on); otherwise this goroutine no
 			// more than the smallest stack (see Start).
-			if !s.msgTimed {
-				s.msgTimer = nil // stopped; see startMessageTimer
-			}
-			if s.idle.flushed(); s.park() {
+			if s.parkReader() {
 				return errParked
 			}
 			s.idle.wait()
@@ -115,11 +112,23 @@ func (s *Session) resume() {
 			s.runEnded(s.runEnd(err, s.runStop))
 			return
 		}
-		if s.idle.flushed(); s.park() {
+		if s.parkReader() {
 			return
 		}
 		s.idle.wait() // not parked: on this goroutine's stack
 	}
+}
+
+// parkReader parks the reader's socket in the idle poller once its burst
+// is done (idlepoll_linux.go) and reports whether it did; the message
+// timer is let go first unless a message is under way (see
+// startMessageTimer).
+func (s *Session) parkReader() bool {
+	if !s.msgTimed {
+		s.msgTimer = nil // stopped
+	}
+	s.idle.flushed()
+	return s.park()
 }
 
 // readBurst reads and handles frames while input is at hand: it returns
