@@ -98,7 +98,9 @@ func (cn *conn) HandleFrame(_ *session.Session, data []byte) {
 		// Every other op runs after the publishes before it (publish.go),
 		// and may wait: what they fanned out goes first.
 		cn.flushDeferred()
-		cn.pipe.idle(cn.sess.Closing())
+		if cn.pipe != nil {
+			cn.pipe.idle(cn.sess.Closing())
+		}
 	}
 	if pe == nil {
 		pe = cn.dispatch(req)

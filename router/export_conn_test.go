@@ -40,3 +40,15 @@ func TrackSubscriptions(rt *Router) func() int {
 		return n
 	}
 }
+
+// SessionPipes returns how many sessions rt has and how many of them
+// hold a publish pipeline.
+func SessionPipes(rt *Router) (sessions, pipes int) {
+	for _, c := range rt.connList() {
+		sessions++
+		if c.publishPipe() != nil {
+			pipes++
+		}
+	}
+	return sessions, pipes
+}

@@ -46,11 +46,17 @@ type conn struct {
 	client  string        // clientKey at connect, for the bounds on groups (group_count.go)
 	expiry  *sessionExpiry
 	limiter *rate.Limiter // nil: unlimited (or a session without ops)
-	pipe    *pubPipe      // publishes in flight and replies owed (publish.go); nil without ops
-	ctx     context.Context
-	cancel  context.CancelFunc
-	pubCtx  context.Context // ctx with the session's Deferral (deferral.go); reader goroutine only
-	wg      sync.WaitGroup  // catch-up goroutines
+	// pipe is the publishes in flight and the replies owed (publish.go):
+	// an MQTT session's is made at connect, a WebSocket session's by its
+	// first publish (a subscriber that never publishes needs none), set
+	// by the reader goroutine under mu; nil before and without ops. The
+	// reader and what runs after it read it freely, other goroutines
+	// through publishPipe.
+	pipe   *pubPipe
+	ctx    context.Context
+	cancel context.CancelFunc
+	pubCtx context.Context // ctx with the session's Deferral (deferral.go); reader goroutine only
+	wg     sync.WaitGroup  // catch-up goroutines
 
 	// lean: the session asked for the lean envelope (envelope.go).
 	lean bool
@@ -126,7 +132,9 @@ func (rt *Router) newConn(c echo.Context, k transportKind, who *principal, lean 
 		byID: make(map[uint64]*subscription)}
 	cn.who.p.Store(who)
 	if k.ops() {
-		cn.pipe = newPubPipe(rt.opts.PublishPipeline, rt.opts.PublishPipelineBytes, rt.opts.Session.ControlBytes)
+		if k == transportMQTT {
+			cn.pipe = cn.newPipe()
+		}
 		if cn.set.publishRate > 0 {
 			cn.limiter = rate.NewLimiter(rate.Limit(cn.set.publishRate), cn.set.publishBurst)
 		}
@@ -248,7 +256,8 @@ func (cn *conn) errorFrame(id []byte, pe *protoError) []byte {
 }
 
 // replyError counts a refused request and queues its error reply after
-// every reply the session owes before it (publish.go).
+// every reply the session owes before it (publish.go); a session that has
+// not published owes none. Called on the reader goroutine.
 func (cn *conn) replyError(id []byte, pe *protoError) {
 	frame := cn.errorFrame(id, pe)
 	if cn.pipe == nil {

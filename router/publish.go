@@ -38,6 +38,9 @@ package router
 //
 // # Concurrency
 //
+// A WebSocket session's pipeline is made by its first publish, on the
+// reader goroutine, and published to other goroutines (Shutdown's
+// awaitPublishes) under conn.mu; an MQTT session's is made at connect.
 // The reader goroutine reserves slots and waits for room; the engine's
 // goroutines (or the reader itself, for an engine that completes at once)
 // complete them, perhaps with engine locks held. pubPipe.mu guards the
@@ -95,6 +98,20 @@ type pubSlot struct {
 	size     int
 	frame    []byte
 	complete bool
+}
+
+// newPipe returns a pipeline with the Router's bounds.
+func (cn *conn) newPipe() *pubPipe {
+	o := &cn.rt.opts
+	return newPubPipe(o.PublishPipeline, o.PublishPipelineBytes, o.Session.ControlBytes)
+}
+
+// publishPipe returns cn's pipeline, nil while it has none, on any
+// goroutine (the reader reads cn.pipe itself).
+func (cn *conn) publishPipe() *pubPipe {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return cn.pipe
 }
 
 func newPubPipe(maxCount, maxBytes, maxOwed int) *pubPipe {
@@ -231,7 +248,15 @@ func (p *pubPipe) inFlight() int {
 // through the session's pipeline.
 func (cn *conn) publishAsync(req *request, msg engine.Message) {
 	rt := cn.rt
-	slot := cn.pipe.reserve(cn.sess, len(msg.Data), func(bound string) {
+	if cn.pipe == nil {
+		// The first publish of a WebSocket session (see conn.pipe).
+		p := cn.newPipe()
+		cn.mu.Lock()
+		cn.pipe = p
+		cn.mu.Unlock()
+	}
+	pipe := cn.pipe
+	slot := pipe.reserve(cn.sess, len(msg.Data), func(bound string) {
 		rt.m.pipelineWaits.WithLabelValues(bound).Inc()
 	})
 	if slot == nil {
@@ -248,7 +273,7 @@ func (cn *conn) publishAsync(req *request, msg engine.Message) {
 		} else {
 			frame = encodePublished(id, topic, a)
 		}
-		cn.pipe.complete(cn.sess, slot, frame)
+		pipe.complete(cn.sess, slot, frame)
 	})
 }
 
@@ -276,7 +301,7 @@ func (rt *Router) appendAsync(ctx context.Context, msg engine.Message, transport
 // flight have been answered.
 func awaitPublishes(ctx context.Context, conns []*conn) {
 	for _, c := range conns {
-		if c.pipe != nil && !c.pipe.idle(ctx.Done()) {
+		if p := c.publishPipe(); p != nil && !p.idle(ctx.Done()) {
 			return
 		}
 	}

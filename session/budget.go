@@ -55,10 +55,11 @@ func (b *ReadBudget) Waits() uint64 {
 }
 
 // take takes n bytes, waiting while the budget is spent; it gives up and
-// reports false when cancel is closed first. Before it waits it flushes
+// reports false when the channel cancel returns (asked only when it
+// must wait) is closed first. Before it waits it flushes
 // d, the waiting reader's own Deferral, so that what the reader's last
 // frames fanned out is not held for the wait (deferral.go).
-func (b *ReadBudget) take(n int64, cancel <-chan struct{}, d *Deferral) bool {
+func (b *ReadBudget) take(n int64, cancel func() <-chan struct{}, d *Deferral) bool {
 	counted := false
 	for {
 		b.mu.Lock()
@@ -79,9 +80,13 @@ func (b *ReadBudget) take(n int64, cancel <-chan struct{}, d *Deferral) bool {
 			counted = true
 			d.Flush()
 		}
+		var canceled <-chan struct{}
+		if cancel != nil {
+			canceled = cancel()
+		}
 		select {
 		case <-freed:
-		case <-cancel:
+		case <-canceled:
 			return false
 		}
 	}

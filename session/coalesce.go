@@ -33,9 +33,9 @@ func (s *Session) linger() bool {
 	select {
 	case <-s.delay.C:
 	case <-q.full:
-	case <-s.closeReq:
+	case <-s.endChan(stepClosing):
 		return false
-	case <-s.readEnded:
+	case <-s.endChan(stepReadEnded):
 		return false
 	}
 	return true

@@ -80,11 +80,14 @@ func (s *Session) ownPing(ctx context.Context, lw *lazyWriter) error {
 		}
 	}()
 	for {
+		// runEnd signals pongs after the reader's end: a signal the
+		// drain above took is seen here.
+		if s.reached(stepReadEnded) {
+			return net.ErrClosed
+		}
 		select {
 		case <-pongs:
-			return nil
-		case <-s.readEnded:
-			return net.ErrClosed
+			return s.pongOrEnd()
 		case <-timeout:
 		case <-againC:
 		}
@@ -98,9 +101,7 @@ func (s *Session) ownPing(ctx context.Context, lw *lazyWriter) error {
 		}
 		select {
 		case <-pongs:
-			return nil
-		case <-s.readEnded:
-			return net.ErrClosed
+			return s.pongOrEnd()
 		case <-c:
 		}
 		if again == nil {
@@ -110,6 +111,16 @@ func (s *Session) ownPing(ctx context.Context, lw *lazyWriter) error {
 		}
 		timeout, againC = nil, again.C
 	}
+}
+
+// pongOrEnd is the result of ownPing woken by its pong signal: a pong, or
+// the end of the reader (runEnd signals it too, so that the session's
+// end needs no channel of its own for the ping to wait on).
+func (s *Session) pongOrEnd() error {
+	if s.reached(stepReadEnded) {
+		return net.ErrClosed
+	}
+	return nil
 }
 
 // The opcodes of WebSocket control frames (RFC 6455, 5.2).

@@ -69,8 +69,8 @@ func TestKeepaliveResultsNeitherLostNorDoubled(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	if !errors.Is(s.cause, boom) || !errors.Is(s.cause, ErrKeepalive) {
-		t.Fatalf("cause %v, want the failed ping's", s.cause)
+	if !errors.Is(s.causeNow(), boom) || !errors.Is(s.causeNow(), ErrKeepalive) {
+		t.Fatalf("cause %v, want the failed ping's", s.causeNow())
 	}
 	if n := calls.Load(); n != okPings+1 {
 		t.Fatalf("%d pings, want %d: none after the failed one", n, okPings+1)

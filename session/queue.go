@@ -67,8 +67,7 @@ type QueueStats struct {
 // Queue is safe for concurrent use by multiple goroutines: any number of
 // producers may Push while one consumer calls AppendBatch.
 type Queue struct {
-	limit     int // bound on message items
-	hardLimit int // bound on control and reliable items
+	limit     int // bound on message items; 4 x limit bounds the control and reliable items (hardLimit)
 	ctlLimit  int // bound on the bytes of control items
 	encodeGap func(dst []byte, s Stream, from, to int64) []byte
 	prefix    func(dst []byte, it *Item) []byte
@@ -101,13 +100,17 @@ type Queue struct {
 	taken    []any        // Refs of the last AppendBatch; owned by the consumer
 }
 
+// hardLimit is the bound on the queued control and reliable items: four
+// times the message bound (computed, not stored, so that the Queue fits
+// the 352-byte size class).
+func (q *Queue) hardLimit() int { return 4 * q.limit }
+
 // NewQueue returns an empty queue configured by opts: it uses QueueMessages,
 // ControlBytes, EncodeGap (required; NewQueue panics without it) and OnDrop.
 func NewQueue(opts Options) *Queue {
 	opts = opts.withDefaults()
 	q := &Queue{
 		limit:     opts.QueueMessages,
-		hardLimit: 4 * opts.QueueMessages,
 		ctlLimit:  opts.ControlBytes,
 		encodeGap: opts.EncodeGap,
 		prefix:    opts.FramePrefix,
@@ -174,7 +177,7 @@ func (q *Queue) push(it *Item) Outcome {
 		return Closed
 	}
 	if it.Stream.Sub == 0 {
-		if q.others >= q.hardLimit {
+		if q.others >= q.hardLimit() {
 			// Unread replies filled the item bound: the same refusal as
 			// filling the byte bound.
 			return ControlFull
@@ -198,7 +201,7 @@ func (q *Queue) push(it *Item) Outcome {
 	lane := laneOf(st, prio)
 	switch {
 	case it.Policy == Reliable:
-		if q.others >= q.hardLimit {
+		if q.others >= q.hardLimit() {
 			return Overflow
 		}
 		q.others++

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
@@ -73,7 +74,7 @@ func (s *Session) readLoop(ctx context.Context, h Handler) error {
 			// cost no read buffer, and no goroutine once parked in the
 			// idle poller (resume reads on); otherwise this goroutine no
 			// more than the smallest stack (see Start).
-			if s.idle.flushed(); s.park() {
+			if s.parkReader() {
 				return errParked
 			}
 			s.idle.wait()
@@ -111,11 +112,23 @@ func (s *Session) resume() {
 			s.runEnded(s.runEnd(err, s.runStop))
 			return
 		}
-		if s.idle.flushed(); s.park() {
+		if s.parkReader() {
 			return
 		}
 		s.idle.wait() // not parked: on this goroutine's stack
 	}
+}
+
+// parkReader parks the reader's socket in the idle poller once its burst
+// is done (idlepoll_linux.go) and reports whether it did; the message
+// timer is let go first unless a message is under way (see
+// startMessageTimer).
+func (s *Session) parkReader() bool {
+	if !s.msgTimed {
+		s.msgTimer = nil // stopped
+	}
+	s.idle.flushed()
+	return s.park()
 }
 
 // readBurst reads and handles frames while input is at hand: it returns
@@ -276,7 +289,7 @@ var errReadCanceled = errors.New("session: closed while waiting for read buffers
 // waiting while it is spent (after a flush of the session's Deferral); it
 // returns nil if the session closes first (as the message timeout does).
 func (s *Session) chunk() *[]byte {
-	if b := s.opts.ReadBudget; b != nil && !b.take(chunkSize, s.closeReq, &s.deferral) {
+	if b := s.opts.ReadBudget; b != nil && !b.take(chunkSize, s.Closing, &s.deferral) {
 		return nil
 	}
 	c := chunkPool.Get().(*[]byte)
@@ -321,13 +334,19 @@ func fill(r io.Reader, buf []byte) (_ []byte, end bool, err error) {
 }
 
 // startMessageTimer starts the message timeout unless it runs already.
+// The timer is reused while the reader runs and let go when it parks its
+// socket (readLoop): a parked session holds none.
 func (s *Session) startMessageTimer() {
 	if s.msgTimed {
 		return
 	}
 	s.msgTimed = true
 	s.wg.Add(1) // for the timer's callback; released by Stop or by it
-	s.msgTimer.Reset(s.opts.MessageTimeout)
+	if s.msgTimer == nil {
+		s.msgTimer = time.AfterFunc(s.opts.MessageTimeout, s.onMessageTimeout)
+	} else {
+		s.msgTimer.Reset(s.opts.MessageTimeout)
+	}
 }
 
 // stopMessageTimer stops the message timeout if it runs; it returns

@@ -17,10 +17,8 @@ func (s *Session) SendWait(ctx context.Context, it Item) error {
 		return err
 	}
 	if !s.Send(it) {
-		select {
-		case <-s.closeReq:
+		if s.reached(stepClosing) {
 			return ErrClosed
-		default:
 		}
 	}
 	return nil
@@ -50,9 +48,9 @@ func (s *Session) WaitRoom(ctx context.Context, n int) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-s.done:
+		case <-s.endChan(stepDone):
 			return ErrClosed
-		case <-s.closeReq:
+		case <-s.endChan(stepClosing):
 			return ErrClosed
 		case <-t.C:
 		}

@@ -55,12 +55,12 @@ type Session struct {
 	sock       socket
 	q          *Queue
 
-	running   atomic.Bool
-	closeReq  chan struct{}              // closed when a close is requested
-	readEnded chan struct{}              // closed when the reader has returned
-	done      chan struct{}              // closed when Run returns
-	pingDone  atomic.Pointer[pingResult] // a keepalive's result, for the writer (pingOnce)
-	ctl       chan struct{}              // capacity 1: wakes the writer for the above
+	running atomic.Bool
+	// ctlDue is set by kick for the writer, with a signal on the queue's
+	// Ready channel (which wakes it for queued items too): look at the
+	// control state (a keepalive's result below, the end steps).
+	ctlDue   atomic.Bool
+	pingDone atomic.Pointer[pingResult] // a keepalive's result, for the writer (pingOnce)
 
 	// writer is the writer goroutine's state (writerNotStarted, ...; see
 	// wake).
@@ -68,11 +68,11 @@ type Session struct {
 	// pingTimer sets pingDue and kicks the writer every PingInterval.
 	pingTimer *time.Timer
 	pingDue   atomic.Bool
-	// writerEnded is closed once the writer has closed the connection.
-	writerEnded chan struct{}
 
 	// Owned by the writer goroutine.
-	watchdog *time.Timer // write timeout, reused
+	// watchdog is the write timeout, reused while the writer runs, made
+	// by its first write and let go when it parks (guardedWrite).
+	watchdog *time.Timer
 	delay    *time.Timer // write coalescing (coalesce.go), made on first use
 	pinging  bool        // a keepalive ping is in flight
 	// busy, quickRuns and prevRun decide whether the writer parks (see
@@ -94,10 +94,13 @@ type Session struct {
 	caughtUp atomic.Pointer[chan struct{}]
 
 	// Owned by the reader goroutine.
-	idle     idleWait    // zero unless Accept took the lazy path
-	msgTimer *time.Timer // message timeout, reused
-	msgTimed bool        // msgTimer runs (startMessageTimer)
-	chunks   []*[]byte   // the chunks of the long message being read
+	idle idleWait // zero unless Accept took the lazy path
+	// msgTimer is the message timeout, reused while the reader runs,
+	// made by its first frame and let go when it parks its socket with
+	// no message under way (startMessageTimer).
+	msgTimer *time.Timer
+	msgTimed bool      // msgTimer runs (startMessageTimer)
+	chunks   []*[]byte // the chunks of the long message being read
 	reading  atomic.Int64
 
 	// Parking (idlepoll_linux.go): the reader's socket as the idle poller
@@ -118,13 +121,13 @@ type Session struct {
 
 	writes, sent, bytesOut, bytesIn atomic.Uint64
 
-	mu          sync.Mutex // guards following
-	closing     bool
-	closeCode   websocket.StatusCode
-	closeReason string
-	closeFlush  bool
-	causeSet    bool
-	cause       error
+	// ends holds the end steps taken (stepClosing, ...; ends.go), set
+	// under mu.
+	ends atomic.Uint32
+	mu   sync.Mutex // guards end
+	// end is the close state and the end steps' waiters, made on first
+	// use (ends.go).
+	end *endState
 }
 
 // Accept upgrades the request with websocket.Accept and acceptOpts and
@@ -187,20 +190,11 @@ func New(conn *websocket.Conn, id string, opts Options) *Session {
 func newSession(id string, opts Options, sock socket) *Session {
 	opts = opts.withDefaults()
 	s := &Session{
-		id:          id,
-		opts:        opts,
-		sock:        sock,
-		q:           NewQueue(opts),
-		closeReq:    make(chan struct{}),
-		readEnded:   make(chan struct{}),
-		writerEnded: make(chan struct{}),
-		done:        make(chan struct{}),
-		ctl:         make(chan struct{}, 1),
+		id:   id,
+		opts: opts,
+		sock: sock,
+		q:    NewQueue(opts),
 	}
-	s.watchdog = time.AfterFunc(time.Hour, s.onWriteTimeout)
-	s.watchdog.Stop()
-	s.msgTimer = time.AfterFunc(time.Hour, s.onMessageTimeout)
-	s.msgTimer.Stop()
 	s.deferral.maxWait = opts.MaxDeferredWake
 	return s
 }
@@ -210,11 +204,11 @@ func (s *Session) ID() string { return s.id }
 
 // Done returns a channel that is closed when the session has ended (when
 // Run returns).
-func (s *Session) Done() <-chan struct{} { return s.done }
+func (s *Session) Done() <-chan struct{} { return s.endChan(stepDone) }
 
 // Closing returns a channel that is closed once the session's close has
 // been requested (by Close, by the peer or by a limit), before it ends.
-func (s *Session) Closing() <-chan struct{} { return s.closeReq }
+func (s *Session) Closing() <-chan struct{} { return s.endChan(stepClosing) }
 
 // Dropped returns how many messages the session's queue has dropped so
 // far: the Item.Dropped of a Fallback item whose Frame is chosen now.
@@ -258,45 +252,46 @@ func (s *Session) Close(code websocket.StatusCode, reason string) {
 // Unlike Run's result, a normal or going-away close of the peer is not
 // reported as nil.
 func (s *Session) Cause() error {
-	select {
-	case <-s.done:
-	default:
+	if !s.reached(stepDone) {
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cause
+	return s.causeLocked()
 }
 
 // closeWith requests a close; cause is what Run will return.
 func (s *Session) closeWith(code websocket.StatusCode, reason string, flush bool, cause error) {
 	s.mu.Lock()
-	if s.closing {
+	e := s.endLocked()
+	if e.closing {
 		s.mu.Unlock()
 		return
 	}
-	s.closing = true
-	s.closeCode, s.closeReason, s.closeFlush = code, truncateReason(reason), flush
-	if !s.causeSet {
-		s.causeSet, s.cause = true, cause
+	e.closing = true
+	e.code, e.reason, e.flush = code, truncateReason(reason), flush
+	if !e.causeSet {
+		e.causeSet, e.cause = true, cause
 	}
 	s.mu.Unlock()
 	s.q.Close()
-	close(s.closeReq)
+	s.take(stepClosing)
 	s.kick()
 }
 
+// closeRequested reports whether closeWith has begun: true a little
+// before the session takes stepClosing.
 func (s *Session) closeRequested() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.closing
+	return s.end != nil && s.end.closing
 }
 
 // setCause records why the session ended unless a reason is known already.
 func (s *Session) setCause(err error) {
 	s.mu.Lock()
-	if !s.causeSet {
-		s.causeSet, s.cause = true, err
+	if e := s.endLocked(); !e.causeSet {
+		e.causeSet, e.cause = true, err
 	}
 	s.mu.Unlock()
 }
@@ -428,9 +423,12 @@ func (s *Session) runStart(ctx context.Context) (stop func() bool) {
 // for everything the session started, closes Done and returns what Run
 // does.
 func (s *Session) runEnd(err error, stop func() bool) error {
-	defer close(s.done)
+	defer s.take(stepDone)
 	s.setCause(err)
-	close(s.readEnded)
+	s.take(stepReadEnded)
+	if p := s.idle.pongs; p != nil {
+		pongSignal(p) // ends a keepalive ping waiting for its pong (ownPing)
+	}
 	s.kick()
 	if stop() {
 		s.wg.Done() // the AfterFunc will not run
@@ -438,14 +436,14 @@ func (s *Session) runEnd(err error, stop func() bool) error {
 	// The kick above makes the writer close the connection and finish.
 	// Waiting for that first orders before Wait the wg.Add of every wake
 	// that started a writer on another goroutine (a Close, a Send): each
-	// writer starts after the one before it parked, and the last closes
-	// writerEnded.
-	<-s.writerEnded
+	// writer starts after the one before it parked, and the last takes
+	// stepWriterEnded.
+	<-s.endChan(stepWriterEnded)
 	s.wg.Wait()
 	s.q.Close() // Send refuses items nobody will write
 
 	s.mu.Lock()
-	err = s.cause
+	err = s.causeLocked()
 	s.mu.Unlock()
 	switch websocket.CloseStatus(err) {
 	case websocket.StatusNormalClosure, websocket.StatusGoingAway:

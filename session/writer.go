@@ -93,7 +93,7 @@ func (s *Session) startWriter() {
 func (s *Session) finishWriter() {
 	s.writer.Store(writerDone)
 	s.pingTimer.Stop()
-	close(s.writerEnded)
+	s.take(stepWriterEnded)
 }
 
 // wake makes sure a writer goroutine looks at the queue and the control
@@ -157,36 +157,30 @@ func (s *Session) writeLoop() {
 		s.writer.CompareAndSwap(writerNotified, writerRunning)
 		select {
 		case <-s.q.Ready():
-			if !s.drainOrEnd() {
-				return
-			}
-			continue
-		case <-s.ctl:
 		default:
-			if s.busy.Load() {
-				// Frequent traffic: wait here, a wake costs less than
-				// a new goroutine growing its stack again.
-				select {
-				case <-s.q.Ready():
-					if !s.drainOrEnd() {
-						return
-					}
-					continue
-				case <-s.ctl:
+			if !s.busy.Load() {
+				// Nothing to do. Park unless a wake came in since the
+				// top of the loop; a wake after this starts a new
+				// writer. An idle session keeps no queue state for its
+				// next items.
+				s.q.Shrink()
+				s.watchdog = nil // stopped; the next run's first write makes one
+				if s.writer.CompareAndSwap(writerRunning, writerParked) {
+					return
 				}
-				break
+				continue
 			}
-			// Nothing to do. Park unless a wake came in since the top of
-			// the loop; a wake after this starts a new writer. An idle
-			// session keeps no queue state for its next items.
-			s.q.Shrink()
-			if s.writer.CompareAndSwap(writerRunning, writerParked) {
-				return
-			}
-			continue
+			// Frequent traffic: wait here, a wake costs less than a new
+			// goroutine growing its stack again.
+			<-s.q.Ready()
 		}
-		if s.control() {
+		// Ready signals queued items and kicks alike: the control state
+		// first (a close flushes what is queued itself), then the queue.
+		if s.ctlDue.Swap(false) && s.control() {
 			s.finishWriter()
+			return
+		}
+		if !s.drainOrEnd() {
 			return
 		}
 	}
@@ -207,21 +201,17 @@ func (s *Session) drainOrEnd() bool {
 // reader, a keepalive due or its result. It reports whether the session
 // has ended (the connection is closed).
 func (s *Session) control() (ended bool) {
-	select {
-	case <-s.closeReq:
+	if s.reached(stepClosing) {
 		s.closeConn()
 		return true
-	default:
 	}
-	select {
-	case <-s.readEnded:
+	if s.reached(stepReadEnded) {
 		if s.closeRequested() {
 			s.closeConn()
 		} else {
 			s.abort(nil)
 		}
 		return true
-	default:
 	}
 	if r := s.pingDone.Swap(nil); r != nil {
 		s.pinging = false
@@ -243,24 +233,19 @@ func (s *Session) control() (ended bool) {
 	return false
 }
 
-// kick wakes the writer to look at its control state.
+// kick wakes the writer to look at its control state. The flag is set
+// before the signal, so the writer that takes the signal sees it.
 func (s *Session) kick() {
-	select {
-	case s.ctl <- struct{}{}:
-	default:
-	}
+	s.ctlDue.Store(true)
+	s.q.signal()
 	s.wake()
 }
 
 // drain writes batches until the queue is empty or a close is requested.
 func (s *Session) drain() error {
 	for {
-		select {
-		case <-s.closeReq:
-			return nil // the loop flushes what is left within FlushTimeout
-		case <-s.readEnded:
-			return nil
-		default:
+		if s.reached(stepClosing | stepReadEnded) {
+			return nil // on a close, the loop flushes what is left within FlushTimeout
 		}
 		if s.q.full != nil && !s.linger() {
 			return nil
@@ -322,11 +307,17 @@ var vecPool = sync.Pool{New: func() any { v := make([][]byte, 0, 64); return &v 
 const maxPooledVec = 4096
 
 // guardedWrite runs write under the write watchdog, which closes the
-// connection if the write outlives timeout; it is reused so that a write
-// allocates nothing. wg covers its callback.
+// connection if the write outlives timeout; it is reused while the writer
+// runs, so that a busy session's writes allocate nothing, and let go when
+// the writer parks, so that an idle session holds no timer for it. wg
+// covers its callback.
 func (s *Session) guardedWrite(timeout time.Duration, write func() error) error {
 	s.wg.Add(1)
-	s.watchdog.Reset(timeout)
+	if s.watchdog == nil {
+		s.watchdog = time.AfterFunc(timeout, s.onWriteTimeout)
+	} else {
+		s.watchdog.Reset(timeout)
+	}
 	err := write()
 	if s.watchdog.Stop() {
 		s.wg.Done()
@@ -387,7 +378,8 @@ func (s *Session) onWriteTimeout() {
 // FlushTimeout when asked to, then the close handshake.
 func (s *Session) closeConn() {
 	s.mu.Lock()
-	code, reason, flush := s.closeCode, s.closeReason, s.closeFlush
+	e := s.endLocked() // made by closeWith
+	code, reason, flush := e.code, e.reason, e.flush
 	s.mu.Unlock()
 	if flush {
 		deadline := time.Now().Add(s.opts.FlushTimeout)

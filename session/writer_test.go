@@ -80,7 +80,7 @@ func startWriter(s *Session) <-chan struct{} {
 	s.startWriter()
 	done := make(chan struct{})
 	go func() {
-		<-s.writerEnded // no writer starts after this
+		<-s.endChan(stepWriterEnded) // no writer starts after this
 		s.wg.Wait()
 		close(done)
 	}()
@@ -172,8 +172,8 @@ func TestWriterWriteErrorEnds(t *testing.T) {
 	s.Send(ctl("a"))
 	<-done
 	<-fs.aborted
-	if !errors.Is(s.cause, boom) {
-		t.Errorf("cause %v, want %v", s.cause, boom)
+	if !errors.Is(s.causeNow(), boom) {
+		t.Errorf("cause %v, want %v", s.causeNow(), boom)
 	}
 	if s.Send(ctl("b")) {
 		t.Error("Send after the writer ended queued")
@@ -191,8 +191,8 @@ func TestWriterWriteTimeout(t *testing.T) {
 	done := startWriter(s)
 	s.Send(ctl("a"))
 	<-done
-	if !errors.Is(s.cause, ErrWriteTimeout) {
-		t.Errorf("cause %v, want ErrWriteTimeout", s.cause)
+	if !errors.Is(s.causeNow(), ErrWriteTimeout) {
+		t.Errorf("cause %v, want ErrWriteTimeout", s.causeNow())
 	}
 }
 
@@ -237,8 +237,8 @@ func TestWriterPingFailureEnds(t *testing.T) {
 	fs.pingFn = func(context.Context) error { return boom }
 	s := newSession("w", Options{EncodeGap: testGap, PingInterval: 1}, fs.socket())
 	<-startWriter(s)
-	if !errors.Is(s.cause, boom) {
-		t.Errorf("cause %v, want %v", s.cause, boom)
+	if !errors.Is(s.causeNow(), boom) {
+		t.Errorf("cause %v, want %v", s.causeNow(), boom)
 	}
 }
 
@@ -256,8 +256,8 @@ func TestWriterDisconnectPolicy(t *testing.T) {
 	if len(fs.writes) != 0 {
 		t.Errorf("slow consumer got %d writes before the close", len(fs.writes))
 	}
-	if !errors.Is(s.cause, ErrSlowConsumer) {
-		t.Errorf("cause %v", s.cause)
+	if !errors.Is(s.causeNow(), ErrSlowConsumer) {
+		t.Errorf("cause %v", s.causeNow())
 	}
 }
 
@@ -298,4 +298,11 @@ func TestWriterOnSent(t *testing.T) {
 	if fmt.Sprint(sent) != "[0 1]" || fmt.Sprint(dropped) != "[2]" {
 		t.Fatalf("sent %v, dropped %v; want [0 1] and [2]", sent, dropped)
 	}
+}
+
+// causeNow returns why s ended as far as known, before Done too.
+func (s *Session) causeNow() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.causeLocked()
 }
