@@ -92,3 +92,17 @@ func TestMQTTPersistentSessionAcrossNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestJSGatewayNativeClient: a native WebSocket client of a JetStream
+// test gateway reads its frames checked against asyncapi.json, run alone
+// as with the other tests, and the gateway's HTTP responses are checked
+// against openapi.json as newGateway's are.
+func TestJSGatewayNativeClient(t *testing.T) {
+	url := natstest.URL(t)
+	g := newJSGateway(t, url, natstest.Prefix(t, url))
+	c := g.dial(t)
+	c.subscribe(t, "jsn.room", "presence", true)
+	if st, body, _ := g.httpDo(t, "GET", "/v1/presence/jsn.room", nil); st != 200 || num(body, "count") != 1 {
+		t.Fatalf("presence of jsn.room: %d %v, want the native client", st, body)
+	}
+}
