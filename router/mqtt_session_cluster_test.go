@@ -31,7 +31,10 @@ func newJSGateway(t *testing.T, url, prefix string) *gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(rt)
+	// As newGateway's: responses and frames checked against the API
+	// descriptions, which the checker loads; its cleanup, registered
+	// first, runs once the server has closed.
+	srv := httptest.NewServer(newAPICheck(t).wrap(rt))
 	g := &gateway{t: t, eng: eng, rt: rt, srv: srv, reg: reg}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
