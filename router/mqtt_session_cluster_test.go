@@ -16,8 +16,8 @@ import (
 
 // newJSGateway starts a gateway with an MQTT listener on a JetStream
 // engine of url and prefix: gateways made with the same ones are nodes
-// of one cluster.
-func newJSGateway(t *testing.T, url, prefix string) *gateway {
+// of one cluster. mods, if any, change the router's options.
+func newJSGateway(t *testing.T, url, prefix string, mods ...func(*router.Options)) *gateway {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
@@ -26,8 +26,11 @@ func newJSGateway(t *testing.T, url, prefix string) *gateway {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rt, err := router.New(router.Options{Engine: eng, Registry: reg, StatsInterval: -1,
-		MQTT: router.MQTTOptions{Addr: "127.0.0.1:0"}})
+	opts := router.Options{Engine: eng, Registry: reg, StatsInterval: -1, MQTT: router.MQTTOptions{Addr: "127.0.0.1:0"}}
+	for _, m := range mods {
+		m(&opts)
+	}
+	rt, err := router.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

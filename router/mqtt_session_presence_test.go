@@ -266,3 +266,46 @@ func TestMQTTPersistentSessionPresenceAcrossNodes(t *testing.T) {
 	presenceTakeover(t, a, b, "spn-2")
 	oldRecordRestores(t, a, b, "spn-3")
 }
+
+// TestMQTTPersistentSessionPresenceRateRefused: a session restored through
+// a node whose presence join burst is smaller than its filters that asked
+// presence joins with the first ones; the others are restored without
+// presence (no SUBACK to refuse them with), counted as a 0x97 would be,
+// and deliver.
+func TestMQTTPersistentSessionPresenceRateRefused(t *testing.T) {
+	url := natstest.URL(t)
+	prefix := natstest.Prefix(t, url)
+	a := newJSGateway(t, url, prefix)
+	b := newJSGateway(t, url, prefix, func(o *router.Options) {
+		o.Presence.JoinRate, o.Presence.JoinBurst = 0.001, 1 // one join for the connection's life
+	})
+	c, _ := dialSession(t, a, 5, "tcp", "sprr-1", false, 600)
+	subscribePresence(t, c.v5, "sprr/1")
+	subscribePresence(t, c.v5, "sprr/2")
+	c.leave(t, a, "sprr-1")
+	quota := func() float64 {
+		return metricValue(t, b.reg, "switchyard_mqtt_refused_total", map[string]string{"reason": "quota_exceeded"})
+	}
+	before := quota()
+	c2, present := dialSession(t, b, 5, "tcp", "sprr-1", false, 600)
+	if !present {
+		t.Fatal("Session Present 0")
+	}
+	restored(t, c2)
+	// The filters are restored in the record's order: either may join.
+	var without string
+	waitUntil(t, "one of sprr.1 and sprr.2 has the session", func() bool {
+		n1, n2 := len(presenceSessions(t, b, "sprr.1")), len(presenceSessions(t, b, "sprr.2"))
+		if n1+n2 > 1 {
+			t.Fatalf("presence of sprr.1 and sprr.2: %d and %d members, want one join (burst 1)", n1, n2)
+		}
+		without = map[bool]string{true: "sprr/2", false: "sprr/1"}[n1 == 1]
+		return n1+n2 == 1
+	})
+	if n := quota() - before; n != 1 {
+		t.Fatalf("switchyard_mqtt_refused_total{reason=quota_exceeded} rose by %v, want 1", n)
+	}
+	pub, _ := dialSession(t, b, 5, "tcp", "sprr-pub", true, 0)
+	pub.publish(t, without, 1, "live")
+	c2.expectPayloads(t, "live")
+}
