@@ -141,6 +141,11 @@ type MQTTSubscription struct {
 	RetainAsPublished bool
 	// SubID is the MQTT 5 subscription identifier of the filter; 0: none.
 	SubID int `json:",omitempty"`
+	// Presence: the filter asked presence (MQTT 5, the SUBSCRIBE's user
+	// property presence=true) and joins its topic's presence set again
+	// when the session is restored. Absent in records of older versions:
+	// false.
+	Presence bool `json:",omitempty"`
 	// Since is when the subscription began to track positions: a
 	// partition without a position in Next goes on at its first record
 	// appended at or after Since.

@@ -179,9 +179,10 @@ type mqttSession struct {
 	expiry    uint32        // MQTT 5's session expiry interval, seconds (reader goroutine)
 	version   byte
 	parked    bool
-	// askPresence: the SUBSCRIBE being handled asks presence for its
-	// filters that name a topic (mqtt_presence.go; reader goroutine only).
-	askPresence bool
+	// askPresence: the SUBSCRIBE being handled, or the stored filter being
+	// restored, asks presence for its filters that name a topic
+	// (mqtt_presence.go; reader goroutine only).
+	askPresence presenceAsk
 	assigned    bool  // the gateway chose clientID: the CONNACK names it
 	maxOut      int32 // the client's Maximum Packet Size (at most MaxInt32); 0: MQTT's
 	window      int32 // the in-flight bound of QoS 1 and 2 deliveries (at most 65,535)

@@ -22,11 +22,26 @@ package router
 // switchyard_forbidden_total{op="presence"}): its SUBACK reason is 0x87
 // (not authorized) and the packet's other filters go on.
 // MQTT 3.1 and 3.1.1 have no SUBSCRIBE properties: their sessions do not
-// join presence. A persistent session's restored filters do not either.
+// join presence.
+//
+// A persistent session stores which filters asked presence
+// (engine.MQTTSubscription.Presence; records of older versions have none)
+// and its restored filters join again through the same checks (the topic
+// policy, the join rate, the per-topic bound). A refusal there has no
+// SUBACK to carry it: the filter is restored without presence, the
+// refusal logged and counted as one at SUBSCRIBE is
+// (switchyard_forbidden_total{op="presence"} for a policy, and
+// switchyard_mqtt_refused_total by reason code), and the record saved
+// next keeps the filter without it. An MQTT 3.1.1 connection resuming
+// the session does not join either. A takeover needs nothing more: the
+// set's members are connections (their session ids), so the old
+// connection's leave takes out only its own membership, whichever lands
+// first (across nodes both are listed until the old one has ended).
 
 import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/mqtt"
 	"github.com/switchyard/switchyard/trie"
 )
@@ -34,23 +49,57 @@ import (
 // mqttPresenceProperty is the SUBSCRIBE user property that asks presence.
 const mqttPresenceProperty = "presence"
 
+// presenceAsk is who asks presence for the filter being subscribed.
+type presenceAsk uint8
+
+const (
+	presenceNone     presenceAsk = iota // nobody
+	presenceAsked                       // the SUBSCRIBE: a refusal refuses the filter
+	presenceRestored                    // the stored session: the filter goes on without
+)
+
 // wantsPresence reports whether SUBSCRIBE pk asks presence.
-func (s *mqttSession) wantsPresence(pk *packets.Packet) bool {
+func (s *mqttSession) wantsPresence(pk *packets.Packet) presenceAsk {
 	if s.version != mqtt.Version5 || s.rt.pres.eng == nil {
-		return false
+		return presenceNone
 	}
 	for _, u := range pk.Properties.User {
 		if u.Key == mqttPresenceProperty && u.Val == "true" {
-			return true
+			return presenceAsked
 		}
 	}
-	return false
+	return presenceNone
+}
+
+// restoredPresence reports whether stored subscription sb joins presence
+// again when restored: it asked presence, and the connection resuming it
+// is MQTT 5 (3.1.1 cannot ask presence).
+func (s *mqttSession) restoredPresence(sb *engine.MQTTSubscription) presenceAsk {
+	if !sb.Presence || s.version != mqtt.Version5 || s.rt.pres.eng == nil {
+		return presenceNone
+	}
+	return presenceRestored
 }
 
 // presenceFor reports whether the subscription of filter pf joins
-// presence: the SUBSCRIBE asks it and pf names one topic.
+// presence: the SUBSCRIBE (or the stored filter) asks it and pf names one
+// topic.
 func (s *mqttSession) presenceFor(pf mqtt.Filter) bool {
-	return s.askPresence && pf.Share == "" && len(pf.Patterns) == 1 && trie.ValidateTopic(pf.Patterns[0]) == nil
+	return s.askPresence != presenceNone && pf.Share == "" && len(pf.Patterns) == 1 && trie.ValidateTopic(pf.Patterns[0]) == nil
+}
+
+// restoredWithout reports whether filter, whose presence pe refused (rc
+// its reason code), goes on without presence: so for a restored filter,
+// which has no SUBACK to refuse it with; the refusal is logged and
+// counted as a SUBACK's would be. At SUBSCRIBE the filter is refused.
+func (s *mqttSession) restoredWithout(filter string, pe *protoError, rc byte) bool {
+	if s.askPresence != presenceRestored {
+		return false
+	}
+	s.rt.mq.m.refused.WithLabelValues(reasonName(rc)).Inc()
+	s.rt.log.Info("mqtt stored subscription restored without presence", "client_id", s.clientID, "filter", filter,
+		"reason", reasonName(rc), "err", pe.Msg)
+	return true
 }
 
 // joinPresence puts pattern mp's subscription in its topic's presence set

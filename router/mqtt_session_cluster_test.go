@@ -16,8 +16,8 @@ import (
 
 // newJSGateway starts a gateway with an MQTT listener on a JetStream
 // engine of url and prefix: gateways made with the same ones are nodes
-// of one cluster.
-func newJSGateway(t *testing.T, url, prefix string) *gateway {
+// of one cluster. mods, if any, change the router's options.
+func newJSGateway(t *testing.T, url, prefix string, mods ...func(*router.Options)) *gateway {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
@@ -26,12 +26,18 @@ func newJSGateway(t *testing.T, url, prefix string) *gateway {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rt, err := router.New(router.Options{Engine: eng, Registry: reg, StatsInterval: -1,
-		MQTT: router.MQTTOptions{Addr: "127.0.0.1:0"}})
+	opts := router.Options{Engine: eng, Registry: reg, StatsInterval: -1, MQTT: router.MQTTOptions{Addr: "127.0.0.1:0"}}
+	for _, m := range mods {
+		m(&opts)
+	}
+	rt, err := router.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(rt)
+	// As newGateway's: responses and frames checked against the API
+	// descriptions, which the checker loads; its cleanup, registered
+	// first, runs once the server has closed.
+	srv := httptest.NewServer(newAPICheck(t).wrap(rt))
 	g := &gateway{t: t, eng: eng, rt: rt, srv: srv, reg: reg}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -90,5 +96,19 @@ func TestMQTTPersistentSessionAcrossNodes(t *testing.T) {
 		if rec, ok, err := a.eng.(engine.MQTTSessionStore).LoadMQTTSession(context.Background(), id, time.Now()); err != nil || ok && !rec.IsHold() {
 			t.Fatalf("after a clean start the store still has the session (%v, %+v, %v)", ok, rec, err)
 		}
+	}
+}
+
+// TestJSGatewayNativeClient: a native WebSocket client of a JetStream
+// test gateway reads its frames checked against asyncapi.json, run alone
+// as with the other tests, and the gateway's HTTP responses are checked
+// against openapi.json as newGateway's are.
+func TestJSGatewayNativeClient(t *testing.T) {
+	url := natstest.URL(t)
+	g := newJSGateway(t, url, natstest.Prefix(t, url))
+	c := g.dial(t)
+	c.subscribe(t, "jsn.room", "presence", true)
+	if st, body, _ := g.httpDo(t, "GET", "/v1/presence/jsn.room", nil); st != 200 || num(body, "count") != 1 {
+		t.Fatalf("presence of jsn.room: %d %v, want the native client", st, body)
 	}
 }

@@ -244,7 +244,8 @@ func (s *mqttSession) sessionRecord(expires time.Time) engine.MQTTSession {
 		if mf == nil {
 			continue
 		}
-		sb := engine.MQTTSubscription{Filter: f, QoS: mf.qos, NoLocal: mf.noLocal, RetainAsPublished: mf.rap, SubID: mf.subID}
+		sb := engine.MQTTSubscription{Filter: f, QoS: mf.qos, NoLocal: mf.noLocal, RetainAsPublished: mf.rap, SubID: mf.subID,
+			Presence: mf.presence}
 		for _, p := range mf.patterns {
 			if mp := s.pattern(p); mp != nil && mp.sub.group == "" && (sb.Since.IsZero() || mp.since.Before(sb.Since)) {
 				sb.Since = mp.since
@@ -304,7 +305,10 @@ func (s *mqttSession) restoreSession() {
 		if s.version == mqtt.Version5 && sb.SubID > 0 && sb.SubID <= mqttMaxSubID {
 			subID = sb.SubID // a 3.1.1 connection resuming an MQTT 5 session gets none
 		}
-		if rc := s.subscribeOne(&f, subID, &started, &joined); rc > 2 {
+		s.askPresence = s.restoredPresence(sb) // mqtt_presence.go
+		rc := s.subscribeOne(&f, subID, &started, &joined)
+		s.askPresence = presenceNone
+		if rc > 2 {
 			s.rt.mq.m.refused.WithLabelValues(reasonName(rc)).Inc()
 			s.rt.log.Info("mqtt stored subscription not restored", "client_id", s.clientID, "filter", sb.Filter, "reason", reasonName(rc))
 			continue

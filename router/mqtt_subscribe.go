@@ -44,7 +44,7 @@ func (s *mqttSession) subscribe(pk *packets.Packet) bool {
 		return false
 	}
 	s.askPresence = s.wantsPresence(pk) // mqtt_presence.go
-	defer func() { s.askPresence = false }()
+	defer func() { s.askPresence = presenceNone }()
 	codes := make([]byte, len(pk.Filters))
 	var started, joined []*subscription
 	var retained []retainedFor
@@ -163,8 +163,13 @@ func (s *mqttSession) subscribeOne(f *packets.Subscription, subID int, started, 
 			hooked = append(hooked, p)
 		}
 	}
-	if pe := s.presenceRefused(pf); pe != nil { // mqtt_presence.go
-		return rcNotAuthorized
+	// Presence (mqtt_presence.go): only a filter of one pattern, a topic.
+	asks := s.presenceFor(pf)
+	if pe := s.presenceRefused(pf); pe != nil {
+		if !s.restoredWithout(f.Filter, pe, rcNotAuthorized) {
+			return rcNotAuthorized
+		}
+		asks = false
 	}
 	if old := s.filter(f.Filter); old != nil {
 		s.dropFilter(f.Filter)
@@ -191,11 +196,13 @@ func (s *mqttSession) subscribeOne(f *packets.Subscription, subID int, started, 
 		made = append(made, sub)
 		s.addPattern(p, &mqttPattern{sub: sub, since: time.Now()})
 	}
-	asks := s.presenceFor(pf) // one pattern: a topic
 	if asks {
 		if pe := s.joinPresence(s.pattern(patterns[0])); pe != nil { // mqtt_presence.go
-			undo()
-			return refusalReason(pe)
+			if rc := refusalReason(pe); !s.restoredWithout(f.Filter, pe, rc) {
+				undo()
+				return rc
+			}
+			asks = false
 		}
 	}
 	mf := &mqttFilter{qos: qos, patterns: patterns, subID: subID, presence: asks}
