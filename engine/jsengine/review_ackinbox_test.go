@@ -243,3 +243,56 @@ func TestReviewAckInboxMixedTimeouts(t *testing.T) {
 		t.Fatalf("%d pending, want %d", l, long)
 	}
 }
+
+// TestReviewAckInboxWakeNotLost: a reader that checks each record's
+// answer in publish order and waits on the inbox's wake channel (as the
+// ack reader does) is woken for every answer, while records are published
+// and other goroutines ask for the futures' channels meanwhile.
+func TestReviewAckInboxWakeNotLost(t *testing.T) {
+	r := newAckRig(t)
+	const n = 2000
+	fs := make(chan *ackFuture, n)
+	pubErr := make(chan error, 1)
+	go func() { // exits after n publishes
+		defer close(fs)
+		for i := range n {
+			m := nats.NewMsg(r.stream + ".w")
+			m.Data = []byte(strconv.Itoa(i))
+			f, err := r.in.publish(m)
+			if err != nil {
+				pubErr <- err
+				return
+			}
+			if i%7 == 0 {
+				go func() { _ = f.Ok() }() // exits at once
+			}
+			fs <- f
+		}
+	}()
+	i := 0
+	for f := range fs {
+		for {
+			if _, _, ok := answerOf(f); ok {
+				break
+			}
+			select {
+			case <-r.in.wake:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("record %d: no wake in 10s; answered: %v", i, f.done.Load())
+			}
+		}
+		a, err, _ := answerOf(f)
+		if err != nil || a.Sequence != uint64(i+1) {
+			t.Fatalf("record %d: %+v, %v", i, a, err)
+		}
+		i++
+	}
+	select {
+	case err := <-pubErr:
+		t.Fatal(err)
+	default:
+	}
+	if i != n {
+		t.Fatalf("%d records read, want %d", i, n)
+	}
+}
