@@ -55,7 +55,7 @@ import (
 //
 // Its records wait in q in publish order, a record's id being its place
 // in that order (base is q[0]'s); an answered record leaves a nil behind,
-// and q starts at the oldest record not answered. One timer (ackTimer)
+// and q starts at the oldest record not answered. One timer (timer)
 // times them out: it fires at q[0]'s deadline or before, answers every
 // record past its deadline and is set again for the earliest one left.
 // (A timer per record, and a map from reply subject to future, cost more
