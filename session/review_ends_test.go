@@ -11,7 +11,8 @@ import (
 	"github.com/coder/websocket"
 )
 
-// TestReviewKickRacesWriterPark: kicks that carry no control work race
+// TestReviewKickRacesWriterPark: kicks (most carrying no control work,
+// some a keepalive tick that makes the writer park when idle again) race
 // the writer parking and waking while items are sent one at a time; every
 // item is written (no wake is lost between the kick's flag, the Ready
 // signal and the park).
@@ -19,6 +20,7 @@ func TestReviewKickRacesWriterPark(t *testing.T) {
 	const items = 3000
 	written := make(chan struct{}, items)
 	fs := newFakeSocket()
+	fs.pingFn = func(context.Context) error { return nil }
 	fs.writeFn = func(_ context.Context, p []byte) error {
 		for range 1 + countNL(p) {
 			written <- struct{}{}
@@ -38,6 +40,11 @@ func TestReviewKickRacesWriterPark(t *testing.T) {
 				case <-stop:
 					return
 				default:
+				}
+				if i%64 == 0 {
+					// A keepalive tick: the writer is not busy
+					// again, and parks when idle.
+					s.pingDue.Store(true)
 				}
 				s.kick()
 			}
