@@ -120,15 +120,22 @@ func (s *Session) resume() {
 }
 
 // parkReader parks the reader's socket in the idle poller once its burst
-// is done (idlepoll_linux.go) and reports whether it did; the message
-// timer is let go first unless a message is under way (see
-// startMessageTimer).
+// is done (idlepoll_linux.go) and reports whether it did. A parked reader
+// lets its message timer go unless a message is under way (see
+// startMessageTimer); it is let go before the park, since a parked reader
+// may be resumed on another goroutine at once, and kept again when the
+// park fails (a reader that never parks reuses one timer).
 func (s *Session) parkReader() bool {
+	t := s.msgTimer
 	if !s.msgTimed {
 		s.msgTimer = nil // stopped
 	}
 	s.idle.flushed()
-	return s.park()
+	if s.park() {
+		return true
+	}
+	s.msgTimer = t // not parked: the reader's fields are still this goroutine's
+	return false
 }
 
 // readBurst reads and handles frames while input is at hand: it returns
