@@ -18,8 +18,15 @@ import "time"
 func (s *Session) linger() bool {
 	q := s.q
 	select {
-	case <-q.full: // a stale signal: the condition is checked below
+	case <-q.full: // a stale signal: the conditions are checked below
 	default:
+	}
+	// The end steps are taken before kick signals full (kick), so a
+	// signal drained above was for a step seen here, and one sent after
+	// this check ends the wait below. No end channel is made: an idle
+	// session holds none (ends.go).
+	if s.reached(stepClosing | stepReadEnded) {
+		return false
 	}
 	if q.flushDue() {
 		return true
@@ -33,10 +40,6 @@ func (s *Session) linger() bool {
 	select {
 	case <-s.delay.C:
 	case <-q.full:
-	case <-s.endChan(stepClosing):
-		return false
-	case <-s.endChan(stepReadEnded):
-		return false
 	}
-	return true
+	return !s.reached(stepClosing | stepReadEnded)
 }

@@ -125,13 +125,26 @@ func NewQueue(opts Options) *Queue {
 }
 
 // Ready returns a channel that receives a value after Push changed what
-// AppendBatch would return. The consumer waits on it, then calls
+// AppendBatch would return (and when the session wakes its writer for
+// its control state: Session.kick). The consumer waits on it, then calls
 // AppendBatch until it returns no frames.
 func (q *Queue) Ready() <-chan struct{} { return q.ready }
 
 func (q *Queue) signal() {
 	select {
 	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// signalFull wakes a writer lingering for more frames (coalesce.go), if
+// coalescing is on; it never blocks.
+func (q *Queue) signalFull() {
+	if q.full == nil {
+		return
+	}
+	select {
+	case q.full <- struct{}{}:
 	default:
 	}
 }

@@ -15,7 +15,9 @@ import (
 func TestReviewCoalescingIdleSessionHoldsNoEndState(t *testing.T) {
 	fs := newFakeSocket()
 	s := newSession("c", Options{EncodeGap: testGap, WriteDelay: time.Millisecond, PingInterval: time.Hour}, fs.socket())
-	done := startWriter(s)
+	// The writer starts as in startWriter, but nothing waits on its end
+	// until the check: startWriter's own wait would make the end state.
+	s.startWriter()
 	for i := range 3 {
 		if !s.Send(msg(1, int64(i), 0, DropOld)) {
 			t.Fatal("Send refused")
@@ -25,7 +27,8 @@ func TestReviewCoalescingIdleSessionHoldsNoEndState(t *testing.T) {
 	waitFor(t, "the writer to park", parked(s))
 	made := endStateMade(s)
 	s.Close(websocket.StatusNormalClosure, "")
-	<-done
+	<-s.endChan(stepWriterEnded)
+	s.wg.Wait()
 	if made {
 		t.Fatal("an idle coalescing session holds its close state and end channels (made by its writer's linger)")
 	}

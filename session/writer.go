@@ -234,10 +234,13 @@ func (s *Session) control() (ended bool) {
 }
 
 // kick wakes the writer to look at its control state. The flag is set
-// before the signal, so the writer that takes the signal sees it.
+// before the signal, so the writer that takes the signal sees it. With
+// coalescing on it also ends a linger (coalesce.go), so a close or the
+// reader's end is not left waiting for WriteDelay.
 func (s *Session) kick() {
 	s.ctlDue.Store(true)
 	s.q.signal()
+	s.q.signalFull()
 	s.wake()
 }
 
