@@ -229,17 +229,9 @@ func (c *Cluster) Start(i int) error {
 		},
 		Routes: routes,
 	}
-	ns, err := server.NewServer(opts)
+	ns, err := startServer(opts, serverReady, serverStarts)
 	if err != nil {
 		return fmt.Errorf("faults: nats server %d: %w", i, err)
-	}
-	if os.Getenv("SYTEST_LOG") != "" {
-		ns.ConfigureLogger()
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		return fmt.Errorf("faults: nats server %d not ready", i)
 	}
 	s.mu.Lock()
 	s.ns = ns
@@ -549,4 +541,55 @@ func (c *Cluster) Close() {
 	for _, s := range c.servers {
 		os.RemoveAll(s.dir)
 	}
+}
+
+// How long a NATS server of the cluster gets to be ready, and how many
+// times it is started before its Start fails: on a loaded machine (CI runs
+// every package at once) a start can be slow, and a port freePorts chose
+// can be taken meanwhile as another connection's local port, then given
+// back.
+const (
+	serverReady  = 20 * time.Second
+	serverStarts = 3
+)
+
+// startServer starts a NATS server with opts, up to starts times, each
+// given ready to accept connections; a failure says which of its ports
+// another socket holds, if one does.
+func startServer(opts *server.Options, ready time.Duration, starts int) (*server.Server, error) {
+	var err error
+	for range starts {
+		var ns *server.Server
+		if ns, err = server.NewServer(opts); err != nil {
+			return nil, err
+		}
+		if os.Getenv("SYTEST_LOG") != "" {
+			ns.ConfigureLogger()
+		}
+		ns.Start()
+		if ns.ReadyForConnections(ready) {
+			return ns, nil
+		}
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		err = fmt.Errorf("not ready after %v%s", ready, portsInUse(opts.Port, opts.Cluster.Port))
+	}
+	return nil, fmt.Errorf("%w (%d starts)", err, starts)
+}
+
+// portsInUse names those of ports another socket holds on 127.0.0.1.
+func portsInUse(ports ...int) string {
+	var held string
+	for _, p := range ports {
+		if p <= 0 {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			held += fmt.Sprintf(", port %d in use", p)
+			continue
+		}
+		l.Close()
+	}
+	return held
 }
