@@ -7,12 +7,12 @@ import (
 	"github.com/coder/websocket"
 )
 
-// TestReviewCoalescingIdleSessionHoldsNoEndState: a session with write
+// TestCoalescingIdleSessionHoldsNoEndState: a session with write
 // coalescing (WriteDelay) that has written a few messages and parked its
 // writer holds no close state and no end channel, like one without: the
 // writer's wait for more frames (linger) is over, and nobody waits on the
 // session's end.
-func TestReviewCoalescingIdleSessionHoldsNoEndState(t *testing.T) {
+func TestCoalescingIdleSessionHoldsNoEndState(t *testing.T) {
 	fs := newFakeSocket()
 	s := newSession("c", Options{EncodeGap: testGap, WriteDelay: time.Millisecond, PingInterval: time.Hour}, fs.socket())
 	// The writer starts as in startWriter, but nothing waits on its end

@@ -14,7 +14,7 @@ import (
 	"github.com/switchyard/switchyard/engine/jsengine/natstest"
 )
 
-func TestReviewChainAcksRaceTimeout(t *testing.T) {
+func TestChainAcksRaceTimeout(t *testing.T) {
 	url := natstest.URL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	e, err := New(ctx, Options{URL: url, Prefix: natstest.Prefix(t, url)})

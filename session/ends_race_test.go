@@ -11,12 +11,12 @@ import (
 	"github.com/coder/websocket"
 )
 
-// TestReviewKickRacesWriterPark: kicks (most carrying no control work,
+// TestKickRacesWriterPark: kicks (most carrying no control work,
 // some a keepalive tick that makes the writer park when idle again) race
 // the writer parking and waking while items are sent one at a time; every
 // item is written (no wake is lost between the kick's flag, the Ready
 // signal and the park).
-func TestReviewKickRacesWriterPark(t *testing.T) {
+func TestKickRacesWriterPark(t *testing.T) {
 	const items = 3000
 	written := make(chan struct{}, items)
 	fs := newFakeSocket()
@@ -79,10 +79,10 @@ func countNL(p []byte) int {
 	return n
 }
 
-// TestReviewEndChannelsRaceTheirStep: end channels asked for by many
+// TestEndChannelsRaceTheirStep: end channels asked for by many
 // goroutines while the step is taken are all closed at it, one way or the
 // other (made before, made after, fast path).
-func TestReviewEndChannelsRaceTheirStep(t *testing.T) {
+func TestEndChannelsRaceTheirStep(t *testing.T) {
 	for round := range 300 {
 		fs := newFakeSocket()
 		s := newSession("e", Options{EncodeGap: testGap, PingInterval: time.Hour}, fs.socket())

@@ -6,13 +6,13 @@ import (
 	"time"
 )
 
-// TestReviewUnparkedReaderKeepsMessageTimer: a reader that does not park
+// TestUnparkedReaderKeepsMessageTimer: a reader that does not park
 // its socket (NoIdlePark here; a TLS connection, another OS or a fallen
 // back idle poller alike) keeps one message timer for its frames: the
 // timer is reused while the reader runs and let go only when the reader
 // parks. The handler runs on the reader, after the frame's timer has
 // stopped, and records which timer the frame used.
-func TestReviewUnparkedReaderKeepsMessageTimer(t *testing.T) {
+func TestUnparkedReaderKeepsMessageTimer(t *testing.T) {
 	type seen struct {
 		data  string
 		timer *time.Timer

@@ -6,12 +6,12 @@ import (
 	"time"
 )
 
-// TestReviewPingRacesReaderEnd: sessions accepted by Accept ping every
+// TestPingRacesReaderEnd: sessions accepted by Accept ping every
 // millisecond a client that never answers (the pong timeout is a minute),
 // while the client sends frames and leaves in the middle; every session
 // ends at once with its connection, whatever its keepalive ping was
 // doing when the reader ended.
-func TestReviewPingRacesReaderEnd(t *testing.T) {
+func TestPingRacesReaderEnd(t *testing.T) {
 	for i := range 24 {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			rs := rawServeMode(t, i%4 == 3, Options{PingInterval: time.Millisecond, PongTimeout: time.Minute}, echo{})

@@ -53,11 +53,11 @@ func ackData(seq int) []byte {
 	return []byte(`{"stream":"RV","seq":` + strconv.Itoa(seq) + `}`)
 }
 
-// TestReviewAckInboxShuffledRepeatedStrayAnswers: every record gets its
+// TestAckInboxShuffledRepeatedStrayAnswers: every record gets its
 // own answer, once, when the answers come in any order, repeated with
 // other contents, mixed with answers for ids never sent and malformed
 // ones, while other goroutines ask for the futures' channels.
-func TestReviewAckInboxShuffledRepeatedStrayAnswers(t *testing.T) {
+func TestAckInboxShuffledRepeatedStrayAnswers(t *testing.T) {
 	r := newAckRig(t)
 	subj, sub := silentSub(t, r)
 	const n = 300
@@ -134,10 +134,10 @@ func TestReviewAckInboxShuffledRepeatedStrayAnswers(t *testing.T) {
 	}
 }
 
-// TestReviewAckInboxStaleAnswersAfterReconnect: answers to reply subjects
+// TestAckInboxStaleAnswersAfterReconnect: answers to reply subjects
 // of records failed by a reconnect do not answer the records published
 // after it.
-func TestReviewAckInboxStaleAnswersAfterReconnect(t *testing.T) {
+func TestAckInboxStaleAnswersAfterReconnect(t *testing.T) {
 	r := newAckRig(t)
 	subj, sub := silentSub(t, r)
 	r.in.mu.Lock()
@@ -189,10 +189,10 @@ func TestReviewAckInboxStaleAnswersAfterReconnect(t *testing.T) {
 	}
 }
 
-// TestReviewAckInboxMixedTimeouts: records of interleaved timeouts (short
+// TestAckInboxMixedTimeouts: records of interleaved timeouts (short
 // behind long, long behind short) are each answered by their own
 // deadline, none before it, and the long ones stay pending.
-func TestReviewAckInboxMixedTimeouts(t *testing.T) {
+func TestAckInboxMixedTimeouts(t *testing.T) {
 	r := newAckRig(t)
 	subj, _ := silentSub(t, r)
 	timeouts := []time.Duration{time.Hour, 30 * time.Millisecond, 120 * time.Millisecond, time.Hour, 10 * time.Millisecond, 60 * time.Millisecond}
@@ -244,11 +244,11 @@ func TestReviewAckInboxMixedTimeouts(t *testing.T) {
 	}
 }
 
-// TestReviewAckInboxWakeNotLost: a reader that checks each record's
+// TestAckInboxWakeNotLost: a reader that checks each record's
 // answer in publish order and waits on the inbox's wake channel (as the
 // ack reader does) is woken for every answer, while records are published
 // and other goroutines ask for the futures' channels meanwhile.
-func TestReviewAckInboxWakeNotLost(t *testing.T) {
+func TestAckInboxWakeNotLost(t *testing.T) {
 	r := newAckRig(t)
 	const n = 2000
 	fs := make(chan *ackFuture, n)
