@@ -35,7 +35,10 @@ import (
 
 // groupAck is a shared-subscription delivery awaiting the client's
 // acknowledgement, or one the acker settles: acked, or nacked when nack
-// is set (its reason).
+// is set (its reason). The acker settles it as sub.memberID(), the
+// member it was delivered to, not as sub.member: a delivery the engine's
+// Join makes comes before the join sets that (on the reader goroutine,
+// which reads it for a PUBACK or PUBCOMP: ackGroup).
 type groupAck struct {
 	sub  *subscription
 	pos  engine.Position
@@ -623,7 +626,7 @@ func (s *mqttSession) dropHeld() {
 // ackGroup acks in its group the delivery a PUBACK or PUBCOMP settled,
 // if it was one; on the reader goroutine.
 func (s *mqttSession) ackGroup(ga groupAck) {
-	member := ga.sub.member
+	member := ga.sub.member // set by the join, on this goroutine too
 	if member == "" {
 		return
 	}
@@ -663,9 +666,9 @@ func (s *mqttSession) startAcker() {
 				ctx, cancel := context.WithTimeout(cn.ctx, 5*time.Second)
 				var err error
 				if ga.nack != "" {
-					err = s.rt.eng.Nack(ctx, ga.sub.group, ga.sub.member, ga.pos, ga.nack)
+					err = s.rt.eng.Nack(ctx, ga.sub.group, ga.sub.memberID(), ga.pos, ga.nack)
 				} else {
-					err = s.rt.eng.Ack(ctx, ga.sub.group, ga.sub.member, ga.pos)
+					err = s.rt.eng.Ack(ctx, ga.sub.group, ga.sub.memberID(), ga.pos)
 				}
 				if err != nil && !errors.Is(err, engine.ErrNotInFlight) {
 					s.rt.log.Debug("mqtt group settle failed", "group", ga.sub.group, "nack", ga.nack != "", "err", err)
