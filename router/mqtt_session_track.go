@@ -406,6 +406,13 @@ func (s *mqttSession) startResumed(sub *subscription, since, ended time.Time, ne
 	}()
 }
 
+// sessionClockSkew is how far the clocks of two nodes may differ for a
+// resume to tell a topic made after a session's connection ended
+// (resumeFrom): a topic made within it of the end counts as made before
+// (its trimmed records no gap), and a node's clock further ahead than it
+// may count as gaps records a client got (docs/mqtt.md).
+const sessionClockSkew = 10 * time.Second
+
 // resumeFrom is the replay of a restored subscription: a position for
 // every partition its pattern matches, the stored one or, for a partition
 // without, the first record appended at or after since.
@@ -417,7 +424,9 @@ func (s *mqttSession) startResumed(sub *subscription, since, ended time.Time, ne
 // topic's first offset, 0 (away lists those partitions): the replay
 // counts those trimmed as a gap (sessionGap), as for a stored position.
 // For a topic made before, the records trimmed may be older than since or
-// not, and none is counted.
+// not, and none is counted. Made after means made more than
+// sessionClockSkew after ended: the topic's creation time is the clock of
+// the node that made it, ended this node's or another's.
 func (s *mqttSession) resumeFrom(pattern string, since, ended time.Time, next map[partKey]int64) (from fromSpec, away map[partKey]bool, err error) {
 	rt := s.rt
 	ctx, cancel := context.WithTimeout(s.cn.ctx, sessionTimeout)
@@ -431,7 +440,7 @@ func (s *mqttSession) resumeFrom(pattern string, since, ended time.Time, next ma
 		if !trie.Matches(pattern, t.Config.Name) {
 			continue
 		}
-		madeAway := !ended.IsZero() && t.Created.After(ended)
+		madeAway := !ended.IsZero() && t.Created.After(ended.Add(sessionClockSkew))
 		if madeAway && away == nil {
 			away = map[partKey]bool{}
 		}
