@@ -3,6 +3,8 @@ package router_test
 import (
 	"fmt"
 	"testing"
+
+	"github.com/switchyard/switchyard/engine/jsengine/natstest"
 )
 
 // TestMQTTSessionRecreatedTopicResumesFromStart: a topic the session had
@@ -12,7 +14,18 @@ import (
 // not start at the old topic's stored offset, which in the new topic skips
 // its first records without a gap counted.
 func TestMQTTSessionRecreatedTopicResumesFromStart(t *testing.T) {
-	g := newGateway(t, withMQTT)
+	sessionRecreatedTopic(t, newGateway(t, withMQTT))
+}
+
+// TestMQTTSessionRecreatedTopicResumesFromStartJetStream is
+// TestMQTTSessionRecreatedTopicResumesFromStart on JetStream, whose
+// session store keeps the topic's creation time with each position.
+func TestMQTTSessionRecreatedTopicResumesFromStartJetStream(t *testing.T) {
+	url := natstest.URL(t)
+	sessionRecreatedTopic(t, newJSGateway(t, url, natstest.Prefix(t, url)))
+}
+
+func sessionRecreatedTopic(t *testing.T, g *gateway) {
 	pub, _ := dialSession(t, g, 5, "tcp", "rvr-pub", true, 0)
 	c, _ := dialSession(t, g, 5, "tcp", "rvr-1", false, 600)
 	c.subscribe(t, "rvr/t", 1)
