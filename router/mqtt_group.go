@@ -529,7 +529,8 @@ func (rt *Router) heldSeek(group, topic string, partition int, op heldOp) {
 }
 
 // heldTopicDeleted drops the held deliveries of a deleted topic: their
-// leases are gone, and a topic made again under its name starts over.
+// leases are gone, and a topic made again under its name starts over; and
+// the positions a persistent session holds of it (trackTopicDeleted).
 // Each session's are dropped in one step under its imu, whatever their
 // seeking mark: a seek of the topic failing meanwhile unmarks them, and
 // its unmark must not come between a mark and a drop of the deletion.
@@ -539,6 +540,7 @@ func (rt *Router) heldTopicDeleted(topic string) {
 			continue
 		}
 		cn.mqtt.heldMatch(heldPurge, func(hg *heldGroup) bool { return hg.d.Record.Topic == topic })
+		cn.mqtt.trackTopicDeleted(topic) // mqtt_session_made.go
 	}
 }
 
