@@ -1,6 +1,7 @@
 package router_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -26,4 +27,32 @@ func TestMQTTGroupTooLargeAtJoin(t *testing.T) {
 	if dls := groupDeadLetters(t, g, "rvj"); len(dls) != 1 || dls[0].Attempts != 2 {
 		t.Fatalf("dead letters %+v, want one after 2 attempts", dls)
 	}
+}
+
+// TestMQTTGroupQoS0AtJoin: as TestMQTTGroupTooLargeAtJoin, with a QoS 0
+// shared subscription: the join delivers the record the group kept, and
+// the session's acker acks it, once queued, as the member the join made,
+// read safely; the group then has it consumed.
+func TestMQTTGroupQoS0AtJoin(t *testing.T) {
+	g := newGateway(t, withMQTT)
+	a := connectSmall(t, g, "rvq-a", 0, "$share/rvq/rvq/+")
+	a.unsubscribe(t, 9, "$share/rvq/rvq/+") // the group stays, with no member
+	g.dial(t).publish(t, "rvq.a", "kept")
+	c, _ := dialSession(t, g, 5, "tcp", "rvq-b", true, 0)
+	c.subscribe(t, "$share/rvq/rvq/+", 0)
+	c.expectPayloads(t, `"kept"`) // a native publish is JSON
+	waitUntil(t, "the QoS 0 delivery to be acked", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		gi, err := g.eng.Group(ctx, "rvq")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range gi.Partitions {
+			if p.Lag != 0 || p.InFlight != 0 {
+				return false
+			}
+		}
+		return len(gi.Partitions) > 0
+	})
 }
