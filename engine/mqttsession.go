@@ -162,6 +162,19 @@ type MQTTSubscription struct {
 type MQTTPosition struct {
 	Pattern string
 	Position
+	// Created is the creation time of the topic the position is of
+	// (TopicInfo.Created): a topic deleted and made again under its name
+	// has another, and the position is not of it. Zero: not known.
+	Created time.Time `json:",omitzero"`
+}
+
+// Size is what the position counts in MQTTSession.Size.
+func (p *MQTTPosition) Size() int {
+	n := len(p.Pattern) + len(p.Topic) + 16
+	if !p.Created.IsZero() {
+		n += 8
+	}
+	return n
 }
 
 // Size is what a session counts against MQTTSessionLimits.MaxBytes: its
@@ -172,10 +185,10 @@ func (s *MQTTSession) Size() int64 {
 		sb := &s.Subs[i]
 		n += len(sb.Filter) + 32
 		for _, p := range sb.Next {
-			n += len(p.Pattern) + len(p.Topic) + 16
+			n += p.Size()
 		}
 		for _, p := range sb.InFlight {
-			n += len(p.Pattern) + len(p.Topic) + 16
+			n += p.Size()
 		}
 	}
 	return int64(n)

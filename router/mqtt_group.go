@@ -35,7 +35,10 @@ import (
 
 // groupAck is a shared-subscription delivery awaiting the client's
 // acknowledgement, or one the acker settles: acked, or nacked when nack
-// is set (its reason).
+// is set (its reason). The acker settles it as sub.memberID(), the
+// member it was delivered to, not as sub.member: a delivery the engine's
+// Join makes comes before the join sets that (on the reader goroutine,
+// which reads it for a PUBACK or PUBCOMP: ackGroup).
 type groupAck struct {
 	sub  *subscription
 	pos  engine.Position
@@ -526,7 +529,8 @@ func (rt *Router) heldSeek(group, topic string, partition int, op heldOp) {
 }
 
 // heldTopicDeleted drops the held deliveries of a deleted topic: their
-// leases are gone, and a topic made again under its name starts over.
+// leases are gone, and a topic made again under its name starts over; and
+// the positions a persistent session holds of it (trackTopicDeleted).
 // Each session's are dropped in one step under its imu, whatever their
 // seeking mark: a seek of the topic failing meanwhile unmarks them, and
 // its unmark must not come between a mark and a drop of the deletion.
@@ -536,6 +540,7 @@ func (rt *Router) heldTopicDeleted(topic string) {
 			continue
 		}
 		cn.mqtt.heldMatch(heldPurge, func(hg *heldGroup) bool { return hg.d.Record.Topic == topic })
+		cn.mqtt.trackTopicDeleted(topic) // mqtt_session_made.go
 	}
 }
 
@@ -623,7 +628,7 @@ func (s *mqttSession) dropHeld() {
 // ackGroup acks in its group the delivery a PUBACK or PUBCOMP settled,
 // if it was one; on the reader goroutine.
 func (s *mqttSession) ackGroup(ga groupAck) {
-	member := ga.sub.member
+	member := ga.sub.member // set by the join, on this goroutine too
 	if member == "" {
 		return
 	}
@@ -663,9 +668,9 @@ func (s *mqttSession) startAcker() {
 				ctx, cancel := context.WithTimeout(cn.ctx, 5*time.Second)
 				var err error
 				if ga.nack != "" {
-					err = s.rt.eng.Nack(ctx, ga.sub.group, ga.sub.member, ga.pos, ga.nack)
+					err = s.rt.eng.Nack(ctx, ga.sub.group, ga.sub.memberID(), ga.pos, ga.nack)
 				} else {
-					err = s.rt.eng.Ack(ctx, ga.sub.group, ga.sub.member, ga.pos)
+					err = s.rt.eng.Ack(ctx, ga.sub.group, ga.sub.memberID(), ga.pos)
 				}
 				if err != nil && !errors.Is(err, engine.ErrNotInFlight) {
 					s.rt.log.Debug("mqtt group settle failed", "group", ga.sub.group, "nack", ga.nack != "", "err", err)

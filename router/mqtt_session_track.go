@@ -58,6 +58,10 @@ type mqttTrack struct {
 	// the line framePrefix put before it; the writer's, not under imu
 	// (mqtt_write.go).
 	cur trackPos
+	// made is the creation time of the topics of next and sent, those
+	// known; dels counts the topic deletions seen (mqtt_session_made.go).
+	made map[string]time.Time
+	dels uint64
 }
 
 // trackKey is a stream: a subscription's partition.
@@ -239,6 +243,7 @@ func (s *mqttSession) sessionRecord(expires time.Time) engine.MQTTSession {
 	rec := engine.MQTTSession{ClientID: s.clientID, Owner: s.owner, Node: s.rt.sessionNode(), ExpiresAt: expires,
 		Expiry: s.expiryDuration(), Epoch: s.rt.eng.Epoch()}
 	next, inFlight := s.sessionPositions()
+	made := s.topicsMade() // mqtt_session_made.go
 	for f, e := range s.subs.all() {
 		mf := e.f
 		if mf == nil {
@@ -259,12 +264,13 @@ func (s *mqttSession) sessionRecord(expires time.Time) engine.MQTTSession {
 	room := s.rt.mq.opts.MaxSessionBytes - rec.Size()
 	add := func(dst []engine.MQTTPosition, pattern string, ps []engine.Position) []engine.MQTTPosition {
 		for _, p := range ps {
-			cost := int64(len(pattern) + len(p.Topic) + 16)
+			mp := engine.MQTTPosition{Pattern: pattern, Position: p, Created: made[p.Topic]}
+			cost := int64(mp.Size())
 			if cost > room {
 				return dst
 			}
 			room -= cost
-			dst = append(dst, engine.MQTTPosition{Pattern: pattern, Position: p})
+			dst = append(dst, mp)
 		}
 		return dst
 	}
@@ -296,7 +302,7 @@ func (s *mqttSession) restoreSession() {
 	}
 	s.dup = map[dupKey]struct{}{}
 	since := map[string]time.Time{}
-	next := map[string]map[partKey]int64{}
+	next := map[string]map[partKey]storedPos{}
 	var started, joined []*subscription
 	for i := range rec.Subs {
 		sb := &rec.Subs[i]
@@ -324,12 +330,12 @@ func (s *mqttSession) restoreSession() {
 		for _, p := range sb.Next {
 			m := next[p.Pattern]
 			if m == nil {
-				m = map[partKey]int64{}
+				m = map[partKey]storedPos{}
 				next[p.Pattern] = m
 			}
 			k := partKey{p.Topic, p.Partition}
-			if n, ok := m[k]; !ok || p.Offset < n {
-				m[k] = p.Offset
+			if n, ok := m[k]; !ok || p.Offset < n.off {
+				m[k] = storedPos{off: p.Offset, made: p.Created}
 			}
 		}
 		for _, p := range sb.InFlight {
@@ -365,10 +371,17 @@ func (s *mqttSession) startLive(sub *subscription) {
 	s.rt.m.subscriptions.WithLabelValues("plain").Inc()
 }
 
+// storedPos is a stored position: the next offset to deliver, and the
+// creation time of its topic (zero: not stored).
+type storedPos struct {
+	off  int64
+	made time.Time
+}
+
 // startResumed starts a restored QoS 1 or 2 subscription with a replay
-// from its positions (next: by partition, the next offset), partitions
-// without one from since (ended: see resumeFrom), then live.
-func (s *mqttSession) startResumed(sub *subscription, since, ended time.Time, next map[partKey]int64) {
+// from its positions (next: by partition), partitions without one from
+// since (ended: see resumeFrom), then live.
+func (s *mqttSession) startResumed(sub *subscription, since, ended time.Time, next map[partKey]storedPos) {
 	rt, cn := s.rt, s.cn
 	from, away, err := s.resumeFrom(sub.pattern, since, ended, next)
 	if err != nil {
@@ -410,6 +423,13 @@ func (s *mqttSession) startResumed(sub *subscription, since, ended time.Time, ne
 	}()
 }
 
+// sessionClockSkew is how far the clocks of two nodes may differ for a
+// resume to tell a topic made after a session's connection ended
+// (resumeFrom): a topic made within it of the end counts as made before
+// (its trimmed records no gap), and a node's clock further ahead than it
+// may count as gaps records a client got (docs/mqtt.md).
+const sessionClockSkew = 10 * time.Second
+
 // resumeFrom is the replay of a restored subscription: a position for
 // every partition its pattern matches, the stored one or, for a partition
 // without, the first record appended at or after since.
@@ -421,11 +441,18 @@ func (s *mqttSession) startResumed(sub *subscription, since, ended time.Time, ne
 // topic's first offset, 0 (away lists those partitions): the replay
 // counts those trimmed as a gap (sessionGap), as for a stored position.
 // For a topic made before, the records trimmed may be older than since or
-// not, and none is counted.
-func (s *mqttSession) resumeFrom(pattern string, since, ended time.Time, next map[partKey]int64) (from fromSpec, away map[partKey]bool, err error) {
+// not, and none is counted. A stored position of a topic made at another
+// time than the topic of that name now (deleted and made again) is of the
+// topic that was deleted: the partition resumes as one of a topic made
+// away, from offset 0 with its trimmed records a gap, since the new topic
+// was made after the position was stored (mqtt_session_made.go). Made after means made more than
+// sessionClockSkew after ended: the topic's creation time is the clock of
+// the node that made it, ended this node's or another's.
+func (s *mqttSession) resumeFrom(pattern string, since, ended time.Time, next map[partKey]storedPos) (from fromSpec, away map[partKey]bool, err error) {
 	rt := s.rt
 	ctx, cancel := context.WithTimeout(s.cn.ctx, sessionTimeout)
 	defer cancel()
+	dels := s.topicDels()
 	topics, err := rt.matchingTopics(ctx, pattern)
 	if err != nil {
 		return fromSpec{}, nil, err
@@ -435,15 +462,20 @@ func (s *mqttSession) resumeFrom(pattern string, since, ended time.Time, next ma
 		if !trie.Matches(pattern, t.Config.Name) {
 			continue
 		}
-		madeAway := !ended.IsZero() && t.Created.After(ended)
-		if madeAway && away == nil {
-			away = map[partKey]bool{}
-		}
+		s.noteMade(t.Config.Name, t.Created, dels)
+		madeAway := !ended.IsZero() && t.Created.After(ended.Add(sessionClockSkew))
 		for _, p := range t.Parts {
-			n, ok := next[partKey{t.Config.Name, p.Partition}]
-			if !ok && madeAway {
+			sp, ok := next[partKey{t.Config.Name, p.Partition}]
+			n := sp.off
+			// A position of a topic deleted since: the topic now was made
+			// after it was stored.
+			stale := ok && !sp.made.IsZero() && !sp.made.Equal(t.Created)
+			if stale || (!ok && madeAway) {
 				// From its earliest record, what retention trimmed
 				// before it a gap (startResumed).
+				if away == nil {
+					away = map[partKey]bool{}
+				}
 				away[partKey{t.Config.Name, p.Partition}] = true
 				continue
 			}

@@ -334,7 +334,7 @@ func (cn *conn) joinGroup(s *subscription, from fromSpec, create bool) *protoErr
 		Pattern: s.pattern,
 		Filter:  s.filter,
 		From:    from.start,
-		Member:  cn.id + "-" + itoa(int64(s.id)),
+		Member:  s.memberID(),
 		// The group's window per partition, and the member's over all its
 		// partitions: the engine holds back what the session's queue could
 		// not take, so a member of many partitions with backlog is never
@@ -364,6 +364,12 @@ func (cn *conn) joinGroup(s *subscription, from fromSpec, create bool) *protoErr
 	}
 	return nil
 }
+
+// memberID is the member ID the join of s asks for, which the engine
+// gives the member (engine.JoinRequest.Member). Known before the engine's
+// Join, which may deliver before it returns (and so before s.member is
+// set): an MQTT session settles a delivery with it (mqtt_group.go).
+func (s *subscription) memberID() string { return s.c.id + "-" + itoa(int64(s.id)) }
 
 // abandonJoin undoes the join of s, which ended while it joined (its
 // group deleted through DELETE /v1/groups/{group}, its session torn
