@@ -254,6 +254,9 @@ type mqttFilter struct {
 	rap      bool // MQTT 5's retain as published
 	subID    int  // MQTT 5's subscription identifier; 0: none
 	presence bool // it asked presence (mqtt_presence.go)
+	// presenceRetry: a restored filter that asked presence and whose join
+	// failed (not refused): stored as asking, so the next restore joins.
+	presenceRetry bool
 	patterns []string
 }
 

@@ -92,14 +92,30 @@ func (s *mqttSession) presenceFor(pf mqtt.Filter) bool {
 // its reason code), goes on without presence: so for a restored filter,
 // which has no SUBACK to refuse it with; the refusal is logged and
 // counted as a SUBACK's would be. At SUBSCRIBE the filter is refused.
+// A failure that is no refusal (the presence store failed) is logged and
+// counted as a failure of the session store, and the filter keeps asking
+// presence in the stored session (mqttFilter.presenceRetry).
 func (s *mqttSession) restoredWithout(filter string, pe *protoError, rc byte) bool {
 	if s.askPresence != presenceRestored {
 		return false
+	}
+	if !presenceRefusal(pe) {
+		s.rt.mq.sm.results.WithLabelValues("failed").Inc()
+		s.rt.log.Warn("mqtt stored subscription restored without presence for this connection: the presence join failed; "+
+			"the next restore joins again", "client_id", s.clientID, "filter", filter, "code", pe.Code, "err", pe.Msg)
+		return true
 	}
 	s.rt.mq.m.refused.WithLabelValues(reasonName(rc)).Inc()
 	s.rt.log.Info("mqtt stored subscription restored without presence", "client_id", s.clientID, "filter", filter,
 		"reason", reasonName(rc), "err", pe.Msg)
 	return true
+}
+
+// presenceRefusal reports whether pe, which kept a filter out of a
+// presence set, is a refusal (a topic policy, the join rate, a bound)
+// rather than a failure (the presence store's error).
+func presenceRefusal(pe *protoError) bool {
+	return pe.Limit != "" || pe.Code == codeForbidden || pe.Code == codeRateLimited || pe.Code == codeTooManySubs
 }
 
 // joinPresence puts pattern mp's subscription in its topic's presence set

@@ -245,7 +245,7 @@ func (s *mqttSession) sessionRecord(expires time.Time) engine.MQTTSession {
 			continue
 		}
 		sb := engine.MQTTSubscription{Filter: f, QoS: mf.qos, NoLocal: mf.noLocal, RetainAsPublished: mf.rap, SubID: mf.subID,
-			Presence: mf.presence}
+			Presence: mf.presence || mf.presenceRetry}
 		for _, p := range mf.patterns {
 			if mp := s.pattern(p); mp != nil && mp.sub.group == "" && (sb.Since.IsZero() || mp.since.Before(sb.Since)) {
 				sb.Since = mp.since

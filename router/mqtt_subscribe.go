@@ -205,16 +205,17 @@ func (s *mqttSession) subscribeOne(f *packets.Subscription, subID int, started, 
 		made = append(made, sub)
 		s.addPattern(p, &mqttPattern{sub: sub, since: time.Now()})
 	}
+	retry := false
 	if asks {
 		if pe := s.joinPresence(s.pattern(patterns[0])); pe != nil { // mqtt_presence.go
 			if rc := refusalReason(pe); !s.restoredWithout(f.Filter, pe, rc) {
 				undo()
 				return rc
 			}
-			asks = false
+			asks, retry = false, !presenceRefusal(pe)
 		}
 	}
-	mf := &mqttFilter{qos: qos, patterns: patterns, subID: subID, presence: asks}
+	mf := &mqttFilter{qos: qos, patterns: patterns, subID: subID, presence: asks, presenceRetry: retry}
 	if s.version == mqtt.Version5 {
 		mf.noLocal, mf.rap = f.NoLocal, f.RetainAsPublished
 	}
