@@ -257,7 +257,7 @@ type mqttFilter struct {
 	// presenceRetry: a restored filter that asked presence and whose join
 	// failed (not refused): stored as asking, so the next restore joins.
 	presenceRetry bool
-	patterns []string
+	patterns      []string
 }
 
 // serveMQTT runs one MQTT connection: CONNECT, admission, then the
