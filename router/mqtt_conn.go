@@ -445,6 +445,10 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 	}
 	s.will.Store(will)
 	s.cn = rt.newConn(c, transportMQTT, who, false)
+	// The connection's session id is its owner name in the stored
+	// session: the connection that resumes the session knows from the
+	// record which presence member it replaces (mqtt_presence.go).
+	s.cn.id = s.owner
 	s.cn.mqtt = s
 	return s
 }

@@ -36,7 +36,11 @@ package router
 // the session does not join either. A takeover needs nothing more: the
 // set's members are connections (their session ids), so the old
 // connection's leave takes out only its own membership, whichever lands
-// first (across nodes both are listed until the old one has ended).
+// first (across nodes both are listed until the old one has ended). At
+// the listing bound the old connection, still listed, does not count
+// against the restored join (Router.presenceJoinReplacing: the
+// connection's id is its owner name, which the stored record names), so
+// the session is listed as it was, not hidden.
 
 import (
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -127,8 +131,12 @@ func (s *mqttSession) joinPresence(mp *mqttPattern) *protoError {
 		return nil
 	}
 	sub := mp.sub
+	replaces := "" // a restored session's previous connection (its id: admitMQTT)
+	if s.askPresence == presenceRestored && s.resume != nil {
+		replaces = s.resume.Owner
+	}
 	sub.presence.Store(true) // before the join: a dropSub from now leaves
-	if pe := s.rt.presenceJoin(s.cn.ctx, sub); pe != nil {
+	if pe := s.rt.presenceJoinReplacing(s.cn.ctx, sub, replaces); pe != nil {
 		sub.presence.Store(false)
 		return pe
 	}

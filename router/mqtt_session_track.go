@@ -284,10 +284,10 @@ func (s *mqttSession) sessionRecord(expires time.Time) engine.MQTTSession {
 // and before the first packet is read (reader goroutine).
 func (s *mqttSession) restoreSession() {
 	rec := s.resume
-	s.resume = nil
 	if rec == nil {
 		return
 	}
+	defer func() { s.resume = nil }() // its Owner read by the presence joins (mqtt_presence.go)
 	s.releaseAgain(rec.Released) // packet identifiers, whatever the log's epoch
 	epochOK := rec.Epoch == s.rt.eng.Epoch()
 	var ended time.Time // when its last connection ended, if known
