@@ -288,7 +288,7 @@ func (s *mqttSession) restoreSession() {
 		return
 	}
 	defer func() { s.resume = nil }() // its Owner read by the presence joins (mqtt_presence.go)
-	s.releaseAgain(rec.Released) // packet identifiers, whatever the log's epoch
+	s.releaseAgain(rec.Released)      // packet identifiers, whatever the log's epoch
 	epochOK := rec.Epoch == s.rt.eng.Epoch()
 	var ended time.Time // when its last connection ended, if known
 	if !rec.ExpiresAt.IsZero() && rec.Expiry > 0 {
