@@ -287,8 +287,10 @@ func (s *mqttSession) restoreSession() {
 	if rec == nil {
 		return
 	}
-	defer func() { s.resume = nil }() // its Owner read by the presence joins (mqtt_presence.go)
-	s.releaseAgain(rec.Released)      // packet identifiers, whatever the log's epoch
+	// Kept until the filters are made: the presence joins read its Owner
+	// (mqtt_presence.go).
+	defer func() { s.resume = nil }()
+	s.releaseAgain(rec.Released) // packet identifiers, whatever the log's epoch
 	epochOK := rec.Epoch == s.rt.eng.Epoch()
 	var ended time.Time // when its last connection ended, if known
 	if !rec.ExpiresAt.IsZero() && rec.Expiry > 0 {
