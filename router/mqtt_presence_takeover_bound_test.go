@@ -73,13 +73,13 @@ func newJSGatewayOn(t *testing.T, url, prefix string, opts router.Options, wrap 
 	return g
 }
 
-// TestReviewPresenceTakeoverAtBound: topics list one member
+// TestPresenceTakeoverAtBound: topics list one member
 // (MaxPresencePerTopic 1). A session listed on rvpk.room is taken over
 // through the other node; the connection taken over leaves after the new
 // one is restored. The set then holds the new connection alone: it must
 // be listed, as the one it replaced was (the takeover leaves the session
 // in the set once, as the new connection).
-func TestReviewPresenceTakeoverAtBound(t *testing.T) {
+func TestPresenceTakeoverAtBound(t *testing.T) {
 	url := natstest.URL(t)
 	prefix := natstest.Prefix(t, url)
 	slow := &slowLeave{topic: "rvpk.room", release: make(chan struct{})}

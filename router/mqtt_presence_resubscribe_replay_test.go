@@ -10,11 +10,11 @@ import (
 	"time"
 )
 
-// TestReviewPresenceResubscribeDuringReplay: the messages published at
+// TestPresenceResubscribeDuringReplay: the messages published at
 // QoS 1 while a persistent session was away all arrive after it resumes,
 // though its client subscribes to the same filter again at once: MQTT
 // replaces the subscription without interrupting its flow [MQTT-3.8.4-3].
-func TestReviewPresenceResubscribeDuringReplay(t *testing.T) {
+func TestPresenceResubscribeDuringReplay(t *testing.T) {
 	// Fewer than the session's queue bound (--queue-messages, 1024): a
 	// replay past the bound, in the queue and held for the in-flight
 	// window, loses the oldest held (counted as window_full drops), with

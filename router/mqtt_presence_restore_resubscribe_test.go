@@ -34,13 +34,13 @@ func subscribePresenceAll(t *testing.T, c *paho.Client, filters ...string) []byt
 	return sa.Reasons
 }
 
-// TestReviewPresenceRestoreResubscribeBurst: a connection may join as many
+// TestPresenceRestoreResubscribeBurst: a connection may join as many
 // presence sets at once as the join burst. A session restored with two
 // presence filters, on a node whose burst is 2, subscribes to them again
 // with presence: the SUBACK must grant both, as it does for a fresh
 // connection (and did before restored filters joined), and the filters
 // must go on delivering.
-func TestReviewPresenceRestoreResubscribeBurst(t *testing.T) {
+func TestPresenceRestoreResubscribeBurst(t *testing.T) {
 	g := newGateway(t, withMQTT, func(c *gwConfig) {
 		c.router.Presence.JoinRate, c.router.Presence.JoinBurst = 0.001, 2 // two joins per connection
 	})

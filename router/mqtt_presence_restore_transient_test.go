@@ -30,12 +30,12 @@ func (f *flakyPresence) PresenceList(ctx context.Context, topic string, limit in
 	return f.Engine.PresenceList(ctx, topic, limit)
 }
 
-// TestReviewPresenceRestoreTransientFailure: the presence store fails
+// TestPresenceRestoreTransientFailure: the presence store fails
 // once while the session is restored: that connection goes without
 // presence, but the session must keep the filter's presence (no policy or
 // bound refused it; the client has no SUBACK telling it to ask again), so
 // the next restore, the store healthy, joins the set.
-func TestReviewPresenceRestoreTransientFailure(t *testing.T) {
+func TestPresenceRestoreTransientFailure(t *testing.T) {
 	flaky := &flakyPresence{}
 	g := newGateway(t, withMQTT, func(c *gwConfig) {
 		c.wrap = func(e engine.Engine) engine.Engine { flaky.Engine = e.(*memengine.Engine); return flaky }

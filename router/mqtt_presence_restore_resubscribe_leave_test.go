@@ -6,11 +6,11 @@ package router_test
 
 import "testing"
 
-// TestReviewPresenceRestoreResubscribeNoLeave: a native presence member
+// TestPresenceRestoreResubscribeNoLeave: a native presence member
 // sees a restored MQTT session join its topic; when that client subscribes
 // to the filter again with presence (it is in the set already), the member
 // must not see the session leave (and join again): it never left.
-func TestReviewPresenceRestoreResubscribeNoLeave(t *testing.T) {
+func TestPresenceRestoreResubscribeNoLeave(t *testing.T) {
 	g := newGateway(t, withMQTT)
 	ann := g.dial(t)
 	ann.subscribe(t, "rvpf.room", "presence", true)
