@@ -254,7 +254,10 @@ type mqttFilter struct {
 	rap      bool // MQTT 5's retain as published
 	subID    int  // MQTT 5's subscription identifier; 0: none
 	presence bool // it asked presence (mqtt_presence.go)
-	patterns []string
+	// presenceRetry: a restored filter that asked presence and whose join
+	// failed (not refused): stored as asking, so the next restore joins.
+	presenceRetry bool
+	patterns      []string
 }
 
 // serveMQTT runs one MQTT connection: CONNECT, admission, then the
@@ -442,6 +445,10 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 	}
 	s.will.Store(will)
 	s.cn = rt.newConn(c, transportMQTT, who, false)
+	// The connection's session id is its owner name in the stored
+	// session: the connection that resumes the session knows from the
+	// record which presence member it replaces (mqtt_presence.go).
+	s.cn.id = s.owner
 	s.cn.mqtt = s
 	return s
 }

@@ -36,7 +36,11 @@ package router
 // the session does not join either. A takeover needs nothing more: the
 // set's members are connections (their session ids), so the old
 // connection's leave takes out only its own membership, whichever lands
-// first (across nodes both are listed until the old one has ended).
+// first (across nodes both are listed until the old one has ended). At
+// the listing bound the old connection, still listed, does not count
+// against the restored join (Router.presenceJoinReplacing: the
+// connection's id is its owner name, which the stored record names), so
+// the session is listed as it was, not hidden.
 
 import (
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -92,14 +96,30 @@ func (s *mqttSession) presenceFor(pf mqtt.Filter) bool {
 // its reason code), goes on without presence: so for a restored filter,
 // which has no SUBACK to refuse it with; the refusal is logged and
 // counted as a SUBACK's would be. At SUBSCRIBE the filter is refused.
+// A failure that is no refusal (the presence store failed) is logged and
+// counted as a failure of the session store, and the filter keeps asking
+// presence in the stored session (mqttFilter.presenceRetry).
 func (s *mqttSession) restoredWithout(filter string, pe *protoError, rc byte) bool {
 	if s.askPresence != presenceRestored {
 		return false
+	}
+	if !presenceRefusal(pe) {
+		s.rt.mq.sm.results.WithLabelValues("failed").Inc()
+		s.rt.log.Warn("mqtt stored subscription restored without presence for this connection: the presence join failed; "+
+			"the next restore joins again", "client_id", s.clientID, "filter", filter, "code", pe.Code, "err", pe.Msg)
+		return true
 	}
 	s.rt.mq.m.refused.WithLabelValues(reasonName(rc)).Inc()
 	s.rt.log.Info("mqtt stored subscription restored without presence", "client_id", s.clientID, "filter", filter,
 		"reason", reasonName(rc), "err", pe.Msg)
 	return true
+}
+
+// presenceRefusal reports whether pe, which kept a filter out of a
+// presence set, is a refusal (a topic policy, the join rate, a bound)
+// rather than a failure (the presence store's error).
+func presenceRefusal(pe *protoError) bool {
+	return pe.Limit != "" || pe.Code == codeForbidden || pe.Code == codeRateLimited || pe.Code == codeTooManySubs
 }
 
 // joinPresence puts pattern mp's subscription in its topic's presence set
@@ -111,8 +131,12 @@ func (s *mqttSession) joinPresence(mp *mqttPattern) *protoError {
 		return nil
 	}
 	sub := mp.sub
+	replaces := "" // a restored session's previous connection (its id: admitMQTT)
+	if s.askPresence == presenceRestored && s.resume != nil {
+		replaces = s.resume.Owner
+	}
 	sub.presence.Store(true) // before the join: a dropSub from now leaves
-	if pe := s.rt.presenceJoin(s.cn.ctx, sub); pe != nil {
+	if pe := s.rt.presenceJoinReplacing(s.cn.ctx, sub, replaces); pe != nil {
 		sub.presence.Store(false)
 		return pe
 	}

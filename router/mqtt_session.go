@@ -108,7 +108,7 @@ func newSessionMetrics(reg prometheus.Registerer, eng engine.Engine) *sessionMet
 	m.gaps = prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_mqtt_session_gaps_total",
 		Help: "Messages a resumed MQTT persistent session did not get because retention trimmed them before they were delivered (MQTT has no gap packet)."})
 	m.results = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_mqtt_sessions_total",
-		Help: "MQTT persistent-session events, by result: resumed, created, discarded (a clean start removed one), expired (the sweeper or a load removed one), saved, moved (a save after another connection claimed the session), refused_full (past --mqtt-max-sessions), failed (the store failed)."}, []string{"result"})
+		Help: "MQTT persistent-session events, by result: resumed, created, discarded (a clean start removed one), expired (the sweeper or a load removed one), saved, moved (a save after another connection claimed the session), refused_full (past --mqtt-max-sessions), failed (the store failed, or a restored filter's presence join did)."}, []string{"result"})
 	reg.MustRegister(stored, m.gaps, m.results)
 	for _, r := range []string{"resumed", "created", "discarded", "expired", "saved", "moved", "refused_full", "failed"} {
 		m.results.WithLabelValues(r)

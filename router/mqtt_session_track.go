@@ -250,7 +250,7 @@ func (s *mqttSession) sessionRecord(expires time.Time) engine.MQTTSession {
 			continue
 		}
 		sb := engine.MQTTSubscription{Filter: f, QoS: mf.qos, NoLocal: mf.noLocal, RetainAsPublished: mf.rap, SubID: mf.subID,
-			Presence: mf.presence}
+			Presence: mf.presence || mf.presenceRetry}
 		for _, p := range mf.patterns {
 			if mp := s.pattern(p); mp != nil && mp.sub.group == "" && (sb.Since.IsZero() || mp.since.Before(sb.Since)) {
 				sb.Since = mp.since
@@ -290,10 +290,12 @@ func (s *mqttSession) sessionRecord(expires time.Time) engine.MQTTSession {
 // and before the first packet is read (reader goroutine).
 func (s *mqttSession) restoreSession() {
 	rec := s.resume
-	s.resume = nil
 	if rec == nil {
 		return
 	}
+	// Kept until the filters are made: the presence joins read its Owner
+	// (mqtt_presence.go).
+	defer func() { s.resume = nil }()
 	s.releaseAgain(rec.Released) // packet identifiers, whatever the log's epoch
 	epochOK := rec.Epoch == s.rt.eng.Epoch()
 	var ended time.Time // when its last connection ended, if known

@@ -11,8 +11,14 @@ package router
 // has it reaches them (a delivery may come before the SUBACK, as MQTT
 // allows). Filters of a session share the patterns they map to
 // (mqttPattern: "t/a" and "t/a/#" both need "t.a"), delivered once at the
-// highest QoS of those filters. A filter subscribed again replaces the earlier one (its QoS),
-// as MQTT requires. The grants (else the subscribe hook, with its cache:
+// highest QoS of those filters. A filter subscribed again replaces the
+// earlier one in place, as MQTT requires [MQTT-3.8.4-3]: its patterns
+// keep their subscriptions (a replay of a resumed session goes on, the
+// positions stay) and take the new options (QoS, no local, retain as
+// published, subscription identifier, presence), stored for fan-out at
+// once (mqttPattern.store); a shared one ($share/) leaves its group and
+// joins it again (mqtt_group.go), its unacknowledged messages handed
+// back and delivered again. The grants (else the subscribe hook, with its cache:
 // cn.authorizeSubscribe) apply to each pattern, but for one case: a
 // token granting "a.#" and not "a" gets "a/#" without its parent level
 // rather than a refusal.
@@ -171,10 +177,13 @@ func (s *mqttSession) subscribeOne(f *packets.Subscription, subID int, started, 
 		}
 		asks = false
 	}
-	if old := s.filter(f.Filter); old != nil {
-		s.dropFilter(f.Filter)
-		s.release(old)
-	}
+	// A filter the session holds already is replaced in place, without
+	// interrupting its flow [MQTT-3.8.4-3]: the new filter is counted on
+	// its patterns before the old one is taken off them (below), so a
+	// pattern both use keeps its subscription, with its replay, its
+	// positions and its presence, and takes the new options at once.
+	// Until then a refusal leaves the old filter as it was.
+	old := s.filter(f.Filter)
 	// The patterns the session holds already are shared (a/# and a share
 	// "a"); the others are registered, all or none.
 	var made []*subscription
@@ -196,26 +205,43 @@ func (s *mqttSession) subscribeOne(f *packets.Subscription, subID int, started, 
 		made = append(made, sub)
 		s.addPattern(p, &mqttPattern{sub: sub, since: time.Now()})
 	}
+	retry := false
 	if asks {
 		if pe := s.joinPresence(s.pattern(patterns[0])); pe != nil { // mqtt_presence.go
 			if rc := refusalReason(pe); !s.restoredWithout(f.Filter, pe, rc) {
 				undo()
 				return rc
 			}
-			asks = false
+			asks, retry = false, !presenceRefusal(pe)
 		}
 	}
-	mf := &mqttFilter{qos: qos, patterns: patterns, subID: subID, presence: asks}
+	mf := &mqttFilter{qos: qos, patterns: patterns, subID: subID, presence: asks, presenceRetry: retry}
 	if s.version == mqtt.Version5 {
 		mf.noLocal, mf.rap = f.NoLocal, f.RetainAsPublished
 	}
 	if mf.noLocal {
 		s.noLocal++
 	}
+	var wasQoS0 []*mqttPattern // held patterns delivering at QoS 0 until now
 	for _, p := range patterns {
 		mp := s.pattern(p)
+		if mp.users[0]+mp.users[1]+mp.users[2] > 0 && mp.qos() == 0 {
+			wasQoS0 = append(wasQoS0, mp)
+		}
 		mp.add(mf, 1)
-		mp.store()
+		if old == nil || !slices.Contains(old.patterns, p) {
+			mp.store()
+		}
+	}
+	if old != nil {
+		s.release(old) // stores the options of the patterns both use, once
+	}
+	for _, mp := range wasQoS0 {
+		if mp.qos() > 0 {
+			// Tracked from now: what it delivered at QoS 0 is not
+			// replayed by a later resume (mqtt_session_track.go).
+			mp.since = time.Now()
+		}
 	}
 	s.addFilter(strings.Clone(f.Filter), mf)
 	*started = append(*started, made...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"sync"
 
 	"github.com/labstack/echo/v4"
@@ -153,6 +154,15 @@ func (cn *conn) checkPresence(req *request, pattern, group string) (bool, *proto
 
 // presenceJoin puts s's session in its topic's presence set.
 func (rt *Router) presenceJoin(ctx context.Context, s *subscription) *protoError {
+	return rt.presenceJoinReplacing(ctx, s, "")
+}
+
+// presenceJoinReplacing is presenceJoin for a session that takes the
+// place of session replaces (an MQTT session taken over: the connection
+// it replaces may still be listed, on another node, until it ends): at
+// the listing bound, a listed member replaces does not count, so the
+// session is listed as the one it replaces was.
+func (rt *Router) presenceJoinReplacing(ctx context.Context, s *subscription, replaces string) *protoError {
 	h := rt.pres
 	if !h.allowJoin(s.c) {
 		return refuse(limitPresenceJoinRate, codeRateLimited,
@@ -161,6 +171,16 @@ func (rt *Router) presenceJoin(ctx context.Context, s *subscription) *protoError
 	_, n, err := h.eng.PresenceList(ctx, s.pattern, 0)
 	if err != nil {
 		return toProto(err)
+	}
+	if n >= h.max && replaces != "" && replaces != s.c.id {
+		// The listed members are at most the bound: one read of them.
+		listed, _, err := h.eng.PresenceList(ctx, s.pattern, h.max)
+		if err != nil {
+			return toProto(err)
+		}
+		if slices.ContainsFunc(listed, func(m engine.PresenceMember) bool { return m.Session == replaces }) {
+			n--
+		}
 	}
 	h.mu.Lock()
 	set := h.local[s.pattern]
