@@ -6,11 +6,8 @@ package router_test
 
 import (
 	"context"
-	"net/http/httptest"
 	"slices"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/jsengine"
@@ -38,41 +35,6 @@ func (s *slowLeave) PresenceLeave(ctx context.Context, topic, session string) er
 	return s.Engine.PresenceLeave(ctx, topic, session)
 }
 
-// newJSGatewayOn is newJSGateway with wrap between the router and its
-// engine.
-func newJSGatewayOn(t *testing.T, url, prefix string, opts router.Options, wrap func(*jsengine.Engine) engine.Engine) *gateway {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	eng, err := jsengine.New(ctx, jsengine.Options{URL: url, Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	opts.Engine, opts.Registry, opts.StatsInterval, opts.MQTT.Addr = eng, reg, -1, "127.0.0.1:0"
-	if wrap != nil {
-		opts.Engine = wrap(eng)
-	}
-	rt, err := router.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(newAPICheck(t).wrap(rt))
-	g := &gateway{t: t, eng: eng, rt: rt, srv: srv, reg: reg}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		if err := rt.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		srv.Close()
-		if err := eng.Close(ctx); err != nil {
-			t.Errorf("engine close: %v", err)
-		}
-	})
-	return g
-}
-
 // TestPresenceTakeoverAtBound: topics list one member
 // (MaxPresencePerTopic 1). A session listed on rvpk.room is taken over
 // through the other node; the connection taken over leaves after the new
@@ -83,11 +45,11 @@ func TestPresenceTakeoverAtBound(t *testing.T) {
 	url := natstest.URL(t)
 	prefix := natstest.Prefix(t, url)
 	slow := &slowLeave{topic: "rvpk.room", release: make(chan struct{})}
-	a := newJSGatewayOn(t, url, prefix, router.Options{MaxPresencePerTopic: 1}, func(e *jsengine.Engine) engine.Engine {
+	a := newJSGatewayWith(t, url, prefix, nil, router.Options{MaxPresencePerTopic: 1}, func(e *jsengine.Engine) engine.Engine {
 		slow.Engine = e
 		return slow
 	})
-	b := newJSGatewayOn(t, url, prefix, router.Options{MaxPresencePerTopic: 1}, nil)
+	b := newJSGatewayWith(t, url, prefix, nil, router.Options{MaxPresencePerTopic: 1}, nil)
 	released := false
 	defer func() {
 		if !released {

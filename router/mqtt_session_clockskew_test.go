@@ -1,16 +1,11 @@
 package router_test
 
 import (
-	"context"
 	"fmt"
-	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/engine/jsengine"
 	"github.com/switchyard/switchyard/engine/jsengine/natstest"
 	"github.com/switchyard/switchyard/router"
 )
@@ -26,32 +21,7 @@ func (aheadClock) AfterFunc(d time.Duration, f func()) engine.Timer { return tim
 // --mqtt-max-session-bytes given (0: the default).
 func newJSGatewayClock(t *testing.T, url, prefix string, clock engine.Clock, sessionBytes int64) *gateway {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	eng, err := jsengine.New(ctx, jsengine.Options{URL: url, Prefix: prefix, Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	rt, err := router.New(router.Options{Engine: eng, Registry: reg, StatsInterval: -1,
-		MQTT: router.MQTTOptions{Addr: "127.0.0.1:0", MaxSessionBytes: sessionBytes}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(rt)
-	g := &gateway{t: t, eng: eng, rt: rt, srv: srv, reg: reg}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		if err := rt.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		srv.Close()
-		if err := eng.Close(ctx); err != nil {
-			t.Errorf("engine close: %v", err)
-		}
-	})
-	return g
+	return newJSGatewayWith(t, url, prefix, clock, router.Options{MQTT: router.MQTTOptions{MaxSessionBytes: sessionBytes}}, nil)
 }
 
 // TestMQTTSessionGapNodeClockAhead: a topic is made through a node whose

@@ -19,16 +19,29 @@ import (
 // of one cluster. mods, if any, change the router's options.
 func newJSGateway(t *testing.T, url, prefix string, mods ...func(*router.Options)) *gateway {
 	t.Helper()
+	var opts router.Options
+	for _, m := range mods {
+		m(&opts)
+	}
+	return newJSGatewayWith(t, url, prefix, nil, opts, nil)
+}
+
+// newJSGatewayWith is newJSGateway with the engine's clock (nil: the
+// system's), the router's options (its engine, registry, stats interval
+// and MQTT address are set here) and wrap, if not nil, between the router
+// and its engine.
+func newJSGatewayWith(t *testing.T, url, prefix string, clock engine.Clock, opts router.Options, wrap func(*jsengine.Engine) engine.Engine) *gateway {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	eng, err := jsengine.New(ctx, jsengine.Options{URL: url, Prefix: prefix})
+	eng, err := jsengine.New(ctx, jsengine.Options{URL: url, Prefix: prefix, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	opts := router.Options{Engine: eng, Registry: reg, StatsInterval: -1, MQTT: router.MQTTOptions{Addr: "127.0.0.1:0"}}
-	for _, m := range mods {
-		m(&opts)
+	opts.Engine, opts.Registry, opts.StatsInterval, opts.MQTT.Addr = eng, reg, -1, "127.0.0.1:0"
+	if wrap != nil {
+		opts.Engine = wrap(eng)
 	}
 	rt, err := router.New(opts)
 	if err != nil {
