@@ -64,6 +64,21 @@ type mqttTrack struct {
 	dels uint64
 }
 
+// forgetPositions drops the next offsets tracked for subscription sub
+// (its deliveries in flight stay): a resume goes on from its since.
+func (s *mqttSession) forgetPositions(sub uint64) {
+	if s.trk == nil {
+		return // a clean session tracks nothing
+	}
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	for k := range s.trk.next {
+		if k.sub == sub {
+			delete(s.trk.next, k)
+		}
+	}
+}
+
 // trackKey is a stream: a subscription's partition.
 type trackKey struct {
 	sub   uint64

@@ -239,8 +239,11 @@ func (s *mqttSession) subscribeOne(f *packets.Subscription, subID int, started, 
 	for _, mp := range wasQoS0 {
 		if mp.qos() > 0 {
 			// Tracked from now: what it delivered at QoS 0 is not
-			// replayed by a later resume (mqtt_session_track.go).
+			// replayed by a later resume (mqtt_session_track.go), so
+			// the positions its subscription had from an earlier QoS 1
+			// or 2 period go too.
 			mp.since = time.Now()
+			s.forgetPositions(mp.sub.id)
 		}
 	}
 	s.addFilter(strings.Clone(f.Filter), mf)
