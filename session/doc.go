@@ -129,7 +129,7 @@
 //   - idleWait.mu (the writer holds it around the WebSocket library's close
 //     handshake, which reads), then the library's locks, then
 //     lazyWriter.mu (taken under the library's writes);
-//   - Session.mu (close state), Deferral.mu (its list of sessions to wake),
+//   - Session.mu (close state and the end channels; ends.go), Deferral.mu (its list of sessions to wake),
 //     ReadBudget.mu and idlePoller.mu (its table of parked sessions, taken
 //     under idleWait.mu when a close resumes a parked reader) are leaves: nothing is taken while they are held,
 //     and none is held while the queue's lock is taken.
