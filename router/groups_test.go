@@ -94,7 +94,19 @@ func TestPushAndPullShareAGroup(t *testing.T) {
 	if len(seen) != n || byWho["push"] == 0 || byWho["pull"] == 0 {
 		t.Fatalf("handled %d of %d records, split %v", len(seen), n, byWho)
 	}
-	_, grp, _ := g.httpDo(t, "GET", "/v1/groups/shared", nil)
+	// The push member's acks go over its WebSocket and land after the
+	// reads above: the snapshot is taken once every record is committed.
+	var grp map[string]any
+	waitUntil(t, "every record committed", func() bool {
+		_, grp, _ = g.httpDo(t, "GET", "/v1/groups/shared", nil)
+		parts, _ := grp["partitions"].([]any)
+		for _, p := range parts {
+			if pm, _ := p.(map[string]any); pm["in_flight"] != float64(0) || pm["lag"] != float64(0) {
+				return false
+			}
+		}
+		return len(parts) > 0
+	})
 	before := fmt.Sprint(grp["partitions"])
 	if code, body, _ := g.httpDo(t, "POST", "/v1/groups/shared/ack", map[string]any{"topic": "mix", "partition": 0, "offset": 0}); code != 409 || body["code"] != "not_in_flight" {
 		t.Fatalf("late ack: %d %v", code, body)
