@@ -119,8 +119,10 @@
 // stopWatch, owned by the engine's lifecycle guard, which Close waits
 // for); the handler of the <prefix>.replicas
 // notices (on nats.go's subscription goroutine, replicas_live.go; the
-// subscription ends in Close); and Clock timer callbacks (ack timeouts,
-// backoffs, block timeouts). Close first waits, at most 5 s or its
+// subscription ends in Close); the acknowledgement inbox's timer callbacks
+// (one deadline timer for every chained record waiting, and no-responders
+// retries: pipeline_ack.go, stopped when the inbox closes); and Clock timer
+// callbacks (ack timeouts, backoffs, block timeouts). Close first waits, at most 5 s or its
 // context, for a dead letter the letter writer is storing, so that the
 // hand-back records it settled.
 //

@@ -29,9 +29,11 @@ package jsengine
 // Batches and records with a MsgID still publish through nats.go.
 //
 // Lock order: ackInbox.mu is taken last (publish runs under
-// partition.amu and Engine.wmu; the subscription's callback and the
-// timers take it alone, and call nothing under it but sends into a
-// future's buffered channels, which never wait).
+// partition.amu and Engine.wmu; the subscription's callback, the one
+// deadline timer (expire) and the no-responders retry timers take it
+// alone, and call nothing under it but sends into a future's buffered
+// channels, made only when someone asked for them, and the non-blocking
+// signal on wake: none of them waits).
 //
 // Concurrency: ackInbox is safe for concurrent use; its status goroutine
 // (watch, started by setup) exits when shutdown closes the inbox or the
