@@ -61,7 +61,7 @@ func TestMQTTHeldPlainLostWake(t *testing.T) {
 	// The reader: the client's PUBACK of identifier 1.
 	s.acked(1)
 	// The writer again: it holds the delivery that did not fit.
-	s.hold(pkt, idAt, trackPos{})
+	s.hold(pkt, idAt, trackPos{}, false)
 
 	// groupFrame alone (not Deliver, whose queued item would wake the
 	// writer): a group delivery finds the window empty yet waits.

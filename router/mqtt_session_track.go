@@ -7,8 +7,9 @@ package router
 // again from a stored record (restoreSession).
 //
 // Tracking costs only persistent sessions: their queue writes a line
-// before each record's frame (session.Options.FramePrefix; NUL, then the
-// subscription, partition, offset and topic), which the transport's write
+// before each record's frame (session.Options.FramePrefix; NUL, 'r' for a
+// replayed delivery (mqtt_session_replay.go), then the subscription,
+// partition, offset and topic), which the transport's write
 // reads (mqtt_write.go) into the position of the packet after it. When a
 // QoS 1 or 2 delivery of a plain subscription takes its packet identifier,
 // the position is remembered with the identifier (until its PUBACK or
@@ -55,9 +56,17 @@ type mqttTrack struct {
 	// (PUBCOMP), by packet identifier: a resume releases them again.
 	rel map[uint16]struct{}
 	// cur is the position of the next packet the writer writes, from
-	// the line framePrefix put before it; the writer's, not under imu
-	// (mqtt_write.go).
-	cur trackPos
+	// the line framePrefix put before it, and curReplayed whether it is
+	// a replayed delivery; the writer's, not under imu (mqtt_write.go).
+	cur         trackPos
+	curReplayed bool
+	// replay paces the catch-up's deliveries (mqtt_session_replay.go);
+	// under its own lock. heldReplayed counts the replayed deliveries
+	// held for the window, and written those the writer wrote in its
+	// current batch, to give back to replay; both the writer's.
+	replay       replayBudget
+	heldReplayed int
+	written      replayTally
 	// made is the creation time of the topics of next and sent, those
 	// known; dels counts the topic deletions seen (mqtt_session_made.go).
 	made map[string]time.Time
@@ -102,11 +111,15 @@ type dupKey struct {
 
 // framePrefix implements session.Options.FramePrefix for persistent
 // sessions: the line before a record's frame (NUL alone for other
-// frames, so that no position outlives its packet).
+// frames, so that no position outlives its packet), with 'r' after the
+// NUL for a replayed delivery (replayItem).
 func (s *mqttSession) framePrefix(dst []byte, it *session.Item) []byte {
 	dst = append(dst, 0)
 	if _, ok := it.Ref.(*engine.Record); !ok || it.Stream.Sub == 0 {
 		return dst
+	}
+	if it.Policy == session.Reliable {
+		dst = append(dst, replayMark)
 	}
 	dst = strconv.AppendUint(dst, it.Stream.Sub, 10)
 	dst = append(dst, ' ')
@@ -117,19 +130,26 @@ func (s *mqttSession) framePrefix(dst []byte, it *session.Item) []byte {
 	return append(dst, it.Stream.Topic...)
 }
 
-// parsePrefix reads a line framePrefix wrote (without its NUL).
-func parsePrefix(line []byte) trackPos {
+// replayMark follows the NUL of a replayed delivery's prefix line.
+const replayMark = 'r'
+
+// parsePrefix reads a line framePrefix wrote (without its NUL): the
+// position, and whether the delivery is a replayed one.
+func parsePrefix(line []byte) (pos trackPos, replayed bool) {
+	if len(line) > 0 && line[0] == replayMark {
+		line, replayed = line[1:], true
+	}
 	f := bytes.SplitN(line, []byte{' '}, 4)
 	if len(f) != 4 {
-		return trackPos{}
+		return trackPos{}, replayed
 	}
 	sub, err1 := strconv.ParseUint(string(f[0]), 10, 64)
 	part, err2 := strconv.Atoi(string(f[1]))
 	off, err3 := strconv.ParseInt(string(f[2]), 10, 64)
 	if err1 != nil || err2 != nil || err3 != nil {
-		return trackPos{}
+		return trackPos{}, replayed
 	}
-	return trackPos{key: trackKey{sub: sub, topic: string(f[3]), part: part}, off: off, ok: true}
+	return trackPos{key: trackKey{sub: sub, topic: string(f[3]), part: part}, off: off, ok: true}, replayed
 }
 
 // trackSent records a delivery that took packet identifier id; the

@@ -19,7 +19,9 @@ package router
 // PUBACKs (PUBCOMPs for QoS 2) make room (shared with the held
 // shared-subscription deliveries, the older first: mqtt_group.go), while every other packet (PINGRESP, PUBACK, SUBACK,
 // QoS 0 deliveries) still goes out; the held deliveries are bounded by the
-// queue's bound and past it the oldest is dropped, counted as a queue drop.
+// queue's bound and past it the oldest is dropped, counted as a queue drop,
+// but for a persistent session's replayed ones, which the replay paces
+// instead (mqtt_session_replay.go).
 //
 // A frame of the native protocol (a JSON object, such as topic_deleted or
 // refresh_required, which the session core sends to every session) has no
@@ -29,6 +31,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -77,7 +80,7 @@ func (s *mqttSession) write(_ context.Context, p []byte) error {
 				j = len(p) - i
 			}
 			if s.trk != nil {
-				s.trk.cur = parsePrefix(p[i+1 : i+j])
+				s.trk.cur, s.trk.curReplayed = parsePrefix(p[i+1 : i+j])
 			}
 			i += j
 			continue
@@ -89,16 +92,24 @@ func (s *mqttSession) write(_ context.Context, p []byte) error {
 		pkt := p[i : i+n]
 		i += n
 		var pos trackPos
+		replayed := false // a replayed delivery (mqtt_session_replay.go)
 		if s.trk != nil {
 			pos, s.trk.cur = s.trk.cur, trackPos{}
+			replayed, s.trk.curReplayed = s.trk.curReplayed, false
 		}
 		if s.maxOut > 0 && n > int(s.maxOut) {
 			s.rt.mq.m.skipped.WithLabelValues("too_large").Inc() // [MQTT-3.1.2-25]
+			if replayed {
+				s.wroteReplayed(n)
+			}
 			continue
 		}
 		if idAt == 0 || pkt[idAt] != 0 || pkt[idAt+1] != 0 {
 			// QoS 0, or a group delivery with its identifier (mqtt_group.go).
 			out, _ = s.appendPacket(out, pkt, idAt) // with a topic alias (mqtt_alias.go)
+			if replayed {
+				s.wroteReplayed(n)
+			}
 			continue
 		}
 		if len(s.held) == 0 {
@@ -107,12 +118,16 @@ func (s *mqttSession) write(_ context.Context, p []byte) error {
 				var to int
 				out, to = s.appendPacket(out, pkt, idAt)
 				mqtt.PatchPublish(out[at:], to, pkt[0]&dupFlag != 0, id)
+				if replayed {
+					s.wroteReplayed(n)
+				}
 				continue
 			}
 		}
-		s.hold(pkt, idAt, pos)
+		s.hold(pkt, idAt, pos, replayed)
 	}
 	err := s.flush(out)
+	s.writeDone() // the replay goes on (mqtt_session_replay.go)
 	if cap(out) <= maxKeptWriteBuf {
 		*buf = out[:0]
 		mqttWriteBufs.Put(buf)
@@ -126,6 +141,9 @@ type heldPacket struct {
 	b    []byte
 	idAt int
 	pos  trackPos // a persistent session's (mqtt_session_track.go)
+	// replayed: a delivery of a resume's replay, never dropped
+	// (mqtt_session_replay.go).
+	replayed bool
 	// order is when it came, against the held group deliveries'
 	// (groupHold.seq): a freed slot goes to the older.
 	order uint64
@@ -141,22 +159,39 @@ const dupFlag = 1 << 3
 //
 // Their bytes are bounded too (MQTTOptions.MaxHeldBytes): they are copies,
 // the session's own, where the queue's frames are shared between sessions.
-func (s *mqttSession) hold(pkt []byte, idAt int, pos trackPos) {
-	maxBytes := s.rt.mq.opts.MaxHeldBytes
-	for len(s.held) > 0 && (len(s.held) >= s.rt.opts.Session.QueueMessages || s.heldBytes+len(pkt) > maxBytes) {
-		s.heldBytes -= len(s.held[0].b)
-		s.held[0] = heldPacket{}
-		s.held = s.held[1:]
-		s.rt.bm.drops[session.DropOld].Inc()
-		s.rt.mq.m.skipped.WithLabelValues("window_full").Inc()
+//
+// A replayed delivery (replayed) is never dropped: the oldest live one
+// held goes instead, or the new one when it is live and only replayed
+// ones are held; the replay keeps within the bounds itself
+// (mqtt_session_replay.go).
+func (s *mqttSession) hold(pkt []byte, idAt int, pos trackPos, replayed bool) {
+	maxN, maxBytes := s.rt.opts.Session.QueueMessages, s.rt.mq.opts.MaxHeldBytes
+	full := func() bool {
+		return len(s.held) > 0 && (len(s.held) >= maxN || s.heldBytes+len(pkt) > maxBytes)
 	}
-	s.held = append(s.held, heldPacket{b: bytes.Clone(pkt), idAt: idAt, pos: pos})
-	s.heldBytes += len(pkt)
+	for i := 0; full() && s.heldLive() > 0; {
+		for s.held[i].replayed {
+			i++
+		}
+		s.dropHeldAt(i)
+	}
+	keep := replayed || !full()
+	if keep {
+		s.held = append(s.held, heldPacket{b: bytes.Clone(pkt), idAt: idAt, pos: pos, replayed: replayed})
+		s.heldBytes += len(pkt)
+		if replayed {
+			s.trk.heldReplayed++
+		}
+	} else {
+		s.countHeldDrop()
+	}
 	s.heldN.Store(int32(len(s.held)))
 	s.imu.Lock()
 	h := s.holdsLocked()
-	h.seq++
-	s.held[len(s.held)-1].order = h.seq
+	if keep {
+		h.seq++
+		s.held[len(s.held)-1].order = h.seq
+	}
 	h.plainFirst = s.held[0].order
 	// A PUBACK read since takeID found the window full, while nothing was
 	// held yet (heldN 0), freed a slot and woke no one (acked): the writer
@@ -169,6 +204,34 @@ func (s *mqttSession) hold(pkt []byte, idAt int, pos trackPos) {
 	if room {
 		s.cn.sess.Send(session.Item{})
 	}
+}
+
+// heldLive returns how many of the held deliveries are live ones, which
+// hold may drop.
+func (s *mqttSession) heldLive() int {
+	if s.trk == nil {
+		return len(s.held)
+	}
+	return len(s.held) - s.trk.heldReplayed
+}
+
+// dropHeldAt drops the held delivery at i, a live one, counted.
+func (s *mqttSession) dropHeldAt(i int) {
+	s.heldBytes -= len(s.held[i].b)
+	if i == 0 {
+		s.held[0] = heldPacket{}
+		s.held = s.held[1:]
+	} else {
+		s.held = slices.Delete(s.held, i, i+1)
+	}
+	s.countHeldDrop()
+}
+
+// countHeldDrop counts a live delivery dropped for the window, as the
+// queue's drops are.
+func (s *mqttSession) countHeldDrop() {
+	s.rt.bm.drops[session.DropOld].Inc()
+	s.rt.mq.m.skipped.WithLabelValues("window_full").Inc()
 }
 
 // releaseHeld appends to out the held deliveries the window has room for.
@@ -185,6 +248,10 @@ func (s *mqttSession) releaseHeld(out []byte) []byte {
 		out, to = s.appendPacket(out, h.b, h.idAt)
 		mqtt.PatchPublish(out[at:], to, h.b[0]&dupFlag != 0, id)
 		s.heldBytes -= len(h.b)
+		if h.replayed {
+			s.trk.heldReplayed--
+			s.wroteReplayed(len(h.b))
+		}
 		s.held[n] = heldPacket{}
 		n++
 	}

@@ -427,7 +427,8 @@ func literalPattern(pattern string) bool {
 // and are delivered after the log, skipping offsets the log already gave.
 //
 // Every record of the catch-up, buffered ones included, is paced by the
-// session's queue (SendWait), and the switch to live happens only once the
+// session's queue (SendWait; an MQTT session's by its client too:
+// sendReplayed), and the switch to live happens only once the
 // queue has half its room free after the last buffered records: a replay
 // that left the queue full would make the first live records meet a full
 // queue and be dropped even though the client reads steadily. Until then
@@ -532,10 +533,8 @@ func (s *subscription) drainPending(ctx context.Context, next map[partKey]int64,
 				batch = append(batch, rec)
 			}
 		}
-		if len(batch)+headroom <= s.c.sess.Room() {
-			for _, rec := range batch {
-				s.send(rec, s.encode(rec))
-			}
+		if len(batch)+headroom <= s.replayRoom() {
+			s.sendLast(batch)
 			s.pending = nil
 			s.catchingUp = false
 			s.floors.Store(newFloorSet(next))
@@ -546,14 +545,14 @@ func (s *subscription) drainPending(ctx context.Context, next map[partKey]int64,
 		s.pending = nil
 		s.mu.Unlock()
 		if len(batch) == 0 {
-			if err := s.c.sess.WaitRoom(ctx, headroom); err != nil {
+			if err := s.waitReplayRoom(ctx, headroom); err != nil {
 				return false, err
 			}
 			continue
 		}
 		for _, rec := range batch {
 			it := s.item(rec, s.encode(rec))
-			if err := s.c.sess.SendWait(ctx, it); err != nil {
+			if err := s.sendReplayed(ctx, it); err != nil {
 				return false, err
 			}
 			s.c.rt.m.deliveriesPlain.Inc()
@@ -563,6 +562,56 @@ func (s *subscription) drainPending(ctx context.Context, next map[partKey]int64,
 }
 
 var errEnded = errors.New("router: subscription ended")
+
+// sendReplayed queues one record of the catch-up, paced by the session's
+// queue (SendWait) and, for an MQTT session, by its client: an MQTT
+// session's writer empties its queue at once, holding what the in-flight
+// window has no room for (mqtt_session_replay.go).
+func (s *subscription) sendReplayed(ctx context.Context, it session.Item) error {
+	if s.c.kind == transportMQTT {
+		return s.c.mqtt.sendReplayed(ctx, it)
+	}
+	return s.c.sess.SendWait(ctx, it)
+}
+
+// replayRoom is how many more records the catch-up may queue without
+// waiting: the queue's room and, for an MQTT session, its replay's.
+func (s *subscription) replayRoom() int {
+	room := s.c.sess.Room()
+	if s.c.kind == transportMQTT {
+		room = min(room, s.c.mqtt.replayRoom())
+	}
+	return room
+}
+
+// waitReplayRoom waits until the queue has room for n more records and,
+// for an MQTT session, its replay too; the caller checks again.
+func (s *subscription) waitReplayRoom(ctx context.Context, n int) error {
+	if err := s.c.sess.WaitRoom(ctx, n); err != nil {
+		return err
+	}
+	if s.c.kind == transportMQTT {
+		return s.c.mqtt.waitReplayRoom(ctx, n)
+	}
+	return nil
+}
+
+// sendLast queues the catch-up's last buffered records, with s.mu held,
+// once replayRoom had room for them: an MQTT session's as replayed
+// deliveries (mqtt_session_replay.go), which its writer does not drop.
+func (s *subscription) sendLast(batch []*engine.Record) {
+	if s.c.kind != transportMQTT {
+		for _, rec := range batch {
+			s.send(rec, s.encode(rec))
+		}
+		return
+	}
+	its := make([]session.Item, len(batch))
+	for i, rec := range batch {
+		its[i] = s.item(rec, s.encode(rec))
+	}
+	s.c.rt.countPlainDeliveries(s.c.mqtt.sendReplayedNow(its))
+}
 
 // replayPart sends one partition's records from p.from to the log's end and
 // returns the offset after the last one read. It stops early, with no
@@ -595,7 +644,7 @@ func (s *subscription) replayPart(ctx context.Context, p replayPart, gen uint64)
 				continue
 			}
 			it := s.item(rec, s.encode(rec))
-			if err := s.c.sess.SendWait(ctx, it); err != nil {
+			if err := s.sendReplayed(ctx, it); err != nil {
 				return off, err
 			}
 			s.c.rt.m.deliveriesPlain.Inc()
