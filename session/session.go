@@ -98,13 +98,13 @@ type Session struct {
 	// made by its first frame and let go when it parks its socket with
 	// no message under way (startMessageTimer).
 	msgTimer *time.Timer
-	msgTimed bool      // msgTimer runs (startMessageTimer)
+	msgTimed bool // msgTimer runs (startMessageTimer)
 	// oneWay marks a NewOneWay session (set before Run): Run waits for
 	// its writer to have closed the transport (stepWriterEnded) instead
 	// of reading frames. Here, beside msgTimed, where it takes no room.
-	oneWay bool
-	chunks   []*[]byte // the chunks of the long message being read
-	reading  atomic.Int64
+	oneWay  bool
+	chunks  []*[]byte // the chunks of the long message being read
+	reading atomic.Int64
 
 	// Parking (idlepoll_linux.go): the reader's socket as the idle poller
 	// parks it, resumed by Session.resume.
