@@ -46,10 +46,10 @@ type conn struct {
 	client  string        // clientKey at connect, for the bounds on groups (group_count.go)
 	expiry  *sessionExpiry
 	limiter *rate.Limiter // nil: unlimited (or a session without ops)
-	// pipe is the publishes in flight and the replies owed (publish.go):
-	// an MQTT session's is made at connect, a WebSocket session's by its
-	// first publish (a subscriber that never publishes needs none), set
-	// by the reader goroutine under mu; nil before and without ops. The
+	// pipe is the publishes in flight and the replies owed (publish.go),
+	// made by the session's first publish (a subscriber that never
+	// publishes needs none; ownPipe), set by the reader goroutine under
+	// mu; nil before and without ops. The
 	// reader and what runs after it read it freely, other goroutines
 	// through publishPipe.
 	pipe   *pubPipe
@@ -132,9 +132,6 @@ func (rt *Router) newConn(c echo.Context, k transportKind, who *principal, lean 
 		byID: make(map[uint64]*subscription)}
 	cn.who.p.Store(who)
 	if k.ops() {
-		if k == transportMQTT {
-			cn.pipe = cn.newPipe()
-		}
 		if cn.set.publishRate > 0 {
 			cn.limiter = rate.NewLimiter(rate.Limit(cn.set.publishRate), cn.set.publishBurst)
 		}
@@ -259,7 +256,13 @@ func (cn *conn) errorFrame(id []byte, pe *protoError) []byte {
 // every reply the session owes before it (publish.go); a session that has
 // not published owes none. Called on the reader goroutine.
 func (cn *conn) replyError(id []byte, pe *protoError) {
-	frame := cn.errorFrame(id, pe)
+	cn.replyOwed(cn.errorFrame(id, pe))
+}
+
+// replyOwed queues a reply after every reply the session owes before it
+// (publish.go); a session that has not published owes none. Called on
+// the reader goroutine.
+func (cn *conn) replyOwed(frame []byte) {
 	if cn.pipe == nil {
 		cn.sess.Send(session.Item{Frame: frame})
 		return

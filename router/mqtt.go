@@ -13,10 +13,10 @@ package router
 // session core's steps (the connect rate and connection limits, then the
 // password as the credential), and runs the session like any other:
 // newConn → addConn → runStart (the CONNACK is its welcome) → packets →
-// runEnd. The session writes through session.NewOneWay and an
-// mqttTransport (mqtt_write.go), which turns the queue's batches back into
-// packets back to back and gives each QoS 1 and 2 delivery its packet
-// identifier, within the in-flight window.
+// runEnd. The session writes through session.NewOneWayConn and an
+// mqttTransport (mqtt_idle.go; its writes are mqtt_write.go's), which
+// turns the queue's batches back into packets back to back and gives each
+// QoS 1 and 2 delivery its packet identifier, within the in-flight window.
 //
 // Concurrency: mqttState.mu guards the client-id index and the
 // connections still before their CONNECT; it is a leaf (nothing is taken
@@ -348,7 +348,7 @@ func (rt *Router) acceptMQTT(ln net.Listener) {
 				rt.mq.wg.Done()
 				return
 			}
-			rt.serveMQTT(nc, nil, c, release, rt.mq.wg.Done)
+			rt.serveMQTT(nc, nil, c, release)
 		}()
 	}
 }
@@ -463,7 +463,7 @@ func (rt *Router) serveMQTTWS(c echo.Context) error {
 	// headers.
 	ac := rt.mqttContext(net.JoinHostPort(c.RealIP(), "0"))
 	ac.Request().Header = r.Header
-	go rt.serveMQTT(nc, up, ac, release, rt.mq.wg.Done)
+	go rt.serveMQTT(nc, up, ac, release)
 	return nil
 }
 

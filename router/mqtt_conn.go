@@ -152,40 +152,43 @@ type mqttSession struct {
 	rt *Router
 	cn *conn
 	nc net.Conn
-	// br is the packet reader: with wait set, held only while it holds
+	// br is the packet reader: with idle set, held only while it holds
 	// input (mqttReaders), nil between bursts.
 	br *bufio.Reader
 	// up is GET /mqtt's WebSocket (nil over TCP): its lazy buffers and
 	// cork (mqtt_write.go).
 	up *session.Upgraded
-	// wait waits for the connection's input (session.Upgraded.Wait or
-	// session.InputWait); nil when the connection offers no such wait
-	// (TLS): the reader then waits in its reads.
-	wait func()
-	// idle parks the reader while the connection is idle (TCP and
-	// GET /mqtt, not TLS: nothing tells whether a tls.Conn holds
-	// plaintext it has decrypted already); nil when it cannot or
-	// --idle-park is off. parked (below): the reader parked once, and
-	// ends the session itself (session.Session.ReadDone); the reader's.
+	// idle is the connection's socket in the session package's idle
+	// poller, in the session's own park state (TCP and GET /mqtt, not
+	// TLS: nothing tells whether a tls.Conn holds plaintext it has
+	// decrypted already; nil then): the reader parks there while the
+	// connection is idle (not with --idle-park off), or waits for input
+	// without reading it (waitInput). parked (below): the reader parked
+	// once, and ends the session itself (session.Session.ReadDone); the
+	// reader's.
 	idle *session.IdleSocket
 	// ka ends the session when no packet starts within keepAlive (the
 	// reader's).
 	ka *time.Timer
-	// finished is called once the session has ended: the connection's
-	// count in mqttState.wg.
-	finished  func()
-	clientID  string
-	keepAlive time.Duration // 1.5 × the client's keep alive; 0: none
-	expiry    uint32        // MQTT 5's session expiry interval, seconds (reader goroutine)
+	// slot gives back the connection slot (reserveMQTT, reserveConn)
+	// once the session has ended (runEnded).
+	slot     func()
+	clientID string
+	expiry   uint32 // MQTT 5's session expiry interval, seconds (reader goroutine)
+	maxOut   int32  // the client's Maximum Packet Size (at most MaxInt32); 0: MQTT's
+	window   int32  // the in-flight bound of QoS 1 and 2 deliveries (at most 65,535)
+	// noLocal counts the filters with no local (reader goroutine only):
+	// while there are any, the session's publishes carry its id
+	// (mqtt_retain.go).
+	noLocal   int32
+	keepAlive uint16 // the CONNECT's keep alive, seconds; 0: none (keepAliveFor)
 	version   byte
 	parked    bool
 	// askPresence: the SUBSCRIBE being handled, or the stored filter being
 	// restored, asks presence for its filters that name a topic
 	// (mqtt_presence.go; reader goroutine only).
 	askPresence presenceAsk
-	assigned    bool  // the gateway chose clientID: the CONNACK names it
-	maxOut      int32 // the client's Maximum Packet Size (at most MaxInt32); 0: MQTT's
-	window      int32 // the in-flight bound of QoS 1 and 2 deliveries (at most 65,535)
+	assigned    bool // the gateway chose clientID: the CONNACK names it
 
 	// The stored session (mqtt_session.go); the reader goroutine's.
 	owner        string              // this connection's name as the stored session's owner
@@ -193,15 +196,14 @@ type mqttSession struct {
 	claimed      bool                // the store holds it under owner
 	holding      bool                // the store holds a hold of the id under owner (mqtt_takeover.go)
 	watched      bool                // claimed or hold at connect: other nodes' claims end it; set before run
-	restoreAgain bool                // a removal came while restoring ran (under mqttState.mu)
 	present      bool                // CONNACK's Session Present
 	expiryCapped bool                // expiry was lowered to --mqtt-max-session-expiry
-	keepFor      time.Duration       // a persistent session's expiry at connect, for a restored record; set before run
-	restoring    chan struct{}       // closed when the goroutine putting back a removed record exits; nil: none (under mqttState.mu; mqtt_takeover.go)
 	resume       *engine.MQTTSession // the stored session to restore, until it is
-	dup          map[dupKey]struct{} // records in flight when it was saved (mqtt_session_track.go)
 	done         chan struct{}       // closed once the end has saved the session; made on first wait, under imu (mqtt_session.go)
 	trk          *mqttTrack          // positions of a persistent session, under imu; set before run
+	// *mqttStored is what only a session with a stored record uses; nil
+	// for the others (mqtt_takeover.go).
+	*mqttStored
 
 	// will is the session's will message, nil when none or discarded
 	// (mqtt_will.go).
@@ -211,10 +213,6 @@ type mqttSession struct {
 	// subs are the SUBSCRIBE filters and the native patterns, one set
 	// (mqtt.go); reader goroutine only.
 	subs mqttSubs
-	// noLocal counts the filters with no local (reader goroutine only):
-	// while there are any, the session's publishes carry its id
-	// (mqtt_retain.go).
-	noLocal int
 	// retainSeq numbers the retained messages queued (reader goroutine
 	// only), the offsets of their stream.
 	retainSeq int64
@@ -261,22 +259,22 @@ type mqttFilter struct {
 }
 
 // serveMQTT runs one MQTT connection: CONNECT, admission, then the
-// session, which runs on goroutines of its own. done is called once the
-// connection is closed and its session torn down. up is GET /mqtt's
-// WebSocket, nil for TCP.
+// session, which runs on goroutines of its own. The connection's count in
+// mqttState.wg is done once it is closed and its session torn down. up is
+// GET /mqtt's WebSocket, nil for TCP.
 //
 // release gives back the connection slot the connection holds from before
 // its CONNECT (reserveMQTT, or reserveConn for GET /mqtt): a connection
 // waiting for its CONNECT holds a socket, a goroutine and a read buffer of
 // up to MaxPacketBytes, so it counts against the connection limits as a
 // session does.
-func (rt *Router) serveMQTT(nc net.Conn, up *session.Upgraded, c echo.Context, release, done func()) {
+func (rt *Router) serveMQTT(nc net.Conn, up *session.Upgraded, c echo.Context, release func()) {
 	mq := rt.mq
 	if !rt.mqttHandshake(nc) { // mqtt_tls.go
 		release()
 		mq.untrack(nc)
 		_ = nc.Close()
-		done()
+		mq.wg.Done()
 		return
 	}
 	br := mqttReaders.Get().(*bufio.Reader)
@@ -291,7 +289,7 @@ func (rt *Router) serveMQTT(nc net.Conn, up *session.Upgraded, c echo.Context, r
 		mq.untrack(nc)
 		_ = nc.Close()
 		putMQTTReader(br)
-		done()
+		mq.wg.Done()
 		return
 	}
 	s := rt.admitMQTT(nc, c, &pk, release)
@@ -299,29 +297,15 @@ func (rt *Router) serveMQTT(nc net.Conn, up *session.Upgraded, c echo.Context, r
 		mq.untrack(nc)
 		_ = nc.Close()
 		putMQTTReader(br)
-		done()
+		mq.wg.Done()
 		return
 	}
-	s.br, s.up, s.finished = br, up, done
-	park := !rt.opts.Session.NoIdlePark
-	if up != nil {
-		if up.Lazy() {
-			s.wait = up.Wait
-			if park {
-				s.idle = up.IdleSocket(s.resumeRead)
-			}
-		}
-	} else {
-		s.wait = session.InputWait(nc)
-		if park && s.wait != nil {
-			s.idle = session.NewIdleSocket(nc, s.resumeRead)
-		}
-	}
+	s.br, s.up, s.slot = br, up, release
 	mq.untrack(nc)
 	if f := mq.beforeRun.Load(); f != nil {
 		(*f)(s.clientID)
 	}
-	s.run(release)
+	s.run()
 }
 
 // connectErrName names what came instead of a CONNECT.
@@ -418,9 +402,7 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 	}
 	s := &mqttSession{rt: rt, nc: nc, version: v, clientID: id,
 		window: int32(mq.opts.MaxInFlight)} // its maps and done are made on first use (mqtt.go, mqtt_session.go)
-	if ka := pk.Connect.Keepalive; ka > 0 {
-		s.keepAlive = time.Duration(ka) * 1500 * time.Millisecond
-	}
+	s.keepAlive = pk.Connect.Keepalive
 	if v == mqtt.Version31 && !pk.Connect.Clean {
 		// A 3.1 session that is not clean is kept as a 3.1.1 one is, for
 		// --mqtt-max-session-expiry: the session store (openSession)
@@ -437,6 +419,11 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 		s.expiry = pk.Properties.SessionExpiryInterval
 	}
 	s.assigned = assigned
+	if !pk.Connect.Clean || s.expiry > 0 {
+		// A session that may resume a stored one or keep its own
+		// (mqtt_takeover.go).
+		s.mqttStored = new(mqttStored)
+	}
 	if rc := rt.openSession(s, pk, will); rc != rcSuccess { // mqtt_session.go
 		return refuse(rc)
 	}
@@ -513,26 +500,29 @@ func (s *mqttSession) connack() []byte {
 }
 
 // run runs an admitted session through the session core until it ends.
-func (s *mqttSession) run(release func()) {
+func (s *mqttSession) run() {
 	rt, cn := s.rt, s.cn
 	sopts := cn.sessionOptions()
 	sopts.EncodeGap = s.encodeGap
 	if s.trk != nil {
 		sopts.FramePrefix = s.framePrefix // mqtt_session_track.go
 	}
-	cn.sess = session.NewOneWay(cn.id, sopts, session.Transport{
-		Write:    s.write,
-		Close:    s.closeUnpark,
-		CloseNow: s.closeNowUnpark,
-		Read:     s.readLoop,
-	})
+	cn.sess = session.NewOneWayConn(cn.id, sopts, (*mqttTransport)(s)) // mqtt_idle.go
+	// In the session's own park state (a one-way session has it unused),
+	// before addConn shows it to the metrics; parked only with
+	// --idle-park on (parkIdle).
+	if s.up != nil {
+		s.idle = s.up.IdleSocketIn(cn.sess, s.resumeRead)
+	} else {
+		s.idle = session.NewIdleSocketIn(cn.sess, s.nc, s.resumeRead)
+	}
 	if !rt.addConn(cn) {
-		release()
+		s.slot()
 		s.disc.Store(uint32(rcShuttingDown))
 		_ = s.close(0, "")
 		rt.mq.m.connects.WithLabelValues(reasonName(rcShuttingDown)).Inc()
 		s.endSession()
-		s.finished()
+		rt.mq.wg.Done()
 		return
 	}
 	// The CONNACK is queued before the session can be taken over: a
@@ -557,18 +547,22 @@ func (s *mqttSession) run(release func()) {
 	// As for /v1/ws (conn.go), Shutdown closes every session itself: a
 	// context that is never done spares each session an AfterFunc and a
 	// children map in cn.ctx.
-	if err := cn.sess.Start(context.WithoutCancel(cn.ctx), nil, func(err error) {
-		cn.runEnd(err, release)
-		rt.mq.release(s)
-		s.endWill()
-		s.endSession() // mqtt_session.go
-		s.finished()
-	}); err != nil {
-		cn.runEnd(err, release) // not started before: cannot happen
+	if err := cn.sess.Start(context.WithoutCancel(cn.ctx), nil, s.runEnded); err != nil {
+		cn.runEnd(err, s.slot) // not started before: cannot happen
 		rt.mq.release(s)
 		s.endSession()
-		s.finished()
+		rt.mq.wg.Done()
 	}
+}
+
+// runEnded is the end of a session that ran (Start's ended): a method
+// value rather than a closure, which every idle session would keep.
+func (s *mqttSession) runEnded(err error) {
+	s.cn.runEnd(err, s.slot)
+	s.rt.mq.release(s)
+	s.endWill()
+	s.endSession() // mqtt_session.go
+	s.rt.mq.wg.Done()
 }
 
 // end closes the session with an MQTT 5 reason code (3.1.1: a close).
@@ -578,13 +572,13 @@ func (s *mqttSession) end(rc byte, why string) {
 }
 
 // readLoop reads and handles packets until the connection fails or the
-// session ends it (session.Transport.Read).
+// session ends it (mqttTransport.Read).
 //
 // With nothing buffered it parks the connection in the session package's
 // idle poller (s.idle): the goroutine returns, and resumeRead reads on on
 // a fresh one once input comes, the connection ends or the session closes
 // it (closeUnpark). Where it cannot park it waits for the connection's
-// input (s.wait) on this goroutine, which runs nothing else, and reads
+// input (waitInput) on this goroutine, which runs nothing else, and reads
 // each burst on a goroutine of its own (readBurst): the deep stack of a
 // read through the WebSocket library is held only while input is at
 // hand. Bursts never overlap; the reader's fields pass between them
@@ -597,9 +591,9 @@ func (s *mqttSession) end(rc byte, why string) {
 func (s *mqttSession) readLoop() {
 	_ = s.nc.SetReadDeadline(time.Time{}) // the CONNECT's is over
 	if s.keepAlive > 0 {
-		s.ka = time.AfterFunc(s.keepAlive, func() { s.end(rcKeepAliveTimeout, "keep alive timeout") })
+		s.ka = time.AfterFunc(s.keepAliveFor(), func() { s.end(rcKeepAliveTimeout, "keep alive timeout") })
 	}
-	if s.wait == nil {
+	if !s.canWait() {
 		for s.readNext() {
 		}
 		s.readEnded()
@@ -611,7 +605,7 @@ func (s *mqttSession) readLoop() {
 			if s.parkIdle() {
 				return
 			}
-			s.wait()
+			s.waitInput()
 		}
 		s.takeReader()
 		go func() { burst <- s.readBurst() }()
@@ -620,6 +614,26 @@ func (s *mqttSession) readLoop() {
 			return
 		}
 	}
+}
+
+// keepAliveFor is how long the session waits for a packet: 1.5 times the
+// client's keep alive [MQTT-3.1.2-24].
+func (s *mqttSession) keepAliveFor() time.Duration {
+	return time.Duration(s.keepAlive) * 1500 * time.Millisecond
+}
+
+// canWait reports whether the reader can wait for the connection's input
+// without reading it (waitInput): not over TLS.
+func (s *mqttSession) canWait() bool { return s.idle != nil }
+
+// waitInput waits for the connection's input, holding no buffer; for a
+// session that canWait.
+func (s *mqttSession) waitInput() {
+	if s.up != nil {
+		s.up.Wait()
+		return
+	}
+	s.idle.Wait()
 }
 
 // readBurst reads and handles packets while input is at hand, reporting
@@ -646,7 +660,7 @@ func (s *mqttSession) buffered() bool {
 
 // readNext reads and handles one packet, reporting whether to read on.
 func (s *mqttSession) readNext() bool {
-	if s.wait == nil && s.br.Buffered() == 0 {
+	if !s.canWait() && s.br.Buffered() == 0 {
 		s.cn.flushDeferred() // before waiting for the socket (deferral.go)
 	}
 	if s.up != nil && s.br.Buffered() == 0 {
@@ -664,7 +678,7 @@ func (s *mqttSession) readNext() bool {
 		return false
 	}
 	if s.ka != nil {
-		s.ka.Reset(s.keepAlive)
+		s.ka.Reset(s.keepAliveFor())
 	}
 	return s.handle(&pk)
 }

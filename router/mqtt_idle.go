@@ -7,9 +7,32 @@ package router
 
 import (
 	"bufio"
+	"context"
 
 	"github.com/coder/websocket"
 )
+
+// mqttTransport is an mqttSession as its session's transport
+// (session.TransportConn, session.NewOneWayConn): the session keeps one
+// interface rather than a method value for each of its four operations,
+// which every idle session would hold.
+type mqttTransport mqttSession
+
+// Write writes one batch (mqtt_write.go).
+func (t *mqttTransport) Write(ctx context.Context, p []byte) error {
+	return (*mqttSession)(t).write(ctx, p)
+}
+
+// Close is closeUnpark.
+func (t *mqttTransport) Close(code websocket.StatusCode, reason string) error {
+	return (*mqttSession)(t).closeUnpark(code, reason)
+}
+
+// CloseNow is closeNowUnpark.
+func (t *mqttTransport) CloseNow() error { return (*mqttSession)(t).closeNowUnpark() }
+
+// Read is the reader (readLoop, mqtt_conn.go).
+func (t *mqttTransport) Read() { (*mqttSession)(t).readLoop() }
 
 // resumeRead runs the reader of a parked session on the fresh goroutine
 // the idle poller (or the connection's close) started: it reads the input
@@ -25,7 +48,7 @@ func (s *mqttSession) resumeRead() {
 		if s.parkIdle() {
 			return
 		}
-		s.wait() // not parked (the poller fell back): on this goroutine
+		s.waitInput() // not parked (the poller fell back): on this goroutine
 	}
 }
 
@@ -39,7 +62,7 @@ func (s *mqttSession) parkIdle() bool {
 		s.br = nil
 	}
 	s.cn.flushDeferred() // before waiting for the socket (deferral.go)
-	if s.idle == nil {
+	if s.idle == nil || s.rt.opts.Session.NoIdlePark {
 		return false
 	}
 	if !s.parked {

@@ -45,7 +45,7 @@ func (s *mqttSession) publish(pk *packets.Packet) bool {
 		s.imu.Unlock()
 		switch {
 		case again: // a resend before PUBREL: appended once already [MQTT-4.3.3-10]
-			s.cn.pipe.reply(s.cn.sess, s.ackPacket(packets.Pubrec, pk.PacketID, rcSuccess))
+			s.cn.replyOwed(s.ackPacket(packets.Pubrec, pk.PacketID, rcSuccess))
 			return true
 		case full:
 			s.end(rcReceiveMaxExceeded, "receive maximum exceeded")
@@ -200,7 +200,7 @@ func (s *mqttSession) refusePublish(pk *packets.Packet, rc byte) bool {
 		if s.version != mqtt.Version5 {
 			rc = rcSuccess
 		}
-		s.cn.pipe.reply(s.cn.sess, s.ackPacket(qosAck[pk.FixedHeader.Qos], pk.PacketID, rc))
+		s.cn.replyOwed(s.ackPacket(qosAck[pk.FixedHeader.Qos], pk.PacketID, rc))
 	}
 	return true
 }
@@ -231,14 +231,15 @@ func (s *mqttSession) released(id uint16) {
 	if !ok && s.version == mqtt.Version5 {
 		rc = rcPacketIDNotFound
 	}
-	s.cn.pipe.reply(s.cn.sess, s.ackPacket(packets.Pubcomp, id, rc))
+	s.cn.replyOwed(s.ackPacket(packets.Pubcomp, id, rc))
 }
 
 // appendPublish hands the message to the engine through the session's
 // publish pipeline; the PUBACK (QoS 1) goes once the append is answered.
 func (s *mqttSession) appendPublish(msg engine.Message, qos byte, id uint16) {
 	cn, rt := s.cn, s.rt
-	slot := cn.pipe.reserve(cn.sess, len(msg.Data), func(bound string) {
+	pipe := cn.ownPipe() // made by the session's first publish
+	slot := pipe.reserve(cn.sess, len(msg.Data), func(bound string) {
 		cn.flushDeferred()
 		rt.m.pipelineWaits.WithLabelValues(bound).Inc()
 	})
@@ -264,7 +265,7 @@ func (s *mqttSession) appendPublish(msg engine.Message, qos byte, id uint16) {
 			}
 			frame = s.ackPacket(qosAck[qos], id, rc)
 		}
-		cn.pipe.complete(cn.sess, slot, frame)
+		pipe.complete(cn.sess, slot, frame)
 	})
 }
 

@@ -145,7 +145,9 @@ func (s *mqttSession) subscribeOne(f *packets.Subscription, subID int, started, 
 		return rc
 	}
 	cn := s.cn
-	patterns := make([]string, 0, len(pf.Patterns))
+	// The filter's patterns are pf's own slice (the filter keeps it)
+	// unless one is left out below: then a copy without it.
+	patterns := pf.Patterns
 	var hooked []string // the patterns the subscribe hook allowed
 	for _, p := range pf.Patterns {
 		if pe := validPattern(&s.rt.opts.Bounds, p); pe != nil {
@@ -160,11 +162,11 @@ func (s *mqttSession) subscribeOne(f *packets.Subscription, subID int, started, 
 				// The parent level of "a/#" ("a"), which a grant of
 				// "a.#" (or the hook) does not allow: the filter goes on
 				// without it.
+				patterns = slices.DeleteFunc(slices.Clone(patterns), func(q string) bool { return q == p })
 				continue
 			}
 			return hookReason(pe) // 0x87 but for a hook that failed
 		}
-		patterns = append(patterns, p)
 		if viaHook {
 			hooked = append(hooked, p)
 		}
@@ -272,9 +274,12 @@ type mqttPattern struct {
 	// presence counts the filters that asked presence: the session is in
 	// the topic's presence set while it is above 0 (mqtt_presence.go).
 	// (The counts are int32: a session holds far fewer filters, and the
-	// struct fits 80 bytes.)
+	// struct fits 64 bytes.)
 	presence int32
-	subIDs   []int // the subscription identifiers of its filters, one per filter that has one
+	// subIDs are the subscription identifiers of its filters, one per
+	// filter that has one; nil until the first (MQTT 5's, seldom used:
+	// a slice's header in every pattern would take it past 64 bytes).
+	subIDs *[]int
 	// since is when it began to deliver, for a persistent session's
 	// partitions without a position (mqtt_session_track.go).
 	since time.Time
@@ -295,18 +300,31 @@ func (mp *mqttPattern) add(mf *mqttFilter, n int32) {
 	}
 	if mf.subID > 0 {
 		if n > 0 {
-			mp.subIDs = append(mp.subIDs, mf.subID)
-		} else if i := slices.Index(mp.subIDs, mf.subID); i >= 0 {
-			mp.subIDs = slices.Delete(mp.subIDs, i, i+1)
+			if mp.subIDs == nil {
+				mp.subIDs = new([]int)
+			}
+			*mp.subIDs = append(*mp.subIDs, mf.subID)
+		} else if ids := mp.ids(); len(ids) > 0 {
+			if i := slices.Index(ids, mf.subID); i >= 0 {
+				*mp.subIDs = slices.Delete(ids, i, i+1)
+			}
 		}
 	}
+}
+
+// ids returns the subscription identifiers of its filters (subIDs).
+func (mp *mqttPattern) ids() []int {
+	if mp.subIDs == nil {
+		return nil
+	}
+	return *mp.subIDs
 }
 
 // store publishes the pattern's options and subscription identifiers to
 // fan-out.
 func (mp *mqttPattern) store() {
 	mp.sub.mqttQoS.Store(mp.options())
-	mp.sub.mqttSubIDs.Store(subIDProps(mp.subIDs))
+	mp.sub.mqttSubIDs.Store(subIDProps(mp.ids()))
 }
 
 // options is the pattern's subscription.mqttQoS: its QoS and the option

@@ -125,6 +125,9 @@ const (
 // the record is back, s has left the index, or its tries are spent;
 // endSession waits for it before its own last write.
 func (rt *Router) restoreLocked(s *mqttSession) {
+	if s.mqttStored == nil {
+		s.mqttStored = new(mqttStored) // a session that holds its id only
+	}
 	if s.restoring != nil {
 		s.restoreAgain = true
 		return
@@ -194,11 +197,29 @@ func (rt *Router) restoreRecord(s *mqttSession) (again bool) {
 func (s *mqttSession) waitRestore() {
 	mq := s.rt.mq
 	mq.mu.Lock()
-	done := s.restoring
+	var done chan struct{}
+	if s.mqttStored != nil {
+		done = s.restoring
+	}
 	mq.mu.Unlock()
 	if done != nil {
 		<-done
 	}
+}
+
+// mqttStored is the part of an mqttSession that only a session with a
+// stored record uses: made at admission for one that may resume a stored
+// session or keep its own (a CONNECT without clean start, or with a
+// session expiry), or by the first restore of its removed record
+// (restoreLocked) for one that holds its client id only. Its fields are
+// promoted into mqttSession: code that reaches them (openSession's
+// keepFor, the resume's dup) runs only for such a session; waitRestore
+// looks for the part first.
+type mqttStored struct {
+	keepFor      time.Duration       // a persistent session's expiry at connect, for a restored record; set before run
+	restoring    chan struct{}       // closed when the goroutine putting back a removed record exits; nil: none (under mqttState.mu)
+	dup          map[dupKey]struct{} // records in flight when it was saved (mqtt_session_track.go)
+	restoreAgain bool                // a removal came while restoring ran (under mqttState.mu)
 }
 
 // takenOverRemote ends s, whose client id a connection of another gateway

@@ -38,9 +38,9 @@ package router
 //
 // # Concurrency
 //
-// A WebSocket session's pipeline is made by its first publish, on the
-// reader goroutine, and published to other goroutines (Shutdown's
-// awaitPublishes) under conn.mu; an MQTT session's is made at connect.
+// A session's pipeline is made by its first publish (WebSocket or MQTT),
+// on the reader goroutine, and published to other goroutines (Shutdown's
+// awaitPublishes) under conn.mu.
 // The reader goroutine reserves slots and waits for room; the engine's
 // goroutines (or the reader itself, for an engine that completes at once)
 // complete them, perhaps with engine locks held. pubPipe.mu guards the
@@ -104,6 +104,18 @@ type pubSlot struct {
 func (cn *conn) newPipe() *pubPipe {
 	o := &cn.rt.opts
 	return newPubPipe(o.PublishPipeline, o.PublishPipelineBytes, o.Session.ControlBytes)
+}
+
+// ownPipe returns cn's pipeline, made by the session's first publish (see
+// conn.pipe); on the reader goroutine.
+func (cn *conn) ownPipe() *pubPipe {
+	if cn.pipe == nil {
+		p := cn.newPipe()
+		cn.mu.Lock()
+		cn.pipe = p
+		cn.mu.Unlock()
+	}
+	return cn.pipe
 }
 
 // publishPipe returns cn's pipeline, nil while it has none, on any
@@ -248,14 +260,7 @@ func (p *pubPipe) inFlight() int {
 // through the session's pipeline.
 func (cn *conn) publishAsync(req *request, msg engine.Message) {
 	rt := cn.rt
-	if cn.pipe == nil {
-		// The first publish of a WebSocket session (see conn.pipe).
-		p := cn.newPipe()
-		cn.mu.Lock()
-		cn.pipe = p
-		cn.mu.Unlock()
-	}
-	pipe := cn.pipe
+	pipe := cn.ownPipe()
 	slot := pipe.reserve(cn.sess, len(msg.Data), func(bound string) {
 		rt.m.pipelineWaits.WithLabelValues(bound).Inc()
 	})

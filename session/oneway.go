@@ -2,7 +2,6 @@ package session
 
 import (
 	"context"
-	"sync/atomic"
 
 	"github.com/coder/websocket"
 )
@@ -40,42 +39,89 @@ type Transport struct {
 // (by Close, an overflow, a failed write or ctx) and t closed; it does not
 // call its Handler, which may be nil. NewOneWay panics if opts.EncodeGap is
 // nil.
+//
+// The session takes t's functions as they are and makes nothing beside
+// itself: every idle session keeps what it is given. Its end waits for the
+// writer, which closes t before it ends (writer.go), rather than on a
+// channel of its own.
 func NewOneWay(id string, opts Options, t Transport) *Session {
-	o := &oneWay{t: t, ended: make(chan struct{})}
-	sock := socket{write: t.Write, close: o.close, closeNow: o.closeNow, ping: o.ping}
+	ping := t.Keepalive
+	if ping == nil {
+		ping = noKeepalive
+	}
+	sock := socket{write: t.Write, close: t.Close, closeNow: t.CloseNow, ping: ping}
 	s := newSession(id, opts, sock)
-	s.oneWay, s.oneWayRead = o.ended, t.Read
+	s.oneWay, s.oneWayRead = true, t.Read
 	return s
 }
 
-// oneWay is the socket of a NewOneWay session over its Transport; ended
-// is closed once the transport is closed. One struct with method values
-// rather than closures over the Transport: every idle session keeps it.
-type oneWay struct {
-	t      Transport
-	ended  chan struct{}
-	closed atomic.Bool
+// noKeepalive is the keepalive of a Transport without one.
+func noKeepalive(context.Context) error { return nil }
+
+// TransportConn is a Transport as one value, for NewOneWayConn: its
+// methods are the functions of a Transport with a reader and no
+// keepalive, with their contracts. A session keeps the one interface
+// rather than a function value for each, which every idle session of a
+// transport made of method values would hold (16 bytes each).
+type TransportConn interface {
+	// Write is Transport.Write.
+	Write(ctx context.Context, p []byte) error
+	// Close is Transport.Close.
+	Close(code websocket.StatusCode, reason string) error
+	// CloseNow is Transport.CloseNow.
+	CloseNow() error
+	// Read is Transport.Read.
+	Read()
 }
 
-func (o *oneWay) end() {
-	if o.closed.CompareAndSwap(false, true) {
-		close(o.ended)
+// NewOneWayConn is NewOneWay over a TransportConn.
+func NewOneWayConn(id string, opts Options, t TransportConn) *Session {
+	s := newSession(id, opts, socket{conn: t})
+	s.oneWay = true
+	return s
+}
+
+// The socket's operations: those of its TransportConn when it has one,
+// else its functions.
+
+func (k *socket) doWrite(ctx context.Context, p []byte) error {
+	if k.conn != nil {
+		return k.conn.Write(ctx, p)
 	}
+	return k.write(ctx, p)
 }
 
-func (o *oneWay) close(code websocket.StatusCode, reason string) error {
-	defer o.end()
-	return o.t.Close(code, reason)
-}
-
-func (o *oneWay) closeNow() error {
-	defer o.end()
-	return o.t.CloseNow()
-}
-
-func (o *oneWay) ping(ctx context.Context) error {
-	if o.t.Keepalive == nil {
-		return nil
+func (k *socket) doClose(code websocket.StatusCode, reason string) error {
+	if k.conn != nil {
+		return k.conn.Close(code, reason)
 	}
-	return o.t.Keepalive(ctx)
+	return k.close(code, reason)
+}
+
+func (k *socket) doCloseNow() error {
+	if k.conn != nil {
+		return k.conn.CloseNow()
+	}
+	return k.closeNow()
+}
+
+func (k *socket) doPing(ctx context.Context) error {
+	if k.conn != nil {
+		return nil // a TransportConn writes no keepalive
+	}
+	return k.ping(ctx)
+}
+
+// readOneWay runs a one-way session's transport reader, if it has one,
+// and reports whether it did.
+func (s *Session) readOneWay() bool {
+	switch {
+	case s.sock.conn != nil:
+		s.sock.conn.Read()
+	case s.oneWayRead != nil:
+		s.oneWayRead()
+	default:
+		return false
+	}
+	return true
 }

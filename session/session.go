@@ -46,9 +46,6 @@ type Session struct {
 	id   string
 	opts Options
 	conn *websocket.Conn // nil when the socket is injected (tests) or one-way
-	// oneWay, for a NewOneWay session, is closed once its transport is
-	// closed; Run waits for it instead of reading frames.
-	oneWay chan struct{}
 	// oneWayRead is the one-way transport's reader (Transport.Read), nil
 	// when none.
 	oneWayRead func()
@@ -65,9 +62,11 @@ type Session struct {
 	// writer is the writer goroutine's state (writerNotStarted, ...; see
 	// wake).
 	writer atomic.Int32
-	// pingTimer sets pingDue and kicks the writer every PingInterval.
-	pingTimer *time.Timer
+	// pingTimer sets pingDue and kicks the writer every PingInterval
+	// (pingDue beside writer, where it takes no room: a Session of more
+	// than 632 bytes is in the 704-byte class with its malloc header).
 	pingDue   atomic.Bool
+	pingTimer *time.Timer
 
 	// Owned by the writer goroutine.
 	// watchdog is the write timeout, reused while the writer runs, made
@@ -99,9 +98,13 @@ type Session struct {
 	// made by its first frame and let go when it parks its socket with
 	// no message under way (startMessageTimer).
 	msgTimer *time.Timer
-	msgTimed bool      // msgTimer runs (startMessageTimer)
-	chunks   []*[]byte // the chunks of the long message being read
-	reading  atomic.Int64
+	msgTimed bool // msgTimer runs (startMessageTimer)
+	// oneWay marks a NewOneWay session (set before Run): Run waits for
+	// its writer to have closed the transport (stepWriterEnded) instead
+	// of reading frames. Here, beside msgTimed, where it takes no room.
+	oneWay  bool
+	chunks  []*[]byte // the chunks of the long message being read
+	reading atomic.Int64
 
 	// Parking (idlepoll_linux.go): the reader's socket as the idle poller
 	// parks it, resumed by Session.resume.
@@ -311,7 +314,9 @@ func truncateReason(reason string) string {
 }
 
 // Parked reports whether the session's reader is parked in the idle
-// poller now (idlepoll_linux.go); a transport's own IdleSocket aside.
+// poller now (idlepoll_linux.go): for a one-way session, its transport's
+// reader in the IdleSocket made in it (NewIdleSocketIn); another
+// IdleSocket aside.
 func (s *Session) Parked() bool { return s.parkState.parked.Load() }
 
 // Stats returns a snapshot of the session's counters.
@@ -383,14 +388,11 @@ func (s *Session) Start(ctx context.Context, h Handler, ended func(error)) error
 // parked its socket in the idle poller (resume goes on from there).
 func (s *Session) serve() {
 	var err error
-	if s.oneWay != nil {
-		if s.oneWayRead != nil {
-			s.oneWayRead()
-			if s.readParked.Load() {
-				return // the reader ends the session (ReadDone)
-			}
+	if s.oneWay {
+		if s.readOneWay() && s.readParked.Load() {
+			return // the reader ends the session (ReadDone)
 		}
-		<-s.oneWay // the writer closes the transport once the session ends
+		<-s.endChan(stepWriterEnded) // the writer closes the transport once the session ends
 	} else {
 		err = s.readLoop(s.runCtx, s.runH)
 		if err == errParked {

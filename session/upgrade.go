@@ -39,21 +39,23 @@ type Upgraded struct {
 	lr   *lazyReader   // likewise
 	br   *bufio.Reader // the library's reader over lr
 	conn net.Conn      // the hijacked connection (lazyHijacker.conn)
-	// direct: no compression was negotiated, so WriteBinary writes its
-	// frames itself.
-	direct bool
 	// mu orders Buffered's look at the buffers with the library's reads
 	// in its close handshake (NetConn's Close).
 	mu sync.Mutex
-	// The reader's (NetConn's Read, Reading, Wait, AtPacketStart): open, a
-	// message is being read and has not been read to its end (its rest
-	// may be held by the library's inflater, in no buffer Buffered sees);
-	// start, the next Read starts a packet of the caller's protocol.
-	open, start bool
-	// pings is the writer through which noMessage answers pings; nil
-	// when the AcceptOptions want to see them (OnPingReceived), or off
-	// the lazy path.
-	pings *lazyWriter
+	// The reader's (NetConn's Read, Reading, Wait, AtPacketStart): r, the
+	// message being read, not read to its end (its rest may be held by
+	// the library's inflater, in no buffer Buffered sees), nil between
+	// messages; start, the next Read starts a packet of the caller's
+	// protocol.
+	r     io.Reader
+	start bool
+	// direct: no compression was negotiated, so WriteBinary writes its
+	// frames itself.
+	direct bool
+	// ownPings: noMessage answers pings itself, through lw; false when
+	// the AcceptOptions want to see them (OnPingReceived), or off the
+	// lazy path.
+	ownPings bool
 }
 
 // ErrNoMessage is what NetConn's Read reports, once, after AtPacketStart
@@ -74,9 +76,7 @@ func Upgrade(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOptio
 	}
 	direct := hj.lw != nil && !strings.Contains(w.Header().Get("Sec-WebSocket-Extensions"), "permessage-deflate")
 	u := &Upgraded{Conn: c, lw: hj.lw, lr: hj.lr, br: hj.br, conn: hj.conn, direct: direct}
-	if opts == nil || opts.OnPingReceived == nil {
-		u.pings = hj.lw
-	}
+	u.ownPings = hj.lw != nil && (opts == nil || opts.OnPingReceived == nil)
 	return u, nil
 }
 
@@ -95,7 +95,10 @@ func (u *Upgraded) noMessage() bool {
 	if u.lr == nil {
 		return false
 	}
-	w := idleWait{lr: u.lr, br: u.br, mu: &u.mu, lw: u.pings}
+	w := idleWait{lr: u.lr, br: u.br, mu: &u.mu}
+	if u.ownPings {
+		w.lw = u.lw
+	}
 	for range maxStartLooks {
 		st, _, err := w.next(true)
 		switch {
@@ -139,13 +142,28 @@ func (l *lazyWriter) writeBinary(p []byte) error {
 	}
 	hdr := appendTextHeader(l.hdr[:0], len(p))
 	hdr[0] = 0x80 | opBinary
-	vec := append(l.vec[:0], hdr, p)
-	bufs := net.Buffers(vec)
-	_, err := bufs.WriteTo(l.nc)
-	clear(vec)
-	l.vec = vec[:0]
+	v := binaryVecs.Get().(*binaryVec)
+	v.parts[0], v.parts[1] = hdr, p
+	v.bufs = v.parts[:]
+	_, err := v.bufs.WriteTo(l.nc)
+	*v = binaryVec{}
+	binaryVecs.Put(v)
 	return err
 }
+
+// binaryVec is the vector of one writeBinary: the frame's header and
+// payload, and the net.Buffers over them (which WriteTo takes by pointer,
+// so it is not made on the stack).
+type binaryVec struct {
+	parts [2][]byte
+	bufs  net.Buffers
+}
+
+// binaryVecs are the vectors of writeBinary's writes, borrowed for the
+// write: a connection that wrote a binary frame keeps none (l.vec, which
+// uncork keeps, would be 48 bytes of every MQTT session that had a
+// delivery).
+var binaryVecs = sync.Pool{New: func() any { return new(binaryVec) }}
 
 // opBinary is a binary frame's opcode (RFC 6455, 5.2).
 const opBinary = 0x2
@@ -187,7 +205,7 @@ func (u *Upgraded) Buffered() bool {
 // not read to its end: a compressed message's rest may be held by the
 // library's inflater only, in no buffer Buffered sees, so the reader reads
 // on rather than park or wait for the socket. It is the reader's to call.
-func (u *Upgraded) Reading() bool { return u.open }
+func (u *Upgraded) Reading() bool { return u.r != nil }
 
 // AtPacketStart tells NetConn's reader that its next Read starts a packet
 // of the caller's protocol (a message may carry several, or part of one):
@@ -202,7 +220,7 @@ func (u *Upgraded) AtPacketStart() { u.start = true }
 // did not take the lazy path. The
 // caller's own buffered bytes are its to look at first.
 func (u *Upgraded) Wait() {
-	if u.lr == nil || u.open || u.Buffered() {
+	if u.lr == nil || u.r != nil || u.Buffered() {
 		return
 	}
 	waitReadable(u.lr.rc)
@@ -214,23 +232,24 @@ func (u *Upgraded) Wait() {
 // so a read or write past one fails, and the library then closes the
 // connection. Its Close (the close handshake, status 1000) is ordered
 // with Buffered. Read and Write are each used by one goroutine at a time.
-func (u *Upgraded) NetConn() net.Conn { return &upgradedConn{u: u} }
+// It is u itself, as another type: an idle connection keeps nothing more
+// for it.
+func (u *Upgraded) NetConn() net.Conn { return (*upgradedConn)(u) }
 
-// upgradedConn is the net.Conn of NetConn.
-type upgradedConn struct {
-	u *Upgraded
-	r io.Reader // the message being read; nil between messages
-}
+// upgradedConn is the net.Conn of NetConn: the Upgraded with the methods
+// of a net.Conn.
+type upgradedConn Upgraded
 
 func (c *upgradedConn) Read(p []byte) (int, error) {
-	start := c.u.start
-	c.u.start = false
+	u := (*Upgraded)(c)
+	start := u.start
+	u.start = false
 	for {
-		if c.r == nil {
-			if start && c.u.noMessage() {
+		if u.r == nil {
+			if start && u.noMessage() {
 				return 0, ErrNoMessage
 			}
-			typ, r, err := c.u.Conn.Reader(context.Background())
+			typ, r, err := u.Conn.Reader(context.Background())
 			if err != nil {
 				switch websocket.CloseStatus(err) {
 				case websocket.StatusNormalClosure, websocket.StatusGoingAway:
@@ -240,16 +259,16 @@ func (c *upgradedConn) Read(p []byte) (int, error) {
 			}
 			if typ != websocket.MessageBinary {
 				err := fmt.Errorf("unexpected frame type read (expected %v): %v", websocket.MessageBinary, typ)
-				c.u.mu.Lock()
-				_ = c.u.Conn.Close(websocket.StatusUnsupportedData, err.Error())
-				c.u.mu.Unlock()
+				u.mu.Lock()
+				_ = u.Conn.Close(websocket.StatusUnsupportedData, err.Error())
+				u.mu.Unlock()
 				return 0, err
 			}
-			c.r, c.u.open = r, true
+			u.r = r
 		}
-		n, err := c.r.Read(p)
+		n, err := u.r.Read(p)
 		if err == io.EOF {
-			c.r, c.u.open, err = nil, false, nil
+			u.r, err = nil, nil
 		}
 		if n > 0 || err != nil {
 			return n, err
@@ -258,23 +277,23 @@ func (c *upgradedConn) Read(p []byte) (int, error) {
 }
 
 func (c *upgradedConn) Write(p []byte) (int, error) {
-	if err := c.u.Conn.Write(context.Background(), websocket.MessageBinary, p); err != nil {
+	if err := c.Conn.Write(context.Background(), websocket.MessageBinary, p); err != nil {
 		return 0, err
 	}
 	return len(p), nil
 }
 
 func (c *upgradedConn) Close() error {
-	c.u.mu.Lock()
-	defer c.u.mu.Unlock()
-	return c.u.Conn.Close(websocket.StatusNormalClosure, "")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Conn.Close(websocket.StatusNormalClosure, "")
 }
 
-func (c *upgradedConn) LocalAddr() net.Addr                { return c.u.conn.LocalAddr() }
-func (c *upgradedConn) RemoteAddr() net.Addr               { return c.u.conn.RemoteAddr() }
-func (c *upgradedConn) SetDeadline(t time.Time) error      { return c.u.conn.SetDeadline(t) }
-func (c *upgradedConn) SetReadDeadline(t time.Time) error  { return c.u.conn.SetReadDeadline(t) }
-func (c *upgradedConn) SetWriteDeadline(t time.Time) error { return c.u.conn.SetWriteDeadline(t) }
+func (c *upgradedConn) LocalAddr() net.Addr                { return c.conn.LocalAddr() }
+func (c *upgradedConn) RemoteAddr() net.Addr               { return c.conn.RemoteAddr() }
+func (c *upgradedConn) SetDeadline(t time.Time) error      { return c.conn.SetDeadline(t) }
+func (c *upgradedConn) SetReadDeadline(t time.Time) error  { return c.conn.SetReadDeadline(t) }
+func (c *upgradedConn) SetWriteDeadline(t time.Time) error { return c.conn.SetWriteDeadline(t) }
 
 // InputWait returns a function that waits until nc has input, has ended
 // or has failed, without reading it and holding no buffer, so that a

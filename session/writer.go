@@ -25,6 +25,10 @@ type socket struct {
 	// parts[1:] joined, in one vectored write (lazyWriter.writeText); the
 	// writer then hands it the queue's frames without copying them.
 	writeText func(parts [][]byte, size int) error
+	// conn, when set, is a one-way session's transport (NewOneWayConn),
+	// whose methods are used instead of the functions above (oneway.go:
+	// doWrite, ...).
+	conn TransportConn
 }
 
 // connSocket returns the socket of c; lw, when not nil, is the writer under
@@ -273,7 +277,7 @@ func (s *Session) writeBatch(timeout time.Duration) (bool, error) {
 	if n == 0 {
 		return false, nil
 	}
-	err := s.guardedWrite(timeout, func() error { return s.sock.write(context.Background(), buf) })
+	err := s.guardedWrite(timeout, func() error { return s.sock.doWrite(context.Background(), buf) })
 	return s.written(n, len(buf), err)
 }
 
@@ -374,7 +378,7 @@ func putBuf(b *[]byte) {
 func (s *Session) onWriteTimeout() {
 	defer s.wg.Done()
 	s.setCause(fmt.Errorf("%w (%v)", ErrWriteTimeout, s.opts.WriteTimeout))
-	_ = s.sock.closeNow()
+	_ = s.sock.doCloseNow()
 }
 
 // closeConn carries out a requested close: flush what is queued within
@@ -405,21 +409,21 @@ func (s *Session) closeConn() {
 		s.idle.mu.Lock() // the close handshake reads; see idleWait
 		defer s.idle.mu.Unlock()
 	}
-	_ = s.sock.close(code, reason)
+	_ = s.sock.doClose(code, reason)
 }
 
 // abort ends the session without a close handshake.
 func (s *Session) abort(err error) {
 	s.setCause(err)
 	s.q.Close()
-	_ = s.sock.closeNow()
+	_ = s.sock.doCloseNow()
 }
 
 // pingOnce sends one keepalive ping and reports the result to the writer.
 func (s *Session) pingOnce() {
 	defer s.wg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.PongTimeout)
-	err := s.sock.ping(ctx)
+	err := s.sock.doPing(ctx)
 	cancel()
 	r := pingSucceeded
 	if err != nil {
