@@ -112,8 +112,10 @@ func replayItem(it session.Item) session.Item {
 
 // sendReplayed queues one replayed delivery once the budget has room for
 // it, and the queue (as SendWait), waiting for ctx or the session's end. A
-// frame MQTT cannot carry (empty: replayFrame) is queued as before.
-func (s *mqttSession) sendReplayed(ctx context.Context, it session.Item) error {
+// frame MQTT cannot carry (empty: replayFrame) is queued as before. A
+// subscription that ended while it waited (ended: an UNSUBSCRIBE) queues
+// nothing more [MQTT-3.10.4-2]: errEnded.
+func (s *mqttSession) sendReplayed(ctx context.Context, it session.Item, ended func() bool) error {
 	if !s.paced() || len(it.Frame) == 0 {
 		return s.cn.sess.SendWait(ctx, it)
 	}
@@ -134,6 +136,10 @@ func (s *mqttSession) sendReplayed(ctx context.Context, it session.Item) error {
 	if err := s.cn.sess.WaitRoom(ctx, 1); err != nil {
 		b.give(replayTally{1, size})
 		return err
+	}
+	if ended() {
+		b.give(replayTally{1, size})
+		return errEnded
 	}
 	if !s.cn.sess.Send(replayItem(it)) {
 		// A Reliable item is refused only by a session that is ending.

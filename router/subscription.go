@@ -569,9 +569,16 @@ var errEnded = errors.New("router: subscription ended")
 // window has no room for (mqtt_session_replay.go).
 func (s *subscription) sendReplayed(ctx context.Context, it session.Item) error {
 	if s.c.kind == transportMQTT {
-		return s.c.mqtt.sendReplayed(ctx, it)
+		return s.c.mqtt.sendReplayed(ctx, it, s.hasEnded)
 	}
 	return s.c.sess.SendWait(ctx, it)
+}
+
+// hasEnded reports whether the subscription ended (dropSub).
+func (s *subscription) hasEnded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended
 }
 
 // replayRoom is how many more records the catch-up may queue without
