@@ -13,13 +13,13 @@ import (
 	"github.com/switchyard/switchyard/mqtt"
 )
 
-// TestReviewReplayStopsAtUnsubscribe: a session resumes with 100 QoS 1
+// TestMQTTResumeReplayStopsAtUnsubscribe: a session resumes with 100 QoS 1
 // messages waiting (queue bound 8, window 1), gets m0 and acknowledges
 // nothing, then UNSUBSCRIBEs the filter. After its UNSUBACK the server
 // must stop adding messages of the filter [MQTT-3.10.4-2]: what it had
 // queued or held for the window then (the replay's budget, 8) may still
 // come, not the rest of the backlog.
-func TestReviewReplayStopsAtUnsubscribe(t *testing.T) {
+func TestMQTTResumeReplayStopsAtUnsubscribe(t *testing.T) {
 	const n, bound = 100, 8
 	g := newGateway(t, withResumeBounds(bound, 1, 0))
 	resumeWithBacklog(t, g, "rvu-1", "rvu/a", n)

@@ -12,12 +12,12 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
-// TestReviewLiveHeldDuringReplay: a session resumes with 100 messages
+// TestMQTTResumeLiveHeldDuringReplay: a session resumes with 100 messages
 // waiting on rvl/t (queue bound 8, window 1) and acknowledges nothing at
 // first; it subscribes to rvl/live and one QoS 1 message is published
 // there: the first live delivery, nothing else live held. Once the client
 // acknowledges, the backlog comes whole, and so does that one message.
-func TestReviewLiveHeldDuringReplay(t *testing.T) {
+func TestMQTTResumeLiveHeldDuringReplay(t *testing.T) {
 	const n = 100
 	g := newGateway(t, withResumeBounds(8, 1, 0))
 	pub := resumeWithBacklog(t, g, "rvl-1", "rvl/t", n)

@@ -14,7 +14,7 @@ import (
 	"github.com/switchyard/switchyard/router"
 )
 
-// TestReviewSwitchToLiveHeldBytes: a session (queue bound 64, window 1,
+// TestMQTTResumeSwitchToLiveHeldBytes: a session (queue bound 64, window 1,
 // held bytes 16 KiB) resumes with 8 messages of 2 KiB waiting and
 // acknowledges nothing at first, so its catch-up waits to go live; 28
 // messages published meanwhile are buffered. Once the client acknowledges
@@ -22,7 +22,7 @@ import (
 // deliveries: the replay's bytes must stay within the held bytes (the
 // budget's bound), and the first live message after the switch must not
 // be dropped for them; the client gets everything, in order.
-func TestReviewSwitchToLiveHeldBytes(t *testing.T) {
+func TestMQTTResumeSwitchToLiveHeldBytes(t *testing.T) {
 	const heldBytes = 16 << 10
 	g := newGateway(t, withResumeBounds(64, 1, heldBytes))
 	pad := strings.Repeat("x", 2<<10)
