@@ -89,11 +89,12 @@ func expectHeld(t *testing.T, s *mqttSession, drops float64, want ...string) {
 	}
 }
 
-// TestMQTTResumeHeldKeepsReplayed: at the held list's bound (4), a live
-// delivery drops the oldest live one held, never a replayed one; with only
-// replayed ones held the new live one is dropped; replayed ones are held
-// past the bound (the replay budget keeps them to it); each drop counted.
-// Writing them gives their count and bytes back to the budget.
+// TestMQTTResumeHeldKeepsReplayed: the held list's bounds (4) are the
+// live deliveries' alone: replayed ones are held past them (the replay
+// budget keeps them to the same bounds) and never dropped, a replay going
+// on never pushes a live one out, and past the bound the oldest live one
+// goes, counted. Writing replayed ones gives their count and bytes back to
+// the budget.
 func TestMQTTResumeHeldKeepsReplayed(t *testing.T) {
 	s := resumeHoldSession(t)
 	holdPayload(t, s, "l0", false)
@@ -101,37 +102,34 @@ func TestMQTTResumeHeldKeepsReplayed(t *testing.T) {
 	holdPayload(t, s, "l2", false)
 	holdPayload(t, s, "r3", true)
 	expectHeld(t, s, 0, "l0", "r1", "l2", "r3")
-	holdPayload(t, s, "r4", true) // the oldest live one goes
-	expectHeld(t, s, 1, "r1", "l2", "r3", "r4")
-	holdPayload(t, s, "l5", false) // the oldest live one, after a replayed one
-	expectHeld(t, s, 2, "r1", "r3", "r4", "l5")
-	holdPayload(t, s, "r6", true)
-	expectHeld(t, s, 3, "r1", "r3", "r4", "r6")
-	holdPayload(t, s, "l7", false) // only replayed ones: the new one goes
-	expectHeld(t, s, 4, "r1", "r3", "r4", "r6")
-	holdPayload(t, s, "r8", true) // past the bound: replayed ones stay
-	expectHeld(t, s, 4, "r1", "r3", "r4", "r6", "r8")
-	if s.trk.heldReplayed != 5 || s.heldN.Load() != 5 {
-		t.Fatalf("heldReplayed %d, heldN %d, want 5 and 5", s.trk.heldReplayed, s.heldN.Load())
+	holdPayload(t, s, "r4", true) // past the bound in all: nothing goes
+	expectHeld(t, s, 0, "l0", "r1", "l2", "r3", "r4")
+	holdPayload(t, s, "l5", false) // 3 live: nothing goes
+	holdPayload(t, s, "l6", false) // 4 live
+	expectHeld(t, s, 0, "l0", "r1", "l2", "r3", "r4", "l5", "l6")
+	holdPayload(t, s, "l7", false) // past the live bound: the oldest live one goes
+	expectHeld(t, s, 1, "r1", "l2", "r3", "r4", "l5", "l6", "l7")
+	if s.trk.heldReplayed != 3 || s.heldN.Load() != 7 {
+		t.Fatalf("heldReplayed %d, heldN %d, want 3 and 7", s.trk.heldReplayed, s.heldN.Load())
 	}
-	if n := counterValue(t, s.rt.mq.m.skipped.WithLabelValues("window_full")); n != 4 {
-		t.Fatalf(`skipped{why="window_full"} %v, want 4`, n)
+	if n := counterValue(t, s.rt.mq.m.skipped.WithLabelValues("window_full")); n != 1 {
+		t.Fatalf(`skipped{why="window_full"} %v, want 1`, n)
 	}
 
-	// The window opens for two: the first two are written and given back.
-	heldBytes := len(s.held[0].b) + len(s.held[1].b)
-	s.trk.replay.add(5, s.heldBytes)
+	// The window opens for two: r1 and l2 are written, r1 given back.
+	r1 := len(s.held[0].b)
+	s.trk.replay.add(3, s.trk.heldReplayedBytes)
 	s.window = 3
 	if out := s.releaseHeld(nil); len(out) == 0 {
 		t.Fatal("nothing released with room in the window")
 	}
-	expectHeld(t, s, 4, "r4", "r6", "r8")
-	if s.trk.written != (replayTally{2, heldBytes}) {
-		t.Fatalf("written %+v, want {2 %d}", s.trk.written, heldBytes)
+	expectHeld(t, s, 1, "r3", "r4", "l5", "l6", "l7")
+	if s.trk.written != (replayTally{1, r1}) {
+		t.Fatalf("written %+v, want {1 %d}", s.trk.written, r1)
 	}
 	s.writeDone()
-	if s.trk.replay.n != 3 || s.trk.replay.bytes != s.heldBytes || s.trk.heldReplayed != 3 {
-		t.Fatalf("budget %d deliveries, %d bytes; held %d replayed, %d bytes", s.trk.replay.n, s.trk.replay.bytes, s.trk.heldReplayed, s.heldBytes)
+	if s.trk.replay.n != 2 || s.trk.replay.bytes != s.trk.heldReplayedBytes || s.trk.heldReplayed != 2 {
+		t.Fatalf("budget %d deliveries, %d bytes; held %d replayed, %d bytes", s.trk.replay.n, s.trk.replay.bytes, s.trk.heldReplayed, s.trk.heldReplayedBytes)
 	}
 }
 
@@ -141,8 +139,8 @@ func TestMQTTResumeHeldKeepsReplayed(t *testing.T) {
 func TestMQTTResumeBudgetWaits(t *testing.T) {
 	s := resumeHoldSession(t)
 	s.trk.replay.add(4, 400) // the bound: 4 deliveries
-	if r := s.replayRoom(); r != 0 {
-		t.Fatalf("replayRoom %d with the budget spent", r)
+	if s.takeLast(nil, 1) {
+		t.Fatal("takeLast found room with the budget spent")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -158,8 +156,8 @@ func TestMQTTResumeBudgetWaits(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("waitReplayRoom: %v", err)
 	}
-	if r := s.replayRoom(); r != 2 {
-		t.Fatalf("replayRoom %d, want 2", r)
+	if !s.takeLast(nil, 2) || s.takeLast(nil, 3) {
+		t.Fatal("takeLast: want room for 2 deliveries and not 3")
 	}
 
 	s.trk.replay.add(2, 200)

@@ -13,8 +13,9 @@ package router
 // So a replayed delivery is queued as a Reliable item (the queue never
 // drops it, and it leaves the bound to live deliveries) with its prefix
 // line marked (framePrefix), and the writer never drops it from the held
-// list: a live delivery goes instead, the oldest held, or the new one when
-// only replayed ones are held, counted as before. The replay paces itself
+// list, where the bounds are the live deliveries' alone (a replay going on
+// never pushes a live one out; the oldest live one goes past them, counted
+// as before). The replay paces itself
 // by the session's replay budget: the replayed deliveries queued or held
 // and not written yet are at most the queue's bound, and their bytes at
 // most MaxHeldBytes (one delivery always goes). Every subscription of the
@@ -112,8 +113,10 @@ func replayItem(it session.Item) session.Item {
 
 // sendReplayed queues one replayed delivery once the budget has room for
 // it, and the queue (as SendWait), waiting for ctx or the session's end. A
-// frame MQTT cannot carry (empty: replayFrame) is queued as before.
-func (s *mqttSession) sendReplayed(ctx context.Context, it session.Item) error {
+// frame MQTT cannot carry (empty: replayFrame) is queued as before. A
+// subscription that ended while it waited (ended: an UNSUBSCRIBE) queues
+// nothing more [MQTT-3.10.4-2]: errEnded.
+func (s *mqttSession) sendReplayed(ctx context.Context, it session.Item, ended func() bool) error {
 	if !s.paced() || len(it.Frame) == 0 {
 		return s.cn.sess.SendWait(ctx, it)
 	}
@@ -135,6 +138,10 @@ func (s *mqttSession) sendReplayed(ctx context.Context, it session.Item) error {
 		b.give(replayTally{1, size})
 		return err
 	}
+	if ended() {
+		b.give(replayTally{1, size})
+		return errEnded
+	}
 	if !s.cn.sess.Send(replayItem(it)) {
 		// A Reliable item is refused only by a session that is ending.
 		b.give(replayTally{1, size})
@@ -143,11 +150,39 @@ func (s *mqttSession) sendReplayed(ctx context.Context, it session.Item) error {
 	return nil
 }
 
-// sendReplayedNow queues replayed deliveries without waiting (the last
-// ones of a catch-up, sent with its lock held once replayRoom said there
-// is room for them): the budget takes them past its bounds if another
-// catch-up took the room meanwhile. It reports how many were queued.
-func (s *mqttSession) sendReplayedNow(its []session.Item) int {
+// takeLast takes from the budget, in one step, the last buffered
+// deliveries of a catch-up going live (drainPending, with the
+// subscription's lock held), when they leave room to spare: headroom
+// deliveries (capped at the bound) and half the bytes bound, as
+// waitReplayRoom waits for. It reports false, taking nothing, when they do
+// not; the catch-up then queues them paced (sendReplayed). Taking them in
+// one step keeps several catch-ups going live at once within the bounds.
+func (s *mqttSession) takeLast(its []session.Item, headroom int) bool {
+	if !s.paced() {
+		return true
+	}
+	n, size := 0, 0
+	for _, it := range its {
+		if len(it.Frame) > 0 {
+			n++
+			size += len(it.Frame)
+		}
+	}
+	b := &s.trk.replay
+	maxN, maxBytes := s.replayBounds()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.n+n+min(headroom, maxN) > maxN || b.bytes+size > maxBytes/2 {
+		return false
+	}
+	b.n += n
+	b.bytes += size
+	return true
+}
+
+// sendTaken queues the deliveries takeLast took, without waiting, and
+// reports how many were queued.
+func (s *mqttSession) sendTaken(its []session.Item) int {
 	queued := 0
 	for _, it := range its {
 		if !s.paced() || len(it.Frame) == 0 {
@@ -156,7 +191,6 @@ func (s *mqttSession) sendReplayedNow(its []session.Item) int {
 			}
 			continue
 		}
-		s.trk.replay.add(1, len(it.Frame))
 		if !s.cn.sess.Send(replayItem(it)) {
 			s.trk.replay.give(replayTally{1, len(it.Frame)})
 			continue
@@ -166,25 +200,9 @@ func (s *mqttSession) sendReplayedNow(its []session.Item) int {
 	return queued
 }
 
-// replayRoom is how many more replayed deliveries the budget takes with
-// half its bytes left free (0 past that): a catch-up goes live only with
-// room to spare, as it does for the queue (drainPending).
-func (s *mqttSession) replayRoom() int {
-	if !s.paced() {
-		return s.rt.opts.Session.QueueMessages
-	}
-	b := &s.trk.replay
-	maxN, maxBytes := s.replayBounds()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.bytes > maxBytes/2 {
-		return 0
-	}
-	return max(0, maxN-b.n)
-}
-
-// waitReplayRoom waits until replayRoom is at least n (capped at the
-// queue's bound), for ctx or the session's end.
+// waitReplayRoom waits until the budget has room for n more deliveries
+// (capped at the bound) with half its bytes free, for ctx or the session's
+// end.
 func (s *mqttSession) waitReplayRoom(ctx context.Context, n int) error {
 	if !s.paced() {
 		return nil

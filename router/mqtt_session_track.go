@@ -61,12 +61,14 @@ type mqttTrack struct {
 	cur         trackPos
 	curReplayed bool
 	// replay paces the catch-up's deliveries (mqtt_session_replay.go);
-	// under its own lock. heldReplayed counts the replayed deliveries
-	// held for the window, and written those the writer wrote in its
-	// current batch, to give back to replay; both the writer's.
-	replay       replayBudget
-	heldReplayed int
-	written      replayTally
+	// under its own lock. heldReplayed and heldReplayedBytes count the
+	// replayed deliveries held for the window, and written those the
+	// writer wrote in its current batch, to give back to replay; all the
+	// writer's.
+	replay            replayBudget
+	heldReplayed      int
+	heldReplayedBytes int
+	written           replayTally
 	// made is the creation time of the topics of next and sent, those
 	// known; dels counts the topic deletions seen (mqtt_session_made.go).
 	made map[string]time.Time

@@ -160,38 +160,32 @@ const dupFlag = 1 << 3
 // Their bytes are bounded too (MQTTOptions.MaxHeldBytes): they are copies,
 // the session's own, where the queue's frames are shared between sessions.
 //
-// A replayed delivery (replayed) is never dropped: the oldest live one
-// held goes instead, or the new one when it is live and only replayed
-// ones are held; the replay keeps within the bounds itself
-// (mqtt_session_replay.go).
+// A replayed delivery (replayed) is never dropped, and the bounds are
+// the live deliveries' alone: the replay keeps its own within the same
+// bounds (mqtt_session_replay.go), so the held deliveries are at most
+// twice the bounds, and a replay going on never pushes a live delivery
+// out.
 func (s *mqttSession) hold(pkt []byte, idAt int, pos trackPos, replayed bool) {
 	maxN, maxBytes := s.rt.opts.Session.QueueMessages, s.rt.mq.opts.MaxHeldBytes
-	full := func() bool {
-		return len(s.held) > 0 && (len(s.held) >= maxN || s.heldBytes+len(pkt) > maxBytes)
-	}
-	for i := 0; full() && s.heldLive() > 0; {
-		for s.held[i].replayed {
-			i++
+	if !replayed {
+		for i := 0; s.heldLive() > 0 && (s.heldLive() >= maxN || s.heldLiveBytes()+len(pkt) > maxBytes); {
+			for s.held[i].replayed {
+				i++
+			}
+			s.dropHeldAt(i)
 		}
-		s.dropHeldAt(i)
 	}
-	keep := replayed || !full()
-	if keep {
-		s.held = append(s.held, heldPacket{b: bytes.Clone(pkt), idAt: idAt, pos: pos, replayed: replayed})
-		s.heldBytes += len(pkt)
-		if replayed {
-			s.trk.heldReplayed++
-		}
-	} else {
-		s.countHeldDrop()
+	s.held = append(s.held, heldPacket{b: bytes.Clone(pkt), idAt: idAt, pos: pos, replayed: replayed})
+	s.heldBytes += len(pkt)
+	if replayed {
+		s.trk.heldReplayed++
+		s.trk.heldReplayedBytes += len(pkt)
 	}
 	s.heldN.Store(int32(len(s.held)))
 	s.imu.Lock()
 	h := s.holdsLocked()
-	if keep {
-		h.seq++
-		s.held[len(s.held)-1].order = h.seq
-	}
+	h.seq++
+	s.held[len(s.held)-1].order = h.seq
 	h.plainFirst = s.held[0].order
 	// A PUBACK read since takeID found the window full, while nothing was
 	// held yet (heldN 0), freed a slot and woke no one (acked): the writer
@@ -213,6 +207,14 @@ func (s *mqttSession) heldLive() int {
 		return len(s.held)
 	}
 	return len(s.held) - s.trk.heldReplayed
+}
+
+// heldLiveBytes returns the bytes of the live held deliveries.
+func (s *mqttSession) heldLiveBytes() int {
+	if s.trk == nil {
+		return s.heldBytes
+	}
+	return s.heldBytes - s.trk.heldReplayedBytes
 }
 
 // dropHeldAt drops the held delivery at i, a live one, counted.
@@ -250,6 +252,7 @@ func (s *mqttSession) releaseHeld(out []byte) []byte {
 		s.heldBytes -= len(h.b)
 		if h.replayed {
 			s.trk.heldReplayed--
+			s.trk.heldReplayedBytes -= len(h.b)
 			s.wroteReplayed(len(h.b))
 		}
 		s.held[n] = heldPacket{}

@@ -533,8 +533,7 @@ func (s *subscription) drainPending(ctx context.Context, next map[partKey]int64,
 				batch = append(batch, rec)
 			}
 		}
-		if len(batch)+headroom <= s.replayRoom() {
-			s.sendLast(batch)
+		if s.goLive(batch, headroom) {
 			s.pending = nil
 			s.catchingUp = false
 			s.floors.Store(newFloorSet(next))
@@ -569,19 +568,16 @@ var errEnded = errors.New("router: subscription ended")
 // window has no room for (mqtt_session_replay.go).
 func (s *subscription) sendReplayed(ctx context.Context, it session.Item) error {
 	if s.c.kind == transportMQTT {
-		return s.c.mqtt.sendReplayed(ctx, it)
+		return s.c.mqtt.sendReplayed(ctx, it, s.hasEnded)
 	}
 	return s.c.sess.SendWait(ctx, it)
 }
 
-// replayRoom is how many more records the catch-up may queue without
-// waiting: the queue's room and, for an MQTT session, its replay's.
-func (s *subscription) replayRoom() int {
-	room := s.c.sess.Room()
-	if s.c.kind == transportMQTT {
-		room = min(room, s.c.mqtt.replayRoom())
-	}
-	return room
+// hasEnded reports whether the subscription ended (dropSub).
+func (s *subscription) hasEnded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended
 }
 
 // waitReplayRoom waits until the queue has room for n more records and,
@@ -596,21 +592,30 @@ func (s *subscription) waitReplayRoom(ctx context.Context, n int) error {
 	return nil
 }
 
-// sendLast queues the catch-up's last buffered records, with s.mu held,
-// once replayRoom had room for them: an MQTT session's as replayed
-// deliveries (mqtt_session_replay.go), which its writer does not drop.
-func (s *subscription) sendLast(batch []*engine.Record) {
+// goLive queues the catch-up's last buffered records, with s.mu held,
+// when they leave the queue headroom records to spare and, for an MQTT
+// session, its replay budget too (takeLast): an MQTT session's as
+// replayed deliveries (mqtt_session_replay.go), which its writer does not
+// drop. It reports false, queuing nothing, when they do not.
+func (s *subscription) goLive(batch []*engine.Record, headroom int) bool {
+	if len(batch)+headroom > s.c.sess.Room() {
+		return false
+	}
 	if s.c.kind != transportMQTT {
 		for _, rec := range batch {
 			s.send(rec, s.encode(rec))
 		}
-		return
+		return true
 	}
 	its := make([]session.Item, len(batch))
 	for i, rec := range batch {
 		its[i] = s.item(rec, s.encode(rec))
 	}
-	s.c.rt.countPlainDeliveries(s.c.mqtt.sendReplayedNow(its))
+	if !s.c.mqtt.takeLast(its, headroom) {
+		return false
+	}
+	s.c.rt.countPlainDeliveries(s.c.mqtt.sendTaken(its))
+	return true
 }
 
 // replayPart sends one partition's records from p.from to the log's end and
