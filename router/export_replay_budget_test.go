@@ -3,9 +3,9 @@ package router
 // Views of the paced replay of persistent MQTT sessions
 // (mqtt_session_replay.go) for the tests of package router_test.
 
-// ReviewReplayWaiting reports whether a catch-up of one of rt's
+// ReplayBudgetWaiting reports whether a catch-up of one of rt's
 // persistent MQTT sessions waits on its session's replay budget.
-func ReviewReplayWaiting(rt *Router) bool {
+func ReplayBudgetWaiting(rt *Router) bool {
 	for _, c := range rt.connList() {
 		s := c.mqtt
 		if s == nil || s.trk == nil {
@@ -21,17 +21,12 @@ func ReviewReplayWaiting(rt *Router) bool {
 	return false
 }
 
-// ReviewPending returns how many live records the catch-ups of rt's
+// CatchUpPending returns how many live records the catch-ups of rt's
 // sessions buffered.
-func ReviewPending(rt *Router) int {
+func CatchUpPending(rt *Router) int {
 	n := 0
 	for _, c := range rt.connList() {
-		c.mu.Lock()
-		subs := make([]*subscription, 0, len(c.byID))
-		for _, s := range c.byID {
-			subs = append(subs, s)
-		}
-		c.mu.Unlock()
+		subs := connSubs(c)
 		for _, s := range subs {
 			s.mu.Lock()
 			n += len(s.pending)
@@ -41,9 +36,9 @@ func ReviewPending(rt *Router) int {
 	return n
 }
 
-// ReviewReplayBudget returns the replayed deliveries and bytes the
+// ReplayBudgetOut returns the replayed deliveries and bytes the
 // replay budgets of rt's persistent MQTT sessions have out.
-func ReviewReplayBudget(rt *Router) (n, bytes int) {
+func ReplayBudgetOut(rt *Router) (n, bytes int) {
 	for _, c := range rt.connList() {
 		s := c.mqtt
 		if s == nil || s.trk == nil {

@@ -19,13 +19,7 @@ func SessionQueues(rt *Router) (controlBytes, closing int) {
 func UnsentGroupDeliveries(rt *Router) int {
 	n := 0
 	for _, c := range rt.connList() {
-		c.mu.Lock()
-		subs := make([]*subscription, 0, len(c.byID))
-		for _, s := range c.byID {
-			subs = append(subs, s)
-		}
-		c.mu.Unlock()
-		for _, s := range subs {
+		for _, s := range connSubs(c) {
 			n += len(s.unsentPositions())
 		}
 	}
@@ -35,3 +29,14 @@ func UnsentGroupDeliveries(rt *Router) int {
 // WaitRechecks waits for the re-checks of open sessions that reloads
 // started (recheck.go).
 func (rt *Router) WaitRechecks() { rt.rechecks.Wait() }
+
+// connSubs returns the subscriptions c holds.
+func connSubs(c *conn) []*subscription {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	subs := make([]*subscription, 0, len(c.byID))
+	for _, s := range c.byID {
+		subs = append(subs, s)
+	}
+	return subs
+}

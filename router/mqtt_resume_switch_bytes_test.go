@@ -48,13 +48,13 @@ func TestMQTTResumeSwitchToLiveHeldBytes(t *testing.T) {
 	// held bytes), and the catch-up waits to go live.
 	plain := map[string]string{"kind": "plain"}
 	waitUntil(t, "the catch-up waits to go live", func() bool {
-		return metricValue(t, g.reg, "switchyard_deliveries_total", plain) >= 8 && router.ReviewReplayWaiting(g.rt)
+		return metricValue(t, g.reg, "switchyard_deliveries_total", plain) >= 8 && router.ReplayBudgetWaiting(g.rt)
 	})
 	for i := range 28 {
 		want = append(want, "live"+strconv.Itoa(i))
 		pub.publish(t, "rvs/t", 1, "live"+strconv.Itoa(i)+pad)
 	}
-	waitUntil(t, "the 28 are buffered", func() bool { return router.ReviewPending(g.rt) == 28 })
+	waitUntil(t, "the 28 are buffered", func() bool { return router.CatchUpPending(g.rt) == 28 })
 
 	// Acknowledge until the catch-up went live.
 	pk := first
@@ -71,7 +71,7 @@ func TestMQTTResumeSwitchToLiveHeldBytes(t *testing.T) {
 		next()
 		pk = r.expect(t, packets.Publish)
 	}
-	if n, b := router.ReviewReplayBudget(g.rt); b > heldBytes {
+	if n, b := router.ReplayBudgetOut(g.rt); b > heldBytes {
 		t.Errorf("live with %d replayed deliveries, %d bytes, queued or held: past the held bytes (%d)", n, b, heldBytes)
 	}
 	want = append(want, "after")
