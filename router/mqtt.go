@@ -69,7 +69,9 @@ type MQTTOptions struct {
 	// session holds while its in-flight window is full (copies of their
 	// packets, the session's own; their count is bounded by the queue's
 	// bound): past it the oldest is dropped, counted. One delivery is
-	// always held. Default DefaultMQTTMaxHeldBytes.
+	// always held. A persistent session's resume replay keeps its own
+	// deliveries within the same bounds, paced by the client, and never
+	// drops them (mqtt_session_replay.go). Default DefaultMQTTMaxHeldBytes.
 	MaxHeldBytes int
 	// MaxRetained bounds the retained messages of the whole store (every
 	// node's, on JetStream): a retained PUBLISH for a topic without one
