@@ -34,13 +34,13 @@ func reviewDisconnect(t *testing.T, r *rawMQTT, rc byte, p packets.Properties) {
 	r.write(t, b.Bytes())
 }
 
-// TestReviewResumeWithoutExpiry: an MQTT 5 CONNECT with clean start 0 and
+// TestMQTTResumeWithoutExpiry: an MQTT 5 CONNECT with clean start 0 and
 // no session expiry resumes the stored session (Session Present 1) for the
 // life of its connection; its stored QoS 1 subscription delivers. Such a
 // session keeps no positions (mqttSession.trk is nil), yet its restored
 // QoS 1 subscription is started with a replay that reads them
 // (startResumed → resumeFrom → topicDels): the gateway panics.
-func TestReviewResumeWithoutExpiry(t *testing.T) {
+func TestMQTTResumeWithoutExpiry(t *testing.T) {
 	g := newGateway(t, withMQTT)
 	a := dialRaw(t, g, "tcp", 5)
 	reviewConnect(t, a, "review-rne", true, 60)
