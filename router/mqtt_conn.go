@@ -427,7 +427,9 @@ func (rt *Router) admitMQTT(nc net.Conn, c echo.Context, pk *packets.Packet, rel
 	if rc := rt.openSession(s, pk, will); rc != rcSuccess { // mqtt_session.go
 		return refuse(rc)
 	}
-	if s.persist {
+	if s.persist || s.resume != nil {
+		// A resumed session replays its stored subscriptions from their
+		// positions (startResumed), kept or not at its end.
 		s.trk = &mqttTrack{next: map[trackKey]int64{}, sent: map[uint16]trackPos{}}
 	}
 	s.will.Store(will)
