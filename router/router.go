@@ -160,7 +160,11 @@
 // is let go), the JWKS source's fetchMu (router/internal/auth; held
 // across a key fetch, nothing else taken under it), and deltaSub.mu and
 // deltaBases.mu (delta.go; deltaSub.mu is let go before a Send, and taken
-// under subscription.mu when a topic is deleted).
+// under subscription.mu when a topic is deleted), and replayBudget.mu
+// (mqtt_session_replay.go; a persistent MQTT session's replay budget:
+// taken under subscription.mu when a catch-up goes live, by the writer
+// when it gives back what it wrote; a catch-up waits for room holding no
+// lock).
 package router
 
 import (

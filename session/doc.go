@@ -93,9 +93,12 @@
 // # One-way sessions
 //
 // NewOneWay runs the same queue and writer over a Transport instead of a
-// WebSocket (the gateway's Server-Sent Events): no inbound frames, the
-// keepalive is whatever the transport writes, and Run returns once the
-// transport is closed.
+// WebSocket (the gateway's Server-Sent Events; NewOneWayConn takes the
+// transport as one TransportConn value, as the gateway's MQTT sessions
+// do): no inbound frames, the keepalive is whatever the transport writes,
+// and Run returns once the transport is closed, which the writer does
+// before it marks its own end (a one-way session's end waits for that
+// step, with nothing made beside the session).
 //
 // # Concurrency
 //
