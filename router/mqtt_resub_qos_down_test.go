@@ -10,6 +10,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/jsengine/natstest"
 	"github.com/switchyard/switchyard/router"
 )
@@ -37,19 +38,7 @@ func TestMQTTResubQoSDownInFlightResentJetStream(t *testing.T) {
 func resubQoSDownInFlight(t *testing.T, g *gateway, v byte, prefix string) {
 	id, topic := fmt.Sprintf("%s-%d", prefix, v), fmt.Sprintf("%s/%d/t", prefix, v)
 	pub, _ := dialSession(t, g, 5, "tcp", id+"-pub", true, 0)
-	connect := func() (*rawMQTT, bool) {
-		t.Helper()
-		r := dialRaw(t, g, "tcp", v)
-		pk := connectPacket(id, 30)
-		pk.Connect.Clean = false
-		pk.Properties.SessionExpiryInterval, pk.Properties.SessionExpiryIntervalFlag = 600, v == 5
-		r.send(t, pk)
-		ack := r.expect(t, packets.Connack)
-		if ack.ReasonCode != 0 {
-			t.Fatalf("CONNACK %#x", ack.ReasonCode)
-		}
-		return r, ack.SessionPresent
-	}
+	connect := func() (*rawMQTT, bool) { return connectRawPersistent(t, g, v, id) }
 	r, _ := connect()
 	r.subscribeQoS1(t, topic)
 	pub.publish(t, topic, 1, "m1")
@@ -57,12 +46,7 @@ func resubQoSDownInFlight(t *testing.T, g *gateway, v byte, prefix string) {
 	if string(p1.Payload) != "m1" || p1.FixedHeader.Qos != 1 || p1.FixedHeader.Dup {
 		t.Fatalf("PUBLISH %q QoS %d dup %v, want m1 at QoS 1", p1.Payload, p1.FixedHeader.Qos, p1.FixedHeader.Dup)
 	}
-	// Not acknowledged; the filter goes to QoS 0.
-	r.send(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 2,
-		Filters: packets.Subscriptions{{Filter: topic, Qos: 0}}})
-	if ack := r.expect(t, packets.Suback); len(ack.ReasonCodes) != 1 || ack.ReasonCodes[0] != 0 {
-		t.Fatalf("SUBACK %v, want QoS 0", ack.ReasonCodes)
-	}
+	r.subscribeQoS0(t, topic) // m1 not acknowledged
 	pub.publish(t, topic, 1, "m2")
 	if p := r.expect(t, packets.Publish); string(p.Payload) != "m2" || p.FixedHeader.Qos != 0 {
 		t.Fatalf("PUBLISH %q QoS %d, want m2 at QoS 0", p.Payload, p.FixedHeader.Qos)
@@ -117,5 +101,65 @@ func resubQoSDownInFlight(t *testing.T, g *gateway, v byte, prefix string) {
 	if p := r.expect(t, packets.Publish); string(p.Payload) != "m3" || p.FixedHeader.Qos != 0 {
 		t.Fatalf("PUBLISH %q QoS %d dup %v, want m3 at QoS 0 (m1 acknowledged, m2 delivered at QoS 0)",
 			p.Payload, p.FixedHeader.Qos, p.FixedHeader.Dup)
+	}
+}
+
+// connectRawPersistent connects a raw client of protocol level v with
+// client id id, clean start 0 and (MQTT 5) a session expiry of 600 s, and
+// returns it with the CONNACK's Session Present.
+func connectRawPersistent(t *testing.T, g *gateway, v byte, id string) (*rawMQTT, bool) {
+	t.Helper()
+	r := dialRaw(t, g, "tcp", v)
+	pk := connectPacket(id, 30)
+	pk.Connect.Clean = false
+	pk.Properties.SessionExpiryInterval, pk.Properties.SessionExpiryIntervalFlag = 600, v == 5
+	r.send(t, pk)
+	ack := r.expect(t, packets.Connack)
+	if ack.ReasonCode != 0 {
+		t.Fatalf("CONNACK %#x", ack.ReasonCode)
+	}
+	return r, ack.SessionPresent
+}
+
+// subscribeQoS0 subscribes filter again at QoS 0 (packet id 2).
+func (r *rawMQTT) subscribeQoS0(t *testing.T, filter string) {
+	t.Helper()
+	r.send(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 2,
+		Filters: packets.Subscriptions{{Filter: filter, Qos: 0}}})
+	if ack := r.expect(t, packets.Suback); len(ack.ReasonCodes) != 1 || ack.ReasonCodes[0] != 0 {
+		t.Fatalf("SUBACK %v, want QoS 0", ack.ReasonCodes)
+	}
+}
+
+// TestMQTTResubQoSDownInFlightTrimmed: the delivery in flight of a filter
+// gone to QoS 0 that retention trimmed before the resume is counted in
+// switchyard_mqtt_session_gaps_total and not sent.
+func TestMQTTResubQoSDownInFlightTrimmed(t *testing.T) {
+	g := newGateway(t, withMQTT, func(c *gwConfig) {
+		c.engine.Defaults = engine.TopicConfig{Partitions: 1, MaxMessages: 1, OnFull: engine.DropOldest}
+	})
+	const id, topic = "rqdt-1", "rqdt/t"
+	pub, _ := dialSession(t, g, 5, "tcp", id+"-pub", true, 0)
+	r, _ := connectRawPersistent(t, g, 5, id)
+	r.subscribeQoS1(t, topic)
+	pub.publish(t, topic, 1, "m1")
+	if p := r.expect(t, packets.Publish); string(p.Payload) != "m1" {
+		t.Fatalf("PUBLISH %q, want m1", p.Payload)
+	}
+	r.subscribeQoS0(t, topic)      // m1 not acknowledged
+	pub.publish(t, topic, 1, "m2") // trims m1
+	if p := r.expect(t, packets.Publish); string(p.Payload) != "m2" || p.FixedHeader.Qos != 0 {
+		t.Fatalf("PUBLISH %q QoS %d, want m2 at QoS 0", p.Payload, p.FixedHeader.Qos)
+	}
+	_ = r.nc.Close()
+	waitSaved(t, g, id)
+	r, present := connectRawPersistent(t, g, 5, id)
+	if !present {
+		t.Fatal("Session Present 0 on the reconnect")
+	}
+	waitMetric(t, g, "switchyard_mqtt_session_gaps_total", nil, 1)
+	pub.publish(t, topic, 1, "live")
+	if p := r.expect(t, packets.Publish); string(p.Payload) != "live" {
+		t.Fatalf("PUBLISH %q, want live (m1 trimmed, m2 delivered at QoS 0)", p.Payload)
 	}
 }
