@@ -25,7 +25,10 @@ package router
 // MQTT packets (replayFrame, through subscription.encode), DUP set on the
 // records that were in flight, and a partition trimmed past its position
 // is counted in switchyard_mqtt_session_gaps_total (sessionGap, through
-// subscription.replayGap), since MQTT has no gap packet.
+// subscription.replayGap), since MQTT has no gap packet. A filter
+// restored at QoS 0 goes live, but the deliveries its record lists in
+// flight (subscribed again at QoS 0 while they were not acknowledged) are
+// sent again at QoS 1 with DUP, paced as a replay (resendInFlight).
 //
 // Concurrency: mqttTrack is guarded by mqttSession.imu (a leaf, taken by
 // the writer per QoS 1 or 2 packet, the reader per acknowledgement and
