@@ -1,0 +1,59 @@
+package router_test
+
+// Resend of the deliveries in flight of a filter restored at QoS 0.
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// TestReviewResendTooLargeNotAgain: the resent delivery the writer skips
+// as too large for the client's Maximum Packet Size is, as MQTT asks
+// [MQTT-3.1.2-25], as if sent: a later resume (with a larger Maximum
+// Packet Size) must not send it again.
+func TestReviewResendTooLargeNotAgain(t *testing.T) {
+	g := newGateway(t, withMQTT)
+	const id, topic = "rvq-big", "rvq/big/t"
+	pub, _ := dialSession(t, g, 5, "tcp", id+"-pub", true, 0)
+	r, _ := connectRawPersistent(t, g, 5, id)
+	r.subscribeQoS1(t, topic)
+	big := strings.Repeat("x", 400)
+	pub.publish(t, topic, 1, big)
+	if p := r.expect(t, packets.Publish); string(p.Payload) != big || p.FixedHeader.Qos != 1 {
+		t.Fatalf("PUBLISH %d bytes QoS %d, want the big one at QoS 1", len(p.Payload), p.FixedHeader.Qos)
+	}
+	r.subscribeQoS0(t, topic) // not acknowledged
+	_ = r.nc.Close()
+	waitSaved(t, g, id)
+
+	// Resume with a Maximum Packet Size the resent PUBLISH is past.
+	r = dialRaw(t, g, "tcp", 5)
+	pk := connectPacket(id, 30)
+	pk.Connect.Clean = false
+	pk.Properties.SessionExpiryInterval, pk.Properties.SessionExpiryIntervalFlag = 600, true
+	pk.Properties.MaximumPacketSize = 200
+	r.send(t, pk)
+	if ack := r.expect(t, packets.Connack); ack.ReasonCode != 0 || !ack.SessionPresent {
+		t.Fatalf("CONNACK %#x present %v", ack.ReasonCode, ack.SessionPresent)
+	}
+	waitMetric(t, g, "switchyard_mqtt_skipped_total", map[string]string{"why": "too_large"}, 1)
+	_ = r.nc.Close()
+	waitSaved(t, g, id)
+
+	r, present := connectRawPersistent(t, g, 5, id)
+	if !present {
+		t.Fatal("Session Present 0")
+	}
+	pub.publish(t, topic, 1, "live")
+	for range 3 {
+		p := r.expect(t, packets.Publish)
+		if string(p.Payload) == "live" {
+			r.noPublishYet(t)
+			return
+		}
+		t.Fatalf("second resume sent again the delivery skipped as too large (%d bytes, QoS %d, DUP %v): "+
+			"it is kept in flight for ever", len(p.Payload), p.FixedHeader.Qos, p.FixedHeader.Dup)
+	}
+}
