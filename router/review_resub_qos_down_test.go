@@ -57,3 +57,40 @@ func TestReviewResendTooLargeNotAgain(t *testing.T) {
 			"it is kept in flight for ever", len(p.Payload), p.FixedHeader.Qos, p.FixedHeader.Dup)
 	}
 }
+
+// TestReviewResendOrder: two deliveries in flight of a wildcard filter
+// gone to QoS 0, sent "first" on rvq/o/b then "second" on rvq/o/a, are
+// sent again by a resume in the order they were first sent
+// [MQTT-4.6.0-1]. QoS1 is the same for a filter still at QoS 1 (control).
+func TestReviewResendOrder(t *testing.T) {
+	for _, down := range []bool{true, false} {
+		t.Run(map[bool]string{true: "QoS0", false: "QoS1"}[down], func(t *testing.T) {
+			g := newGateway(t, withMQTT)
+			id, filter := "rvq-ord", "rvq/o/#"
+			pub, _ := dialSession(t, g, 5, "tcp", id+"-pub", true, 0)
+			r, _ := connectRawPersistent(t, g, 5, id)
+			r.subscribeQoS1(t, filter)
+			for _, m := range [][2]string{{"rvq/o/b", "first"}, {"rvq/o/a", "second"}} {
+				pub.publish(t, m[0], 1, m[1])
+				if p := r.expect(t, packets.Publish); string(p.Payload) != m[1] {
+					t.Fatalf("PUBLISH %q, want %q", p.Payload, m[1])
+				}
+			}
+			if down {
+				r.subscribeQoS0(t, filter) // neither acknowledged
+			} else {
+				r.noPublishYet(t)
+			}
+			_ = r.nc.Close()
+			waitSaved(t, g, id)
+			r, _ = connectRawPersistent(t, g, 5, id)
+			var got []string
+			for range 2 {
+				got = append(got, string(r.expect(t, packets.Publish).Payload))
+			}
+			if got[0] != "first" || got[1] != "second" {
+				t.Fatalf("resume sent the deliveries in flight as %q, want [first second], the order they were sent in", got)
+			}
+		})
+	}
+}
