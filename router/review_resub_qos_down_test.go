@@ -13,7 +13,14 @@ import (
 // as too large for the client's Maximum Packet Size is, as MQTT asks
 // [MQTT-3.1.2-25], as if sent: a later resume (with a larger Maximum
 // Packet Size) must not send it again.
+// QoS1 is the same for a filter still at QoS 1 (control).
 func TestReviewResendTooLargeNotAgain(t *testing.T) {
+	for _, down := range []bool{true, false} {
+		t.Run(map[bool]string{true: "QoS0", false: "QoS1"}[down], func(t *testing.T) { resendTooLarge(t, down) })
+	}
+}
+
+func resendTooLarge(t *testing.T, down bool) {
 	g := newGateway(t, withMQTT)
 	const id, topic = "rvq-big", "rvq/big/t"
 	pub, _ := dialSession(t, g, 5, "tcp", id+"-pub", true, 0)
@@ -24,7 +31,11 @@ func TestReviewResendTooLargeNotAgain(t *testing.T) {
 	if p := r.expect(t, packets.Publish); string(p.Payload) != big || p.FixedHeader.Qos != 1 {
 		t.Fatalf("PUBLISH %d bytes QoS %d, want the big one at QoS 1", len(p.Payload), p.FixedHeader.Qos)
 	}
-	r.subscribeQoS0(t, topic) // not acknowledged
+	if down {
+		r.subscribeQoS0(t, topic) // not acknowledged
+	} else {
+		r.noPublishYet(t)
+	}
 	_ = r.nc.Close()
 	waitSaved(t, g, id)
 
