@@ -105,3 +105,87 @@ func TestReviewResendOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestReviewResendThenQoS1NoReplayOfQoS0: a resume resends "m1" (in
+// flight of a filter gone to QoS 0) and the client does not acknowledge
+// it; "m2" is delivered at QoS 0, then the filter is subscribed again at
+// QoS 1. A later resume sends "m1" again, but not "m2", which was
+// delivered at QoS 0 (forgetPositions: what a filter delivered at QoS 0
+// is not replayed by a later resume).
+func TestReviewResendThenQoS1NoReplayOfQoS0(t *testing.T) {
+	g := newGateway(t, withMQTT)
+	const id, topic = "rvq-up", "rvq/up/t"
+	pub, _ := dialSession(t, g, 5, "tcp", id+"-pub", true, 0)
+	r, _ := connectRawPersistent(t, g, 5, id)
+	r.subscribeQoS1(t, topic)
+	pub.publish(t, topic, 1, "m1")
+	r.expect(t, packets.Publish)
+	r.subscribeQoS0(t, topic)
+	_ = r.nc.Close()
+	waitSaved(t, g, id)
+
+	r, _ = connectRawPersistent(t, g, 5, id)
+	if p := r.expect(t, packets.Publish); string(p.Payload) != "m1" || !p.FixedHeader.Dup {
+		t.Fatalf("PUBLISH %q dup %v, want m1 again", p.Payload, p.FixedHeader.Dup)
+	}
+	pub.publish(t, topic, 1, "m2")
+	if p := r.expect(t, packets.Publish); string(p.Payload) != "m2" || p.FixedHeader.Qos != 0 {
+		t.Fatalf("PUBLISH %q QoS %d, want m2 at QoS 0", p.Payload, p.FixedHeader.Qos)
+	}
+	r.subscribeQoS1(t, topic) // m1 still not acknowledged
+	r.noPublishYet(t)
+	_ = r.nc.Close()
+	waitSaved(t, g, id)
+
+	r, _ = connectRawPersistent(t, g, 5, id)
+	pub.publish(t, topic, 1, "live")
+	var got []string
+	for len(got) == 0 || got[len(got)-1] != "live" {
+		p := r.expect(t, packets.Publish)
+		r.puback(t, p.PacketID)
+		got = append(got, string(p.Payload))
+		if len(got) > 4 {
+			break
+		}
+	}
+	if strings.Join(got, " ") != "m1 live" {
+		t.Fatalf("last resume sent %q, want [m1 live]: m2, delivered at QoS 0, is replayed", got)
+	}
+}
+
+// TestReviewQoS0ThenQoS1NoReplayOfQoS0Control is
+// TestReviewResendThenQoS1NoReplayOfQoS0 within one connection, without
+// a resend: "m1" in flight, QoS 0, "m2", QoS 1, then a resume.
+func TestReviewQoS0ThenQoS1NoReplayOfQoS0Control(t *testing.T) {
+	g := newGateway(t, withMQTT)
+	const id, topic = "rvq-upc", "rvq/upc/t"
+	pub, _ := dialSession(t, g, 5, "tcp", id+"-pub", true, 0)
+	r, _ := connectRawPersistent(t, g, 5, id)
+	r.subscribeQoS1(t, topic)
+	pub.publish(t, topic, 1, "m1")
+	r.expect(t, packets.Publish)
+	r.subscribeQoS0(t, topic)
+	pub.publish(t, topic, 1, "m2")
+	if p := r.expect(t, packets.Publish); string(p.Payload) != "m2" || p.FixedHeader.Qos != 0 {
+		t.Fatalf("PUBLISH %q QoS %d, want m2 at QoS 0", p.Payload, p.FixedHeader.Qos)
+	}
+	r.subscribeQoS1(t, topic) // m1 still not acknowledged
+	r.noPublishYet(t)
+	_ = r.nc.Close()
+	waitSaved(t, g, id)
+
+	r, _ = connectRawPersistent(t, g, 5, id)
+	pub.publish(t, topic, 1, "live")
+	var got []string
+	for len(got) == 0 || got[len(got)-1] != "live" {
+		p := r.expect(t, packets.Publish)
+		r.puback(t, p.PacketID)
+		got = append(got, string(p.Payload))
+		if len(got) > 4 {
+			break
+		}
+	}
+	if strings.Join(got, " ") != "m1 live" {
+		t.Fatalf("resume sent %q, want [m1 live]: m2, delivered at QoS 0, is replayed", got)
+	}
+}
