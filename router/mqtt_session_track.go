@@ -277,9 +277,13 @@ func (s *mqttSession) sessionPositions() (next, inFlight map[uint64][]engine.Pos
 		inFlight[p.key.sub] = append(inFlight[p.key.sub], engine.Position{Topic: p.key.topic, Partition: p.key.part, Offset: p.off})
 	}
 	for p := range s.trk.resend {
-		if held[p.key.sub] {
-			inFlight[p.key.sub] = append(inFlight[p.key.sub], engine.Position{Topic: p.key.topic, Partition: p.key.part, Offset: p.off})
+		if !held[p.key.sub] {
+			continue
 		}
+		if n, ok := resume[p.key]; !ok || p.off < n {
+			resume[p.key] = p.off // a filter at QoS 1 or 2 again replays it
+		}
+		inFlight[p.key.sub] = append(inFlight[p.key.sub], engine.Position{Topic: p.key.topic, Partition: p.key.part, Offset: p.off})
 	}
 	s.imu.Unlock()
 	next = map[uint64][]engine.Position{}
