@@ -25,7 +25,10 @@ package router
 // MQTT packets (replayFrame, through subscription.encode), DUP set on the
 // records that were in flight, and a partition trimmed past its position
 // is counted in switchyard_mqtt_session_gaps_total (sessionGap, through
-// subscription.replayGap), since MQTT has no gap packet.
+// subscription.replayGap), since MQTT has no gap packet. A filter
+// restored at QoS 0 goes live, but the deliveries its record lists in
+// flight (subscribed again at QoS 0 while they were not acknowledged) are
+// sent again at QoS 1 with DUP, paced as a replay (resendInFlight).
 //
 // Concurrency: mqttTrack is guarded by mqttSession.imu (a leaf, taken by
 // the writer per QoS 1 or 2 packet, the reader per acknowledgement and
@@ -35,9 +38,12 @@ package router
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -73,6 +79,10 @@ type mqttTrack struct {
 	// known; dels counts the topic deletions seen (mqtt_session_made.go).
 	made map[string]time.Time
 	dels uint64
+	// resend are the deliveries in flight of a restored QoS 0 filter
+	// queued to be sent again (resendInFlight) and not written yet: a save
+	// meanwhile lists them in flight still; trackSent lets them go.
+	resend map[trackPos]struct{}
 }
 
 // forgetPositions drops the next offsets tracked for subscription sub
@@ -161,6 +171,7 @@ func (s *mqttSession) trackSent(id uint16, pos trackPos) {
 		return
 	}
 	s.trk.sent[id] = pos
+	delete(s.trk.resend, pos)
 	if n, ok := s.trk.next[pos.key]; !ok || pos.off+1 > n {
 		s.trk.next[pos.key] = pos.off + 1
 	}
@@ -265,6 +276,15 @@ func (s *mqttSession) sessionPositions() (next, inFlight map[uint64][]engine.Pos
 		}
 		inFlight[p.key.sub] = append(inFlight[p.key.sub], engine.Position{Topic: p.key.topic, Partition: p.key.part, Offset: p.off})
 	}
+	for p := range s.trk.resend {
+		if !held[p.key.sub] {
+			continue
+		}
+		if n, ok := resume[p.key]; !ok || p.off < n {
+			resume[p.key] = p.off // a filter at QoS 1 or 2 again replays it
+		}
+		inFlight[p.key.sub] = append(inFlight[p.key.sub], engine.Position{Topic: p.key.topic, Partition: p.key.part, Offset: p.off})
+	}
 	s.imu.Unlock()
 	next = map[uint64][]engine.Position{}
 	for k, n := range resume {
@@ -342,6 +362,7 @@ func (s *mqttSession) restoreSession() {
 	s.dup = map[dupKey]struct{}{}
 	since := map[string]time.Time{}
 	next := map[string]map[partKey]storedPos{}
+	inFlight := map[string][]engine.MQTTPosition{} // by pattern
 	var started, joined []*subscription
 	for i := range rec.Subs {
 		sb := &rec.Subs[i]
@@ -379,6 +400,7 @@ func (s *mqttSession) restoreSession() {
 		}
 		for _, p := range sb.InFlight {
 			s.dup[dupKey{p.Topic, p.Partition, p.Offset}] = struct{}{}
+			inFlight[p.Pattern] = append(inFlight[p.Pattern], p)
 		}
 	}
 	for _, sub := range started {
@@ -390,6 +412,7 @@ func (s *mqttSession) restoreSession() {
 		}
 		if sub.mqttQoS.Load()&mqttQoSMask == 0 {
 			s.startLive(sub) // QoS 0: what was published meanwhile is not kept
+			s.resendInFlight(sub, inFlight[sub.pattern])
 			continue
 		}
 		s.startResumed(sub, since[sub.pattern], ended, next[sub.pattern])
@@ -408,6 +431,138 @@ func (s *mqttSession) startLive(sub *subscription) {
 		return
 	}
 	s.rt.m.subscriptions.WithLabelValues("plain").Inc()
+}
+
+// resendInFlight sends again the deliveries a stored session had in flight
+// (ps, from its record) for a subscription restored at QoS 0: its filter
+// was subscribed again at QoS 0 while a QoS 1 or 2 delivery of it was not
+// acknowledged, and a resume sends that delivery again [MQTT-4.4.0-1].
+// Each is read from the log at its position and queued as a replayed
+// delivery (sendReplayed) at QoS 1 with DUP, which the writer gives a new
+// packet identifier and tracks until its PUBACK; the subscription is live
+// meanwhile (startLive). Until the writer takes it, a save lists it in
+// flight still (mqttTrack.resend). A record retention trimmed meanwhile is
+// counted as a gap (sessionGap); one whose topic was deleted since, or that
+// has no MQTT form now (expired), is not sent.
+func (s *mqttSession) resendInFlight(sub *subscription, ps []engine.MQTTPosition) {
+	if len(ps) == 0 || !s.cn.holds(sub) {
+		return
+	}
+	ps = slices.Clone(ps)
+	slices.SortFunc(ps, func(a, b engine.MQTTPosition) int {
+		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
+	})
+	ps = slices.CompactFunc(ps, func(a, b engine.MQTTPosition) bool { return a.Position == b.Position })
+	s.imu.Lock()
+	if s.trk.resend == nil {
+		s.trk.resend = map[trackPos]struct{}{}
+	}
+	for _, p := range ps {
+		s.trk.resend[resendPos(sub, p)] = struct{}{}
+	}
+	s.imu.Unlock()
+	cn := s.cn
+	cn.wg.Add(1)
+	go func() {
+		defer cn.wg.Done()
+		for _, p := range ps {
+			if err := s.resendOne(cn.ctx, sub, p); err != nil {
+				return // the session or the subscription ended
+			}
+		}
+	}()
+}
+
+// resendPos is the tracked position of a delivery resendInFlight sends.
+func resendPos(sub *subscription, p engine.MQTTPosition) trackPos {
+	return trackPos{key: trackKey{sub: sub.id, topic: p.Topic, part: p.Partition}, off: p.Offset, ok: true}
+}
+
+// resendOne reads and queues one delivery of resendInFlight. It returns an
+// error only when the session or the subscription ended; a read that fails
+// leaves the delivery in flight for a later resume.
+func (s *mqttSession) resendOne(ctx context.Context, sub *subscription, p engine.MQTTPosition) error {
+	rt := s.rt
+	pos := resendPos(sub, p)
+	drop := func() {
+		s.imu.Lock()
+		delete(s.trk.resend, pos)
+		s.imu.Unlock()
+	}
+	rctx, cancel := context.WithTimeout(ctx, sessionTimeout)
+	defer cancel()
+	dels := s.topicDels()
+	ti, err := rt.eng.Topic(rctx, p.Topic)
+	if errors.Is(err, engine.ErrUnknownTopic) {
+		drop()
+		return nil
+	}
+	if err == nil {
+		s.noteMade(p.Topic, ti.Created, dels)
+		if !p.Created.IsZero() && !p.Created.Equal(ti.Created) {
+			drop() // of the topic deleted since
+			return nil
+		}
+	}
+	var recs []*engine.Record
+	var n int64
+	if err == nil {
+		recs, n, err = rt.eng.Read(rctx, p.Topic, p.Partition, p.Offset, 1)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		rt.log.Warn("mqtt delivery in flight not sent again", "client_id", s.clientID, "topic", p.Topic, "err", err)
+		return nil
+	}
+	if len(recs) == 0 || recs[0].Offset != p.Offset {
+		if len(recs) > 0 && recs[0].Offset > p.Offset || len(recs) == 0 && n > p.Offset {
+			sub.replayGap(p.Topic, p.Partition, p.Offset, p.Offset+1) // trimmed
+		}
+		drop()
+		return nil
+	}
+	frame := s.inFlightFrame(recs[0], sub)
+	if frame == nil {
+		drop()
+		return nil
+	}
+	if err := s.sendReplayed(ctx, sub.item(recs[0], frame), sub.hasEnded); err != nil {
+		return err
+	}
+	rt.m.deliveriesPlain.Inc()
+	return nil
+}
+
+// inFlightFrame is rec's PUBLISH at QoS 1 with DUP for sub, whatever its
+// QoS now (resendInFlight); nil, counted, when MQTT cannot carry it.
+func (s *mqttSession) inFlightFrame(rec *engine.Record, sub *subscription) []byte {
+	var rp mqttRecProps
+	props := rp.of(rec)
+	if props == nil {
+		s.rt.mq.m.skipped.WithLabelValues("expired").Inc()
+		return nil
+	}
+	topic, err := mqtt.TopicFromNative(rec.Topic)
+	if err != nil {
+		s.rt.mq.m.skipped.WithLabelValues("no_mqtt_name").Inc()
+		return nil
+	}
+	pk := packets.Packet{TopicName: topic, Payload: rec.Data, FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}}
+	if s.version == mqtt.Version5 {
+		pk.Properties = *props
+	}
+	b, err := mqtt.EncodePublishFrame(pk, s.version)
+	if err != nil {
+		s.rt.mq.m.skipped.WithLabelValues("too_large").Inc()
+		return nil
+	}
+	b[0] |= 1 << 3 // DUP
+	if _, ok := rec.Headers[mqttRetainHeader]; ok && sub.mqttQoS.Load()&mqttRetainPub != 0 {
+		b[0] |= 1 // RETAIN, for retain as published
+	}
+	return withSubIDs(b, sub)
 }
 
 // storedPos is a stored position: the next offset to deliver, and the
