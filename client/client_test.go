@@ -203,19 +203,26 @@ func TestSubscribeChan(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 20 // more than Buffer: the dispatcher waits for the reader
-	go func() {
+	published := make(chan error, 1)
+	go func() { // owned: the test waits for it before it ends
 		for i := range n {
 			if _, err := c.Publish(ctx, "ticks", i); err != nil {
-				t.Error(err)
+				published <- err
 				return
 			}
 		}
+		published <- nil
 	}()
 	for i := range n {
 		m := recv(t, sub.C)
 		if m.Offset != int64(i) || string(m.Data) != fmt.Sprint(i) {
 			t.Fatalf("message %d = offset %d data %s", i, m.Offset, m.Data)
 		}
+	}
+	// The last publish's reply may come after its message: wait for it
+	// (a publish answered after the test ended failed it from outside).
+	if err := <-published; err != nil {
+		t.Fatal(err)
 	}
 	if err := sub.Unsubscribe(ctx); err != nil {
 		t.Fatal(err)
