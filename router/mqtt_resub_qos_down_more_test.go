@@ -22,26 +22,7 @@ func TestMQTTResubQoSDownInFlightTrimmedJetStream(t *testing.T) {
 		"retention": map[string]any{"max_messages": 1}}); code != 201 {
 		t.Fatalf("topic not made: %d", code)
 	}
-	pub, _ := dialSession(t, g, 5, "tcp", id+"-pub", true, 0)
-	r, _ := connectRawPersistent(t, g, 5, id)
-	r.subscribeQoS1(t, topic)
-	pub.publish(t, topic, 1, "m1")
-	if p := r.expect(t, packets.Publish); string(p.Payload) != "m1" {
-		t.Fatalf("PUBLISH %q, want m1", p.Payload)
-	}
-	r.subscribeQoS0(t, topic)
-	pub.publish(t, topic, 1, "m2") // trims m1
-	if p := r.expect(t, packets.Publish); string(p.Payload) != "m2" || p.FixedHeader.Qos != 0 {
-		t.Fatalf("PUBLISH %q QoS %d, want m2 at QoS 0", p.Payload, p.FixedHeader.Qos)
-	}
-	_ = r.nc.Close()
-	waitSaved(t, g, id)
-	r, _ = connectRawPersistent(t, g, 5, id)
-	waitMetric(t, g, "switchyard_mqtt_session_gaps_total", nil, 1)
-	pub.publish(t, topic, 1, "live")
-	if p := r.expect(t, packets.Publish); string(p.Payload) != "live" {
-		t.Fatalf("PUBLISH %q dup %v, want live (m1 trimmed, m2 delivered at QoS 0)", p.Payload, p.FixedHeader.Dup)
-	}
+	checkInFlightTrimmed(t, g, id, topic)
 }
 
 // TestMQTTResubQoSDownResendHeldThenQoS1: "x1" on rvq/held/x and "y1" on
