@@ -152,6 +152,14 @@ func TestMQTTResumeBudgetWaits(t *testing.T) {
 	default:
 	}
 	s.trk.replay.give(replayTally{1, 100}) // room for 1: still waiting
+	if s.takeLast(nil, 2) {
+		t.Fatal("takeLast found room for 2 with 1 given back")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("waitReplayRoom for 2 returned %v with room for 1", err)
+	default:
+	}
 	s.trk.replay.give(replayTally{1, 100})
 	if err := <-done; err != nil {
 		t.Fatalf("waitReplayRoom: %v", err)
